@@ -1,0 +1,229 @@
+/*
+ * codecrt.h: the public C API of the codecd runtime.
+ *
+ * codecrt loads neural-audio-codec decoders stored as GGUF files and turns
+ * discrete codec codes into float32 PCM, on the CPU or on a GPU through ggml.
+ *
+ * Objects and ownership
+ *   codecrt_model    the weights and hyperparameters of one GGUF file. Immutable
+ *                    once loaded: one model may be shared by any number of
+ *                    contexts, on any threads.
+ *   codecrt_context  one backend (device) plus its scheduler, compute buffers
+ *                    and cached graphs. A context borrows its model: free every
+ *                    context of a model before or after the model, in any order
+ *                    (the model is reference counted; codecrt_model_free drops the
+ *                    caller's reference, the memory goes with the last context).
+ *
+ *   Every *_init / *_load has one *_free, and every *_free accepts NULL.
+ *   Pointers returned by getters stay valid until the object is freed.
+ *
+ * Threads
+ *   A model may be used from many threads at once. A context must be used by one
+ *   thread at a time (no internal locking); different contexts are independent.
+ *
+ * Errors
+ *   Every fallible call returns a codecrt_status. Calls on a context also leave a
+ *   message in that context (codecrt_context_last_error); calls that create an
+ *   object take a caller buffer for the message, since there is no handle yet.
+ *   Inputs are validated before any ggml call: a bad input never aborts the
+ *   process.
+ *
+ * Codes
+ *   A codec has n_levels code levels (SNAC: 3 or 4 levels; RVQ codecs: n
+ *   codebooks). Level l has one code per level_stride[l] frames, where a frame is
+ *   the finest time step of the model and lasts hop_length samples. A decode of
+ *   n_frames frames yields exactly n_frames * hop_length samples per sequence.
+ */
+#ifndef CODECRT_H
+#define CODECRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CODECRT_API_VERSION 1
+#define CODECRT_MAX_LEVELS 16
+#define CODECRT_MAX_BACKENDS 4
+
+typedef enum codecrt_status {
+    CODECRT_OK = 0,
+    CODECRT_E_INVALID_ARGUMENT = 1, /* NULL pointer, bad parameter value */
+    CODECRT_E_IO = 2,               /* file missing or unreadable */
+    CODECRT_E_NOT_GGUF = 3,         /* no GGUF magic at the start of the file */
+    CODECRT_E_CORRUPT = 4,          /* GGUF header or metadata malformed */
+    CODECRT_E_TRUNCATED = 5,        /* file shorter than its tensor data */
+    CODECRT_E_UNKNOWN_ARCH = 6,     /* general.architecture not supported */
+    CODECRT_E_BAD_HPARAMS = 7,      /* hyperparameter missing, mistyped or invalid */
+    CODECRT_E_MISSING_TENSOR = 8,   /* a tensor the architecture needs is absent */
+    CODECRT_E_BAD_TENSOR = 9,       /* a tensor has the wrong type or shape, or is unknown */
+    CODECRT_E_BACKEND = 10,         /* requested device not available */
+    CODECRT_E_OUT_OF_MEMORY = 11,   /* host or device allocation failed */
+    CODECRT_E_CODE_RANGE = 12,      /* a code outside [0, codebook_size) */
+    CODECRT_E_SHAPE = 13,           /* levels of inconsistent length, zero or misaligned frames */
+    CODECRT_E_TOO_LARGE = 14,       /* more frames or sequences than the context allows */
+    CODECRT_E_BUFFER_TOO_SMALL = 15,/* output buffer capacity below the decode's size */
+    CODECRT_E_COMPUTE = 16,         /* the backend failed to allocate or compute a graph */
+    CODECRT_E_STATE = 17,           /* call not valid in the object's current state */
+    CODECRT_E_UNSUPPORTED = 18      /* valid request this build or model cannot serve */
+} codecrt_status;
+
+/* Graph kinds: each kind has its own scheduler and cached graph. */
+typedef enum codecrt_graph_kind {
+    CODECRT_GRAPH_DECODE = 0, /* offline decode of whole sequences */
+    CODECRT_GRAPH_STREAM = 1, /* one streaming tick over a batch of stream slots */
+    CODECRT_GRAPH_KIND_COUNT = 8
+} codecrt_graph_kind;
+
+typedef enum codecrt_weight_type {
+    CODECRT_WEIGHT_F32 = 0,
+    CODECRT_WEIGHT_F16 = 1
+} codecrt_weight_type;
+
+typedef struct codecrt_model codecrt_model;
+typedef struct codecrt_context codecrt_context;
+
+/* Static, never NULL. */
+const char *codecrt_version(void);
+const char *codecrt_status_name(codecrt_status status);
+
+/* ggml's own log lines (stderr) are off by default; 1 turns them on. Process-wide. */
+void codecrt_set_ggml_logging(int32_t enabled);
+
+/* ------------------------------------------------------------------ model */
+
+typedef struct codecrt_model_info {
+    char arch[32];            /* "snac", ... */
+    int32_t sample_rate;      /* Hz */
+    int32_t hop_length;       /* samples per frame */
+    int32_t n_levels;
+    int32_t codebook_size[CODECRT_MAX_LEVELS];
+    int32_t level_stride[CODECRT_MAX_LEVELS]; /* frames per code at each level */
+    int32_t frame_multiple;   /* n_frames of a decode must be a multiple of this */
+    int32_t weight_type;      /* codecrt_weight_type of the large matrices */
+    int64_t n_params;
+    int64_t weight_bytes;
+} codecrt_model_info;
+
+/*
+ * Load and validate a GGUF model: the file, its architecture, hyperparameters,
+ * and every tensor's name, type and shape. On success *out owns a new model.
+ * On failure *out is NULL and err (if not NULL) holds a message naming the
+ * problem, truncated to err_size bytes including the terminator.
+ */
+codecrt_status codecrt_model_load(const char *path, codecrt_model **out,
+                                  char *err, size_t err_size);
+
+/* Drop the caller's reference. NULL is accepted. */
+void codecrt_model_free(codecrt_model *model);
+
+codecrt_status codecrt_model_get_info(const codecrt_model *model, codecrt_model_info *info);
+
+/* Number of samples a decode of n_frames frames yields per sequence (0 on bad input). */
+int64_t codecrt_model_samples_for_frames(const codecrt_model *model, int64_t n_frames);
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct codecrt_context_params {
+    /* "cpu", "cuda", "cuda:N", "metal", "vulkan", "vulkan:N" or "auto" (a GPU if
+       present, else the CPU). NULL means "auto". Copied by init. */
+    const char *device;
+    int32_t n_threads;    /* CPU threads; 0 = number of online cores */
+    int32_t max_frames;   /* largest n_frames per sequence accepted by a decode */
+    int32_t max_batch;    /* largest batch accepted by a decode */
+    /* Shape buckets. Graphs are keyed by (kind, frame bucket, batch bucket):
+       frame_bucket > 0 rounds n_frames up to a multiple of it and batch_bucket = 1
+       rounds the batch up to a power of two, so that nearby shapes share one
+       graph (masked: padding never changes the samples). 0 and 0 = exact shapes. */
+    int32_t frame_bucket;
+    int32_t batch_bucket;
+} codecrt_context_params;
+
+codecrt_context_params codecrt_context_default_params(void);
+
+/*
+ * Create a context for model on the requested device. The context takes its own
+ * reference to the model. Weights are used in place on the CPU and copied once
+ * to device memory on a GPU.
+ */
+codecrt_status codecrt_context_init(codecrt_model *model, const codecrt_context_params *params,
+                                    codecrt_context **out, char *err, size_t err_size);
+
+/* Free the context, its graphs, schedulers and buffers. NULL is accepted. */
+void codecrt_context_free(codecrt_context *ctx);
+
+/* Message of the last failed call on ctx ("" if none). Valid until the next call on ctx. */
+const char *codecrt_context_last_error(const codecrt_context *ctx);
+
+/* Name of the device actually used ("CPU", "CUDA0", ...). Valid for ctx's lifetime. */
+const char *codecrt_context_device(const codecrt_context *ctx);
+
+/*
+ * Per-kind scheduler policy: when enabled, releasing a graph of this kind also
+ * frees the kind's scheduler and creates a new one (which is reserved again at
+ * its next use). This is the remedy for backends that keep stale allocations for
+ * very large graphs. Off by default.
+ */
+codecrt_status codecrt_context_set_recreate_policy(codecrt_context *ctx, int32_t graph_kind,
+                                                   int32_t enabled);
+
+/*
+ * Reserve the compute buffers of the decode kind for sequences of up to n_frames
+ * frames in batches of up to n_batch, so that later decodes within that envelope
+ * never grow a buffer. Decodes reserve on demand otherwise.
+ */
+codecrt_status codecrt_context_reserve(codecrt_context *ctx, int32_t n_frames, int32_t n_batch);
+
+/* ----------------------------------------------------------------- decode */
+
+typedef struct codecrt_codes {
+    int32_t n_batch;                /* sequences, all of the same length */
+    int32_t n_levels;               /* must equal the model's n_levels */
+    const int32_t *const *levels;   /* levels[l]: n_batch * lengths[l] codes, row-major [b][t] */
+    const int64_t *lengths;         /* codes per sequence at level l */
+} codecrt_codes;
+
+typedef struct codecrt_decode_params {
+    int32_t noise;                  /* 1: the model's noise injection on; 0: off */
+    uint64_t seed;                  /* noise seed; noise is keyed by (seed, absolute position) */
+    const uint64_t *seeds;          /* optional per-sequence seeds (n_batch), overrides seed */
+} codecrt_decode_params;
+
+codecrt_decode_params codecrt_decode_default_params(void);
+
+/*
+ * Decode codes to PCM. pcm receives n_batch * n_frames * hop_length float32
+ * samples, row-major [b][sample]; pcm_capacity is its size in floats. *n_written
+ * (may be NULL) receives the count written. The codes are only read during the
+ * call. Validation (levels, lengths, frame alignment, code range, limits,
+ * capacity) happens before any computation.
+ */
+codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params *params,
+                              const codecrt_codes *codes, float *pcm, size_t pcm_capacity,
+                              size_t *n_written);
+
+/* ------------------------------------------------------------------ stats */
+
+typedef struct codecrt_stats {
+    uint64_t graphs_built;       /* graphs constructed and allocated */
+    uint64_t graphs_reused;      /* computes that reused the previous graph untouched */
+    uint64_t sched_resets;       /* scheduler resets (one per graph release) */
+    uint64_t sched_recreations;  /* schedulers freed and created again by the policy */
+    uint64_t reservations;       /* worst-case reservations */
+    uint64_t computes;           /* graph computations */
+    int32_t n_backends;
+    char backend_names[CODECRT_MAX_BACKENDS][32];
+    uint64_t compute_buffer_bytes[CODECRT_MAX_BACKENDS]; /* summed over graph kinds */
+    uint64_t weight_bytes;       /* device copy of the weights (0 when used in place) */
+    double last_compute_ms;      /* wall time of the last graph computation */
+} codecrt_stats;
+
+codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CODECRT_H */

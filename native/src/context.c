@@ -1,0 +1,518 @@
+#define _POSIX_C_SOURCE 200809L /* fseeko, sysconf, clock_gettime */
+/*
+ * context.c: devices, weight placement, the decode entry point and stats.
+ *
+ * A context owns one primary backend (a GPU, or the CPU) plus the CPU backend
+ * as the scheduler's fallback, a copy of the weights on the device (on the CPU
+ * the model's tensors are used in place), and the graph manager. Validation of
+ * every decode happens here, before any ggml call.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ggml-cpu.h"
+#include "internal.h"
+
+#define CR_GRAPH_SIZE 4096
+
+enum { CR_FLAG_NOISE = 1, CR_FLAG_MASKED = 2 };
+
+codecrt_context_params codecrt_context_default_params(void) {
+    codecrt_context_params p = {
+        .device = "auto",
+        .n_threads = 0,
+        .max_frames = 4096,
+        .max_batch = 64,
+        .frame_bucket = 0,
+        .batch_bucket = 0,
+    };
+    return p;
+}
+
+codecrt_decode_params codecrt_decode_default_params(void) {
+    codecrt_decode_params p = {.noise = 0, .seed = 0, .seeds = NULL};
+    return p;
+}
+
+static codecrt_status ctx_status(codecrt_context *ctx, codecrt_status st) {
+    if (st == CODECRT_OK) {
+        ctx->err.msg[0] = '\0';
+    }
+    return st;
+}
+
+/* ----------------------------------------------------------------- devices */
+
+static bool cr_streq_ci(const char *a, const char *b) {
+    for (; *a && *b; a++, b++) {
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b)) {
+            return false;
+        }
+    }
+    return *a == *b;
+}
+
+static bool cr_dev_is_gpu(ggml_backend_dev_t dev) {
+    const enum ggml_backend_dev_type t = ggml_backend_dev_type(dev);
+    return t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU;
+}
+
+static void cr_list_devices(char *buf, size_t size) {
+    size_t off = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < ggml_backend_dev_count() && off < size; i++) {
+        off += (size_t)snprintf(buf + off, size - off, "%s%s", i ? ", " : "",
+                                ggml_backend_dev_name(ggml_backend_dev_get(i)));
+    }
+}
+
+/* Resolve "cpu", "auto", "cuda", "cuda:N", "metal", "vulkan", "vulkan:N". */
+static codecrt_status cr_pick_device(const char *spec, ggml_backend_dev_t *out, cr_err *err) {
+    char family[32];
+    long index = 0;
+    const char *colon = strchr(spec, ':');
+    const size_t flen = colon ? (size_t)(colon - spec) : strlen(spec);
+    if (flen == 0 || flen >= sizeof(family)) {
+        return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "bad device '%s'", spec);
+    }
+    memcpy(family, spec, flen);
+    family[flen] = '\0';
+    if (colon) {
+        char *end = NULL;
+        index = strtol(colon + 1, &end, 10);
+        if (!colon[1] || *end || index < 0) {
+            return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "bad device index in '%s'", spec);
+        }
+    }
+    if (cr_streq_ci(family, "cpu")) {
+        *out = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+        return *out ? CODECRT_OK : cr_fail(err, CODECRT_E_BACKEND, "no CPU backend");
+    }
+    const bool any_gpu = cr_streq_ci(family, "auto");
+    if (!any_gpu && !cr_streq_ci(family, "cuda") && !cr_streq_ci(family, "metal") &&
+        !cr_streq_ci(family, "vulkan")) {
+        return cr_fail(err, CODECRT_E_INVALID_ARGUMENT,
+                       "unknown device '%s' (use cpu, cuda, cuda:N, metal, vulkan, vulkan:N or auto)", spec);
+    }
+    long seen = 0;
+    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        if (!cr_dev_is_gpu(dev)) {
+            continue;
+        }
+        const char *reg = ggml_backend_reg_name(ggml_backend_dev_backend_reg(dev));
+        const bool match = any_gpu || cr_streq_ci(reg, family) ||
+                           (cr_streq_ci(family, "metal") && cr_streq_ci(reg, "MTL"));
+        if (match && seen++ == index) {
+            *out = dev;
+            return CODECRT_OK;
+        }
+    }
+    if (any_gpu) {
+        *out = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+        return *out ? CODECRT_OK : cr_fail(err, CODECRT_E_BACKEND, "no CPU backend");
+    }
+    char devs[256];
+    cr_list_devices(devs, sizeof(devs));
+    return cr_fail(err, CODECRT_E_BACKEND, "device '%s' is not available (this build has: %s)", spec, devs);
+}
+
+/* Copy every model tensor to a buffer of the primary device. */
+static codecrt_status cr_upload_weights(codecrt_context *ctx, cr_err *err) {
+    const cr_model *m = ctx->model;
+    const int n = (int)(ggml_get_mem_size(m->weights) / ggml_tensor_overhead()) + 1;
+    struct ggml_init_params ip = {
+        .mem_size = ggml_tensor_overhead() * (size_t)n,
+        .mem_buffer = NULL,
+        .no_alloc = true,
+    };
+    ctx->dev_weights_ctx = ggml_init(ip);
+    if (!ctx->dev_weights_ctx) {
+        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+    }
+    for (struct ggml_tensor *t = ggml_get_first_tensor(m->weights); t; t = ggml_get_next_tensor(m->weights, t)) {
+        struct ggml_tensor *d = ggml_dup_tensor(ctx->dev_weights_ctx, t);
+        ggml_set_name(d, ggml_get_name(t));
+    }
+    ctx->dev_weights_buf = ggml_backend_alloc_ctx_tensors(ctx->dev_weights_ctx, ctx->backend);
+    if (!ctx->dev_weights_buf) {
+        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "cannot allocate the weights on %s", ctx->device_name);
+    }
+    ggml_backend_buffer_set_usage(ctx->dev_weights_buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    for (struct ggml_tensor *t = ggml_get_first_tensor(m->weights); t; t = ggml_get_next_tensor(m->weights, t)) {
+        struct ggml_tensor *d = ggml_get_tensor(ctx->dev_weights_ctx, ggml_get_name(t));
+        ggml_backend_tensor_set(d, t->data, 0, ggml_nbytes(t));
+    }
+    ctx->weights = ctx->dev_weights_ctx;
+    return CODECRT_OK;
+}
+
+static codecrt_status cr_check_params(const codecrt_context_params *p, cr_err *err) {
+    if (p->n_threads < 0 || p->n_threads > 512) {
+        return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "n_threads = %d is out of range", p->n_threads);
+    }
+    if (p->max_frames < 1 || p->max_frames > (1 << 22) || p->max_batch < 1 || p->max_batch > 65536) {
+        return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "max_frames = %d, max_batch = %d out of range",
+                       p->max_frames, p->max_batch);
+    }
+    if (p->frame_bucket < 0 || p->frame_bucket > (1 << 20) || p->batch_bucket < 0 || p->batch_bucket > 1) {
+        return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "bad bucket parameters");
+    }
+    return CODECRT_OK;
+}
+
+static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_context_params *params,
+                                      codecrt_context *ctx, cr_err *err) {
+    cr_model *model = (cr_model *)model_;
+    codecrt_status st = cr_check_params(params, err);
+    if (st != CODECRT_OK) {
+        return st;
+    }
+    ctx->params = *params;
+    ctx->params.device = NULL; /* not kept: the caller's string may go */
+    cr_model_retain(model);
+    ctx->model = model;
+
+    ggml_backend_dev_t dev = NULL;
+    if ((st = cr_pick_device(params->device ? params->device : "auto", &dev, err)) != CODECRT_OK) {
+        return st;
+    }
+    snprintf(ctx->device_name, sizeof(ctx->device_name), "%s", ggml_backend_dev_name(dev));
+    ctx->cpu = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, NULL);
+    if (!ctx->cpu) {
+        return cr_fail(err, CODECRT_E_BACKEND, "cannot initialize the CPU backend");
+    }
+    int n_threads = params->n_threads;
+    if (n_threads == 0) {
+        const long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    ggml_backend_cpu_set_n_threads(ctx->cpu, n_threads);
+
+    ggml_backend_t backends[2];
+    int n_backends = 0;
+    if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+        ctx->backend = ctx->cpu;
+        ctx->weights = model->weights;
+        backends[n_backends++] = ctx->cpu;
+    } else {
+        ctx->backend = ggml_backend_dev_init(dev, NULL);
+        if (!ctx->backend) {
+            return cr_fail(err, CODECRT_E_BACKEND, "cannot initialize device %s", ctx->device_name);
+        }
+        if ((st = cr_upload_weights(ctx, err)) != CODECRT_OK) {
+            return st;
+        }
+        backends[n_backends++] = ctx->backend;
+        backends[n_backends++] = ctx->cpu;
+    }
+    cr_graphs_init(&ctx->graphs, backends, n_backends, CR_GRAPH_SIZE);
+    return CODECRT_OK;
+}
+
+codecrt_status codecrt_context_init(codecrt_model *model, const codecrt_context_params *params,
+                                    codecrt_context **out, char *err_buf, size_t err_size) {
+    cr_err err = {{0}};
+    if (out) {
+        *out = NULL;
+    }
+    if (!model || !out) {
+        codecrt_status st = cr_fail(&err, CODECRT_E_INVALID_ARGUMENT, "model and out must not be NULL");
+        cr_err_copy(&err, err_buf, err_size);
+        return st;
+    }
+    codecrt_context_params defaults = codecrt_context_default_params();
+    codecrt_context *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx) {
+        codecrt_status st = cr_fail(&err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+        cr_err_copy(&err, err_buf, err_size);
+        return st;
+    }
+    codecrt_status st = cr_context_init(model, params ? params : &defaults, ctx, &err);
+    cr_err_copy(&err, err_buf, err_size);
+    if (st != CODECRT_OK) {
+        codecrt_context_free(ctx);
+        return st;
+    }
+    *out = ctx;
+    return CODECRT_OK;
+}
+
+void codecrt_context_free(codecrt_context *ctx) {
+    if (!ctx) {
+        return;
+    }
+    /* graphs first (they point into the weights), then weights, then backends */
+    cr_graphs_free(&ctx->graphs);
+    if (ctx->dev_weights_buf) {
+        ggml_backend_buffer_free(ctx->dev_weights_buf);
+    }
+    if (ctx->dev_weights_ctx) {
+        ggml_free(ctx->dev_weights_ctx);
+    }
+    if (ctx->backend && ctx->backend != ctx->cpu) {
+        ggml_backend_free(ctx->backend);
+    }
+    if (ctx->cpu) {
+        ggml_backend_free(ctx->cpu);
+    }
+    free(ctx->scratch);
+    free(ctx->seed_scratch);
+    cr_model_release(ctx->model);
+    free(ctx);
+}
+
+const char *codecrt_context_last_error(const codecrt_context *ctx) { return ctx ? ctx->err.msg : ""; }
+
+const char *codecrt_context_device(const codecrt_context *ctx) { return ctx ? ctx->device_name : ""; }
+
+codecrt_status codecrt_context_set_recreate_policy(codecrt_context *ctx, int32_t graph_kind, int32_t enabled) {
+    if (!ctx) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    if (graph_kind < 0 || graph_kind >= CODECRT_GRAPH_KIND_COUNT) {
+        return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "graph kind %d is out of range", graph_kind);
+    }
+    ctx->graphs.slots[graph_kind].recreate = enabled != 0;
+    return ctx_status(ctx, CODECRT_OK);
+}
+
+/* ------------------------------------------------------------------ decode */
+
+typedef struct cr_decode_build {
+    codecrt_context *ctx;
+} cr_decode_build;
+
+static struct ggml_cgraph *cr_build_decode(void *user, struct ggml_context *ctx0, const cr_graph_key *key,
+                                           struct ggml_tensor **io) {
+    codecrt_context *ctx = ((cr_decode_build *)user)->ctx;
+    const cr_decode_shape shape = {
+        .n_frames = key->n_frames,
+        .n_batch = key->n_batch,
+        .noise = (key->flags & CR_FLAG_NOISE) != 0,
+        .masked = (key->flags & CR_FLAG_MASKED) != 0,
+    };
+    return ctx->model->arch->build_decode(ctx->model, ctx0, ctx->weights, &shape, io);
+}
+
+static bool cr_bucketed(const codecrt_context *ctx) {
+    return ctx->params.frame_bucket > 0 || ctx->params.batch_bucket;
+}
+
+static int32_t cr_bucket_frames(const codecrt_context *ctx, int32_t n_frames) {
+    const int32_t mult = ctx->model->info.frame_multiple;
+    int32_t q = ctx->params.frame_bucket > 0 ? ctx->params.frame_bucket : mult;
+    if (q % mult != 0) {
+        q = (q / mult + 1) * mult;
+    }
+    return (n_frames + q - 1) / q * q;
+}
+
+static int32_t cr_bucket_batch(const codecrt_context *ctx, int32_t n_batch) {
+    if (!ctx->params.batch_bucket) {
+        return n_batch;
+    }
+    int32_t b = 1;
+    while (b < n_batch) {
+        b <<= 1;
+    }
+    return b;
+}
+
+static codecrt_status cr_validate_codes(const codecrt_context *ctx, const codecrt_codes *codes,
+                                        int32_t *n_frames_out, cr_err *err) {
+    const codecrt_model_info *info = &ctx->model->info;
+    if (!codes || !codes->levels || !codes->lengths) {
+        return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "codes, levels and lengths must not be NULL");
+    }
+    if (codes->n_levels != info->n_levels) {
+        return cr_fail(err, CODECRT_E_SHAPE, "got %d code levels, model '%s' has %d", codes->n_levels,
+                       info->arch, info->n_levels);
+    }
+    if (codes->n_batch < 1) {
+        return cr_fail(err, CODECRT_E_SHAPE, "batch of %d sequences", codes->n_batch);
+    }
+    if (codes->n_batch > ctx->params.max_batch) {
+        return cr_fail(err, CODECRT_E_TOO_LARGE, "batch of %d sequences exceeds the context's max_batch %d",
+                       codes->n_batch, ctx->params.max_batch);
+    }
+    int64_t n_frames = -1;
+    for (int l = 0; l < codes->n_levels; l++) {
+        const int64_t len = codes->lengths[l];
+        if (len <= 0) {
+            return cr_fail(err, CODECRT_E_SHAPE, "level %d has %lld codes: zero frames", l, (long long)len);
+        }
+        if (!codes->levels[l]) {
+            return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "level %d is NULL", l);
+        }
+        const int64_t f = len * info->level_stride[l];
+        if (n_frames >= 0 && f != n_frames) {
+            return cr_fail(err, CODECRT_E_SHAPE,
+                           "levels of inconsistent length: level 0 has %lld codes (%lld frames), level %d "
+                           "has %lld codes (%lld frames); level l needs frames / %s",
+                           (long long)codes->lengths[0], (long long)n_frames, l, (long long)len, (long long)f,
+                           "stride[l]");
+        }
+        n_frames = f;
+    }
+    if (n_frames % info->frame_multiple != 0) {
+        return cr_fail(err, CODECRT_E_SHAPE, "%lld frames is not a multiple of %d", (long long)n_frames,
+                       info->frame_multiple);
+    }
+    if (n_frames > ctx->params.max_frames) {
+        return cr_fail(err, CODECRT_E_TOO_LARGE, "%lld frames exceeds the context's max_frames %d",
+                       (long long)n_frames, ctx->params.max_frames);
+    }
+    for (int l = 0; l < codes->n_levels; l++) {
+        const int64_t n = codes->lengths[l] * codes->n_batch;
+        const int32_t *c = codes->levels[l];
+        const int32_t limit = info->codebook_size[l];
+        for (int64_t i = 0; i < n; i++) {
+            if (c[i] < 0 || c[i] >= limit) {
+                return cr_fail(err, CODECRT_E_CODE_RANGE,
+                               "code %d at level %d, sequence %lld, index %lld is outside [0, %d)", c[i], l,
+                               (long long)(i / codes->lengths[l]), (long long)(i % codes->lengths[l]), limit);
+            }
+        }
+    }
+    *n_frames_out = (int32_t)n_frames;
+    return CODECRT_OK;
+}
+
+static codecrt_status cr_grow(void **buf, size_t *cap, size_t need, size_t elem, cr_err *err) {
+    if (need <= *cap) {
+        return CODECRT_OK;
+    }
+    void *p = realloc(*buf, need * elem);
+    if (!p) {
+        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+    }
+    *buf = p;
+    *cap = need;
+    return CODECRT_OK;
+}
+
+static cr_graph_key cr_decode_key(const codecrt_context *ctx, int32_t n_frames, int32_t n_batch, bool noise) {
+    const bool masked = cr_bucketed(ctx);
+    cr_graph_key key = {
+        .kind = CODECRT_GRAPH_DECODE,
+        .n_frames = masked ? cr_bucket_frames(ctx, n_frames) : n_frames,
+        .n_batch = masked ? cr_bucket_batch(ctx, n_batch) : n_batch,
+        .flags = (noise ? CR_FLAG_NOISE : 0) | (masked ? CR_FLAG_MASKED : 0),
+    };
+    return key;
+}
+
+codecrt_status codecrt_context_reserve(codecrt_context *ctx, int32_t n_frames, int32_t n_batch) {
+    if (!ctx) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    if (n_frames < 1 || n_batch < 1 || n_frames > ctx->params.max_frames || n_batch > ctx->params.max_batch) {
+        return cr_fail(&ctx->err, CODECRT_E_TOO_LARGE, "reserve(%d frames, %d sequences) is outside the "
+                       "context's limits (%d, %d)", n_frames, n_batch, ctx->params.max_frames,
+                       ctx->params.max_batch);
+    }
+    const int32_t mult = ctx->model->info.frame_multiple;
+    n_frames = (n_frames + mult - 1) / mult * mult;
+    cr_graph_key env = cr_decode_key(ctx, n_frames, n_batch, true);
+    cr_decode_build b = {ctx};
+    return ctx_status(ctx, cr_graphs_reserve(&ctx->graphs, &env, cr_build_decode, &b, &ctx->err));
+}
+
+codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params *params,
+                              const codecrt_codes *codes, float *pcm, size_t pcm_capacity, size_t *n_written) {
+    if (!ctx) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    if (n_written) {
+        *n_written = 0;
+    }
+    const codecrt_decode_params defaults = codecrt_decode_default_params();
+    const codecrt_decode_params *p = params ? params : &defaults;
+    int32_t n_frames = 0;
+    codecrt_status st = cr_validate_codes(ctx, codes, &n_frames, &ctx->err);
+    if (st != CODECRT_OK) {
+        return st;
+    }
+    const cr_model *m = ctx->model;
+    const size_t per_seq = (size_t)n_frames * (size_t)m->info.hop_length;
+    const size_t need = per_seq * (size_t)codes->n_batch;
+    if (!pcm) {
+        return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "pcm must not be NULL");
+    }
+    if (pcm_capacity < need) {
+        return cr_fail(&ctx->err, CODECRT_E_BUFFER_TOO_SMALL, "output buffer holds %zu samples, decode needs %zu",
+                       pcm_capacity, need);
+    }
+
+    const cr_graph_key key = cr_decode_key(ctx, n_frames, codes->n_batch, p->noise != 0);
+    const cr_decode_shape shape = {
+        .n_frames = key.n_frames,
+        .n_batch = key.n_batch,
+        .noise = p->noise != 0,
+        .masked = (key.flags & CR_FLAG_MASKED) != 0,
+    };
+    if ((st = cr_grow((void **)&ctx->scratch, &ctx->scratch_cap, m->arch->scratch_floats(m, &shape),
+                      sizeof(float), &ctx->err)) != CODECRT_OK ||
+        (st = cr_grow((void **)&ctx->seed_scratch, &ctx->seed_cap, (size_t)codes->n_batch, sizeof(uint64_t),
+                      &ctx->err)) != CODECRT_OK) {
+        return st;
+    }
+    for (int32_t b = 0; b < codes->n_batch; b++) {
+        ctx->seed_scratch[b] = p->seeds ? p->seeds[b] : p->seed;
+    }
+
+    cr_decode_build build = {ctx};
+    cr_graph_slot *slot = NULL;
+    if ((st = cr_graphs_acquire(&ctx->graphs, &key, cr_build_decode, &build, &slot, &ctx->err)) != CODECRT_OK) {
+        return st;
+    }
+    const cr_decode_inputs in = {
+        .codes = codes,
+        .n_frames = n_frames,
+        .seeds = ctx->seed_scratch,
+        .scratch = ctx->scratch,
+    };
+    m->arch->set_decode_inputs(m, &shape, slot->io, &in);
+    if ((st = cr_graphs_compute(&ctx->graphs, slot, &ctx->err)) != CODECRT_OK) {
+        return st;
+    }
+    /* output [1, T_graph * hop, B_graph]: copy each valid sequence's prefix */
+    struct ggml_tensor *out = slot->io[0];
+    const size_t graph_seq = (size_t)key.n_frames * (size_t)m->info.hop_length;
+    for (int32_t b = 0; b < codes->n_batch; b++) {
+        ggml_backend_tensor_get(out, pcm + (size_t)b * per_seq, (size_t)b * graph_seq * sizeof(float),
+                                per_seq * sizeof(float));
+    }
+    if (n_written) {
+        *n_written = need;
+    }
+    return ctx_status(ctx, CODECRT_OK);
+}
+
+/* ------------------------------------------------------------------- stats */
+
+codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_stats *stats) {
+    if (!ctx || !stats) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    memset(stats, 0, sizeof(*stats));
+    const cr_graphs *g = &ctx->graphs;
+    stats->graphs_built = g->built;
+    stats->graphs_reused = g->reused;
+    stats->sched_resets = g->resets;
+    stats->sched_recreations = g->recreations;
+    stats->reservations = g->reservations;
+    stats->computes = g->computes;
+    stats->n_backends = g->n_backends;
+    for (int i = 0; i < g->n_backends && i < CODECRT_MAX_BACKENDS; i++) {
+        snprintf(stats->backend_names[i], sizeof(stats->backend_names[i]), "%s", ggml_backend_name(g->backends[i]));
+        stats->compute_buffer_bytes[i] = cr_graphs_buffer_size(g, i);
+    }
+    stats->weight_bytes = ctx->dev_weights_buf ? ggml_backend_buffer_get_size(ctx->dev_weights_buf) : 0;
+    stats->last_compute_ms = g->last_compute_ms;
+    return CODECRT_OK;
+}

@@ -1,0 +1,226 @@
+#define _POSIX_C_SOURCE 200809L /* fseeko, sysconf, clock_gettime */
+/*
+ * graph.c: the graph lifecycle manager.
+ *
+ * ggml's scheduler contract (ggml-backend.h): reserve a worst-case graph once;
+ * then for each new graph reset the scheduler, allocate the graph, set its
+ * inputs, compute. A graph is single-use for allocation and multi-use for
+ * computation.
+ *
+ * Each graph kind owns one slot: a scheduler, the context holding the live
+ * graph's tensors, and that graph. The rules that keep allocations fresh:
+ *
+ *  1. A graph whose key (kind, frames, batch, flags) equals the live graph's is
+ *     computed again as it is: no rebuild, no re-plan (counted as a reuse).
+ *  2. Releasing a graph always resets the scheduler *while the graph's context
+ *     is still alive*, and frees the context after. The scheduler holds pointers
+ *     into the graph until it is reset; freeing the context first (the seed's
+ *     bug) leaves a large graph kind with a stale allocation, and the next
+ *     decode through the same context came out silent.
+ *  3. Compute buffers are reserved for an envelope (frames, batch) that only
+ *     grows, built from the worst case of that envelope, so steady traffic
+ *     never re-plans buffers; every reservation is counted.
+ *  4. A kind may ask for its scheduler to be freed and created again after each
+ *     release (the seed's remedy for very large graphs). The new scheduler is
+ *     reserved again at its next use.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+static double cr_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+void cr_graphs_init(cr_graphs *g, ggml_backend_t *backends, int n_backends, size_t graph_size) {
+    memset(g, 0, sizeof(*g));
+    g->n_backends = n_backends;
+    for (int i = 0; i < n_backends; i++) {
+        g->backends[i] = backends[i];
+    }
+    g->graph_size = graph_size;
+    for (int k = 0; k < CODECRT_GRAPH_KIND_COUNT; k++) {
+        g->slots[k].key.kind = k;
+    }
+}
+
+static codecrt_status cr_slot_ensure_sched(cr_graphs *g, cr_graph_slot *slot, cr_err *err) {
+    if (slot->sched) {
+        return CODECRT_OK;
+    }
+    slot->sched = ggml_backend_sched_new(g->backends, NULL, g->n_backends, g->graph_size, false, true);
+    if (!slot->sched) {
+        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "cannot create a backend scheduler");
+    }
+    slot->reserved = false;
+    slot->reserved_frames = 0;
+    slot->reserved_batch = 0;
+    return CODECRT_OK;
+}
+
+static struct ggml_context *cr_graph_ctx_new(size_t graph_size) {
+    struct ggml_init_params ip = {
+        .mem_size = ggml_tensor_overhead() * graph_size + ggml_graph_overhead_custom(graph_size, false),
+        .mem_buffer = NULL,
+        .no_alloc = true,
+    };
+    return ggml_init(ip);
+}
+
+void cr_graphs_release(cr_graphs *g, int32_t kind) {
+    cr_graph_slot *slot = &g->slots[kind];
+    if (slot->live || slot->ctx) {
+        if (slot->sched) {
+            /* rule 2: reset first, while slot->ctx (and so the graph) is alive */
+            ggml_backend_sched_reset(slot->sched);
+            g->resets++;
+        }
+        ggml_free(slot->ctx);
+        slot->ctx = NULL;
+        slot->graph = NULL;
+        slot->live = false;
+        memset(slot->io, 0, sizeof(slot->io));
+        if (slot->recreate && slot->sched) {
+            ggml_backend_sched_free(slot->sched);
+            slot->sched = NULL;
+            slot->reserved = false;
+            g->recreations++;
+        }
+    }
+}
+
+static codecrt_status cr_reserve_envelope(cr_graphs *g, cr_graph_slot *slot, const cr_graph_key *env,
+                                          cr_build_fn build, void *user, cr_err *err) {
+    struct ggml_context *tmp = cr_graph_ctx_new(g->graph_size);
+    if (!tmp) {
+        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "cannot allocate graph metadata");
+    }
+    struct ggml_tensor *io[CR_MAX_IO] = {0};
+    struct ggml_cgraph *worst = build(user, tmp, env, io);
+    codecrt_status st = CODECRT_OK;
+    if (!worst) {
+        st = cr_fail(err, CODECRT_E_COMPUTE, "cannot build the worst-case graph");
+    } else if (!ggml_backend_sched_reserve(slot->sched, worst)) {
+        st = cr_fail(err, CODECRT_E_OUT_OF_MEMORY,
+                     "cannot reserve compute buffers for %d frames x %d sequences", env->n_frames,
+                     env->n_batch);
+    } else {
+        slot->reserved = true;
+        slot->reserved_frames = env->n_frames;
+        slot->reserved_batch = env->n_batch;
+        g->reservations++;
+    }
+    /* rule 2 applies to the measuring graph too */
+    ggml_backend_sched_reset(slot->sched);
+    g->resets++;
+    ggml_free(tmp);
+    return st;
+}
+
+codecrt_status cr_graphs_reserve(cr_graphs *g, const cr_graph_key *envelope, cr_build_fn build,
+                                 void *user, cr_err *err) {
+    cr_graph_slot *slot = &g->slots[envelope->kind];
+    cr_graphs_release(g, envelope->kind);
+    codecrt_status st = cr_slot_ensure_sched(g, slot, err);
+    if (st != CODECRT_OK) {
+        return st;
+    }
+    cr_graph_key env = *envelope;
+    if (slot->reserved) {
+        env.n_frames = env.n_frames > slot->reserved_frames ? env.n_frames : slot->reserved_frames;
+        env.n_batch = env.n_batch > slot->reserved_batch ? env.n_batch : slot->reserved_batch;
+        if (env.n_frames == slot->reserved_frames && env.n_batch == slot->reserved_batch) {
+            return CODECRT_OK;
+        }
+    }
+    return cr_reserve_envelope(g, slot, &env, build, user, err);
+}
+
+codecrt_status cr_graphs_acquire(cr_graphs *g, const cr_graph_key *key, cr_build_fn build,
+                                 void *user, cr_graph_slot **out, cr_err *err) {
+    cr_graph_slot *slot = &g->slots[key->kind];
+    if (slot->live && memcmp(&slot->key, key, sizeof(*key)) == 0) {
+        g->reused++; /* rule 1 */
+        *out = slot;
+        return CODECRT_OK;
+    }
+    cr_graphs_release(g, key->kind);
+    codecrt_status st = cr_slot_ensure_sched(g, slot, err);
+    if (st != CODECRT_OK) {
+        return st;
+    }
+    if (!slot->reserved || key->n_frames > slot->reserved_frames || key->n_batch > slot->reserved_batch) {
+        /* rule 3: the envelope grows to cover this key; reserve its worst case */
+        cr_graph_key env = *key;
+        if (slot->reserved) {
+            env.n_frames = key->n_frames > slot->reserved_frames ? key->n_frames : slot->reserved_frames;
+            env.n_batch = key->n_batch > slot->reserved_batch ? key->n_batch : slot->reserved_batch;
+        }
+        if ((st = cr_reserve_envelope(g, slot, &env, build, user, err)) != CODECRT_OK) {
+            return st;
+        }
+    }
+    slot->ctx = cr_graph_ctx_new(g->graph_size);
+    if (!slot->ctx) {
+        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "cannot allocate graph metadata");
+    }
+    slot->graph = build(user, slot->ctx, key, slot->io);
+    if (!slot->graph) {
+        cr_graphs_release(g, key->kind);
+        return cr_fail(err, CODECRT_E_COMPUTE, "cannot build the graph");
+    }
+    /* a fresh graph: the scheduler was reset by the release above */
+    if (!ggml_backend_sched_alloc_graph(slot->sched, slot->graph)) {
+        slot->live = true; /* so that release resets and frees it */
+        cr_graphs_release(g, key->kind);
+        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "cannot allocate the graph (%d frames x %d sequences)",
+                       key->n_frames, key->n_batch);
+    }
+    slot->key = *key;
+    slot->live = true;
+    g->built++;
+    *out = slot;
+    return CODECRT_OK;
+}
+
+codecrt_status cr_graphs_compute(cr_graphs *g, cr_graph_slot *slot, cr_err *err) {
+    const double t0 = cr_now_ms();
+    const enum ggml_status gs = ggml_backend_sched_graph_compute(slot->sched, slot->graph);
+    g->last_compute_ms = cr_now_ms() - t0;
+    g->computes++;
+    if (gs != GGML_STATUS_SUCCESS) {
+        const int32_t kind = slot->key.kind;
+        cr_graphs_release(g, kind);
+        return cr_fail(err, gs == GGML_STATUS_ALLOC_FAILED ? CODECRT_E_OUT_OF_MEMORY : CODECRT_E_COMPUTE,
+                       "graph computation failed (ggml status %d)", (int)gs);
+    }
+    return CODECRT_OK;
+}
+
+size_t cr_graphs_buffer_size(const cr_graphs *g, int backend_index) {
+    size_t total = 0;
+    for (int k = 0; k < CODECRT_GRAPH_KIND_COUNT; k++) {
+        if (g->slots[k].sched) {
+            total += ggml_backend_sched_get_buffer_size(g->slots[k].sched, g->backends[backend_index]);
+        }
+    }
+    return total;
+}
+
+void cr_graphs_free(cr_graphs *g) {
+    for (int k = 0; k < CODECRT_GRAPH_KIND_COUNT; k++) {
+        cr_graph_slot *slot = &g->slots[k];
+        const bool recreate = slot->recreate;
+        slot->recreate = false; /* do not count the final teardown as a recreation */
+        cr_graphs_release(g, k);
+        slot->recreate = recreate;
+        if (slot->sched) {
+            ggml_backend_sched_free(slot->sched);
+            slot->sched = NULL;
+        }
+    }
+}

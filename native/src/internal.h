@@ -1,0 +1,215 @@
+/*
+ * internal.h: types shared by the runtime's translation units. Not installed.
+ *
+ * Module map
+ *   util.c     status names, error messages, version, logging
+ *   model.c    GGUF loading and validation (architecture-independent part)
+ *   arch.c     the table of architectures
+ *   snac.c     SNAC: hyperparameters, tensor specs, decode graph
+ *   noise.c    counter-based Gaussian noise keyed by (seed, stream, position)
+ *   graph.c    the graph lifecycle manager (schedulers, reservation, reuse)
+ *   context.c  devices, weight placement, decode entry point, stats
+ */
+#ifndef CODECRT_INTERNAL_H
+#define CODECRT_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codecrt.h"
+#include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "gguf.h"
+
+#define CR_ERR_SIZE 512
+#define CR_MAX_TENSOR_SPECS 512
+#define CR_MAX_IO 64
+
+/* A message buffer travelling with a call; set once, by the first failure. */
+typedef struct cr_err {
+    char msg[CR_ERR_SIZE];
+} cr_err;
+
+codecrt_status cr_fail(cr_err *err, codecrt_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+void cr_err_copy(const cr_err *err, char *dst, size_t dst_size);
+void cr_logging_init(void);
+
+/* ------------------------------------------------------------ tensor specs */
+
+/* A tensor an architecture requires: name, ggml shape, and whether it is a
+   large matrix that may be stored as F16 (all others must be F32). */
+typedef struct cr_tensor_spec {
+    char name[GGML_MAX_NAME];
+    int n_dims;
+    int64_t ne[4];
+    bool mat;
+} cr_tensor_spec;
+
+typedef struct cr_spec_list {
+    cr_tensor_spec items[CR_MAX_TENSOR_SPECS];
+    int n;
+    bool overflow;
+} cr_spec_list;
+
+void cr_spec_add(cr_spec_list *list, bool mat, int n_dims, int64_t ne0, int64_t ne1,
+                 const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+
+/* ------------------------------------------------------------ architecture */
+
+struct cr_model;
+struct cr_graph_key;
+
+/* Shape of a decode, after bucketing. */
+typedef struct cr_decode_shape {
+    int32_t n_frames;   /* frames per sequence in the graph (bucketed) */
+    int32_t n_batch;    /* sequences in the graph (bucketed) */
+    bool noise;
+    bool masked;        /* valid lengths may be shorter than n_frames / n_batch */
+} cr_decode_shape;
+
+/* Per-decode host inputs the architecture copies into its graph. */
+typedef struct cr_decode_inputs {
+    const codecrt_codes *codes;  /* validated */
+    int32_t n_frames;            /* valid frames per sequence */
+    const uint64_t *seeds;       /* n_batch seeds (valid sequences) */
+    float *scratch;              /* host staging, at least arch->scratch_floats(shape) */
+} cr_decode_inputs;
+
+typedef struct cr_arch {
+    const char *name;
+    size_t hparams_size;
+    /* Read and check hyperparameters from the GGUF metadata into hp. */
+    codecrt_status (*read_hparams)(const struct gguf_context *gguf, void *hp, cr_err *err);
+    void (*fill_info)(const void *hp, codecrt_model_info *info);
+    void (*tensor_specs)(const void *hp, cr_spec_list *list);
+    /* Decode graph: build into ctx0 (no_alloc), remembering inputs in io[]. */
+    struct ggml_cgraph *(*build_decode)(const struct cr_model *model, struct ggml_context *ctx0,
+                                        struct ggml_context *weights, const cr_decode_shape *shape,
+                                        struct ggml_tensor **io);
+    size_t (*scratch_floats)(const struct cr_model *model, const cr_decode_shape *shape);
+    void (*set_decode_inputs)(const struct cr_model *model, const cr_decode_shape *shape,
+                              struct ggml_tensor **io, const cr_decode_inputs *in);
+} cr_arch;
+
+const cr_arch *cr_arch_find(const char *name);
+const char *cr_arch_names(void); /* "snac" etc., for messages */
+
+extern const cr_arch cr_arch_snac;
+
+/* ------------------------------------------------------------------- model */
+
+typedef struct cr_model {
+    atomic_int refs;
+    const cr_arch *arch;
+    void *hparams;
+    codecrt_model_info info;
+    struct ggml_context *weights;      /* tensor metadata, data in cpu_buffer */
+    ggml_backend_buffer_t cpu_buffer;
+    char path[1024];
+} cr_model;
+
+struct codecrt_model {
+    cr_model m;
+};
+
+void cr_model_retain(cr_model *m);
+void cr_model_release(cr_model *m);
+
+/* ------------------------------------------------------------------- noise */
+
+/* Standard normal sample for (seed, stream, position): the same triple always
+   gives the same value, whatever the chunking or batching of the decode. */
+float cr_noise_normal(uint64_t seed, uint32_t stream, uint64_t position);
+
+/* --------------------------------------------------------- graph lifecycle */
+
+typedef struct cr_graph_key {
+    int32_t kind;
+    int32_t n_frames;
+    int32_t n_batch;
+    int32_t flags;
+} cr_graph_key;
+
+/* Builds the graph for key into ctx0 and stores its inputs and outputs in io. */
+typedef struct ggml_cgraph *(*cr_build_fn)(void *user, struct ggml_context *ctx0,
+                                           const cr_graph_key *key, struct ggml_tensor **io);
+
+typedef struct cr_graph_slot {
+    ggml_backend_sched_t sched;  /* NULL until first use, or after a recreation */
+    struct ggml_context *ctx;    /* owns the live graph's tensors; NULL if none */
+    struct ggml_cgraph *graph;   /* the live graph, allocated by sched */
+    cr_graph_key key;
+    bool live;
+    bool reserved;
+    int32_t reserved_frames;     /* envelope the compute buffers are sized for */
+    int32_t reserved_batch;
+    bool recreate;               /* policy: new scheduler after each release */
+    struct ggml_tensor *io[CR_MAX_IO];
+} cr_graph_slot;
+
+typedef struct cr_graphs {
+    ggml_backend_t backends[CODECRT_MAX_BACKENDS];
+    int n_backends;
+    size_t graph_size;           /* max nodes per graph */
+    cr_graph_slot slots[CODECRT_GRAPH_KIND_COUNT];
+    uint64_t built, reused, resets, recreations, reservations, computes;
+    double last_compute_ms;
+} cr_graphs;
+
+void cr_graphs_init(cr_graphs *g, ggml_backend_t *backends, int n_backends, size_t graph_size);
+void cr_graphs_free(cr_graphs *g);
+
+/*
+ * Make the graph for key live in its kind's slot and return it in *out.
+ * If the slot's live graph has the same key it is returned untouched (reuse).
+ * Otherwise the old graph is released, the compute buffers are reserved for
+ * the envelope max(reserved, key) when that grew (worst = that envelope), and
+ * a new graph is built and allocated. slot->io holds its inputs.
+ */
+codecrt_status cr_graphs_acquire(cr_graphs *g, const cr_graph_key *key, cr_build_fn build,
+                                 void *user, cr_graph_slot **out, cr_err *err);
+
+/* Reserve the kind's buffers for an envelope (n_frames, n_batch, flags). */
+codecrt_status cr_graphs_reserve(cr_graphs *g, const cr_graph_key *envelope, cr_build_fn build,
+                                 void *user, cr_err *err);
+
+codecrt_status cr_graphs_compute(cr_graphs *g, cr_graph_slot *slot, cr_err *err);
+
+/* Release the kind's live graph: reset the scheduler while the graph is still
+   alive, then free its context; recreate the scheduler if the policy says so. */
+void cr_graphs_release(cr_graphs *g, int32_t kind);
+
+size_t cr_graphs_buffer_size(const cr_graphs *g, int backend_index);
+
+/* ----------------------------------------------------------------- context */
+
+struct codecrt_context {
+    cr_model *model;
+    char device_name[64];
+    ggml_backend_t backend;          /* primary (GPU or CPU) */
+    ggml_backend_t cpu;              /* always present; == backend on CPU */
+    struct ggml_context *weights;    /* model->weights on CPU, device copy otherwise */
+    struct ggml_context *dev_weights_ctx;
+    ggml_backend_buffer_t dev_weights_buf;
+    cr_graphs graphs;
+    codecrt_context_params params;
+    float *scratch;
+    size_t scratch_cap;
+    uint64_t *seed_scratch;
+    size_t seed_cap;
+    cr_err err;
+};
+
+#endif /* CODECRT_INTERNAL_H */
