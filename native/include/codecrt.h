@@ -139,6 +139,12 @@ typedef struct codecrt_context_params {
        graph (masked: padding never changes the samples). 0 and 0 = exact shapes. */
     int32_t frame_bucket;
     int32_t batch_bucket;
+    /* Streaming (see codecrt_stream_*): frames each tick advances a stream by
+       (0 = the model's default, its frame_multiple), and the size of the slot
+       pool, i.e. the most streams alive at once on this context. The pool's
+       state memory is allocated when the first stream is created. */
+    int32_t stream_chunk_frames;
+    int32_t max_streams;
 } codecrt_context_params;
 
 codecrt_context_params codecrt_context_default_params(void);
@@ -204,6 +210,88 @@ codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params 
                               const codecrt_codes *codes, float *pcm, size_t pcm_capacity,
                               size_t *n_written);
 
+/* ---------------------------------------------------------------- streams */
+
+/*
+ * A stream decodes one utterance incrementally. Push codes as they arrive, in
+ * any amounts per level; a tick (codecrt_context_step) advances every ready
+ * stream by one chunk of stream_chunk_frames frames in one graph; pull the PCM
+ * that is final. The output equals the offline decode of the whole utterance:
+ * exactly n_frames * hop_length samples, none missing, none repeated.
+ *
+ * No window is decoded twice: each layer keeps the tail of its input (the
+ * convolutions' left context, the transposed convolutions' overlap, the
+ * attention window) in the stream's slot of a state pool on the device, so a
+ * tick computes each output sample once. A layer that looks ahead emits only
+ * outputs whose inputs are all present: the decoder's right receptive field
+ * becomes a fixed algorithmic latency (codecrt_stream_info.latency_samples).
+ * A causal codec has zero latency in the same scheme.
+ *
+ * A stream belongs to its context: same thread rules; free streams before or
+ * after the context's other objects, but before the context itself.
+ */
+typedef struct codecrt_stream codecrt_stream;
+
+typedef struct codecrt_stream_params {
+    int32_t noise;      /* as codecrt_decode_params.noise */
+    uint64_t seed;      /* noise keyed by (seed, absolute position): equal to offline */
+} codecrt_stream_params;
+
+codecrt_stream_params codecrt_stream_default_params(void);
+
+typedef struct codecrt_stream_info {
+    int64_t frames_pushed;    /* complete frames received (all levels) */
+    int64_t frames_decoded;   /* frames consumed by ticks (includes flush padding) */
+    int64_t samples_ready;    /* final samples waiting to be pulled */
+    int64_t samples_pulled;
+    int64_t total_samples;    /* after finish: n_frames * hop; -1 before */
+    int32_t chunk_frames;
+    int32_t latency_samples;  /* algorithmic latency: output lags input by this */
+    int32_t slot;
+    int32_t finished;         /* finish() called */
+    int32_t done;             /* finished and every sample produced */
+    int32_t ready;            /* a tick would advance it */
+} codecrt_stream_info;
+
+/* Create a stream on ctx, taking a free slot (E_TOO_LARGE when all are taken). */
+codecrt_status codecrt_stream_init(codecrt_context *ctx, const codecrt_stream_params *params,
+                                   codecrt_stream **out);
+
+/* Release the slot at once. NULL is accepted. */
+void codecrt_stream_free(codecrt_stream *stream);
+
+/*
+ * Append codes: codes->n_batch must be 1; lengths[l] may be anything >= 0 and
+ * differ between levels (codes arrive interleaved). Validated whole before
+ * anything is appended: on error the stream is unchanged. E_STATE after finish.
+ */
+codecrt_status codecrt_stream_push(codecrt_stream *stream, const codecrt_codes *codes);
+
+/* No more codes: the tail is flushed by the next ticks. Every level must have
+   ended on the same frame, a multiple of frame_multiple (else E_SHAPE, stream
+   unchanged). E_STATE if already finished. */
+codecrt_status codecrt_stream_finish(codecrt_stream *stream);
+
+/* Start a new utterance in the same slot, dropping everything pending. */
+codecrt_status codecrt_stream_reset(codecrt_stream *stream);
+
+/* Move up to capacity final samples into pcm; *n_out receives the count. */
+codecrt_status codecrt_stream_pull(codecrt_stream *stream, float *pcm, size_t capacity, size_t *n_out);
+
+codecrt_status codecrt_stream_get_info(const codecrt_stream *stream, codecrt_stream_info *info);
+
+/* Message of the last failed call on the stream ("" if none). */
+const char *codecrt_stream_last_error(const codecrt_stream *stream);
+
+/*
+ * One tick: every stream of streams[0..n) that is ready (a whole chunk pushed,
+ * or finished with samples left) advances by one chunk, all in one graph whose
+ * shape depends only on (chunk, batch bucket). *n_stepped (may be NULL) gets
+ * how many advanced. Streams must belong to ctx and appear once.
+ */
+codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n,
+                                    int32_t *n_stepped);
+
 /* ------------------------------------------------------------------ stats */
 
 typedef struct codecrt_stats {
@@ -217,6 +305,8 @@ typedef struct codecrt_stats {
     char backend_names[CODECRT_MAX_BACKENDS][32];
     uint64_t compute_buffer_bytes[CODECRT_MAX_BACKENDS]; /* summed over graph kinds */
     uint64_t weight_bytes;       /* device copy of the weights (0 when used in place) */
+    uint64_t state_bytes;        /* stream slot pool */
+    int32_t streams_active;
     double last_compute_ms;      /* wall time of the last graph computation */
 } codecrt_stats;
 

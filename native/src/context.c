@@ -28,6 +28,8 @@ codecrt_context_params codecrt_context_default_params(void) {
         .max_batch = 64,
         .frame_bucket = 0,
         .batch_bucket = 0,
+        .stream_chunk_frames = 0,
+        .max_streams = 64,
     };
     return p;
 }
@@ -161,6 +163,11 @@ static codecrt_status cr_check_params(const codecrt_context_params *p, cr_err *e
     if (p->frame_bucket < 0 || p->frame_bucket > (1 << 20) || p->batch_bucket < 0 || p->batch_bucket > 1) {
         return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "bad bucket parameters");
     }
+    if (p->stream_chunk_frames < 0 || p->stream_chunk_frames > (1 << 16) || p->max_streams < 1 ||
+        p->max_streams > (1 << 20)) {
+        return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "stream_chunk_frames = %d, max_streams = %d out of range",
+                       p->stream_chunk_frames, p->max_streams);
+    }
     return CODECRT_OK;
 }
 
@@ -245,8 +252,10 @@ void codecrt_context_free(codecrt_context *ctx) {
     if (!ctx) {
         return;
     }
-    /* graphs first (they point into the weights), then weights, then backends */
+    /* graphs first (they point into the weights and the state pool), then the
+       pool, the weights, the backends */
     cr_graphs_free(&ctx->graphs);
+    cr_pool_free(&ctx->pool);
     if (ctx->dev_weights_buf) {
         ggml_backend_buffer_free(ctx->dev_weights_buf);
     }
@@ -287,13 +296,14 @@ typedef struct cr_decode_build {
 } cr_decode_build;
 
 static struct ggml_cgraph *cr_build_decode(void *user, struct ggml_context *ctx0, const cr_graph_key *key,
-                                           struct ggml_tensor **io) {
+                                           cr_graph_io *io) {
     codecrt_context *ctx = ((cr_decode_build *)user)->ctx;
     const cr_decode_shape shape = {
         .n_frames = key->n_frames,
         .n_batch = key->n_batch,
         .noise = (key->flags & CR_FLAG_NOISE) != 0,
         .masked = (key->flags & CR_FLAG_MASKED) != 0,
+        .cpu_ops = ctx->backend == ctx->cpu,
     };
     return ctx->model->arch->build_decode(ctx->model, ctx0, ctx->weights, &shape, io);
 }
@@ -454,6 +464,7 @@ codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params 
         .n_batch = key.n_batch,
         .noise = p->noise != 0,
         .masked = (key.flags & CR_FLAG_MASKED) != 0,
+        .cpu_ops = ctx->backend == ctx->cpu,
     };
     if ((st = cr_grow((void **)&ctx->scratch, &ctx->scratch_cap, m->arch->scratch_floats(m, &shape),
                       sizeof(float), &ctx->err)) != CODECRT_OK ||
@@ -476,12 +487,12 @@ codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params 
         .seeds = ctx->seed_scratch,
         .scratch = ctx->scratch,
     };
-    m->arch->set_decode_inputs(m, &shape, slot->io, &in);
+    m->arch->set_decode_inputs(m, &shape, &slot->io, &in);
     if ((st = cr_graphs_compute(&ctx->graphs, slot, &ctx->err)) != CODECRT_OK) {
         return st;
     }
     /* output [1, T_graph * hop, B_graph]: copy each valid sequence's prefix */
-    struct ggml_tensor *out = slot->io[0];
+    struct ggml_tensor *out = slot->io.t[0];
     const size_t graph_seq = (size_t)key.n_frames * (size_t)m->info.hop_length;
     for (int32_t b = 0; b < codes->n_batch; b++) {
         ggml_backend_tensor_get(out, pcm + (size_t)b * per_seq, (size_t)b * graph_seq * sizeof(float),
@@ -514,5 +525,7 @@ codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_sta
     }
     stats->weight_bytes = ctx->dev_weights_buf ? ggml_backend_buffer_get_size(ctx->dev_weights_buf) : 0;
     stats->last_compute_ms = g->last_compute_ms;
+    stats->state_bytes = ctx->pool.buffer ? ggml_backend_buffer_get_size(ctx->pool.buffer) : 0;
+    stats->streams_active = ctx->pool.n_active;
     return CODECRT_OK;
 }

@@ -83,7 +83,7 @@ void cr_graphs_release(cr_graphs *g, int32_t kind) {
         slot->ctx = NULL;
         slot->graph = NULL;
         slot->live = false;
-        memset(slot->io, 0, sizeof(slot->io));
+        memset(&slot->io, 0, sizeof(slot->io));
         if (slot->recreate && slot->sched) {
             ggml_backend_sched_free(slot->sched);
             slot->sched = NULL;
@@ -99,8 +99,9 @@ static codecrt_status cr_reserve_envelope(cr_graphs *g, cr_graph_slot *slot, con
     if (!tmp) {
         return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "cannot allocate graph metadata");
     }
-    struct ggml_tensor *io[CR_MAX_IO] = {0};
-    struct ggml_cgraph *worst = build(user, tmp, env, io);
+    cr_graph_io *io = calloc(1, sizeof(*io));
+    struct ggml_cgraph *worst = io ? build(user, tmp, env, io) : NULL;
+    free(io);
     codecrt_status st = CODECRT_OK;
     if (!worst) {
         st = cr_fail(err, CODECRT_E_COMPUTE, "cannot build the worst-case graph");
@@ -168,8 +169,8 @@ codecrt_status cr_graphs_acquire(cr_graphs *g, const cr_graph_key *key, cr_build
     if (!slot->ctx) {
         return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "cannot allocate graph metadata");
     }
-    slot->graph = build(user, slot->ctx, key, slot->io);
-    if (!slot->graph) {
+    slot->graph = build(user, slot->ctx, key, &slot->io);
+    if (!slot->graph || slot->io.overflow) {
         cr_graphs_release(g, key->kind);
         return cr_fail(err, CODECRT_E_COMPUTE, "cannot build the graph");
     }

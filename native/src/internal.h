@@ -28,6 +28,8 @@
 #define CR_ERR_SIZE 512
 #define CR_MAX_TENSOR_SPECS 512
 #define CR_MAX_IO 64
+#define CR_MAX_TIMES 64
+#define CR_MAX_STATES 64
 
 /* A message buffer travelling with a call; set once, by the first failure. */
 typedef struct cr_err {
@@ -71,12 +73,65 @@ void cr_spec_add(cr_spec_list *list, bool mat, int n_dims, int64_t ne0, int64_t 
 struct cr_model;
 struct cr_graph_key;
 
+/*
+ * Inputs whose values depend on absolute time, filled per stream and tick by
+ * the context (graphs never see positions directly): the segment a tensor
+ * holds at a point of the decoder starts at time k*chunk*rate - delay, where
+ * rate is that point's samples per frame and k the stream's tick.
+ */
+typedef enum cr_time_kind {
+    CR_TIME_MASK = 0,  /* 1 where 0 <= t < end, else 0: zero padding at both ends */
+    CR_TIME_NOISE = 1, /* cr_noise_normal(seed, site, t) (0 for t < 0) */
+    CR_TIME_POS = 2    /* I32 t mod site (rotary positions inside windows) */
+} cr_time_kind;
+
+typedef struct cr_time_input {
+    struct ggml_tensor *tensor; /* [1, n, B] F32, or [n*B] I32 for positions */
+    int32_t kind;
+    int32_t rate;
+    int32_t delay;
+    int32_t site;               /* noise site, or window for positions */
+} cr_time_input;
+
+/* What a graph builder leaves behind: its inputs and outputs. */
+typedef struct cr_graph_io {
+    struct ggml_tensor *t[CR_MAX_IO]; /* architecture-defined table */
+    cr_time_input times[CR_MAX_TIMES];
+    int n_times;
+    bool overflow;
+    /* streaming graphs */
+    struct ggml_tensor *out;          /* [1, n, B] PCM */
+    int32_t out_rate;
+    int32_t out_delay;
+    struct ggml_tensor *slot_read;    /* I32 [B] */
+    struct ggml_tensor *slot_write;   /* I32 [B] */
+    struct ggml_tensor *keep;         /* F32 [1, 1, B]: 0 on a stream's first tick */
+    struct ggml_tensor *codes[CODECRT_MAX_LEVELS]; /* I32 [chunk / stride_l * B] */
+} cr_graph_io;
+
+void cr_io_add_time(cr_graph_io *io, struct ggml_tensor *t, int32_t kind, int32_t rate, int32_t delay,
+                    int32_t site);
+
+/* One per-stream state tensor: channels x frames of one layer's input tail. */
+typedef struct cr_state_spec {
+    int64_t channels;
+    int64_t frames;
+} cr_state_spec;
+
+/* Streaming graph shape. */
+typedef struct cr_stream_shape {
+    int32_t chunk;       /* frames per tick */
+    int32_t n_batch;     /* streams in the graph (bucketed) */
+    bool cpu_ops;
+} cr_stream_shape;
+
 /* Shape of a decode, after bucketing. */
 typedef struct cr_decode_shape {
     int32_t n_frames;   /* frames per sequence in the graph (bucketed) */
     int32_t n_batch;    /* sequences in the graph (bucketed) */
     bool noise;
     bool masked;        /* valid lengths may be shorter than n_frames / n_batch */
+    bool cpu_ops;       /* graph runs on the CPU backend: fused custom ops allowed */
 } cr_decode_shape;
 
 /* Per-decode host inputs the architecture copies into its graph. */
@@ -97,10 +152,19 @@ typedef struct cr_arch {
     /* Decode graph: build into ctx0 (no_alloc), remembering inputs in io[]. */
     struct ggml_cgraph *(*build_decode)(const struct cr_model *model, struct ggml_context *ctx0,
                                         struct ggml_context *weights, const cr_decode_shape *shape,
-                                        struct ggml_tensor **io);
+                                        cr_graph_io *io);
     size_t (*scratch_floats)(const struct cr_model *model, const cr_decode_shape *shape);
     void (*set_decode_inputs)(const struct cr_model *model, const cr_decode_shape *shape,
-                              struct ggml_tensor **io, const cr_decode_inputs *in);
+                              const cr_graph_io *io, const cr_decode_inputs *in);
+    /* Streaming. chunk must be a multiple of stream_chunk_multiple. The state
+       list and the latency depend on the model only, never on the chunk. */
+    int32_t (*stream_chunk_multiple)(const struct cr_model *model);
+    int (*stream_states)(const struct cr_model *model, cr_state_spec *specs, int max);
+    int32_t (*stream_latency)(const struct cr_model *model);
+    /* pool[i]: the i-th state as [channels*frames, n_slots] in a device buffer */
+    struct ggml_cgraph *(*build_stream)(const struct cr_model *model, struct ggml_context *ctx0,
+                                        struct ggml_context *weights, const cr_stream_shape *shape,
+                                        struct ggml_tensor *const *pool, cr_graph_io *io);
 } cr_arch;
 
 const cr_arch *cr_arch_find(const char *name);
@@ -127,6 +191,12 @@ struct codecrt_model {
 void cr_model_retain(cr_model *m);
 void cr_model_release(cr_model *m);
 
+/* ----------------------------------------------------------------- CPU ops */
+
+/* Fused Snake for contiguous F32 x [C, ...]; CPU backend only. */
+struct ggml_tensor *cr_snake_cpu(struct ggml_context *ctx, struct ggml_tensor *x,
+                                 struct ggml_tensor *alpha, struct ggml_tensor *inv_alpha);
+
 /* ------------------------------------------------------------------- noise */
 
 /* Standard normal sample for (seed, stream, position): the same triple always
@@ -144,7 +214,7 @@ typedef struct cr_graph_key {
 
 /* Builds the graph for key into ctx0 and stores its inputs and outputs in io. */
 typedef struct ggml_cgraph *(*cr_build_fn)(void *user, struct ggml_context *ctx0,
-                                           const cr_graph_key *key, struct ggml_tensor **io);
+                                           const cr_graph_key *key, cr_graph_io *io);
 
 typedef struct cr_graph_slot {
     ggml_backend_sched_t sched;  /* NULL until first use, or after a recreation */
@@ -156,7 +226,7 @@ typedef struct cr_graph_slot {
     int32_t reserved_frames;     /* envelope the compute buffers are sized for */
     int32_t reserved_batch;
     bool recreate;               /* policy: new scheduler after each release */
-    struct ggml_tensor *io[CR_MAX_IO];
+    cr_graph_io io;
 } cr_graph_slot;
 
 typedef struct cr_graphs {
@@ -193,6 +263,49 @@ void cr_graphs_release(cr_graphs *g, int32_t kind);
 
 size_t cr_graphs_buffer_size(const cr_graphs *g, int backend_index);
 
+/* ----------------------------------------------------------------- streams */
+
+/* Growable host arrays. */
+typedef struct cr_i32_vec {
+    int32_t *data;
+    int64_t n, cap, start; /* live elements are data[start, n) */
+} cr_i32_vec;
+
+typedef struct cr_f32_vec {
+    float *data;
+    int64_t n, cap, start;
+} cr_f32_vec;
+
+/* The slot pool: every state tensor has one row per slot, plus a dummy row
+   that padded batch entries read and write. */
+typedef struct cr_stream_pool {
+    struct ggml_context *ctx;
+    ggml_backend_buffer_t buffer;
+    struct ggml_tensor *states[CR_MAX_STATES];
+    int n_states;
+    int32_t n_slots;                 /* real slots; row n_slots is the dummy */
+    struct codecrt_stream **owner;   /* owner[slot] or NULL */
+    int32_t n_active;
+    int32_t chunk;
+    int32_t latency;
+} cr_stream_pool;
+
+struct codecrt_stream {
+    struct codecrt_context *ctx;
+    int32_t slot;
+    codecrt_stream_params params;
+    cr_i32_vec levels[CODECRT_MAX_LEVELS]; /* pending codes; start = consumed prefix dropped */
+    int64_t level_base[CODECRT_MAX_LEVELS]; /* codes dropped from the front so far */
+    int64_t ticks;                          /* chunks consumed */
+    int64_t total_frames;                   /* -1 until finish */
+    int64_t samples_pulled;
+    bool done;
+    cr_f32_vec out;                         /* final PCM not pulled yet */
+    cr_err err;
+};
+
+void cr_pool_free(cr_stream_pool *pool);
+
 /* ----------------------------------------------------------------- context */
 
 struct codecrt_context {
@@ -204,6 +317,7 @@ struct codecrt_context {
     struct ggml_context *dev_weights_ctx;
     ggml_backend_buffer_t dev_weights_buf;
     cr_graphs graphs;
+    cr_stream_pool pool;
     codecrt_context_params params;
     float *scratch;
     size_t scratch_cap;

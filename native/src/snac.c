@@ -281,8 +281,9 @@ static struct ggml_tensor *snac_snake(struct ggml_context *ctx, struct ggml_tens
 }
 
 static struct ggml_tensor *snac_snake_named(struct ggml_context *ctx, struct ggml_context *w,
-                                            struct ggml_tensor *x, const char *prefix) {
-    return snac_snake(ctx, x, W(w, "%s.alpha", prefix), W(w, "%s.inv_alpha", prefix));
+                                            struct ggml_tensor *x, const char *prefix, bool cpu_ops) {
+    struct ggml_tensor *alpha = W(w, "%s.alpha", prefix), *inv = W(w, "%s.inv_alpha", prefix);
+    return cpu_ops ? cr_snake_cpu(ctx, x, alpha, inv) : snac_snake(ctx, x, alpha, inv);
 }
 
 /*
@@ -290,19 +291,26 @@ static struct ggml_tensor *snac_snake_named(struct ggml_context *ctx, struct ggm
  * Runs as ggml's direct depthwise 2-D conv on a channels-last (CWHN) view, so
  * the padding is implicit and the product stays F32.
  */
-static struct ggml_tensor *snac_dwconv(struct ggml_context *ctx, struct ggml_tensor *x,
-                                       struct ggml_tensor *w, struct ggml_tensor *b, int dilation) {
+static struct ggml_tensor *snac_dwconv_pad(struct ggml_context *ctx, struct ggml_tensor *x,
+                                           struct ggml_tensor *w, struct ggml_tensor *b, int dilation,
+                                           bool same) {
     const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], K = w->ne[1];
     /* input as ne [T, 1, C, B] with nb [4C, 4CT, 4, 4CT] */
     struct ggml_tensor *xv = ggml_permute(ctx, ggml_reshape_4d(ctx, x, C, T, 1, B), 2, 0, 1, 3);
     /* kernel as ne [K, 1, 1, C] with channels fastest in memory */
     struct ggml_tensor *wv = ggml_permute(ctx, ggml_reshape_4d(ctx, w, C, 1, K, 1), 3, 2, 0, 1);
-    const int pad = (int)(dilation * (K - 1) / 2);
+    const int pad = same ? (int)(dilation * (K - 1) / 2) : 0;
     struct ggml_tensor *y = ggml_conv_2d_dw_direct(ctx, wv, xv, 1, 1, pad, 0, dilation, 1);
-    /* result is ne [T, 1, C, B] laid out as [C, T, B]: view it back */
+    /* result is ne [T_out, 1, C, B] laid out as [C, T_out, B]: view it back */
+    const int64_t T_out = y->ne[0];
     y = ggml_permute(ctx, y, 1, 2, 0, 3);
-    y = ggml_reshape_3d(ctx, y, C, T, B);
+    y = ggml_reshape_3d(ctx, y, C, T_out, B);
     return ggml_add(ctx, y, b);
+}
+
+static struct ggml_tensor *snac_dwconv(struct ggml_context *ctx, struct ggml_tensor *x,
+                                       struct ggml_tensor *w, struct ggml_tensor *b, int dilation) {
+    return snac_dwconv_pad(ctx, x, w, b, dilation, true);
 }
 
 /* 1x1 conv: w [Cin, Cout], x [Cin, T, B] -> [Cout, T, B]. */
@@ -317,21 +325,23 @@ static struct ggml_tensor *snac_pwconv(struct ggml_context *ctx, struct ggml_ten
  * s % 2, as one matrix product and an overlap of two halves.
  * x: [Cin, T, B], w: [Cin, 2s*Cout] (row k*Cout + oc), b: [Cout] -> [Cout, T*s, B].
  *
- * cols[k*Cout + oc, t] lands at uncropped sample t*s + k. With k < 2s, output
- * block j (s samples) is cols_lo[:, j] + cols_hi[:, j-1]; the crop takes
- * samples from ceil(s/2).
+ * cols[k*Cout + oc, t] lands at uncropped sample t*s + k, so uncropped block j
+ * (s samples, j = 0..T) is cols_lo[:, j] + cols_hi[:, j-1]. Padding the input
+ * with one zero frame on each side makes both terms plain views of one
+ * product (the output, s times larger, is never padded). The crop then starts
+ * at sample ceil(s/2).
  */
 static struct ggml_tensor *snac_upconv(struct ggml_context *ctx, struct ggml_tensor *x,
                                        struct ggml_tensor *w, struct ggml_tensor *b, int s) {
     const int64_t T = x->ne[1], B = x->ne[2], Cout = b->ne[0];
     const int p = (s + 1) / 2;
-    struct ggml_tensor *cols = ggml_mul_mat(ctx, w, x); /* [2s*Cout, T, B] */
+    struct ggml_tensor *xp = ggml_pad_ext(ctx, x, 0, 0, 1, 1, 0, 0, 0, 0); /* [Cin, T+2, B] */
+    struct ggml_tensor *cols = ggml_mul_mat(ctx, w, xp);                   /* [2s*Cout, T+2, B] */
     const size_t half = (size_t)(s * Cout) * sizeof(float);
-    struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, T, B, cols->nb[1], cols->nb[2], 0);
-    struct ggml_tensor *hi = ggml_view_3d(ctx, cols, s * Cout, T, B, cols->nb[1], cols->nb[2], half);
-    lo = ggml_pad_ext(ctx, lo, 0, 0, 0, 1, 0, 0, 0, 0); /* [s*Cout, T+1, B] */
-    hi = ggml_pad_ext(ctx, hi, 0, 0, 1, 0, 0, 0, 0, 0);
-    struct ggml_tensor *y = ggml_add(ctx, lo, hi);      /* = [Cout, s*(T+1), B] */
+    /* block j = lo at padded frame j+1 + hi at padded frame j, j = 0..T */
+    struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, T + 1, B, cols->nb[1], cols->nb[2], cols->nb[1]);
+    struct ggml_tensor *hi = ggml_view_3d(ctx, cols, s * Cout, T + 1, B, cols->nb[1], cols->nb[2], half);
+    struct ggml_tensor *y = ggml_add(ctx, lo, hi); /* [s*Cout, T+1, B] = [Cout, s*(T+1), B] */
     y = ggml_view_3d(ctx, y, Cout, T * s, B, (size_t)Cout * sizeof(float), y->nb[2],
                      (size_t)(p * Cout) * sizeof(float));
     return ggml_add(ctx, y, b);
@@ -347,8 +357,9 @@ static struct ggml_tensor *snac_conv_small(struct ggml_context *ctx, struct ggml
     const int64_t T = x->ne[1], B = x->ne[2], Cout = b->ne[0];
     const int64_t K = w->ne[1] / Cout;
     const int pad = (int)((K - 1) / 2);
-    struct ggml_tensor *xp = ggml_pad_ext(ctx, x, 0, 0, pad, pad, 0, 0, 0, 0);
-    struct ggml_tensor *z = ggml_mul_mat(ctx, w, xp); /* [K*Cout, T+2p, B] */
+    /* pad the product, K*Cout rows, rather than the Cin-row input */
+    struct ggml_tensor *z = ggml_mul_mat(ctx, w, x);              /* [K*Cout, T, B] */
+    z = ggml_pad_ext(ctx, z, 0, 0, pad, pad, 0, 0, 0, 0);          /* [K*Cout, T+2p, B] */
     struct ggml_tensor *y = NULL;
     for (int64_t k = 0; k < K; k++) {
         struct ggml_tensor *v = ggml_view_3d(ctx, z, Cout, T, B, z->nb[1], z->nb[2],
@@ -402,7 +413,8 @@ static struct ggml_tensor *snac_mask(struct ggml_context *ctx, struct ggml_tenso
 
 static struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context *ctx,
                                              struct ggml_context *w, const cr_decode_shape *shape,
-                                             struct ggml_tensor **io) {
+                                             cr_graph_io *gio) {
+    struct ggml_tensor **io = gio->t;
     const snac_hparams *hp = model->hparams;
     const int64_t T = shape->n_frames, B = shape->n_batch, L = hp->latent_dim;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
@@ -451,7 +463,7 @@ static struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_
         const int s = hp->rates[i];
         t *= s;
         snprintf(p, sizeof(p), "decoder.block.%d.snake", i);
-        x = snac_snake_named(ctx, w, x, p);
+        x = snac_snake_named(ctx, w, x, p, shape->cpu_ops);
         x = snac_upconv(ctx, x, W(w, "decoder.block.%d.up.weight", i), W(w, "decoder.block.%d.up.bias", i), s);
         if (shape->noise && hp->noise) {
             snprintf(name, sizeof(name), "noise.%d", i);
@@ -463,17 +475,17 @@ static struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_
         int dil = 1;
         for (int j = 0; j < 3; j++, dil *= 3) {
             snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake1", i, j);
-            struct ggml_tensor *y = snac_snake_named(ctx, w, x, p);
+            struct ggml_tensor *y = snac_snake_named(ctx, w, x, p, shape->cpu_ops);
             y = snac_dwconv(ctx, y, W(w, "decoder.block.%d.res.%d.dw.weight", i, j),
                             W(w, "decoder.block.%d.res.%d.dw.bias", i, j), dil);
             snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake2", i, j);
-            y = snac_snake_named(ctx, w, y, p);
+            y = snac_snake_named(ctx, w, y, p, shape->cpu_ops);
             y = snac_pwconv(ctx, y, W(w, "decoder.block.%d.res.%d.pw.weight", i, j),
                             W(w, "decoder.block.%d.res.%d.pw.bias", i, j));
             x = snac_mask(ctx, ggml_add(ctx, x, y), masks[i + 1]);
         }
     }
-    x = snac_snake_named(ctx, w, x, "decoder.out_snake");
+    x = snac_snake_named(ctx, w, x, "decoder.out_snake", shape->cpu_ops);
     x = snac_conv_small(ctx, x, W(w, "decoder.out.weight"), W(w, "decoder.out.bias")); /* [1, T*hop, B] */
     x = ggml_tanh(ctx, x);
     ggml_set_name(x, "pcm");
@@ -497,8 +509,9 @@ static size_t snac_scratch_floats(const cr_model *model, const cr_decode_shape *
     return biggest * (size_t)shape->n_batch;
 }
 
-static void snac_set_inputs(const cr_model *model, const cr_decode_shape *shape, struct ggml_tensor **io,
+static void snac_set_inputs(const cr_model *model, const cr_decode_shape *shape, const cr_graph_io *gio,
                             const cr_decode_inputs *in) {
+    struct ggml_tensor *const *io = gio->t;
     const snac_hparams *hp = model->hparams;
     const int64_t Tg = shape->n_frames, Bg = shape->n_batch;
     const int64_t Tv = in->n_frames, Bv = in->codes->n_batch;
@@ -555,6 +568,216 @@ static void snac_set_inputs(const cr_model *model, const cr_decode_shape *shape,
     }
 }
 
+
+/* --------------------------------------------------------------- streaming */
+
+/*
+ * The streaming tick. Every time-mixing layer reads concat(state, new input)
+ * and leaves the last frames of that buffer as the next state, so it computes
+ * each output once ("valid" convolution over the buffer). Each point of the
+ * decoder lags the input frontier by a fixed delay d (in samples of its own
+ * rate r): a symmetric conv with padding P adds P, a transposed conv with
+ * stride s maps d to d*s + ceil(s/2), an attention window W rounds up to the
+ * next window boundary. States, in the order the builder takes them:
+ *
+ *   in_dw         [L, 6]          left context of the k7 conv
+ *   attn          [D, W]          the previous window (32/44 kHz)
+ *   block i up    [C_i, 1]        one input frame: the transposed conv overlap
+ *   block i res j [C_i+1, 2*3^(j+1)]  the dilated k7 conv's context; its middle
+ *                                 doubles as the residual delay line
+ *   out           [C_n, 6]        the last conv's context
+ *
+ * A stream's first tick multiplies every gathered state by keep = 0 (zero left
+ * padding); masks zero every tensor outside [0, end) before a time-mixing layer
+ * reads it, exactly as an offline decode's zero padding does.
+ */
+
+typedef struct snac_sb {
+    struct ggml_context *ctx;
+    struct ggml_context *w;
+    struct ggml_cgraph *gf;
+    struct ggml_tensor *const *pool;
+    int next_state;
+    cr_graph_io *io;
+    int64_t B;
+    bool cpu_ops;
+} snac_sb;
+
+static struct ggml_tensor *snac_sb_with_state(snac_sb *sb, struct ggml_tensor *x, int64_t S) {
+    struct ggml_context *ctx = sb->ctx;
+    const int64_t C = x->ne[0], n = x->ne[1], B = x->ne[2];
+    struct ggml_tensor *pool = sb->pool[sb->next_state++];            /* [C*S, slots+1] */
+    struct ggml_tensor *st = ggml_get_rows(ctx, pool, sb->io->slot_read); /* [C*S, B] */
+    st = ggml_mul(ctx, ggml_reshape_3d(ctx, st, C, S, B), sb->io->keep);
+    struct ggml_tensor *buf = ggml_concat(ctx, st, x, 1);             /* [C, S+n, B] */
+    struct ggml_tensor *tail = ggml_view_3d(ctx, buf, C, S, B, buf->nb[1], buf->nb[2], (size_t)n * buf->nb[1]);
+    tail = ggml_reshape_2d(ctx, ggml_cont(ctx, tail), C * S, B);
+    ggml_build_forward_expand(sb->gf, ggml_set_rows(ctx, pool, tail, sb->io->slot_write));
+    return buf;
+}
+
+static struct ggml_tensor *snac_sb_time(snac_sb *sb, int32_t kind, int64_t n, int32_t rate, int32_t delay,
+                                        int32_t site) {
+    struct ggml_tensor *t = kind == CR_TIME_POS ? ggml_new_tensor_1d(sb->ctx, GGML_TYPE_I32, n * sb->B)
+                                                : ggml_new_tensor_3d(sb->ctx, GGML_TYPE_F32, 1, n, sb->B);
+    ggml_set_input(t);
+    cr_io_add_time(sb->io, t, kind, rate, delay, site);
+    return t;
+}
+
+static struct ggml_tensor *snac_sb_mask(snac_sb *sb, struct ggml_tensor *x, int32_t rate, int32_t delay) {
+    return ggml_mul(sb->ctx, x, snac_sb_time(sb, CR_TIME_MASK, x->ne[1], rate, delay, 0));
+}
+
+static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context *ctx,
+                                             struct ggml_context *w, const cr_stream_shape *shape,
+                                             struct ggml_tensor *const *pool, cr_graph_io *io) {
+    const snac_hparams *hp = model->hparams;
+    const int64_t N = shape->chunk, B = shape->n_batch, L = hp->latent_dim;
+    snac_sb sb = {.ctx = ctx, .w = w, .pool = pool, .io = io, .B = B, .cpu_ops = shape->cpu_ops};
+    sb.gf = ggml_new_graph_custom(ctx, 4096, false);
+    io->slot_read = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
+    io->slot_write = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
+    io->keep = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, 1, B);
+    ggml_set_input(io->slot_read);
+    ggml_set_input(io->slot_write);
+    ggml_set_input(io->keep);
+
+    struct ggml_tensor *z = NULL;
+    for (int l = 0; l < hp->n_levels; l++) {
+        const int64_t s = hp->strides[l], Nl = N / s;
+        struct ggml_tensor *codes = io->codes[l] = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, Nl * B);
+        ggml_set_input(codes);
+        struct ggml_tensor *e = ggml_get_rows(ctx, W(w, "quantizer.%d.codebook", l), codes);
+        struct ggml_tensor *y = snac_pwconv(ctx, e, W(w, "quantizer.%d.out_proj.weight", l),
+                                            W(w, "quantizer.%d.out_proj.bias", l));
+        if (s > 1) {
+            y = ggml_repeat_4d(ctx, ggml_reshape_4d(ctx, y, L, 1, Nl, B), L, s, Nl, B);
+        }
+        y = ggml_reshape_3d(ctx, y, L, N, B);
+        z = z ? ggml_add(ctx, z, y) : y;
+    }
+    int32_t r = 1, d = 0;
+    int64_t n = N;
+    struct ggml_tensor *x = snac_sb_mask(&sb, z, r, d);
+
+    struct ggml_tensor *buf = snac_sb_with_state(&sb, x, 2 * 3);
+    x = snac_dwconv_pad(ctx, buf, W(w, "decoder.in_dw.weight"), W(w, "decoder.in_dw.bias"), 1, false);
+    d += 3;
+    x = snac_pwconv(ctx, x, W(w, "decoder.in_pw.weight"), W(w, "decoder.in_pw.bias"));
+    x = snac_sb_mask(&sb, x, r, d);
+    if (hp->window > 0) {
+        const int32_t win = hp->window, off = d % win;
+        buf = snac_sb_with_state(&sb, x, win); /* [D, W+N, B] */
+        struct ggml_tensor *seg = ggml_cont(ctx, ggml_view_3d(ctx, buf, buf->ne[0], N, B, buf->nb[1], buf->nb[2],
+                                                              (size_t)off * buf->nb[1]));
+        d = d - off + win;
+        struct ggml_tensor *pos = snac_sb_time(&sb, CR_TIME_POS, N, r, d, win);
+        x = snac_attention(ctx, w, seg, pos, win);
+        x = snac_sb_mask(&sb, x, r, d);
+    }
+    char p[64];
+    for (int i = 0; i < hp->n_blocks; i++) {
+        const int s = hp->rates[i];
+        struct ggml_tensor *bias = W(w, "decoder.block.%d.up.bias", i);
+        const int64_t Cout = bias->ne[0];
+        buf = snac_sb_with_state(&sb, x, 1); /* [Cin, 1+n, B] */
+        snprintf(p, sizeof(p), "decoder.block.%d.snake", i);
+        buf = snac_snake_named(ctx, w, buf, p, sb.cpu_ops);
+        struct ggml_tensor *cols = ggml_mul_mat(ctx, W(w, "decoder.block.%d.up.weight", i), buf); /* [2s*Cout, n+1, B] */
+        const size_t half = (size_t)(s * Cout) * sizeof(float);
+        struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, n, B, cols->nb[1], cols->nb[2], cols->nb[1]);
+        struct ggml_tensor *hi = ggml_view_3d(ctx, cols, s * Cout, n, B, cols->nb[1], cols->nb[2], half);
+        x = ggml_add(ctx, lo, hi);
+        x = ggml_add(ctx, ggml_reshape_3d(ctx, x, Cout, n * s, B), bias);
+        n *= s;
+        r *= s;
+        d = d * s + (s + 1) / 2;
+        if (hp->noise) {
+            struct ggml_tensor *nz = snac_sb_time(&sb, CR_TIME_NOISE, n, r, d, i);
+            struct ggml_tensor *h = ggml_mul_mat(ctx, W(w, "decoder.block.%d.noise.weight", i), x);
+            x = ggml_add(ctx, x, ggml_mul(ctx, h, nz));
+        }
+        x = snac_sb_mask(&sb, x, r, d);
+        int dil = 1;
+        for (int j = 0; j < 3; j++, dil *= 3) {
+            const int P = 3 * dil;
+            buf = snac_sb_with_state(&sb, x, 2 * P); /* [C, 2P+n, B] */
+            snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake1", i, j);
+            struct ggml_tensor *y = snac_snake_named(ctx, w, buf, p, sb.cpu_ops);
+            y = snac_dwconv_pad(ctx, y, W(w, "decoder.block.%d.res.%d.dw.weight", i, j),
+                                W(w, "decoder.block.%d.res.%d.dw.bias", i, j), dil, false);
+            snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake2", i, j);
+            y = snac_snake_named(ctx, w, y, p, sb.cpu_ops);
+            y = snac_pwconv(ctx, y, W(w, "decoder.block.%d.res.%d.pw.weight", i, j),
+                            W(w, "decoder.block.%d.res.%d.pw.bias", i, j));
+            struct ggml_tensor *xd = ggml_view_3d(ctx, buf, buf->ne[0], n, B, buf->nb[1], buf->nb[2],
+                                                  (size_t)P * buf->nb[1]);
+            d += P;
+            x = snac_sb_mask(&sb, ggml_add(ctx, xd, y), r, d);
+        }
+    }
+    buf = snac_sb_with_state(&sb, x, 6);
+    buf = snac_snake_named(ctx, w, buf, "decoder.out_snake", sb.cpu_ops);
+    struct ggml_tensor *wo = W(w, "decoder.out.weight");
+    struct ggml_tensor *zc = ggml_mul_mat(ctx, wo, buf); /* [7, n+6, B] */
+    struct ggml_tensor *y = NULL;
+    for (int64_t k = 0; k < SNAC_DW_K; k++) {
+        struct ggml_tensor *v = ggml_view_3d(ctx, zc, 1, n, B, zc->nb[1], zc->nb[2],
+                                             (size_t)k * sizeof(float) + (size_t)k * zc->nb[1]);
+        y = y ? ggml_add(ctx, y, v) : ggml_cont(ctx, v);
+    }
+    y = ggml_tanh(ctx, ggml_add(ctx, y, W(w, "decoder.out.bias")));
+    d += 3;
+    ggml_set_output(y);
+    io->out = y;
+    io->out_rate = r;
+    io->out_delay = d;
+    ggml_build_forward_expand(sb.gf, y);
+    return sb.gf;
+}
+
+static int32_t snac_stream_chunk_multiple(const cr_model *model) { return model->info.frame_multiple; }
+
+static int snac_stream_states(const cr_model *model, cr_state_spec *s, int max) {
+    const snac_hparams *hp = model->hparams;
+    int n = 0;
+#define SNAC_STATE(c, f)                                                                           \
+    do {                                                                                           \
+        if (n < max) {                                                                             \
+            s[n].channels = (c);                                                                   \
+            s[n].frames = (f);                                                                     \
+        }                                                                                          \
+        n++;                                                                                       \
+    } while (0)
+    SNAC_STATE(hp->latent_dim, 6);
+    if (hp->window > 0) {
+        SNAC_STATE(hp->decoder_dim, hp->window);
+    }
+    for (int i = 0; i < hp->n_blocks; i++) {
+        SNAC_STATE(snac_channels(hp, i), 1);
+        for (int j = 0, dil = 1; j < 3; j++, dil *= 3) {
+            SNAC_STATE(snac_channels(hp, i + 1), 6 * dil);
+        }
+    }
+    SNAC_STATE(snac_channels(hp, hp->n_blocks), 6);
+#undef SNAC_STATE
+    return n;
+}
+
+static int32_t snac_stream_latency(const cr_model *model) {
+    /* the same arithmetic as snac_build_stream's d */
+    const snac_hparams *hp = model->hparams;
+    int32_t d = 3;
+    if (hp->window > 0) {
+        d = d - d % hp->window + hp->window;
+    }
+    for (int i = 0; i < hp->n_blocks; i++) {
+        d = d * hp->rates[i] + (hp->rates[i] + 1) / 2 + 3 + 9 + 27;
+    }
+    return d + 3;
+}
+
 const cr_arch cr_arch_snac = {
     .name = "snac",
     .hparams_size = sizeof(snac_hparams),
@@ -564,4 +787,8 @@ const cr_arch cr_arch_snac = {
     .build_decode = snac_build_decode,
     .scratch_floats = snac_scratch_floats,
     .set_decode_inputs = snac_set_inputs,
+    .stream_chunk_multiple = snac_stream_chunk_multiple,
+    .stream_states = snac_stream_states,
+    .stream_latency = snac_stream_latency,
+    .build_stream = snac_build_stream,
 };

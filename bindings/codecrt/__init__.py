@@ -1,0 +1,73 @@
+"""codecrt: Python bindings of the codecd runtime (neural audio codec decoders on ggml).
+
+::
+
+    import codecrt
+    with codecrt.Model("snac_24khz.gguf") as m, codecrt.Context(m, device="auto") as ctx:
+        pcm = ctx.decode([c0, c1, c2])     # float32 [samples]; [B, T_l] levels -> [B, samples]
+
+Errors are typed (see ``codecrt._errors`` for the tree); each carries ``.status``
+and ``.status_name`` of the native ``codecrt_status``.
+"""
+
+from __future__ import annotations
+
+from ._core import Context, Model, ModelInfo, Stats, set_ggml_logging, version
+from ._stream import Stream, StreamInfo
+from ._errors import (
+    BackendError,
+    BufferTooSmallError,
+    CodecrtError,
+    CodeRangeError,
+    CodeShapeError,
+    CodeTypeError,
+    ComputeError,
+    CorruptModelError,
+    HyperparameterError,
+    InputError,
+    MissingTensorError,
+    ModelError,
+    ModelFileError,
+    NotGGUFError,
+    OutOfMemoryError,
+    StateError,
+    TensorError,
+    TooLargeError,
+    TruncatedModelError,
+    UnknownArchitectureError,
+    UnsupportedError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendError",
+    "BufferTooSmallError",
+    "CodeRangeError",
+    "CodeShapeError",
+    "CodeTypeError",
+    "CodecrtError",
+    "ComputeError",
+    "Context",
+    "CorruptModelError",
+    "HyperparameterError",
+    "InputError",
+    "MissingTensorError",
+    "Model",
+    "ModelError",
+    "ModelFileError",
+    "ModelInfo",
+    "NotGGUFError",
+    "OutOfMemoryError",
+    "Stats",
+    "StateError",
+    "Stream",
+    "StreamInfo",
+    "TensorError",
+    "TooLargeError",
+    "TruncatedModelError",
+    "UnknownArchitectureError",
+    "UnsupportedError",
+    "set_ggml_logging",
+    "version",
+]

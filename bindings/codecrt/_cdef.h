@@ -1,0 +1,174 @@
+/*
+ * cffi declarations mirroring native/include/codecrt.h (API version 1).
+ *
+ * Parsed by cffi (bindings/codecrt/_build.py), never by a C compiler directly:
+ * no preprocessor conditionals, no includes. cffi compiles the generated module
+ * against the real codecrt.h, so every declaration here is checked by the C
+ * compiler and every struct layout by cffi at import time. Keep struct fields
+ * exactly as in the header, in the same order.
+ */
+
+#define CODECRT_API_VERSION 1
+#define CODECRT_MAX_LEVELS 16
+#define CODECRT_MAX_BACKENDS 4
+
+typedef enum codecrt_status {
+    CODECRT_OK = 0,
+    CODECRT_E_INVALID_ARGUMENT = 1,
+    CODECRT_E_IO = 2,
+    CODECRT_E_NOT_GGUF = 3,
+    CODECRT_E_CORRUPT = 4,
+    CODECRT_E_TRUNCATED = 5,
+    CODECRT_E_UNKNOWN_ARCH = 6,
+    CODECRT_E_BAD_HPARAMS = 7,
+    CODECRT_E_MISSING_TENSOR = 8,
+    CODECRT_E_BAD_TENSOR = 9,
+    CODECRT_E_BACKEND = 10,
+    CODECRT_E_OUT_OF_MEMORY = 11,
+    CODECRT_E_CODE_RANGE = 12,
+    CODECRT_E_SHAPE = 13,
+    CODECRT_E_TOO_LARGE = 14,
+    CODECRT_E_BUFFER_TOO_SMALL = 15,
+    CODECRT_E_COMPUTE = 16,
+    CODECRT_E_STATE = 17,
+    CODECRT_E_UNSUPPORTED = 18
+} codecrt_status;
+
+typedef enum codecrt_graph_kind {
+    CODECRT_GRAPH_DECODE = 0,
+    CODECRT_GRAPH_STREAM = 1,
+    CODECRT_GRAPH_KIND_COUNT = 8
+} codecrt_graph_kind;
+
+typedef enum codecrt_weight_type {
+    CODECRT_WEIGHT_F32 = 0,
+    CODECRT_WEIGHT_F16 = 1
+} codecrt_weight_type;
+
+typedef struct codecrt_model codecrt_model;
+typedef struct codecrt_context codecrt_context;
+
+const char *codecrt_version(void);
+const char *codecrt_status_name(codecrt_status status);
+void codecrt_set_ggml_logging(int32_t enabled);
+
+/* ------------------------------------------------------------------ model */
+
+typedef struct codecrt_model_info {
+    char arch[32];
+    int32_t sample_rate;
+    int32_t hop_length;
+    int32_t n_levels;
+    int32_t codebook_size[CODECRT_MAX_LEVELS];
+    int32_t level_stride[CODECRT_MAX_LEVELS];
+    int32_t frame_multiple;
+    int32_t weight_type;
+    int64_t n_params;
+    int64_t weight_bytes;
+} codecrt_model_info;
+
+codecrt_status codecrt_model_load(const char *path, codecrt_model **out,
+                                  char *err, size_t err_size);
+void codecrt_model_free(codecrt_model *model);
+codecrt_status codecrt_model_get_info(const codecrt_model *model, codecrt_model_info *info);
+int64_t codecrt_model_samples_for_frames(const codecrt_model *model, int64_t n_frames);
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct codecrt_context_params {
+    const char *device;
+    int32_t n_threads;
+    int32_t max_frames;
+    int32_t max_batch;
+    int32_t frame_bucket;
+    int32_t batch_bucket;
+    int32_t stream_chunk_frames;
+    int32_t max_streams;
+} codecrt_context_params;
+
+codecrt_context_params codecrt_context_default_params(void);
+codecrt_status codecrt_context_init(codecrt_model *model, const codecrt_context_params *params,
+                                    codecrt_context **out, char *err, size_t err_size);
+void codecrt_context_free(codecrt_context *ctx);
+const char *codecrt_context_last_error(const codecrt_context *ctx);
+const char *codecrt_context_device(const codecrt_context *ctx);
+codecrt_status codecrt_context_set_recreate_policy(codecrt_context *ctx, int32_t graph_kind,
+                                                   int32_t enabled);
+codecrt_status codecrt_context_reserve(codecrt_context *ctx, int32_t n_frames, int32_t n_batch);
+
+/* ----------------------------------------------------------------- decode */
+
+typedef struct codecrt_codes {
+    int32_t n_batch;
+    int32_t n_levels;
+    const int32_t *const *levels;
+    const int64_t *lengths;
+} codecrt_codes;
+
+typedef struct codecrt_decode_params {
+    int32_t noise;
+    uint64_t seed;
+    const uint64_t *seeds;
+} codecrt_decode_params;
+
+codecrt_decode_params codecrt_decode_default_params(void);
+codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params *params,
+                              const codecrt_codes *codes, float *pcm, size_t pcm_capacity,
+                              size_t *n_written);
+
+/* ---------------------------------------------------------------- streams */
+
+typedef struct codecrt_stream codecrt_stream;
+
+typedef struct codecrt_stream_params {
+    int32_t noise;
+    uint64_t seed;
+} codecrt_stream_params;
+
+codecrt_stream_params codecrt_stream_default_params(void);
+
+typedef struct codecrt_stream_info {
+    int64_t frames_pushed;
+    int64_t frames_decoded;
+    int64_t samples_ready;
+    int64_t samples_pulled;
+    int64_t total_samples;
+    int32_t chunk_frames;
+    int32_t latency_samples;
+    int32_t slot;
+    int32_t finished;
+    int32_t done;
+    int32_t ready;
+} codecrt_stream_info;
+
+codecrt_status codecrt_stream_init(codecrt_context *ctx, const codecrt_stream_params *params,
+                                   codecrt_stream **out);
+void codecrt_stream_free(codecrt_stream *stream);
+codecrt_status codecrt_stream_push(codecrt_stream *stream, const codecrt_codes *codes);
+codecrt_status codecrt_stream_finish(codecrt_stream *stream);
+codecrt_status codecrt_stream_reset(codecrt_stream *stream);
+codecrt_status codecrt_stream_pull(codecrt_stream *stream, float *pcm, size_t capacity, size_t *n_out);
+codecrt_status codecrt_stream_get_info(const codecrt_stream *stream, codecrt_stream_info *info);
+const char *codecrt_stream_last_error(const codecrt_stream *stream);
+codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n,
+                                    int32_t *n_stepped);
+
+/* ------------------------------------------------------------------ stats */
+
+typedef struct codecrt_stats {
+    uint64_t graphs_built;
+    uint64_t graphs_reused;
+    uint64_t sched_resets;
+    uint64_t sched_recreations;
+    uint64_t reservations;
+    uint64_t computes;
+    int32_t n_backends;
+    char backend_names[CODECRT_MAX_BACKENDS][32];
+    uint64_t compute_buffer_bytes[CODECRT_MAX_BACKENDS];
+    uint64_t weight_bytes;
+    uint64_t state_bytes;
+    int32_t streams_active;
+    double last_compute_ms;
+} codecrt_stats;
+
+codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_stats *stats);

@@ -1,0 +1,189 @@
+"""Stream: incremental decode of one utterance (``codecrt_stream``).
+
+::
+
+    s = ctx.stream()
+    s.push([l0, l1, l2])      # any amounts per level, as codes arrive
+    ctx.step([s, other])      # one tick for every ready stream, in one graph
+    pcm = s.pull()            # the samples that are final
+    s.finish()                # then step until s.done; pull the tail
+
+The output equals ``ctx.decode`` of the whole utterance, sample for sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._core import _UINT64_MAX, _as_codes, _int_arg, _str
+from ._errors import E_STATE, CodeShapeError, _check, _fail
+from ._native import ffi, lib
+
+if TYPE_CHECKING:
+    from ._core import Context
+
+__all__ = ["Stream", "StreamInfo"]
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """A stream's position (``codecrt_stream_info``)."""
+
+    frames_pushed: int
+    frames_decoded: int
+    samples_ready: int
+    samples_pulled: int
+    total_samples: int  # -1 until finish()
+    chunk_frames: int
+    latency_samples: int
+    slot: int
+    finished: bool
+    done: bool
+    ready: bool
+
+
+class Stream:
+    """One utterance decoded incrementally on a :class:`Context`.
+
+    Owns a slot of the context's state pool until ``close()``. Calls are
+    serialised with the context's lock (a stream is used with its context).
+    """
+
+    _ptr: Any = None
+
+    def __init__(self, ctx: Context, *, noise: bool = False, seed: int = 0) -> None:
+        self._ctx = ctx
+        params = ffi.new("codecrt_stream_params *")
+        params[0] = lib.codecrt_stream_default_params()
+        params.noise = 1 if noise else 0
+        params.seed = _int_arg("seed", seed, 0, _UINT64_MAX)
+        out = ffi.new("codecrt_stream **")
+        with ctx._lock:
+            _check(lib.codecrt_stream_init(ctx._handle(), params, out), ctx._last_error)
+            self._ptr = out[0]
+            ctx._streams.add(self)
+        self._n_levels = ctx.model_info.n_levels
+
+    def _handle(self) -> Any:
+        ptr = self._ptr
+        if ptr is None:
+            _fail(E_STATE, "the stream is closed")
+        return ptr
+
+    def _last_error(self) -> str:
+        ptr = self._ptr
+        return "" if ptr is None else _str(lib.codecrt_stream_last_error(ptr))
+
+    def push(self, levels: Sequence[npt.ArrayLike]) -> None:
+        """Append codes: one 1-D integer array per level, of any lengths (also 0).
+
+        Validated whole first: on error nothing is appended.
+        """
+        arrs = [_as_codes(level, i) for i, level in enumerate(levels)]
+        if any(a.ndim != 1 for a in arrs):
+            raise CodeShapeError("stream codes must be 1-D arrays, one per level")
+        n = max(len(arrs), 1)
+        lengths = ffi.new("int64_t[]", n)
+        ptrs = ffi.new("const int32_t *[]", n)
+        bufs = []
+        for i, a in enumerate(arrs):
+            lengths[i] = a.shape[0]
+            buf = ffi.from_buffer("int32_t[]", a)
+            bufs.append(buf)
+            ptrs[i] = buf
+        codes = ffi.new("codecrt_codes *")
+        codes.n_batch = 1
+        codes.n_levels = len(arrs)
+        codes.levels = ptrs
+        codes.lengths = lengths
+        with self._ctx._lock:
+            _check(lib.codecrt_stream_push(self._handle(), codes), self._last_error)
+        del bufs
+
+    def finish(self) -> None:
+        """No more codes; the next ticks flush the tail."""
+        with self._ctx._lock:
+            _check(lib.codecrt_stream_finish(self._handle()), self._last_error)
+
+    def reset(self) -> None:
+        """Start a new utterance in the same slot, dropping everything pending."""
+        with self._ctx._lock:
+            _check(lib.codecrt_stream_reset(self._handle()), self._last_error)
+
+    def pull(self, max_samples: int | None = None) -> npt.NDArray[np.float32]:
+        """The final samples not pulled yet (at most ``max_samples``), float32."""
+        with self._ctx._lock:
+            ready = self._info_locked().samples_ready
+            n = ready if max_samples is None else min(ready, max(0, int(max_samples)))
+            pcm = np.empty(n, dtype=np.float32)
+            got = ffi.new("size_t *")
+            _check(lib.codecrt_stream_pull(self._handle(), ffi.from_buffer("float[]", pcm), n, got),
+                   self._last_error)
+        return pcm[: int(got[0])]
+
+    def decode_ready(self) -> int:
+        """Step this stream alone until it has nothing ready; returns the ticks taken."""
+        ticks = 0
+        while self._ctx.step([self]):
+            ticks += 1
+        return ticks
+
+    def _info_locked(self) -> StreamInfo:
+        info = ffi.new("codecrt_stream_info *")
+        _check(lib.codecrt_stream_get_info(self._handle(), info), self._last_error)
+        return StreamInfo(
+            frames_pushed=int(info.frames_pushed),
+            frames_decoded=int(info.frames_decoded),
+            samples_ready=int(info.samples_ready),
+            samples_pulled=int(info.samples_pulled),
+            total_samples=int(info.total_samples),
+            chunk_frames=int(info.chunk_frames),
+            latency_samples=int(info.latency_samples),
+            slot=int(info.slot),
+            finished=bool(info.finished),
+            done=bool(info.done),
+            ready=bool(info.ready),
+        )
+
+    @property
+    def info(self) -> StreamInfo:
+        with self._ctx._lock:
+            return self._info_locked()
+
+    @property
+    def done(self) -> bool:
+        return self.info.done
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    def close(self) -> None:
+        """Release the slot at once. Idempotent."""
+        ctx = self._ctx
+        with ctx._lock:
+            ptr, self._ptr = self._ptr, None
+            if ptr is not None:
+                lib.codecrt_stream_free(ptr)
+                ctx._streams.discard(self)
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # fallback only
+        if self._ptr is not None:
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        return f"<codecrt.Stream {'closed' if self.closed else 'open'}>"

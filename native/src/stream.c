@@ -1,0 +1,585 @@
+#define _POSIX_C_SOURCE 200809L
+/*
+ * stream.c: streams, the slot pool, and batched ticks.
+ *
+ * Host side of streaming. A stream holds the codes pushed but not yet
+ * consumed, its tick count and the PCM not yet pulled; its layer states live
+ * in its slot of the pool (device memory), one row per slot in each state
+ * tensor. A tick gathers the states of the streams it advances by slot index,
+ * computes one chunk for all of them, and scatters the new states back, in one
+ * graph whose shape is (chunk, batch bucket) only.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define CR_NO_END INT64_MAX
+
+codecrt_stream_params codecrt_stream_default_params(void) {
+    codecrt_stream_params p = {.noise = 0, .seed = 0};
+    return p;
+}
+
+void cr_io_add_time(cr_graph_io *io, struct ggml_tensor *t, int32_t kind, int32_t rate, int32_t delay,
+                    int32_t site) {
+    if (io->n_times >= CR_MAX_TIMES) {
+        io->overflow = true;
+        return;
+    }
+    cr_time_input *ti = &io->times[io->n_times++];
+    ti->tensor = t;
+    ti->kind = kind;
+    ti->rate = rate;
+    ti->delay = delay;
+    ti->site = site;
+}
+
+/* --------------------------------------------------------------- vectors */
+
+static bool cr_i32_push(cr_i32_vec *v, const int32_t *x, int64_t n) {
+    if (v->n + n > v->cap) {
+        /* drop the consumed prefix before growing */
+        if (v->start > 0) {
+            memmove(v->data, v->data + v->start, (size_t)(v->n - v->start) * sizeof(int32_t));
+            v->n -= v->start;
+            v->start = 0;
+        }
+        if (v->n + n > v->cap) {
+            int64_t cap = v->cap ? v->cap : 256;
+            while (cap < v->n + n) {
+                cap *= 2;
+            }
+            int32_t *d = realloc(v->data, (size_t)cap * sizeof(int32_t));
+            if (!d) {
+                return false;
+            }
+            v->data = d;
+            v->cap = cap;
+        }
+    }
+    memcpy(v->data + v->n, x, (size_t)n * sizeof(int32_t));
+    v->n += n;
+    return true;
+}
+
+static float *cr_f32_reserve(cr_f32_vec *v, int64_t n) {
+    if (v->n + n > v->cap) {
+        if (v->start > 0) {
+            memmove(v->data, v->data + v->start, (size_t)(v->n - v->start) * sizeof(float));
+            v->n -= v->start;
+            v->start = 0;
+        }
+        if (v->n + n > v->cap) {
+            int64_t cap = v->cap ? v->cap : 4096;
+            while (cap < v->n + n) {
+                cap *= 2;
+            }
+            float *d = realloc(v->data, (size_t)cap * sizeof(float));
+            if (!d) {
+                return NULL;
+            }
+            v->data = d;
+            v->cap = cap;
+        }
+    }
+    return v->data + v->n;
+}
+
+/* ------------------------------------------------------------------ pool */
+
+static codecrt_status cr_pool_init(codecrt_context *ctx, cr_err *err) {
+    cr_stream_pool *pool = &ctx->pool;
+    const cr_model *m = ctx->model;
+    if (!m->arch->build_stream) {
+        return cr_fail(err, CODECRT_E_UNSUPPORTED, "architecture '%s' cannot stream", m->arch->name);
+    }
+    const int32_t mult = m->arch->stream_chunk_multiple(m);
+    int32_t chunk = ctx->params.stream_chunk_frames > 0 ? ctx->params.stream_chunk_frames : mult;
+    if (chunk % mult != 0) {
+        return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "stream_chunk_frames = %d is not a multiple of %d",
+                       ctx->params.stream_chunk_frames, mult);
+    }
+    cr_state_spec specs[CR_MAX_STATES];
+    const int n_states = m->arch->stream_states(m, specs, CR_MAX_STATES);
+    if (n_states > CR_MAX_STATES) {
+        return cr_fail(err, CODECRT_E_UNSUPPORTED, "too many stream states");
+    }
+    const int32_t n_slots = ctx->params.max_streams;
+    struct ggml_init_params ip = {
+        .mem_size = ggml_tensor_overhead() * (size_t)(n_states + 1),
+        .mem_buffer = NULL,
+        .no_alloc = true,
+    };
+    pool->ctx = ggml_init(ip);
+    pool->owner = calloc((size_t)n_slots, sizeof(*pool->owner));
+    if (!pool->ctx || !pool->owner) {
+        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+    }
+    for (int i = 0; i < n_states; i++) {
+        pool->states[i] = ggml_new_tensor_2d(pool->ctx, GGML_TYPE_F32, specs[i].channels * specs[i].frames,
+                                             n_slots + 1);
+        char name[32];
+        snprintf(name, sizeof(name), "state.%d", i);
+        ggml_set_name(pool->states[i], name);
+    }
+    pool->buffer = ggml_backend_alloc_ctx_tensors(pool->ctx, ctx->backend);
+    if (!pool->buffer) {
+        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "cannot allocate stream state for %d slots on %s", n_slots,
+                       ctx->device_name);
+    }
+    /* contents never matter before a stream's first tick (keep = 0), but start clean */
+    ggml_backend_buffer_clear(pool->buffer, 0);
+    pool->n_states = n_states;
+    pool->n_slots = n_slots;
+    pool->chunk = chunk;
+    pool->latency = m->arch->stream_latency(m);
+    return CODECRT_OK;
+}
+
+void cr_pool_free(cr_stream_pool *pool) {
+    if (pool->buffer) {
+        ggml_backend_buffer_free(pool->buffer);
+    }
+    if (pool->ctx) {
+        ggml_free(pool->ctx);
+    }
+    free(pool->owner);
+    memset(pool, 0, sizeof(*pool));
+}
+
+/* --------------------------------------------------------------- streams */
+
+static void cr_stream_clear(codecrt_stream *s) {
+    for (int l = 0; l < CODECRT_MAX_LEVELS; l++) {
+        s->levels[l].n = 0;
+        s->levels[l].start = 0;
+        s->level_base[l] = 0;
+    }
+    s->ticks = 0;
+    s->total_frames = -1;
+    s->samples_pulled = 0;
+    s->done = false;
+    s->out.n = 0;
+    s->out.start = 0;
+}
+
+codecrt_status codecrt_stream_init(codecrt_context *ctx, const codecrt_stream_params *params,
+                                   codecrt_stream **out) {
+    if (!ctx || !out) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    *out = NULL;
+    cr_stream_pool *pool = &ctx->pool;
+    codecrt_status st;
+    if (!pool->ctx && (st = cr_pool_init(ctx, &ctx->err)) != CODECRT_OK) {
+        cr_pool_free(pool);
+        return st;
+    }
+    int32_t slot = -1;
+    for (int32_t i = 0; i < pool->n_slots && slot < 0; i++) {
+        if (!pool->owner[i]) {
+            slot = i;
+        }
+    }
+    if (slot < 0) {
+        return cr_fail(&ctx->err, CODECRT_E_TOO_LARGE, "all %d stream slots are taken", pool->n_slots);
+    }
+    codecrt_stream *s = calloc(1, sizeof(*s));
+    if (!s) {
+        return cr_fail(&ctx->err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+    }
+    s->ctx = ctx;
+    s->slot = slot;
+    s->params = params ? *params : codecrt_stream_default_params();
+    cr_stream_clear(s);
+    pool->owner[slot] = s;
+    pool->n_active++;
+    *out = s;
+    return CODECRT_OK;
+}
+
+void codecrt_stream_free(codecrt_stream *s) {
+    if (!s) {
+        return;
+    }
+    cr_stream_pool *pool = &s->ctx->pool;
+    if (pool->owner && pool->owner[s->slot] == s) {
+        pool->owner[s->slot] = NULL;
+        pool->n_active--;
+    }
+    for (int l = 0; l < CODECRT_MAX_LEVELS; l++) {
+        free(s->levels[l].data);
+    }
+    free(s->out.data);
+    free(s);
+}
+
+const char *codecrt_stream_last_error(const codecrt_stream *s) { return s ? s->err.msg : ""; }
+
+static int64_t cr_stream_level_len(const codecrt_stream *s, int l) {
+    return s->level_base[l] + s->levels[l].n - s->levels[l].start;
+}
+
+/* Frames for which every level has its codes. */
+static int64_t cr_stream_frames_complete(const codecrt_stream *s) {
+    const codecrt_model_info *info = &s->ctx->model->info;
+    int64_t f = INT64_MAX;
+    for (int l = 0; l < info->n_levels; l++) {
+        const int64_t fl = cr_stream_level_len(s, l) * info->level_stride[l];
+        f = fl < f ? fl : f;
+    }
+    return f;
+}
+
+static int64_t cr_stream_end_samples(const codecrt_stream *s) {
+    return s->total_frames < 0 ? CR_NO_END : s->total_frames * s->ctx->model->info.hop_length;
+}
+
+static bool cr_stream_ready(const codecrt_stream *s) {
+    if (s->done) {
+        return false;
+    }
+    if (s->total_frames >= 0) {
+        return true; /* flushing */
+    }
+    return cr_stream_frames_complete(s) >= (s->ticks + 1) * s->ctx->pool.chunk;
+}
+
+codecrt_status codecrt_stream_push(codecrt_stream *s, const codecrt_codes *codes) {
+    if (!s) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    const codecrt_model_info *info = &s->ctx->model->info;
+    if (s->total_frames >= 0) {
+        return cr_fail(&s->err, CODECRT_E_STATE, "push after finish");
+    }
+    if (!codes || !codes->lengths || !codes->levels) {
+        return cr_fail(&s->err, CODECRT_E_INVALID_ARGUMENT, "codes, levels and lengths must not be NULL");
+    }
+    if (codes->n_batch != 1) {
+        return cr_fail(&s->err, CODECRT_E_SHAPE, "a stream takes one sequence, got a batch of %d", codes->n_batch);
+    }
+    if (codes->n_levels != info->n_levels) {
+        return cr_fail(&s->err, CODECRT_E_SHAPE, "got %d code levels, model has %d", codes->n_levels,
+                       info->n_levels);
+    }
+    for (int l = 0; l < info->n_levels; l++) {
+        const int64_t n = codes->lengths[l];
+        if (n < 0 || n > (1 << 24)) {
+            return cr_fail(&s->err, CODECRT_E_SHAPE, "level %d: bad length %lld", l, (long long)n);
+        }
+        if (n > 0 && !codes->levels[l]) {
+            return cr_fail(&s->err, CODECRT_E_INVALID_ARGUMENT, "level %d is NULL", l);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const int32_t c = codes->levels[l][i];
+            if (c < 0 || c >= info->codebook_size[l]) {
+                return cr_fail(&s->err, CODECRT_E_CODE_RANGE,
+                               "code %d at level %d, position %lld is outside [0, %d)", c, l,
+                               (long long)(cr_stream_level_len(s, l) + i), info->codebook_size[l]);
+            }
+        }
+    }
+    for (int l = 0; l < info->n_levels; l++) {
+        if (codes->lengths[l] > 0 && !cr_i32_push(&s->levels[l], codes->levels[l], codes->lengths[l])) {
+            /* cannot happen after partial appends: grow failed on level l, roll back earlier levels */
+            for (int k = 0; k < l; k++) {
+                s->levels[k].n -= codes->lengths[k];
+            }
+            return cr_fail(&s->err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+        }
+    }
+    return CODECRT_OK;
+}
+
+codecrt_status codecrt_stream_finish(codecrt_stream *s) {
+    if (!s) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    const codecrt_model_info *info = &s->ctx->model->info;
+    if (s->total_frames >= 0) {
+        return cr_fail(&s->err, CODECRT_E_STATE, "finish called twice");
+    }
+    const int64_t f0 = cr_stream_level_len(s, 0) * info->level_stride[0];
+    for (int l = 1; l < info->n_levels; l++) {
+        const int64_t fl = cr_stream_level_len(s, l) * info->level_stride[l];
+        if (fl != f0) {
+            return cr_fail(&s->err, CODECRT_E_SHAPE,
+                           "incomplete frame at finish: level 0 covers %lld frames, level %d covers %lld",
+                           (long long)f0, l, (long long)fl);
+        }
+    }
+    if (f0 % info->frame_multiple != 0) {
+        return cr_fail(&s->err, CODECRT_E_SHAPE, "%lld frames at finish is not a multiple of %d", (long long)f0,
+                       info->frame_multiple);
+    }
+    s->total_frames = f0;
+    if (f0 == 0) {
+        s->done = true;
+    }
+    return CODECRT_OK;
+}
+
+codecrt_status codecrt_stream_reset(codecrt_stream *s) {
+    if (!s) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    cr_stream_clear(s);
+    return CODECRT_OK;
+}
+
+codecrt_status codecrt_stream_pull(codecrt_stream *s, float *pcm, size_t capacity, size_t *n_out) {
+    if (!s || (!pcm && capacity > 0)) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    const int64_t avail = s->out.n - s->out.start;
+    const int64_t n = avail < (int64_t)capacity ? avail : (int64_t)capacity;
+    if (n > 0) {
+        memcpy(pcm, s->out.data + s->out.start, (size_t)n * sizeof(float));
+        s->out.start += n;
+        s->samples_pulled += n;
+    }
+    if (s->out.start == s->out.n) {
+        s->out.start = s->out.n = 0;
+    }
+    if (n_out) {
+        *n_out = (size_t)n;
+    }
+    return CODECRT_OK;
+}
+
+codecrt_status codecrt_stream_get_info(const codecrt_stream *s, codecrt_stream_info *info) {
+    if (!s || !info) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    const cr_stream_pool *pool = &s->ctx->pool;
+    memset(info, 0, sizeof(*info));
+    info->frames_pushed = cr_stream_frames_complete(s);
+    info->frames_decoded = s->ticks * pool->chunk;
+    info->samples_ready = s->out.n - s->out.start;
+    info->samples_pulled = s->samples_pulled;
+    info->total_samples = s->total_frames < 0 ? -1 : s->total_frames * s->ctx->model->info.hop_length;
+    info->chunk_frames = pool->chunk;
+    info->latency_samples = pool->latency;
+    info->slot = s->slot;
+    info->finished = s->total_frames >= 0;
+    info->done = s->done;
+    info->ready = cr_stream_ready(s);
+    return CODECRT_OK;
+}
+
+/* ------------------------------------------------------------------ tick */
+
+typedef struct cr_stream_build {
+    codecrt_context *ctx;
+} cr_stream_build;
+
+static struct ggml_cgraph *cr_build_stream_graph(void *user, struct ggml_context *ctx0, const cr_graph_key *key,
+                                                 cr_graph_io *io) {
+    codecrt_context *ctx = ((cr_stream_build *)user)->ctx;
+    const cr_stream_shape shape = {
+        .chunk = key->n_frames,
+        .n_batch = key->n_batch,
+        .cpu_ops = ctx->backend == ctx->cpu,
+    };
+    return ctx->model->arch->build_stream(ctx->model, ctx0, ctx->weights, &shape, ctx->pool.states, io);
+}
+
+static int32_t cr_stream_bucket(const codecrt_context *ctx, int32_t n) {
+    if (!ctx->params.batch_bucket) {
+        return n;
+    }
+    int32_t b = 1;
+    while (b < n) {
+        b <<= 1;
+    }
+    return b;
+}
+
+/* Fill every input of the tick graph for the streams in ready[0..n). */
+static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_io *io, codecrt_stream **ready,
+                                           int32_t n, int32_t B, cr_err *err) {
+    const cr_model *m = ctx->model;
+    const codecrt_model_info *info = &m->info;
+    const int64_t chunk = ctx->pool.chunk;
+    size_t need = (size_t)B * 4;
+    for (int t = 0; t < io->n_times; t++) {
+        const size_t sz = (size_t)ggml_nelements(io->times[t].tensor);
+        need = sz > need ? sz : need;
+    }
+    for (int l = 0; l < info->n_levels; l++) {
+        const size_t sz = (size_t)ggml_nelements(io->codes[l]);
+        need = sz > need ? sz : need;
+    }
+    if (need > ctx->scratch_cap) {
+        float *p = realloc(ctx->scratch, need * sizeof(float));
+        if (!p) {
+            return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+        }
+        ctx->scratch = p;
+        ctx->scratch_cap = need;
+    }
+    float *f = ctx->scratch;
+    int32_t *iv = (int32_t *)ctx->scratch;
+
+    for (int32_t b = 0; b < B; b++) {
+        iv[b] = b < n ? ready[b]->slot : ctx->pool.n_slots; /* padding reads the dummy row */
+    }
+    ggml_backend_tensor_set(io->slot_read, iv, 0, (size_t)B * sizeof(int32_t));
+    ggml_backend_tensor_set(io->slot_write, iv, 0, (size_t)B * sizeof(int32_t));
+    for (int32_t b = 0; b < B; b++) {
+        f[b] = b < n && ready[b]->ticks > 0 ? 1.0f : 0.0f;
+    }
+    ggml_backend_tensor_set(io->keep, f, 0, (size_t)B * sizeof(float));
+
+    for (int l = 0; l < info->n_levels; l++) {
+        const int64_t per = chunk / info->level_stride[l];
+        for (int32_t b = 0; b < B; b++) {
+            int32_t *dst = iv + (size_t)b * (size_t)per;
+            if (b >= n) {
+                memset(dst, 0, (size_t)per * sizeof(int32_t));
+                continue;
+            }
+            codecrt_stream *s = ready[b];
+            const cr_i32_vec *v = &s->levels[l];
+            const int64_t first = s->ticks * per; /* absolute code index */
+            for (int64_t i = 0; i < per; i++) {
+                const int64_t abs = first + i;
+                const int64_t rel = abs - s->level_base[l] + v->start;
+                dst[i] = rel < v->n ? v->data[rel] : 0; /* beyond the end: masked */
+            }
+        }
+        ggml_backend_tensor_set(io->codes[l], iv, 0, (size_t)(per * B) * sizeof(int32_t));
+    }
+    for (int t = 0; t < io->n_times; t++) {
+        const cr_time_input *ti = &io->times[t];
+        const int64_t len = ti->kind == CR_TIME_POS ? ggml_nelements(ti->tensor) / B : ti->tensor->ne[1];
+        for (int32_t b = 0; b < B; b++) {
+            const codecrt_stream *s = b < n ? ready[b] : NULL;
+            const int64_t t0 = s ? s->ticks * chunk * ti->rate - ti->delay : 0;
+            const int64_t end = s && s->total_frames >= 0 ? s->total_frames * ti->rate : CR_NO_END;
+            for (int64_t i = 0; i < len; i++) {
+                const int64_t tt = t0 + i;
+                const size_t k = (size_t)b * (size_t)len + (size_t)i;
+                switch (ti->kind) {
+                case CR_TIME_MASK: f[k] = s && tt >= 0 && tt < end ? 1.0f : 0.0f; break;
+                case CR_TIME_NOISE:
+                    f[k] = s && s->params.noise && tt >= 0 ? cr_noise_normal(s->params.seed, (uint32_t)ti->site,
+                                                                             (uint64_t)tt)
+                                                           : 0.0f;
+                    break;
+                default: iv[k] = (int32_t)(((tt % ti->site) + ti->site) % ti->site); break;
+                }
+            }
+        }
+        ggml_backend_tensor_set(ti->tensor, ctx->scratch, 0, (size_t)(len * B) * sizeof(float));
+    }
+    return CODECRT_OK;
+}
+
+/* Append the final samples of the tick's output to each stream. */
+static codecrt_status cr_stream_collect(codecrt_context *ctx, const cr_graph_io *io, codecrt_stream **ready,
+                                        int32_t n, cr_err *err) {
+    const int64_t len = io->out->ne[1];
+    for (int32_t b = 0; b < n; b++) {
+        codecrt_stream *s = ready[b];
+        const int64_t t0 = s->ticks * ctx->pool.chunk * io->out_rate - io->out_delay;
+        const int64_t end = cr_stream_end_samples(s);
+        int64_t lo = t0 < 0 ? -t0 : 0;
+        int64_t hi = end == CR_NO_END ? len : (end - t0 < len ? end - t0 : len);
+        if (hi > lo) {
+            float *dst = cr_f32_reserve(&s->out, hi - lo);
+            if (!dst) {
+                return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+            }
+            ggml_backend_tensor_get(io->out, dst, ((size_t)b * (size_t)len + (size_t)lo) * sizeof(float),
+                                    (size_t)(hi - lo) * sizeof(float));
+            s->out.n += hi - lo;
+        }
+        s->ticks++;
+        if (end != CR_NO_END && s->ticks * ctx->pool.chunk * io->out_rate - io->out_delay >= end) {
+            s->done = true;
+        }
+        /* drop codes that no later tick reads */
+        const codecrt_model_info *info = &ctx->model->info;
+        for (int l = 0; l < info->n_levels; l++) {
+            cr_i32_vec *v = &s->levels[l];
+            const int64_t consumed = s->ticks * ctx->pool.chunk / info->level_stride[l] - s->level_base[l];
+            const int64_t drop = consumed < v->n - v->start ? consumed : v->n - v->start;
+            if (drop > 0) {
+                v->start += drop;
+                s->level_base[l] += drop;
+            }
+        }
+    }
+    return CODECRT_OK;
+}
+
+codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n,
+                                    int32_t *n_stepped) {
+    if (!ctx || (n > 0 && !streams) || n < 0) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    if (n_stepped) {
+        *n_stepped = 0;
+    }
+    if (n == 0) {
+        return CODECRT_OK;
+    }
+    codecrt_stream **ready = malloc(sizeof(*ready) * (size_t)n);
+    if (!ready) {
+        return cr_fail(&ctx->err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+    }
+    int32_t k = 0;
+    codecrt_status st = CODECRT_OK;
+    for (int32_t i = 0; i < n; i++) {
+        codecrt_stream *s = streams[i];
+        if (!s || s->ctx != ctx || ctx->pool.owner[s->slot] != s) {
+            st = cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "stream %d does not belong to this context", i);
+            goto done;
+        }
+        for (int32_t j = 0; j < k; j++) {
+            if (ready[j] == s) {
+                st = cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "stream %d appears twice", i);
+                goto done;
+            }
+        }
+        if (cr_stream_ready(s)) {
+            ready[k++] = s;
+        }
+    }
+    if (k == 0) {
+        goto done;
+    }
+    /* more ready streams than one graph may hold: the rest wait for the next tick */
+    k = k < ctx->params.max_batch ? k : ctx->params.max_batch;
+    const int32_t bucket = cr_stream_bucket(ctx, k);
+    const cr_graph_key key2 = {
+        .kind = CODECRT_GRAPH_STREAM,
+        .n_frames = ctx->pool.chunk,
+        .n_batch = bucket < ctx->params.max_batch ? bucket : ctx->params.max_batch,
+        .flags = 0,
+    };
+    cr_stream_build build = {ctx};
+    cr_graph_slot *slot = NULL;
+    if ((st = cr_graphs_acquire(&ctx->graphs, &key2, cr_build_stream_graph, &build, &slot, &ctx->err)) != CODECRT_OK) {
+        goto done;
+    }
+    if ((st = cr_stream_set_inputs(ctx, &slot->io, ready, k, key2.n_batch, &ctx->err)) != CODECRT_OK) {
+        goto done;
+    }
+    if ((st = cr_graphs_compute(&ctx->graphs, slot, &ctx->err)) != CODECRT_OK) {
+        goto done;
+    }
+    if ((st = cr_stream_collect(ctx, &slot->io, ready, k, &ctx->err)) != CODECRT_OK) {
+        goto done;
+    }
+    if (n_stepped) {
+        *n_stepped = k;
+    }
+done:
+    free(ready);
+    return st;
+}

@@ -1,0 +1,278 @@
+/*
+ * test_stream.c: streaming through the public API on small random SNAC
+ * models: streamed output equals the offline decode for any way of pushing the
+ * codes, batched ticks equal single ticks, slots are reused without growth,
+ * and bad input leaves a stream in a defined state.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "test_common.h"
+
+static codecrt_context *stream_ctx(codecrt_model *m, int32_t chunk, int32_t bucket) {
+    codecrt_context_params p = codecrt_context_default_params();
+    p.device = "cpu";
+    p.n_threads = 2;
+    p.max_frames = 512;
+    p.max_batch = 8;
+    p.batch_bucket = bucket;
+    p.stream_chunk_frames = chunk;
+    p.max_streams = 8;
+    codecrt_context *ctx = NULL;
+    char err[256];
+    codecrt_status st = codecrt_context_init(m, &p, &ctx, err, sizeof(err));
+    CHECK(st == CODECRT_OK, "context_init: %s", err);
+    return ctx;
+}
+
+/* Push tc's codes into s in pieces: level-interleaved, piece sizes from rng. */
+static void push_pieces(codecrt_stream *s, const test_codes *tc, const test_cfg *c, int max_piece) {
+    int64_t pos[4] = {0, 0, 0, 0};
+    bool left = true;
+    while (left) {
+        left = false;
+        for (int l = 0; l < c->n_levels; l++) {
+            const int64_t rem = tc->lengths[l] - pos[l];
+            if (rem <= 0) {
+                continue;
+            }
+            int64_t take = 1 + (int64_t)(frand() * (float)max_piece);
+            take = take < rem ? take : rem;
+            int64_t lens[4] = {0, 0, 0, 0};
+            const int32_t *ptrs[4] = {NULL, NULL, NULL, NULL};
+            lens[l] = take;
+            ptrs[l] = tc->levels[l] + pos[l];
+            codecrt_codes piece = {.n_batch = 1, .n_levels = c->n_levels, .levels = ptrs, .lengths = lens};
+            CHECK_OK(codecrt_stream_push(s, &piece));
+            pos[l] += take;
+            left = left || pos[l] < tc->lengths[l];
+        }
+    }
+}
+
+static void drain(codecrt_context *ctx, codecrt_stream **ss, int n) {
+    int32_t stepped = 1;
+    while (stepped > 0) {
+        CHECK_OK(codecrt_context_step(ctx, ss, n, &stepped));
+    }
+}
+
+static float *pull_all(codecrt_stream *s, size_t *n) {
+    codecrt_stream_info info;
+    CHECK_OK(codecrt_stream_get_info(s, &info));
+    float *pcm = malloc(sizeof(float) * (size_t)(info.samples_ready + 1));
+    CHECK_OK(codecrt_stream_pull(s, pcm, (size_t)info.samples_ready, n));
+    return pcm;
+}
+
+/* One stream, pushed in random pieces, equals offline, noise off and on. */
+static void test_equal_offline(codecrt_model *m, const test_cfg *c, int32_t chunk) {
+    codecrt_context *ctx = stream_ctx(m, chunk, 0);
+    const int32_t frames[] = {4, 8, 28, 36};
+    for (int f = 0; f < 4; f++) {
+        for (int noise = 0; noise < 2; noise++) {
+            test_codes tc;
+            make_codes(&tc, c, frames[f], 1, (uint32_t)(f + 7));
+            size_t n_off = 0;
+            float *off = decode_alloc(ctx, &tc, noise, &n_off); /* seed 1234 */
+            codecrt_stream_params sp = codecrt_stream_default_params();
+            sp.noise = noise;
+            sp.seed = 1234;
+            codecrt_stream *s = NULL;
+            CHECK_OK(codecrt_stream_init(ctx, &sp, &s));
+            push_pieces(s, &tc, c, f == 0 ? 1 : 5);
+            CHECK_OK(codecrt_stream_finish(s));
+            drain(ctx, &s, 1);
+            codecrt_stream_info info;
+            CHECK_OK(codecrt_stream_get_info(s, &info));
+            CHECK(info.done, "stream not done");
+            size_t n_str = 0;
+            float *str = pull_all(s, &n_str);
+            CHECK(n_str == n_off, "[%s chunk %d] %d frames: streamed %zu samples, offline %zu", c->name, chunk,
+                  frames[f], n_str, n_off);
+            const double d = n_str == n_off ? max_abs_diff(str, off, n_off) : 1e9;
+            CHECK(d < 1e-5, "[%s chunk %d] %d frames noise %d: streamed differs from offline by %g", c->name,
+                  chunk, frames[f], noise, d);
+            codecrt_stream_free(s);
+            free(off);
+            free(str);
+            free_codes(&tc, c);
+        }
+    }
+    codecrt_context_free(ctx);
+}
+
+/* N streams stepped together with joins and leaves give what each gives alone. */
+static void test_batched(codecrt_model *m, const test_cfg *c, int32_t chunk, int bucket) {
+    codecrt_context *ctx = stream_ctx(m, chunk, bucket);
+    enum { NS = 5 };
+    const int32_t frames[NS] = {8, 20, 4, 32, 12};
+    test_codes tc[NS];
+    codecrt_stream *ss[NS] = {0};
+    float *alone[NS];
+    size_t n_alone[NS];
+    for (int i = 0; i < NS; i++) {
+        make_codes(&tc[i], c, frames[i], 1, (uint32_t)(i * 3 + 1));
+        alone[i] = decode_alloc(ctx, &tc[i], 1, &n_alone[i]);
+    }
+    /* streams join at different ticks: stream i starts after i ticks */
+    float *got[NS] = {0};
+    size_t n_got[NS] = {0};
+    for (int tick = 0; tick < 64; tick++) {
+        if (tick < NS) {
+            codecrt_stream_params sp = codecrt_stream_default_params();
+            sp.noise = 1;
+            sp.seed = 1234;
+            CHECK_OK(codecrt_stream_init(ctx, &sp, &ss[tick]));
+            push_pieces(ss[tick], &tc[tick], c, 3);
+            CHECK_OK(codecrt_stream_finish(ss[tick]));
+            got[tick] = malloc(sizeof(float) * n_alone[tick]);
+        }
+        codecrt_stream *live[NS];
+        int nl = 0;
+        for (int i = 0; i < NS; i++) {
+            if (ss[i]) {
+                live[nl++] = ss[i];
+            }
+        }
+        int32_t stepped = 0;
+        CHECK_OK(codecrt_context_step(ctx, live, nl, &stepped));
+        for (int i = 0; i < NS; i++) {
+            if (!ss[i]) {
+                continue;
+            }
+            size_t k = 0;
+            CHECK_OK(codecrt_stream_pull(ss[i], got[i] + n_got[i], n_alone[i] - n_got[i], &k));
+            n_got[i] += k;
+            codecrt_stream_info info;
+            CHECK_OK(codecrt_stream_get_info(ss[i], &info));
+            if (info.done) { /* leaves while others go on */
+                codecrt_stream_free(ss[i]);
+                ss[i] = NULL;
+            }
+        }
+    }
+    for (int i = 0; i < NS; i++) {
+        CHECK(ss[i] == NULL, "stream %d never finished", i);
+        CHECK(n_got[i] == n_alone[i], "stream %d: %zu samples, alone %zu", i, n_got[i], n_alone[i]);
+        const double d = max_abs_diff(got[i], alone[i], n_alone[i]);
+        CHECK(d < 1e-5, "[%s] stream %d batched differs from alone by %g", c->name, i, d);
+        free(got[i]);
+        free(alone[i]);
+        free_codes(&tc[i], c);
+    }
+    codecrt_context_free(ctx);
+}
+
+/* Many streams opened and closed: slots reused, no new graphs after warm-up. */
+static void test_slots(codecrt_model *m, const test_cfg *c, int rounds) {
+    codecrt_context *ctx = stream_ctx(m, 4, 1);
+    test_codes tc;
+    make_codes(&tc, c, 8, 1, 5);
+    codecrt_stats s0, s1;
+    uint64_t built_after_warmup = 0;
+    for (int r = 0; r < rounds; r++) {
+        codecrt_stream *s = NULL;
+        CHECK_OK(codecrt_stream_init(ctx, NULL, &s));
+        CHECK_OK(codecrt_stream_push(s, &tc.codes));
+        if (r % 3 != 2) {
+            CHECK_OK(codecrt_stream_finish(s));
+            drain(ctx, &s, 1);
+        } else {
+            int32_t k = 0; /* cancelled mid-stream */
+            CHECK_OK(codecrt_context_step(ctx, &s, 1, &k));
+        }
+        codecrt_stream_free(s);
+        if (r == 3) {
+            CHECK_OK(codecrt_context_get_stats(ctx, &s0));
+            built_after_warmup = s0.graphs_built;
+        }
+    }
+    CHECK_OK(codecrt_context_get_stats(ctx, &s1));
+    CHECK(s1.graphs_built == built_after_warmup, "graphs built grew from %llu to %llu",
+          (unsigned long long)built_after_warmup, (unsigned long long)s1.graphs_built);
+    CHECK(s1.state_bytes == s0.state_bytes && s1.streams_active == 0, "state %llu -> %llu, active %d",
+          (unsigned long long)s0.state_bytes, (unsigned long long)s1.state_bytes, s1.streams_active);
+    /* every slot can be taken, and one more is refused */
+    codecrt_stream *all[9] = {0};
+    for (int i = 0; i < 8; i++) {
+        CHECK_OK(codecrt_stream_init(ctx, NULL, &all[i]));
+    }
+    CHECK(codecrt_stream_init(ctx, NULL, &all[8]) == CODECRT_E_TOO_LARGE, "ninth stream accepted");
+    for (int i = 0; i < 8; i++) {
+        codecrt_stream_free(all[i]);
+    }
+    free_codes(&tc, c);
+    codecrt_context_free(ctx);
+}
+
+static void test_bad_input(codecrt_model *m, const test_cfg *c) {
+    codecrt_context *ctx = stream_ctx(m, 4, 0);
+    codecrt_stream *a = NULL, *b = NULL;
+    CHECK_OK(codecrt_stream_init(ctx, NULL, &a));
+    CHECK_OK(codecrt_stream_init(ctx, NULL, &b));
+    test_codes tc;
+    make_codes(&tc, c, 8, 1, 2);
+    CHECK_OK(codecrt_stream_push(b, &tc.codes));
+    const int32_t saved = tc.levels[2][3];
+    tc.levels[2][3] = c->codebook + 5;
+    CHECK(codecrt_stream_push(a, &tc.codes) == CODECRT_E_CODE_RANGE, "out of range accepted");
+    CHECK(strstr(codecrt_stream_last_error(a), "level 2") != NULL, "message: %s", codecrt_stream_last_error(a));
+    codecrt_stream_info info;
+    CHECK_OK(codecrt_stream_get_info(a, &info));
+    CHECK(info.frames_pushed == 0, "rejected push left %lld frames", (long long)info.frames_pushed);
+    tc.levels[2][3] = saved;
+    /* half a frame group then finish: refused, stream still usable */
+    int64_t lens[3] = {1, 1, 0};
+    const int32_t *ptrs[3] = {tc.levels[0], tc.levels[1], NULL};
+    codecrt_codes part = {.n_batch = 1, .n_levels = 3, .levels = ptrs, .lengths = lens};
+    CHECK_OK(codecrt_stream_push(a, &part));
+    CHECK(codecrt_stream_finish(a) == CODECRT_E_SHAPE, "broken group accepted at finish");
+    CHECK_OK(codecrt_stream_reset(a));
+    CHECK_OK(codecrt_stream_push(a, &tc.codes));
+    CHECK_OK(codecrt_stream_finish(a));
+    CHECK(codecrt_stream_push(a, &tc.codes) == CODECRT_E_STATE, "push after finish accepted");
+    CHECK(codecrt_stream_finish(a) == CODECRT_E_STATE, "finish twice accepted");
+    /* b is untouched by all of that */
+    CHECK_OK(codecrt_stream_finish(b));
+    codecrt_stream *both[2] = {a, b};
+    drain(ctx, both, 2);
+    size_t na = 0, nb = 0;
+    float *pa = pull_all(a, &na), *pb = pull_all(b, &nb);
+    CHECK(na == nb && na > 0 && memcmp(pa, pb, na * sizeof(float)) == 0, "a and b differ after a's errors");
+    free(pa);
+    free(pb);
+    codecrt_stream_free(a);
+    codecrt_stream_free(b);
+    free_codes(&tc, c);
+    codecrt_context_free(ctx);
+}
+
+int main(void) {
+    char dir[] = "/tmp/codecrt-stream-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    const test_cfg *cfgs[] = {&k_plain, &k_attn};
+    for (int i = 0; i < 2; i++) {
+        const test_cfg *c = cfgs[i];
+        char path[512], err[512];
+        snprintf(path, sizeof(path), "%s/%s.gguf", dir, c->name);
+        write_model(path, c, "snac", NULL, NULL);
+        codecrt_model *m = NULL;
+        CHECK_OK(codecrt_model_load(path, &m, err, sizeof(err)));
+        if (!m) {
+            continue;
+        }
+        test_equal_offline(m, c, 4);
+        test_equal_offline(m, c, 12);
+        test_batched(m, c, 4, 0);
+        test_batched(m, c, 8, 1);
+        test_slots(m, c, 60);
+        test_bad_input(m, c);
+        codecrt_model_free(m);
+        unlink(path);
+    }
+    rmdir(dir);
+    printf("%d passed, %d failed\n", g_checks - g_failures, g_failures);
+    return g_failures ? 1 : 0;
+}

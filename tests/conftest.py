@@ -1,0 +1,91 @@
+"""Shared fixtures: import paths, the layouts module, converted random SNAC models."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# the source tree's pure-Python packages first; the bindings last, so that an
+# installed codecrt (with its built _native module) wins over the source copy
+for sub in ("tests", "daemon"):
+    if str(ROOT / sub) not in sys.path:
+        sys.path.insert(0, str(ROOT / sub))
+if str(ROOT / "bindings") not in sys.path:
+    sys.path.append(str(ROOT / "bindings"))
+
+import reference  # noqa: E402
+
+
+def load_layouts():
+    """``codecrt.layouts``; loaded straight from its file when the native module is not built."""
+    try:
+        return importlib.import_module("codecrt.layouts")
+    except ImportError:
+        path = ROOT / "bindings" / "codecrt" / "layouts.py"
+        spec = importlib.util.spec_from_file_location("codecrt_layouts", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules.setdefault("codecrt_layouts", mod)
+        spec.loader.exec_module(mod)
+        return mod
+
+
+@pytest.fixture(scope="session")
+def layouts():
+    return load_layouts()
+
+
+def codecrt_or_skip():
+    """The codecrt bindings with a real runtime, or skip (not importable, or a stub build)."""
+    try:
+        codecrt = importlib.import_module("codecrt")
+    except ImportError as e:
+        pytest.skip(f"codecrt native module not importable: {e}")
+    if "stub" in codecrt.version():
+        pytest.skip(f"codecrt is a stub build ({codecrt.version()})")
+    return codecrt
+
+
+SEEDS = {"24khz": 11, "32khz": 22, "44khz": 33}
+
+
+class SnacCase:
+    """A random reference model of one config, saved in the released layout and converted (f32)."""
+
+    def __init__(self, name: str, root: Path):
+        from codecd.convert import convert
+
+        self.name = name
+        self.config = dict(reference.CONFIGS[name])
+        self.seed = SEEDS[name]
+        self.model = reference.build_reference_snac(self.config, self.seed)
+        self.folder = reference.save_released_layout(self.model, self.config, root / f"snac_{name}")
+        self.gguf = convert(self.folder, root / f"snac_{name}.gguf", progress=False)
+        self._read = None
+
+    @property
+    def read(self):
+        if self._read is None:
+            self._read = reference.read_gguf(self.gguf)
+        return self._read
+
+
+@pytest.fixture(scope="session")
+def snac_cases(tmp_path_factory):
+    """name -> SnacCase, built on first use (needs torch and snac)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("snac")
+    pytest.importorskip("gguf")
+    root = tmp_path_factory.mktemp("snac")
+    cache: dict[str, SnacCase] = {}
+
+    def get(name: str) -> SnacCase:
+        if name not in cache:
+            cache[name] = SnacCase(name, root)
+        return cache[name]
+
+    return get
