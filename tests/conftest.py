@@ -50,7 +50,7 @@ def codecrt_or_skip():
     return codecrt
 
 
-SEEDS = {"24khz": 11, "32khz": 22, "44khz": 33}
+SEEDS = {"24khz": 11, "32khz": 22, "44khz": 33, "tiny": 44}
 
 
 class SnacCase:

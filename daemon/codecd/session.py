@@ -1,0 +1,808 @@
+"""Per-connection state machine of codecd, sans-I/O.
+
+A :class:`Session` is fed what the connection receives (:meth:`Session.receive_text`,
+:meth:`Session.receive_binary`, or already parsed messages with
+:meth:`Session.receive`) and what the decode engine reports
+(:meth:`Session.on_audio`, :meth:`Session.on_done`, :meth:`Session.on_engine_error`),
+plus a periodic :meth:`Session.tick`. Every call returns a list of *actions* for
+the server shell to carry out, in order: engine commands (:class:`EngineOpen`,
+:class:`EnginePush`, :class:`EngineFinish`, :class:`EngineCancel`) and
+connection output (:class:`SendText`, :class:`SendBinary`, :class:`Close`).
+Nothing here does I/O, sleeps or imports asyncio.
+
+Stream life cycle: ``start`` -> (``EngineOpen``, ``started``) -> tokens
+(``EnginePush`` of whole groups) -> ``end`` (``EngineFinish``) -> engine
+``on_done`` -> ``done``. Every stream ends with exactly one terminal message to
+the client: ``done``, ``cancelled`` or an ``error`` carrying its ``stream_id``.
+After that its id is *closed*: tokens, ``end`` and ``cancel`` for it are dropped
+silently (the client may have had them in flight) until a new ``start`` reuses
+it. Engine keys are unique per (session, stream), so late engine results for
+an old stream never reach a new one with the same id.
+
+Errors: a protocol error with a ``stream_id`` fails that stream only (engine
+cancelled, slot released, other streams unaffected); one without closes the
+connection (``error`` then :class:`Close` with the code's close code).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from . import __version__
+from .audio import OutputConverter
+from .protocol import (
+    DEFAULT_LIMITS,
+    FORMATS,
+    LAYOUTS,
+    MULAW_DEFAULT_RATE,
+    Cancel,
+    ClientMessage,
+    End,
+    ErrorCode,
+    Hello,
+    Limits,
+    ProtocolError,
+    Start,
+    TokenChunk,
+    close_code_for,
+    encode_audio,
+    encode_cancelled,
+    encode_done,
+    encode_error,
+    encode_hello,
+    encode_started,
+    parse_binary,
+    parse_text,
+    truncate_reason,
+)
+
+__all__ = [
+    "ModelSpec", "SessionLimits", "SessionMetrics", "StreamKey", "Session",
+    "EngineOpen", "EnginePush", "EngineFinish", "EngineCancel", "SendText", "SendBinary",
+    "Close", "Action", "ORPHEUS_GROUP", "ORPHEUS_TOKEN_BASE", "ORPHEUS_CODEBOOK_SIZE",
+]
+
+logger = logging.getLogger(__name__)
+
+# Orpheus layout (same constants as codecrt.layouts; kept here to avoid the dependency)
+ORPHEUS_GROUP = 7
+ORPHEUS_TOKEN_BASE = 128266
+ORPHEUS_CODEBOOK_SIZE = 4096
+ORPHEUS_LEVEL_STRIDES = (4, 2, 1)
+_POS_LEVEL = np.array([0, 1, 2, 2, 1, 2, 2], dtype=np.int64)
+_ID_OFFSET = ORPHEUS_TOKEN_BASE + np.arange(ORPHEUS_GROUP, dtype=np.int64) * ORPHEUS_CODEBOOK_SIZE
+_EMPTY = np.zeros(0, dtype=np.int32)
+
+
+# ------------------------------------------------------------------ configuration
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the session needs to know of a loaded model.
+
+    ``level_strides[l]`` is the number of finest-level frames per code of level
+    ``l`` (SNAC 24 kHz: 4, 2, 1); one finest frame is ``hop_length`` samples at
+    ``sample_rate``. ``latency_samples`` is the decoder's look-ahead in exact
+    mode, ``low_latency_samples`` in low mode (None: low mode not offered, a
+    ``latency: low`` start gets exact). ``voices`` empty: the model has none.
+    """
+
+    name: str
+    arch: str
+    sample_rate: int
+    hop_length: int
+    n_levels: int
+    codebook_sizes: tuple[int, ...]
+    level_strides: tuple[int, ...]
+    layouts: tuple[str, ...] = ("levels",)
+    latency_samples: int = 0
+    low_latency_samples: int | None = None
+    voices: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.codebook_sizes) != self.n_levels or len(self.level_strides) != self.n_levels:
+            raise ValueError(f"{self.name}: codebook_sizes and level_strides need "
+                             f"{self.n_levels} entries")
+        bad = set(self.layouts) - set(LAYOUTS)
+        if bad:
+            raise ValueError(f"{self.name}: unknown layouts {sorted(bad)}")
+        if set(self.layouts) & {"orpheus", "orpheus_ids"} and (
+                self.n_levels != 3 or tuple(self.level_strides) != ORPHEUS_LEVEL_STRIDES
+                or any(c < ORPHEUS_CODEBOOK_SIZE for c in self.codebook_sizes)):
+            raise ValueError(f"{self.name}: orpheus layouts need 3 levels, strides 4/2/1 and "
+                             f"codebooks of {ORPHEUS_CODEBOOK_SIZE}")
+
+    @property
+    def codes_per_frame(self) -> float:
+        """Codes of all levels per finest-level frame (Orpheus: 7/4)."""
+        return sum(1.0 / s for s in self.level_strides)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "arch": self.arch, "sample_rate": self.sample_rate,
+                "n_levels": self.n_levels, "layouts": list(self.layouts),
+                "voices": list(self.voices)}
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    """Per-connection limits (the server-wide stream limit is the ``admit`` hook's)."""
+
+    max_streams: int = 16
+    #: tokens accepted but not yet decoded, per stream (~100 s of Orpheus audio)
+    max_pending_tokens: int = 8192
+    #: seconds of audio that a stream's pushed frames may cover
+    max_duration_s: float = 600.0
+    #: an open stream (before ``end``) without input for this long fails
+    idle_timeout_s: float = 30.0
+    #: streams ended but not reported done by the engine after this long fail
+    finish_timeout_s: float = 120.0
+    #: closed stream ids remembered for dropping their in-flight messages
+    max_closed_ids: int = 1024
+    protocol: Limits = DEFAULT_LIMITS
+
+
+@dataclass
+class SessionMetrics:
+    """Counters for the server to export. Pass one instance to many sessions to aggregate."""
+
+    streams_started: int = 0
+    streams_done: int = 0
+    streams_cancelled: int = 0
+    streams_failed: int = 0
+    streams_refused: int = 0
+    tokens_received: int = 0
+    samples_sent: int = 0
+    audio_bytes_sent: int = 0
+    messages_received: int = 0
+    messages_dropped: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k != "errors"}
+        d["errors"] = dict(self.errors)
+        return d
+
+
+_session_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class StreamKey:
+    """Opaque engine key of one stream of one session (never reused)."""
+
+    session: int
+    serial: int
+    stream_id: str
+
+    def __str__(self) -> str:
+        return f"{self.session}.{self.serial}:{self.stream_id}"
+
+
+# ------------------------------------------------------------------------ actions
+
+
+@dataclass(frozen=True)
+class EngineOpen:
+    key: StreamKey
+    model: str
+    noise: bool = False
+    seed: int | None = None
+    latency: str = "exact"
+    voice: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class EnginePush:
+    """Codes to decode: one int32 array per level of the model, any lengths (may be empty)."""
+
+    key: StreamKey
+    levels: list[npt.NDArray[np.int32]]
+
+
+@dataclass(frozen=True)
+class EngineFinish:
+    """No more codes: decode the rest, then report ``on_done``."""
+
+    key: StreamKey
+
+
+@dataclass(frozen=True)
+class EngineCancel:
+    """Drop the stream (no ``on_done`` expected). Must be a no-op for a key already gone."""
+
+    key: StreamKey
+
+
+@dataclass(frozen=True)
+class SendText:
+    data: str
+
+
+@dataclass(frozen=True)
+class SendBinary:
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Close:
+    """Close the connection with this websocket close code and reason (<= 123 bytes)."""
+
+    code: int
+    reason: str
+
+
+Action = Union[EngineOpen, EnginePush, EngineFinish, EngineCancel, SendText, SendBinary, Close]
+
+
+# ------------------------------------------------------------------------ streams
+
+
+_OPEN = "open"
+_ENDING = "ending"
+
+
+@dataclass(eq=False)
+class _Stream:
+    key: StreamKey
+    start: Start
+    spec: ModelSpec
+    out_rate: int
+    converter: OutputConverter
+    admitted: bool
+    last_input: float
+    state: str = _OPEN
+    ended_at: float = 0.0
+    n_tokens: int = 0  # orpheus: audio tokens accepted so far (incl. the partial group)
+    partial: npt.NDArray[np.int32] = field(default_factory=lambda: _EMPTY)
+    level_codes: list[int] = field(default_factory=list)  # codes pushed per level
+    tokens_accepted: int = 0
+    samples_in: int = 0  # model-rate samples from the engine
+    seq: int = 0
+
+    @property
+    def stream_id(self) -> str:
+        return self.start.stream_id
+
+    def frames_pushed(self) -> int:
+        return max((c * s for c, s in zip(self.level_codes, self.spec.level_strides)), default=0)
+
+    def pending_tokens(self) -> float:
+        decoded_frames = self.samples_in / self.spec.hop_length
+        return self.tokens_accepted - decoded_frames * self.spec.codes_per_frame
+
+
+class _Fail(Exception):
+    """Internal: fail the current stream with this error."""
+
+    def __init__(self, code: ErrorCode, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+# ------------------------------------------------------------------------ session
+
+
+class Session:
+    """State of one client connection: its streams, their token assembly and output.
+
+    ``admit()`` is asked before each stream opens (server-wide limit): False
+    refuses the start with ``busy``. ``release()`` is called exactly once for
+    every admitted stream when it is freed (done, cancelled, failed, closed).
+    """
+
+    def __init__(self, models: Mapping[str, ModelSpec], limits: SessionLimits = SessionLimits(),
+                 clock: Callable[[], float] = time.monotonic, *,
+                 admit: Callable[[], bool] = lambda: True,
+                 release: Callable[[], None] = lambda: None,
+                 metrics: SessionMetrics | None = None,
+                 hello_info: Mapping[str, Any] | None = None) -> None:
+        self.models = dict(models)
+        self.limits = limits
+        self.clock = clock
+        self.admit = admit
+        self.release = release
+        self.metrics = metrics if metrics is not None else SessionMetrics()
+        self.hello_info = hello_info
+        self.id = next(_session_ids)
+        self.closed = False
+        self.client_hello: Hello | None = None
+        self._serial = itertools.count()
+        self._streams: dict[str, _Stream] = {}
+        self._by_key: dict[StreamKey, _Stream] = {}
+        self._closed_ids: OrderedDict[str, None] = OrderedDict()
+        self._drop_bare = False  # the bare-array stream was cancelled/failed: drop its tail
+
+    # --------------------------------------------------------------- inspection
+
+    @property
+    def open_streams(self) -> list[str]:
+        return list(self._streams)
+
+    def stream_key(self, stream_id: str) -> StreamKey | None:
+        st = self._streams.get(stream_id)
+        return st.key if st else None
+
+    def default_hello(self) -> dict[str, Any]:
+        pl = self.limits.protocol
+        return {
+            "server": f"codecd/{__version__}",
+            "models": [m.describe() for m in self.models.values()],
+            "formats": list(FORMATS),
+            "layouts": list(LAYOUTS),
+            "limits": {
+                "max_message_bytes": pl.max_message_bytes,
+                "max_tokens_per_message": pl.max_tokens_per_message,
+                "max_stream_id_len": pl.max_stream_id_len,
+                "max_streams": self.limits.max_streams,
+                "max_pending_tokens": self.limits.max_pending_tokens,
+                "max_duration_s": self.limits.max_duration_s,
+                "idle_timeout_s": self.limits.idle_timeout_s,
+            },
+        }
+
+    # ------------------------------------------------------------ connection
+
+    def connect(self) -> list[Action]:
+        """The server's ``hello``, sent first on a new connection."""
+        return [SendText(encode_hello(self.hello_info if self.hello_info is not None
+                                      else self.default_hello()))]
+
+    def receive_text(self, data: str) -> list[Action]:
+        """A text frame from the client."""
+        if self.closed:
+            return []
+        self.metrics.messages_received += 1
+        try:
+            msg = parse_text(data, self.limits.protocol)
+        except ProtocolError as e:
+            return self._protocol_error(e)
+        return self._dispatch(msg)
+
+    def receive_binary(self, data: bytes) -> list[Action]:
+        """A binary frame from the client."""
+        if self.closed:
+            return []
+        self.metrics.messages_received += 1
+        try:
+            msg = parse_binary(data, self.limits.protocol)
+        except ProtocolError as e:
+            return self._protocol_error(e)
+        return self._dispatch(msg)
+
+    def receive(self, msg: ClientMessage) -> list[Action]:
+        """An already parsed client message."""
+        if self.closed:
+            return []
+        self.metrics.messages_received += 1
+        return self._dispatch(msg)
+
+    def fail_connection(self, code: ErrorCode | str, message: str) -> list[Action]:
+        """End the connection with an error (server-side reasons: ``slow_reader``,
+        ``unauthorized``, ``shutting_down``, ...): ``error``, engine cancels, ``Close``."""
+        if self.closed:
+            return []
+        code = ErrorCode(code)
+        self._count_error(code)
+        logger.info("session %d: closing: %s: %s", self.id, code.value, message)
+        acts: list[Action] = [SendText(encode_error(code, message))]
+        acts += self._drop_all(failed=True)
+        acts.append(Close(close_code_for(code), truncate_reason(f"{code.value}: {message}")))
+        self.closed = True
+        return acts
+
+    def shutdown(self, message: str = "server is shutting down") -> list[Action]:
+        return self.fail_connection(ErrorCode.SHUTTING_DOWN, message)
+
+    def connection_lost(self) -> list[Action]:
+        """The connection closed (either side): cancel every stream, release their slots."""
+        if self.closed and not self._streams:
+            return []
+        self.closed = True
+        return self._drop_all(failed=False)
+
+    def tick(self, now: float | None = None) -> list[Action]:
+        """Periodic check of time limits: idle open streams and ended streams the engine
+        never finished fail with ``idle_timeout`` / ``engine_error``."""
+        if self.closed:
+            return []
+        t = self.clock() if now is None else now
+        acts: list[Action] = []
+        for st in list(self._streams.values()):
+            if st.state == _OPEN and t - st.last_input > self.limits.idle_timeout_s:
+                acts += self._fail(st, ErrorCode.IDLE_TIMEOUT,
+                                   f"no input for {self.limits.idle_timeout_s:g} s")
+            elif st.state == _ENDING and t - st.ended_at > self.limits.finish_timeout_s:
+                acts += self._fail(st, ErrorCode.ENGINE_ERROR,
+                                   f"decoder did not finish within "
+                                   f"{self.limits.finish_timeout_s:g} s")
+        return acts
+
+    # ---------------------------------------------------------------- engine
+
+    def on_audio(self, key: StreamKey, pcm_f32: npt.ArrayLike) -> list[Action]:
+        """Decoded audio (float32, model rate) for a stream; stale keys are ignored."""
+        st = self._by_key.get(key)
+        if st is None:
+            return []
+        pcm = np.asarray(pcm_f32, dtype=np.float32).reshape(-1)
+        st.samples_in += int(pcm.size)
+        data, n = st.converter.feed(pcm)
+        return self._audio_frame(st, data, n)
+
+    def on_done(self, key: StreamKey, total_samples: int) -> list[Action]:
+        """The engine finished a stream: flush its converter, send ``done``, free it."""
+        st = self._by_key.get(key)
+        if st is None:
+            return []
+        if st.state != _ENDING:
+            logger.warning("session %d: engine reported %s done before end", self.id, key)
+        if total_samples != st.samples_in:
+            logger.warning("session %d: %s: engine reports %d samples, %d received", self.id,
+                           key, total_samples, st.samples_in)
+        data, n = st.converter.flush()
+        acts = self._audio_frame(st, data, n)
+        out = st.converter.samples_out
+        acts.append(SendText(encode_done(st.stream_id, out, st.out_rate)))
+        self._free(st)
+        self.metrics.streams_done += 1
+        return acts
+
+    def on_engine_error(self, key: StreamKey, code: str, message: str) -> list[Action]:
+        """The engine failed a stream: ``error`` (the given code when it is a protocol
+        code, else ``engine_error``) and the stream fails; other streams continue."""
+        st = self._by_key.get(key)
+        if st is None:
+            return []
+        try:
+            ec = ErrorCode(code)
+        except ValueError:
+            ec = ErrorCode.ENGINE_ERROR
+            message = f"{code}: {message}"
+        return self._fail(st, ec, message)
+
+    # ------------------------------------------------------------- internals
+
+    def _count_error(self, code: ErrorCode) -> None:
+        self.metrics.errors[code.value] += 1
+
+    def _audio_frame(self, st: _Stream, data: bytes, n: int) -> list[Action]:
+        if not n:
+            return []
+        offset = st.converter.samples_out - n
+        frame = encode_audio(st.stream_id, st.seq, offset, data)
+        st.seq += 1
+        self.metrics.samples_sent += n
+        self.metrics.audio_bytes_sent += len(data)
+        return [SendBinary(frame)]
+
+    def _mark_closed(self, stream_id: str) -> None:
+        self._closed_ids[stream_id] = None
+        self._closed_ids.move_to_end(stream_id)
+        while len(self._closed_ids) > self.limits.max_closed_ids:
+            self._closed_ids.popitem(last=False)
+
+    def _free(self, st: _Stream) -> None:
+        self._streams.pop(st.stream_id, None)
+        self._by_key.pop(st.key, None)
+        self._mark_closed(st.stream_id)
+        if st.admitted:
+            st.admitted = False
+            self.release()
+
+    def _fail(self, st: _Stream, code: ErrorCode, message: str,
+              details: Mapping[str, Any] | None = None) -> list[Action]:
+        """Fail one stream: ``error`` scoped to it, EngineCancel, free."""
+        logger.info("session %d: stream %r failed: %s: %s", self.id, st.stream_id, code.value,
+                    message)
+        self._count_error(code)
+        self.metrics.streams_failed += 1
+        self._free(st)
+        if not self._streams:
+            self._drop_bare = True
+        return [EngineCancel(st.key), SendText(encode_error(code, message, st.stream_id, details))]
+
+    def _refuse(self, stream_id: str, code: ErrorCode, message: str,
+                details: Mapping[str, Any] | None = None) -> list[Action]:
+        """An error scoped to a stream id that is not open (a refused start, unknown id)."""
+        self._count_error(code)
+        self._mark_closed(stream_id)
+        return [SendText(encode_error(code, message, stream_id, details))]
+
+    def _drop_all(self, failed: bool) -> list[Action]:
+        acts: list[Action] = []
+        for st in list(self._streams.values()):
+            acts.append(EngineCancel(st.key))
+            self._free(st)
+            if failed:
+                self.metrics.streams_failed += 1
+            else:
+                self.metrics.streams_cancelled += 1
+        return acts
+
+    def _protocol_error(self, e: ProtocolError) -> list[Action]:
+        sid = e.stream_id
+        if sid is None and e.bare:
+            # a bad bare array belongs to the connection's only open stream, if any
+            opened = [s for s in self._streams.values() if s.state == _OPEN]
+            if len(opened) == 1:
+                sid = opened[0].stream_id
+            elif not opened and self._drop_bare:
+                self.metrics.messages_dropped += 1
+                return []
+        if sid is None:
+            return self.fail_connection(e.code, e.message)
+        st = self._streams.get(sid)
+        if st is not None:
+            return self._fail(st, e.code, e.message, e.details)
+        if e.msg_type != "start" and sid in self._closed_ids:
+            self.metrics.messages_dropped += 1
+            return []
+        if e.msg_type == "start":
+            self.metrics.streams_refused += 1
+        return self._refuse(sid, e.code, e.message, e.details)
+
+    def _dispatch(self, msg: ClientMessage) -> list[Action]:
+        try:
+            if isinstance(msg, TokenChunk):
+                return self._on_tokens(msg)
+            if isinstance(msg, Start):
+                return self._on_start(msg)
+            if isinstance(msg, End):
+                return self._on_end(msg)
+            if isinstance(msg, Cancel):
+                return self._on_cancel(msg)
+            if isinstance(msg, Hello):
+                if self.client_hello is not None:
+                    return self.fail_connection(ErrorCode.BAD_MESSAGE, "hello: sent twice")
+                self.client_hello = msg
+                logger.debug("session %d: client hello %r", self.id, msg)
+                return []
+        except ProtocolError as e:
+            return self._protocol_error(e)
+        except Exception as e:  # a bug: end the connection, keep the server
+            logger.exception("session %d: internal error", self.id)
+            return self.fail_connection(ErrorCode.INTERNAL_ERROR, type(e).__name__)
+        raise TypeError(f"not a client message: {type(msg).__name__}")
+
+    # ----------------------------------------------------------------- start
+
+    def _on_start(self, m: Start) -> list[Action]:
+        sid = m.stream_id
+        old = self._streams.get(sid)
+        if old is not None:
+            # the client believes the id is free: continuing the old stream would mix audio
+            self.metrics.streams_refused += 1
+            return self._fail(old, ErrorCode.DUPLICATE_STREAM,
+                              f"stream {sid!r} is already open; the open stream and this "
+                              "start are both failed")
+
+        def refuse(code: ErrorCode, message: str) -> list[Action]:
+            self.metrics.streams_refused += 1
+            return self._refuse(sid, code, message)
+
+        if len(self._streams) >= self.limits.max_streams:
+            return refuse(ErrorCode.TOO_MANY_STREAMS,
+                          f"connection has {len(self._streams)} open streams (limit "
+                          f"{self.limits.max_streams})")
+        spec = self.models.get(m.model)
+        if spec is None:
+            return refuse(ErrorCode.UNKNOWN_MODEL,
+                          f"model {m.model!r} is not loaded; models: {', '.join(self.models)}")
+        if m.layout not in spec.layouts:
+            return refuse(ErrorCode.BAD_LAYOUT, f"model {spec.name!r} takes layouts "
+                                                f"{', '.join(spec.layouts)}, not {m.layout!r}")
+        if m.voice is not None and m.voice not in spec.voices:
+            return refuse(ErrorCode.UNKNOWN_VOICE,
+                          f"model {spec.name!r} has no voice {m.voice!r}")
+        out_rate = m.sample_rate or (MULAW_DEFAULT_RATE if m.format == "mulaw"
+                                     else spec.sample_rate)
+        try:
+            conv = OutputConverter(spec.sample_rate, out_rate, m.format)
+        except (ValueError, ImportError) as e:
+            return refuse(ErrorCode.BAD_FORMAT, f"cannot produce {m.format} at {out_rate} Hz: "
+                                                f"{e}")
+        if not self.admit():
+            return refuse(ErrorCode.BUSY, "server is at its stream limit; retry later")
+
+        key = StreamKey(self.id, next(self._serial), sid)
+        st = _Stream(key=key, start=m, spec=spec, out_rate=out_rate, converter=conv,
+                     admitted=True, last_input=self.clock(), level_codes=[0] * spec.n_levels)
+        self._streams[sid] = st
+        self._by_key[key] = st
+        self._closed_ids.pop(sid, None)
+        self._drop_bare = False
+        self.metrics.streams_started += 1
+
+        latency = m.latency if (m.latency == "exact" or spec.low_latency_samples is not None) \
+            else "exact"
+        lat_in = spec.latency_samples if latency == "exact" else (spec.low_latency_samples or 0)
+        lat_out = int(round(lat_in * out_rate / spec.sample_rate))
+        logger.debug("session %d: start %s model=%s layout=%s %s@%d", self.id, key, spec.name,
+                     m.layout, m.format, out_rate)
+        return [EngineOpen(key, spec.name, noise=m.noise, seed=m.seed, latency=latency,
+                           voice=m.voice),
+                SendText(encode_started(sid, out_rate, m.format, lat_out, latency))]
+
+    # ---------------------------------------------------------------- tokens
+
+    def _resolve(self, stream_id: str | None) -> _Stream | list[Action]:
+        """The target stream, or the actions that answer a message for no open stream."""
+        if stream_id is None:  # bare array
+            opened = [s for s in self._streams.values() if s.state == _OPEN]
+            if len(opened) == 1:
+                return opened[0]
+            if not opened and self._drop_bare:
+                self.metrics.messages_dropped += 1
+                return []
+            if not opened:
+                return self.fail_connection(ErrorCode.UNKNOWN_STREAM,
+                                            "bare token array but no stream is open")
+            return self.fail_connection(ErrorCode.BAD_MESSAGE,
+                                        f"bare token array is ambiguous: {len(opened)} streams "
+                                        "are open; use a tokens message with stream_id")
+        st = self._streams.get(stream_id)
+        if st is not None:
+            return st
+        if stream_id in self._closed_ids:
+            self.metrics.messages_dropped += 1
+            return []
+        return self._refuse(stream_id, ErrorCode.UNKNOWN_STREAM,
+                            f"no open stream {stream_id!r} (send start first)")
+
+    def _on_tokens(self, m: TokenChunk) -> list[Action]:
+        r = self._resolve(m.stream_id)
+        if not isinstance(r, _Stream):
+            return r
+        st = r
+        try:
+            return self._accept_tokens(st, m)
+        except _Fail as f:
+            return self._fail(st, f.code, f.message, f.details or None)
+
+    def _accept_tokens(self, st: _Stream, m: TokenChunk) -> list[Action]:
+        if st.state != _OPEN:
+            raise _Fail(ErrorCode.BAD_MESSAGE, "tokens after end")
+        n = m.count
+        self.metrics.tokens_received += n
+        st.last_input = self.clock()
+        if n == 0:
+            return []
+        if st.pending_tokens() + n > self.limits.max_pending_tokens:
+            raise _Fail(ErrorCode.BACKLOG_EXCEEDED,
+                        f"{int(st.pending_tokens()) + n} tokens would wait for the decoder "
+                        f"(limit {self.limits.max_pending_tokens}); send no faster than the "
+                        "audio plays out")
+        layout = st.start.layout
+        if layout == "levels":
+            if m.levels is None:
+                raise _Fail(ErrorCode.BAD_MESSAGE, "stream has layout 'levels': send 'levels' "
+                                                   "(or binary frames with a level index)")
+            levels = self._levels_codes(st, m.levels)
+        else:
+            if m.tokens is None:
+                raise _Fail(ErrorCode.BAD_MESSAGE, f"stream has layout {layout!r}: send "
+                                                   "'tokens' (or binary level 0xFF)")
+            levels = self._orpheus_codes(st, m.tokens)
+        st.tokens_accepted += n
+        if levels is None:
+            return []
+        frames = max((c + int(a.size)) * s for c, a, s in
+                     zip(st.level_codes, levels, st.spec.level_strides))
+        dur = frames * st.spec.hop_length / st.spec.sample_rate
+        if dur > self.limits.max_duration_s:
+            raise _Fail(ErrorCode.DURATION_EXCEEDED,
+                        f"stream would cover {dur:.1f} s of audio (limit "
+                        f"{self.limits.max_duration_s:g} s)")
+        for l, a in enumerate(levels):
+            st.level_codes[l] += int(a.size)
+        return [EnginePush(st.key, levels)]
+
+    def _orpheus_codes(self, st: _Stream,
+                       tokens: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int32]] | None:
+        """Validate tokens at their stream positions; whole groups -> per-level codes."""
+        pos = (st.n_tokens + np.arange(tokens.size, dtype=np.int64)) % ORPHEUS_GROUP
+        if st.start.layout == "orpheus_ids":
+            codes = tokens - _ID_OFFSET[pos]
+        else:
+            codes = tokens
+        sizes = np.asarray(st.spec.codebook_sizes, dtype=np.int64)[_POS_LEVEL[pos]]
+        bad = np.flatnonzero((codes < 0) | (codes >= np.minimum(sizes, ORPHEUS_CODEBOOK_SIZE)))
+        if bad.size:
+            j = int(bad[0])
+            idx = st.n_tokens + j
+            p = int(pos[j])
+            if st.start.layout == "orpheus_ids":
+                lo = int(_ID_OFFSET[p])
+                rng = f"[{lo}, {lo + ORPHEUS_CODEBOOK_SIZE})"
+                what = "token id"
+            else:
+                rng = f"[0, {ORPHEUS_CODEBOOK_SIZE})"
+                what = "code"
+            raise _Fail(ErrorCode.TOKEN_RANGE,
+                        f"{what} {int(tokens[j])} at index {idx} (position {p} of its group) is "
+                        f"outside {rng}", index=idx, value=int(tokens[j]))
+        st.n_tokens += int(tokens.size)
+        allc = np.concatenate([st.partial, codes.astype(np.int32)])
+        k = allc.size // ORPHEUS_GROUP
+        st.partial = allc[k * ORPHEUS_GROUP:].copy()
+        if k == 0:
+            return None
+        g = allc[: k * ORPHEUS_GROUP].reshape(k, ORPHEUS_GROUP)
+        return [np.ascontiguousarray(g[:, 0]),
+                np.ascontiguousarray(g[:, [1, 4]].reshape(-1)),
+                np.ascontiguousarray(g[:, [2, 3, 5, 6]].reshape(-1))]
+
+    def _levels_codes(self, st: _Stream, levels: Mapping[int, npt.NDArray[np.int64]]
+                      ) -> list[npt.NDArray[np.int32]] | None:
+        nl = st.spec.n_levels
+        if any(l >= nl for l in levels):
+            raise _Fail(ErrorCode.BAD_MESSAGE,
+                        f"level {max(levels)} out of range: model has {nl} levels")
+        out: list[npt.NDArray[np.int32]] = []
+        for l in range(nl):
+            a = levels.get(l)
+            if a is None or a.size == 0:
+                out.append(_EMPTY)
+                continue
+            cb = st.spec.codebook_sizes[l]
+            bad = np.flatnonzero((a < 0) | (a >= cb))
+            if bad.size:
+                j = int(bad[0])
+                idx = st.level_codes[l] + j
+                raise _Fail(ErrorCode.TOKEN_RANGE,
+                            f"level {l} code {int(a[j])} at index {idx} is outside [0, {cb})",
+                            level=l, index=idx, value=int(a[j]))
+            out.append(a.astype(np.int32))
+        return out if any(a.size for a in out) else None
+
+    # ----------------------------------------------------------- end, cancel
+
+    def _on_end(self, m: End) -> list[Action]:
+        r = self._resolve(m.stream_id)
+        if not isinstance(r, _Stream):
+            return r
+        st = r
+        if st.state != _OPEN:
+            return self._fail(st, ErrorCode.BAD_MESSAGE, "end sent twice")
+        if st.start.layout != "levels":
+            if st.partial.size:
+                return self._fail(st, ErrorCode.BROKEN_GROUP,
+                                  f"end after {st.n_tokens} tokens: the last group has "
+                                  f"{st.partial.size} of {ORPHEUS_GROUP} tokens",
+                                  {"index": st.n_tokens - int(st.partial.size)})
+        else:
+            frames = [c * s for c, s in zip(st.level_codes, st.spec.level_strides)]
+            if len(set(frames)) > 1:
+                desc = ", ".join(f"level {l}: {c} codes = {f} frames" for l, (c, f) in
+                                 enumerate(zip(st.level_codes, frames)))
+                return self._fail(st, ErrorCode.BROKEN_GROUP,
+                                  f"levels cover different numbers of frames at end ({desc})")
+        st.state = _ENDING
+        st.ended_at = self.clock()
+        return [EngineFinish(st.key)]
+
+    def _on_cancel(self, m: Cancel) -> list[Action]:
+        st = self._streams.get(m.stream_id)
+        if st is None:
+            if m.stream_id in self._closed_ids:
+                self.metrics.messages_dropped += 1
+                return []
+            return self._refuse(m.stream_id, ErrorCode.UNKNOWN_STREAM,
+                                f"no open stream {m.stream_id!r}")
+        self._free(st)
+        self.metrics.streams_cancelled += 1
+        if not self._streams:
+            self._drop_bare = True
+        return [EngineCancel(st.key), SendText(encode_cancelled(st.stream_id))]
+

@@ -1,0 +1,473 @@
+"""codecd.engine: supervised worker processes, batching, failures, restarts (real child processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Hashable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+
+from conftest import codecrt_or_skip
+from smallmodel import small_codes, write_small_snac
+
+pytest.importorskip("gguf")
+
+from codecd.engine import (  # noqa: E402
+    ENGINE_RESTARTED,
+    Audio,
+    BackpressureError,
+    BusyError,
+    Done,
+    DuplicateStreamError,
+    EngineConfig,
+    EngineEvent,
+    EnginePool,
+    EngineStartError,
+    Opened,
+    StreamError,
+    UnknownModelError,
+)
+
+T = TypeVar("T")
+STRIDES = (4, 2, 1)
+
+
+@pytest.fixture(scope="module")
+def codecrt() -> Any:
+    return codecrt_or_skip()
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory, codecrt: Any) -> Path:
+    return write_small_snac(tmp_path_factory.mktemp("engine") / "small.gguf", seed=3)
+
+
+@pytest.fixture(scope="module")
+def offline(codecrt: Any, small: Path) -> Callable[..., np.ndarray]:
+    """ctx.decode of the same model in the test process (the reference)."""
+    model = codecrt.Model(small)
+    ctx = codecrt.Context(model, device="cpu", n_threads=1)
+
+    def decode(codes: list[np.ndarray], noise: bool = False, seed: int = 0) -> np.ndarray:
+        return ctx.decode(codes, noise=noise, seed=seed).copy()
+
+    yield decode
+    ctx.close()
+    model.close()
+
+
+def config(small: Path, **kw: Any) -> EngineConfig:
+    base: dict[str, Any] = dict(models={"small": str(small)}, n_threads=1, max_streams=8,
+                                max_batch=8, start_timeout_s=30.0, debug_commands=True)
+    base.update(kw)
+    return EngineConfig(**base)
+
+
+class Collector:
+    """Records the pool's events per key; lets a test wait for a key's terminal event."""
+
+    def __init__(self) -> None:
+        self.events: dict[Hashable, list[EngineEvent]] = defaultdict(list)
+        self.changed = asyncio.Event()
+
+    def __call__(self, ev: EngineEvent) -> None:
+        self.events[ev.key].append(ev)
+        self.changed.set()
+
+    def pcm(self, key: Hashable) -> np.ndarray:
+        parts = [e.pcm for e in self.events[key] if isinstance(e, Audio)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+    def terminal(self, key: Hashable) -> EngineEvent | None:
+        for e in self.events[key]:
+            if isinstance(e, (Done, StreamError)):
+                return e
+        return None
+
+    async def until(self, cond: Callable[[], bool], timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError("timed out waiting for engine events")
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), min(left, 0.05))
+            except asyncio.TimeoutError:
+                pass
+
+    async def end(self, key: Hashable, timeout: float = 10.0) -> EngineEvent:
+        await self.until(lambda: self.terminal(key) is not None, timeout)
+        ev = self.terminal(key)
+        assert ev is not None
+        return ev
+
+
+def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
+    return asyncio.run(coro_fn())  # type: ignore[arg-type]
+
+
+def split(codes: list[np.ndarray], frames: list[int]) -> list[list[np.ndarray]]:
+    """Codes cut at the given finest-frame boundaries (multiples of 4), one push each."""
+    out, lo = [], 0
+    for hi in frames + [len(codes[-1])]:
+        out.append([c[lo // s: hi // s] for c, s in zip(codes, STRIDES)])
+        lo = hi
+    return out
+
+
+def model_stats(stats: dict[str, Any], worker: int = 0) -> dict[str, Any]:
+    return stats["workers"][worker]["worker"]["models"]["small"]
+
+
+def test_streams_equal_offline_decode(small: Path, offline: Callable[..., np.ndarray]) -> None:
+    """Streams pushed in uneven pieces through the worker equal ctx.decode of the same codes."""
+    rng = np.random.default_rng(0)
+    cases = {"plain": (small_codes(96, rng), False, 0, [4, 12, 40, 44, 80]),
+             "noisy": (small_codes(64, rng), True, 1234, [8, 28, 32]),
+             "one": (small_codes(16, rng), False, 0, [])}
+
+    async def main() -> None:
+        col = Collector()
+        pool = EnginePool(config(small), ["cpu"], on_event=col)
+        await pool.start()
+        try:
+            for key, (codes, noise, seed, cuts) in cases.items():
+                pool.open(key, "small", noise=noise, seed=seed)
+            for key, (codes, noise, seed, cuts) in cases.items():
+                for piece in split(codes, cuts):
+                    pool.push(key, piece)
+                    await asyncio.sleep(0.002)
+                pool.finish(key)
+            for key, (codes, noise, seed, cuts) in cases.items():
+                ev = await col.end(key)
+                assert isinstance(ev, Done), ev
+                ref = offline(codes, noise=noise, seed=seed)
+                assert ev.total_samples == ref.size
+                np.testing.assert_array_equal(col.pcm(key), ref)
+                opened = col.events[key][0]
+                assert isinstance(opened, Opened) and opened.sample_rate == 24000
+                assert opened.latency_samples > 0 and opened.chunk_frames == 4
+        finally:
+            await pool.close()
+
+    run(main)
+
+
+def test_warmup_reserves_graphs(small: Path, offline: Callable[..., np.ndarray]) -> None:
+    """After warm-up the first tick reuses the warmed graph and no tick reserves buffers again."""
+    rng = np.random.default_rng(1)
+    codes = [small_codes(32, rng) for _ in range(3)]
+
+    async def main() -> None:
+        col = Collector()
+        pool = EnginePool(config(small), ["cpu"], on_event=col)
+        await pool.start()
+        try:
+            ms = model_stats(await pool.fetch_stats())
+            warm, cr = ms["warm"], ms["codecrt"]
+            assert warm["buckets"] == [8, 4, 2, 1]
+            assert cr["streams_active"] == 0 and cr["reservations"] == warm["reservations"]
+            pool.open("first", "small")
+            pool.push("first", [c[:1] for c in codes[0]])  # exactly one chunk: one tick
+            ms1 = model_stats(await pool.fetch_stats())
+            while ms1["ticks"] == 0:  # stats are answered in command order: ask until ticked
+                ms1 = model_stats(await pool.fetch_stats())
+            assert ms1["ticks"] == 1 and ms1["recent_batches"] == [1]
+            cr1 = ms1["codecrt"]
+            assert cr1["graphs_built"] == cr["graphs_built"], "first tick built a graph"
+            assert cr1["graphs_reused"] == cr["graphs_reused"] + 1
+            for i in (1, 2):  # batches of 2 and 3 afterwards: within the reserved envelope
+                pool.open(i, "small")
+            for k, c in (("first", codes[0]), (1, codes[1]), (2, codes[2])):
+                pool.push(k, [x[1:] for x in c] if k == "first" else c)
+                pool.finish(k)
+            for k in ("first", 1, 2):
+                assert isinstance(await col.end(k), Done)
+            cr2 = model_stats(await pool.fetch_stats())["codecrt"]
+            assert cr2["reservations"] == warm["reservations"]
+            assert cr2["compute_buffer_bytes"] == cr["compute_buffer_bytes"]
+        finally:
+            await pool.close()
+
+    run(main)
+
+
+def test_concurrent_streams_are_batched(small: Path, offline: Callable[..., np.ndarray]) -> None:
+    """Several streams fed together advance in shared ticks (batch > 1 in the stats)."""
+    rng = np.random.default_rng(2)
+    codes = {k: small_codes(64, rng) for k in range(5)}
+
+    async def main() -> None:
+        col = Collector()
+        pool = EnginePool(config(small), ["cpu"], on_event=col)
+        await pool.start()
+        try:
+            for k in codes:
+                pool.open(k, "small")
+            for k, c in codes.items():
+                pool.push(k, c)
+                pool.finish(k)
+            for k, c in codes.items():
+                assert isinstance(await col.end(k), Done)
+                np.testing.assert_array_equal(col.pcm(k), offline(c))
+            ms = model_stats(await pool.fetch_stats())
+            assert ms["max_batch_seen"] >= 2, ms["recent_batches"]
+            assert max(ms["recent_batches"]) >= 2
+            assert ms["tick_ms_mean"] is not None and ms["streams_open"] == 0
+        finally:
+            await pool.close()
+
+    run(main)
+
+
+def test_cancel_frees_slot(small: Path) -> None:
+    """cancel() frees the slot at once (streams_active back to 0) and no event follows."""
+    rng = np.random.default_rng(3)
+    codes = small_codes(64, rng)
+
+    async def main() -> None:
+        col = Collector()
+        pool = EnginePool(config(small), ["cpu"], on_event=col)
+        await pool.start()
+        try:
+            pool.open("c", "small")
+            pool.push("c", [x[: len(x) // 2] for x in codes])
+            await col.until(lambda: any(isinstance(e, Audio) for e in col.events["c"]))
+            ms = model_stats(await pool.fetch_stats())
+            assert ms["codecrt"]["streams_active"] == 1
+            pool.cancel("c")
+            pool.cancel("c")  # no-op for a key already gone
+            ms = model_stats(await pool.fetch_stats())
+            assert ms["codecrt"]["streams_active"] == 0 and ms["streams_open"] == 0
+            n = len(col.events["c"])
+            await asyncio.sleep(0.05)
+            assert len(col.events["c"]) == n and col.terminal("c") is None
+            pool.open("c", "small")  # the key can be used again
+            pool.push("c", codes)
+            pool.finish("c")
+            assert isinstance(await col.end("c"), Done)
+        finally:
+            await pool.close()
+
+    run(main)
+
+
+def test_bad_codes_fail_only_their_stream(small: Path, offline: Callable[..., np.ndarray]) -> None:
+    """An out-of-range code fails its stream (token_range), a misaligned end broken_group; others go on."""
+    rng = np.random.default_rng(4)
+    good = small_codes(48, rng)
+
+    async def main() -> None:
+        col = Collector()
+        pool = EnginePool(config(small), ["cpu"], on_event=col)
+        await pool.start()
+        try:
+            for k in ("good", "range", "shape"):
+                pool.open(k, "small")
+            pool.push("good", [x[:4] for x in good])
+            bad = small_codes(8, rng)
+            bad[2][3] = 4096
+            pool.push("range", bad)
+            pool.push("shape", [np.zeros(1, np.int32), np.zeros(2, np.int32),
+                                np.zeros(3, np.int32)])  # levels end on different frames
+            pool.finish("shape")
+            pool.push("good", [x[4:] for x in good])
+            pool.finish("good")
+            ev = await col.end("range")
+            assert isinstance(ev, StreamError) and ev.code == "token_range", ev
+            ev = await col.end("shape")
+            assert isinstance(ev, StreamError) and ev.code == "broken_group", ev
+            ev = await col.end("good")
+            assert isinstance(ev, Done)
+            np.testing.assert_array_equal(col.pcm("good"), offline(good))
+            ms = model_stats(await pool.fetch_stats())
+            assert ms["codecrt"]["streams_active"] == 0 and ms["streams_failed"] == 2
+        finally:
+            await pool.close()
+
+    run(main)
+
+
+def test_refusals_are_immediate(small: Path) -> None:
+    """Unknown model, duplicate key, full slots and a big backlog raise at once, with codes."""
+    async def main() -> None:
+        col = Collector()
+        pool = EnginePool(config(small, max_streams=2, max_batch=2, max_backlog_frames=8),
+                          ["cpu"], on_event=col)
+        await pool.start()
+        try:
+            with pytest.raises(UnknownModelError):
+                pool.open("x", "nope")
+            pool.open("a", "small")
+            with pytest.raises(DuplicateStreamError):
+                pool.open("a", "small")
+            pool.open("b", "small")
+            with pytest.raises(BusyError) as ei:
+                pool.open("c", "small")
+            assert ei.value.code == "busy"
+            codes = small_codes(64, np.random.default_rng(5))
+            pool.push("a", codes)  # 64 frames: over the backlog limit until decoded
+            with pytest.raises(BackpressureError) as bp:
+                pool.push("a", codes)
+            assert bp.value.code == "backlog_exceeded"
+            pool.finish("a")
+            assert isinstance(await col.end("a"), Done)
+            assert col.pcm("a").size == 64 * 4
+        finally:
+            await pool.close()
+
+    run(main)
+
+
+def test_sigkill_mid_stream_restarts_worker(small: Path, offline: Callable[..., np.ndarray]) -> None:
+    """SIGKILL of the worker mid-stream: its streams get engine_restarted, a new worker serves in < 5 s."""
+    rng = np.random.default_rng(6)
+    codes = small_codes(64, rng)
+
+    async def main() -> None:
+        col = Collector()
+        pool = EnginePool(config(small), ["cpu"], on_event=col)
+        await pool.start()
+        try:
+            engine = pool.engines[0]
+            old_pid = engine.pid
+            for k in ("k1", "k2"):
+                pool.open(k, "small")
+                pool.push(k, [x[:8] for x in codes])
+            await col.until(lambda: all(any(isinstance(e, Audio) for e in col.events[k])
+                                        for k in ("k1", "k2")))
+            t0 = time.monotonic()
+            os.kill(old_pid, signal.SIGKILL)
+            for k in ("k1", "k2"):
+                ev = await col.end(k, 5.0)
+                assert isinstance(ev, StreamError) and ev.code == ENGINE_RESTARTED, ev
+                assert "SIGKILL" in ev.message
+            await col.until(lambda: engine.serving, 5.0)
+            assert time.monotonic() - t0 < 5.0
+            assert engine.pid != old_pid and engine.restarts == 1
+            assert pool.stats()["restarts"] == 1
+            assert engine.stats()["last_exit"] == "signal SIGKILL"
+            pool.open("new", "small")
+            pool.push("new", codes)
+            pool.finish("new")
+            assert isinstance(await col.end("new"), Done)
+            np.testing.assert_array_equal(col.pcm("new"), offline(codes))
+            assert await pool.probe(2.0)
+        finally:
+            await pool.close()
+
+    run(main)
+
+
+def test_abort_in_worker_restarts(small: Path) -> None:
+    """A worker that aborts (SIGABRT, as a ggml assert does) is restarted the same way."""
+    async def main() -> None:
+        col = Collector()
+        pool = EnginePool(config(small), ["cpu"], on_event=col)
+        await pool.start()
+        try:
+            pool.open("s", "small")
+            pool.engines[0]._crash("abort")
+            ev = await col.end("s", 5.0)
+            assert isinstance(ev, StreamError) and ev.code == ENGINE_RESTARTED
+            await col.until(lambda: pool.engines[0].serving, 5.0)
+            assert pool.engines[0].stats()["last_exit"] == "signal SIGABRT"
+        finally:
+            await pool.close()
+
+    run(main)
+
+
+def test_probe_healthy_and_wedged(small: Path) -> None:
+    """probe() answers while healthy; a wedged loop fails the probe, is killed and restarted."""
+    async def main() -> None:
+        col = Collector()
+        pool = EnginePool(config(small), ["cpu"], on_event=col)
+        await pool.start()
+        try:
+            assert await pool.probe(2.0)
+            assert pool.engines[0].last_probe_ms is not None
+            pool.open("s", "small")
+            pool.engines[0]._crash("hang")
+            assert not await pool.probe(0.3)
+            ev = await col.end("s", 5.0)
+            assert isinstance(ev, StreamError) and ev.code == ENGINE_RESTARTED
+            await col.until(lambda: pool.engines[0].serving, 5.0)
+            assert await pool.probe(2.0)
+        finally:
+            await pool.close()
+
+    run(main)
+
+
+def test_pool_spreads_and_isolates_workers(small: Path, offline: Callable[..., np.ndarray]) -> None:
+    """Two workers: streams spread over both; killing one leaves the other's streams intact."""
+    rng = np.random.default_rng(7)
+    codes = {k: small_codes(64, rng) for k in range(4)}
+
+    async def main() -> None:
+        col = Collector()
+        pool = EnginePool(config(small), ["cpu", "cpu"], on_event=col)
+        await pool.start()
+        try:
+            assert {e.pid for e in pool.engines} and len({e.pid for e in pool.engines}) == 2
+            placed = {k: pool.open(k, "small") for k in codes}
+            assert sorted(placed.values()) == [0, 0, 1, 1]
+            for k, c in codes.items():
+                pool.push(k, [x[: len(x) // 2] for x in c])
+            await col.until(lambda: all(any(isinstance(e, Audio) for e in col.events[k])
+                                        for k in codes))
+            os.kill(pool.engines[0].pid, signal.SIGKILL)
+            for k, c in codes.items():
+                if placed[k] == 1:
+                    pool.push(k, [x[len(x) // 2:] for x in c])
+                    pool.finish(k)
+            for k, c in codes.items():
+                ev = await col.end(k, 5.0)
+                if placed[k] == 0:
+                    assert isinstance(ev, StreamError) and ev.code == ENGINE_RESTARTED
+                else:
+                    assert isinstance(ev, Done), ev
+                    np.testing.assert_array_equal(col.pcm(k), offline(c))
+            assert pool.engines[1].restarts == 0
+            await col.until(lambda: pool.engines[0].serving, 5.0)
+            assert await pool.probe(2.0)
+        finally:
+            await pool.close()
+
+    run(main)
+
+
+def test_start_failure_is_reported(tmp_path: Path) -> None:
+    """A model the worker cannot load makes start() raise EngineStartError, not hang."""
+    async def main() -> None:
+        pool = EnginePool(config(tmp_path / "missing.gguf"), ["cpu"])
+        with pytest.raises(EngineStartError, match="failed to start"):
+            await pool.start()
+
+    run(main)
+
+
+def test_close_stops_workers(small: Path) -> None:
+    """close() fails open streams with shutting_down and the worker exits cleanly."""
+    async def main() -> None:
+        col = Collector()
+        pool = EnginePool(config(small), ["cpu"], on_event=col)
+        await pool.start()
+        h = pool.engines[0]._h
+        assert h is not None
+        pool.open("s", "small")
+        await pool.close()
+        ev = col.terminal("s")
+        assert isinstance(ev, StreamError) and ev.code == "shutting_down"
+        assert h.exitcode == 0
+
+    run(main)
