@@ -39,6 +39,14 @@ T = TypeVar("T")
 STRIDES = (4, 2, 1)
 
 
+def assert_pcm_close(got: np.ndarray, want: np.ndarray) -> None:
+    """Streamed equals offline to float precision: same length, and the small
+    model's saturated activations amplify the GEMM's blocking-dependent
+    rounding to at most ~1e-4 (measured 1.1e-4)."""
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=0, atol=5e-4)
+
+
 @pytest.fixture(scope="module")
 def codecrt() -> Any:
     return codecrt_or_skip()
@@ -123,6 +131,16 @@ def split(codes: list[np.ndarray], frames: list[int]) -> list[list[np.ndarray]]:
     return out
 
 
+def head(codes: list[np.ndarray], frames: int) -> list[np.ndarray]:
+    """The first ``frames`` finest frames of codes (per level: frames // stride codes)."""
+    return [c[: frames // s] for c, s in zip(codes, STRIDES)]
+
+
+def tail(codes: list[np.ndarray], frames: int) -> list[np.ndarray]:
+    """Everything after the first ``frames`` finest frames."""
+    return [c[frames // s:] for c, s in zip(codes, STRIDES)]
+
+
 def model_stats(stats: dict[str, Any], worker: int = 0) -> dict[str, Any]:
     return stats["workers"][worker]["worker"]["models"]["small"]
 
@@ -139,19 +157,19 @@ def test_streams_equal_offline_decode(small: Path, offline: Callable[..., np.nda
         pool = EnginePool(config(small), ["cpu"], on_event=col)
         await pool.start()
         try:
-            for key, (codes, noise, seed, cuts) in cases.items():
+            for key, (_, noise, seed, _) in cases.items():
                 pool.open(key, "small", noise=noise, seed=seed)
-            for key, (codes, noise, seed, cuts) in cases.items():
+            for key, (codes, _, _, cuts) in cases.items():
                 for piece in split(codes, cuts):
                     pool.push(key, piece)
                     await asyncio.sleep(0.002)
                 pool.finish(key)
-            for key, (codes, noise, seed, cuts) in cases.items():
+            for key, (codes, noise, seed, _) in cases.items():
                 ev = await col.end(key)
                 assert isinstance(ev, Done), ev
                 ref = offline(codes, noise=noise, seed=seed)
                 assert ev.total_samples == ref.size
-                np.testing.assert_array_equal(col.pcm(key), ref)
+                assert_pcm_close(col.pcm(key), ref)
                 opened = col.events[key][0]
                 assert isinstance(opened, Opened) and opened.sample_rate == 24000
                 assert opened.latency_samples > 0 and opened.chunk_frames == 4
@@ -164,7 +182,7 @@ def test_streams_equal_offline_decode(small: Path, offline: Callable[..., np.nda
 def test_warmup_reserves_graphs(small: Path, offline: Callable[..., np.ndarray]) -> None:
     """After warm-up the first tick reuses the warmed graph and no tick reserves buffers again."""
     rng = np.random.default_rng(1)
-    codes = [small_codes(32, rng) for _ in range(3)]
+    codes = [small_codes(96, rng) for _ in range(3)]  # past the latency: steady ticks too
 
     async def main() -> None:
         col = Collector()
@@ -173,12 +191,15 @@ def test_warmup_reserves_graphs(small: Path, offline: Callable[..., np.ndarray])
         try:
             ms = model_stats(await pool.fetch_stats())
             warm, cr = ms["warm"], ms["codecrt"]
-            assert warm["buckets"] == [8, 4, 2, 1]
+            assert warm["buckets"] == [8, 1]
             assert cr["streams_active"] == 0 and cr["reservations"] == warm["reservations"]
             pool.open("first", "small")
-            pool.push("first", [c[:1] for c in codes[0]])  # exactly one chunk: one tick
+            pool.push("first", head(codes[0], 4))  # exactly one chunk: one tick
             ms1 = model_stats(await pool.fetch_stats())
-            while ms1["ticks"] == 0:  # stats are answered in command order: ask until ticked
+            for _ in range(100):  # stats are answered in command order: ask until ticked
+                if ms1["ticks"]:
+                    break
+                await asyncio.sleep(0.01)
                 ms1 = model_stats(await pool.fetch_stats())
             assert ms1["ticks"] == 1 and ms1["recent_batches"] == [1]
             cr1 = ms1["codecrt"]
@@ -187,10 +208,11 @@ def test_warmup_reserves_graphs(small: Path, offline: Callable[..., np.ndarray])
             for i in (1, 2):  # batches of 2 and 3 afterwards: within the reserved envelope
                 pool.open(i, "small")
             for k, c in (("first", codes[0]), (1, codes[1]), (2, codes[2])):
-                pool.push(k, [x[1:] for x in c] if k == "first" else c)
+                pool.push(k, tail(c, 4) if k == "first" else c)
                 pool.finish(k)
-            for k in ("first", 1, 2):
+            for k, c in (("first", codes[0]), (1, codes[1]), (2, codes[2])):
                 assert isinstance(await col.end(k), Done)
+                assert_pcm_close(col.pcm(k), offline(c))
             cr2 = model_stats(await pool.fetch_stats())["codecrt"]
             assert cr2["reservations"] == warm["reservations"]
             assert cr2["compute_buffer_bytes"] == cr["compute_buffer_bytes"]
@@ -217,7 +239,7 @@ def test_concurrent_streams_are_batched(small: Path, offline: Callable[..., np.n
                 pool.finish(k)
             for k, c in codes.items():
                 assert isinstance(await col.end(k), Done)
-                np.testing.assert_array_equal(col.pcm(k), offline(c))
+                assert_pcm_close(col.pcm(k), offline(c))
             ms = model_stats(await pool.fetch_stats())
             assert ms["max_batch_seen"] >= 2, ms["recent_batches"]
             assert max(ms["recent_batches"]) >= 2
@@ -239,7 +261,7 @@ def test_cancel_frees_slot(small: Path) -> None:
         await pool.start()
         try:
             pool.open("c", "small")
-            pool.push("c", [x[: len(x) // 2] for x in codes])
+            pool.push("c", head(codes, 48))  # past the latency: some audio comes out
             await col.until(lambda: any(isinstance(e, Audio) for e in col.events["c"]))
             ms = model_stats(await pool.fetch_stats())
             assert ms["codecrt"]["streams_active"] == 1
@@ -272,14 +294,14 @@ def test_bad_codes_fail_only_their_stream(small: Path, offline: Callable[..., np
         try:
             for k in ("good", "range", "shape"):
                 pool.open(k, "small")
-            pool.push("good", [x[:4] for x in good])
+            pool.push("good", head(good, 16))
             bad = small_codes(8, rng)
             bad[2][3] = 4096
             pool.push("range", bad)
             pool.push("shape", [np.zeros(1, np.int32), np.zeros(2, np.int32),
                                 np.zeros(3, np.int32)])  # levels end on different frames
             pool.finish("shape")
-            pool.push("good", [x[4:] for x in good])
+            pool.push("good", tail(good, 16))
             pool.finish("good")
             ev = await col.end("range")
             assert isinstance(ev, StreamError) and ev.code == "token_range", ev
@@ -287,7 +309,7 @@ def test_bad_codes_fail_only_their_stream(small: Path, offline: Callable[..., np
             assert isinstance(ev, StreamError) and ev.code == "broken_group", ev
             ev = await col.end("good")
             assert isinstance(ev, Done)
-            np.testing.assert_array_equal(col.pcm("good"), offline(good))
+            assert_pcm_close(col.pcm("good"), offline(good))
             ms = model_stats(await pool.fetch_stats())
             assert ms["codecrt"]["streams_active"] == 0 and ms["streams_failed"] == 2
         finally:
@@ -341,7 +363,7 @@ def test_sigkill_mid_stream_restarts_worker(small: Path, offline: Callable[..., 
             old_pid = engine.pid
             for k in ("k1", "k2"):
                 pool.open(k, "small")
-                pool.push(k, [x[:8] for x in codes])
+                pool.push(k, head(codes, 48))
             await col.until(lambda: all(any(isinstance(e, Audio) for e in col.events[k])
                                         for k in ("k1", "k2")))
             t0 = time.monotonic()
@@ -359,7 +381,7 @@ def test_sigkill_mid_stream_restarts_worker(small: Path, offline: Callable[..., 
             pool.push("new", codes)
             pool.finish("new")
             assert isinstance(await col.end("new"), Done)
-            np.testing.assert_array_equal(col.pcm("new"), offline(codes))
+            assert_pcm_close(col.pcm("new"), offline(codes))
             assert await pool.probe(2.0)
         finally:
             await pool.close()
@@ -422,13 +444,13 @@ def test_pool_spreads_and_isolates_workers(small: Path, offline: Callable[..., n
             placed = {k: pool.open(k, "small") for k in codes}
             assert sorted(placed.values()) == [0, 0, 1, 1]
             for k, c in codes.items():
-                pool.push(k, [x[: len(x) // 2] for x in c])
+                pool.push(k, head(c, 48))
             await col.until(lambda: all(any(isinstance(e, Audio) for e in col.events[k])
                                         for k in codes))
             os.kill(pool.engines[0].pid, signal.SIGKILL)
             for k, c in codes.items():
                 if placed[k] == 1:
-                    pool.push(k, [x[len(x) // 2:] for x in c])
+                    pool.push(k, tail(c, 48))
                     pool.finish(k)
             for k, c in codes.items():
                 ev = await col.end(k, 5.0)
@@ -436,7 +458,7 @@ def test_pool_spreads_and_isolates_workers(small: Path, offline: Callable[..., n
                     assert isinstance(ev, StreamError) and ev.code == ENGINE_RESTARTED
                 else:
                     assert isinstance(ev, Done), ev
-                    np.testing.assert_array_equal(col.pcm(k), offline(c))
+                    assert_pcm_close(col.pcm(k), offline(c))
             assert pool.engines[1].restarts == 0
             await col.until(lambda: pool.engines[0].serving, 5.0)
             assert await pool.probe(2.0)
@@ -471,3 +493,48 @@ def test_close_stops_workers(small: Path) -> None:
         assert h.exitcode == 0
 
     run(main)
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs Linux /proc")
+def test_worker_dies_with_daemon(small: Path, tmp_path: Path) -> None:
+    """A worker never outlives its daemon: SIGKILL of the parent takes the worker down too."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    script = (
+        "import asyncio, sys\n"
+        "from codecd.engine import EngineConfig, EnginePool\n"
+        "async def main():\n"
+        f"    pool = EnginePool(EngineConfig(models={{'small': {str(small)!r}}}, n_threads=1,\n"
+        "                      max_streams=2, max_batch=2, debug_commands=True), ['cpu'])\n"
+        "    await pool.start()\n"
+        "    pool.engines[0]._crash('hang')  # deaf to the pipe: only the kernel can stop it\n"
+        "    await asyncio.sleep(0.2)\n"
+        "    print(pool.engines[0].pid, flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(root / "daemon"), str(root / "bindings"), *sys.path]))
+    daemon = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env,
+                              text=True)
+    try:
+        assert daemon.stdout is not None
+        worker = int(daemon.stdout.readline())
+        assert _alive(worker)
+    finally:
+        daemon.kill()
+        daemon.wait()
+    deadline = time.monotonic() + 3.0
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(worker), "the worker outlived the daemon"

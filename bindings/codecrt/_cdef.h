@@ -37,6 +37,7 @@ typedef enum codecrt_status {
 typedef enum codecrt_graph_kind {
     CODECRT_GRAPH_DECODE = 0,
     CODECRT_GRAPH_STREAM = 1,
+    CODECRT_GRAPH_STREAM_EDGE = 2,
     CODECRT_GRAPH_KIND_COUNT = 8
 } codecrt_graph_kind;
 

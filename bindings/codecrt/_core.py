@@ -45,13 +45,14 @@ _UINT64_MAX = 2**64 - 1
 _GRAPH_KINDS: dict[str, int] = {
     "decode": int(lib.CODECRT_GRAPH_DECODE),
     "stream": int(lib.CODECRT_GRAPH_STREAM),
+    "stream_edge": int(lib.CODECRT_GRAPH_STREAM_EDGE),
 }
 _WEIGHT_TYPES: dict[int, str] = {
     int(lib.CODECRT_WEIGHT_F32): "f32",
     int(lib.CODECRT_WEIGHT_F16): "f16",
 }
 
-GraphKind = Literal["decode", "stream"] | int
+GraphKind = Literal["decode", "stream", "stream_edge"] | int
 
 
 def _str(p: Any) -> str:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import math
 import os
 import signal
 import sys
@@ -76,7 +75,7 @@ class WorkerConfig:
     max_batch: int = 64  # streams per tick (per model)
     stream_chunk_frames: int = 0  # 0: the model's default
     batch_bucket: bool = True
-    warm_buckets: tuple[int, ...] | None = None  # None: every bucket up to max_batch
+    warm_buckets: tuple[int, ...] | None = None  # None: default_buckets()
     gather_ms: float = 2.0
     parent_pid: int = 0
     index: int = 0
@@ -84,17 +83,18 @@ class WorkerConfig:
 
 
 def default_buckets(max_batch: int, max_streams: int, batch_bucket: bool) -> list[int]:
-    """The batch sizes a tick's graph can have, largest first (the warm-up order).
+    """The batch buckets warm-up runs, largest first: the largest one and 1.
 
-    With ``batch_bucket`` the runtime rounds a tick's batch up to a power of two,
-    capped at ``max_batch``; without it every size is its own graph, and only
-    the largest (which sets the buffer envelope) and 1 are warmed.
+    The largest bucket reserves the compute-buffer envelope that covers every
+    smaller batch (later ticks never reserve again); the runtime keeps only one
+    live graph per kind, so warming intermediate buckets buys nothing (the next
+    bucket's graph replaces it) and 1 goes last, the shape of a lone first
+    stream. Rebuilding a graph inside a reserved envelope costs well under a
+    millisecond (graph construction only, no allocation).
     """
+    del batch_bucket  # the same two buckets either way
     cap = max(1, min(max_batch, max_streams))
-    if not batch_bucket:
-        return sorted({cap, 1}, reverse=True)
-    out = {min(2**i, cap) for i in range(int(math.log2(cap)) + 2)}
-    return sorted((b for b in out if b <= cap), reverse=True)
+    return sorted({cap, 1}, reverse=True)
 
 
 def error_code_for(exc: BaseException) -> str:
@@ -241,12 +241,15 @@ class Worker:
         }
 
     def _warm(self, m: _Model) -> None:
-        """Reserve the stream graphs: one tick of dummy streams per batch bucket.
+        """Reserve the stream graphs: dummy streams through whole utterances, per batch bucket.
 
-        Largest bucket first: its reservation is the buffer envelope that covers
-        every smaller one, so later ticks never reserve again. The runtime keeps
-        one live graph per kind, so the smallest bucket goes last: a first real
-        tick of one stream then reuses it as it is.
+        Each bucket's dummies go through every kind of tick a real stream sees
+        (the first ticks inside the decoder's latency, steady ticks, the flush
+        after finish), whatever graphs the runtime uses for each. Largest bucket
+        first: its reservation is the buffer envelope that covers every smaller
+        one, so later ticks never reserve again. The runtime keeps one live graph
+        per kind, so the smallest bucket goes last: a real stream's first tick
+        then reuses that graph as it is.
         """
         info = m.model.info
         buckets = list(self.cfg.warm_buckets or default_buckets(
@@ -260,20 +263,31 @@ class Worker:
             m.latency_samples = probe.info.latency_samples
         finally:
             probe.close()
-        codes = [np.zeros(m.chunk_frames // s, dtype=np.int32) for s in info.level_strides]
+        # enough chunks for the output to get past the latency, then two steady ticks
+        chunk_samples = max(1, m.chunk_frames * info.hop_length)
+        n_chunks = -(-m.latency_samples // chunk_samples) + 2
+        frames = n_chunks * m.chunk_frames
+        codes = [np.zeros(frames // s, dtype=np.int32) for s in info.level_strides]
+        ticks = 0
         for b in buckets:
             dummies = [m.ctx.stream() for _ in range(b)]
             try:
                 for d in dummies:
                     d.push(codes)
-                n = m.ctx.step(dummies)
-                if n != b:
-                    logger.warning("warm-up of %s: bucket %d stepped %d streams", m.name, b, n)
+                while m.ctx.step(dummies):
+                    ticks += 1
+                for d in dummies:
+                    d.finish()
+                while m.ctx.step(dummies):
+                    ticks += 1
+                if not all(d.info.done for d in dummies):
+                    logger.warning("warm-up of %s: bucket %d did not finish", m.name, b)
             finally:
                 for d in dummies:
                     d.close()
         st = m.ctx.stats
-        m.warm = {"buckets": buckets, "ms": round((time.perf_counter() - t0) * 1e3, 3),
+        m.warm = {"buckets": buckets, "ticks": ticks,
+                  "ms": round((time.perf_counter() - t0) * 1e3, 3),
                   "graphs_built": st.graphs_built, "reservations": st.reservations,
                   "compute_buffer_bytes": list(st.compute_buffer_bytes),
                   "state_bytes": st.state_bytes}
@@ -379,7 +393,7 @@ class Worker:
             cands = cands[r:] + cands[:r]
         t0 = time.perf_counter()
         try:
-            n = m.ctx.step([st.stream for st in cands])
+            n: int = m.ctx.step([st.stream for st in cands])
         except codecrt.CodecrtError as e:
             # which streams were in the failed graph is not reported: fail all candidates
             logger.warning("tick of %s failed (%d streams): %s", m.name, len(cands), e)

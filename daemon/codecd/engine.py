@@ -56,7 +56,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Union
 
@@ -95,7 +95,8 @@ class EngineConfig:
     max_batch: int = 64  # streams per tick
     stream_chunk_frames: int = 0  # 0: the model's default (its frame_multiple)
     batch_bucket: bool = True
-    warm_buckets: tuple[int, ...] | None = None  # None: every batch bucket up to max_batch
+    #: batch buckets warmed at start-up; None: the largest and 1 (see _worker.default_buckets)
+    warm_buckets: tuple[int, ...] | None = None
     gather_ms: float = 2.0
     #: a push is refused (BackpressureError) when its stream has more than this many
     #: frames pushed and not yet returned as audio
@@ -479,7 +480,8 @@ class Engine:
             raise BusyError(f"engine {self.index}: {h.queued} commands queued, worker is behind")
 
     def model_info(self, model: str) -> dict[str, Any] | None:
-        return self.info.get("models", {}).get(model)
+        mi: dict[str, Any] | None = self.info.get("models", {}).get(model)
+        return mi
 
     def open(self, key: Hashable, model: str, *, noise: bool = False, seed: int | None = 0) -> None:
         """Open a stream; an :class:`Opened` event (or a StreamError) follows."""

@@ -74,6 +74,7 @@ typedef enum codecrt_status {
 typedef enum codecrt_graph_kind {
     CODECRT_GRAPH_DECODE = 0, /* offline decode of whole sequences */
     CODECRT_GRAPH_STREAM = 1, /* one streaming tick over a batch of stream slots */
+    CODECRT_GRAPH_STREAM_EDGE = 2, /* a tick for streams at their start or end (masked) */
     CODECRT_GRAPH_KIND_COUNT = 8
 } codecrt_graph_kind;
 

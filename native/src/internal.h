@@ -123,6 +123,10 @@ typedef struct cr_stream_shape {
     int32_t chunk;       /* frames per tick */
     int32_t n_batch;     /* streams in the graph (bucketed) */
     bool cpu_ops;
+    /* edge tick: some stream is at its first ticks or past its end, so states
+       are gated by keep and tensors masked to [0, end). A steady tick (every
+       point of every stream inside the utterance) needs neither. */
+    bool masked;
 } cr_stream_shape;
 
 /* Shape of a decode, after bucketing. */

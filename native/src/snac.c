@@ -601,6 +601,7 @@ typedef struct snac_sb {
     cr_graph_io *io;
     int64_t B;
     bool cpu_ops;
+    bool masked;
 } snac_sb;
 
 static struct ggml_tensor *snac_sb_with_state(snac_sb *sb, struct ggml_tensor *x, int64_t S) {
@@ -608,7 +609,10 @@ static struct ggml_tensor *snac_sb_with_state(snac_sb *sb, struct ggml_tensor *x
     const int64_t C = x->ne[0], n = x->ne[1], B = x->ne[2];
     struct ggml_tensor *pool = sb->pool[sb->next_state++];            /* [C*S, slots+1] */
     struct ggml_tensor *st = ggml_get_rows(ctx, pool, sb->io->slot_read); /* [C*S, B] */
-    st = ggml_mul(ctx, ggml_reshape_3d(ctx, st, C, S, B), sb->io->keep);
+    st = ggml_reshape_3d(ctx, st, C, S, B);
+    if (sb->io->keep) {
+        st = ggml_mul(ctx, st, sb->io->keep);
+    }
     struct ggml_tensor *buf = ggml_concat(ctx, st, x, 1);             /* [C, S+n, B] */
     struct ggml_tensor *tail = ggml_view_3d(ctx, buf, C, S, B, buf->nb[1], buf->nb[2], (size_t)n * buf->nb[1]);
     tail = ggml_reshape_2d(ctx, ggml_cont(ctx, tail), C * S, B);
@@ -626,6 +630,9 @@ static struct ggml_tensor *snac_sb_time(snac_sb *sb, int32_t kind, int64_t n, in
 }
 
 static struct ggml_tensor *snac_sb_mask(snac_sb *sb, struct ggml_tensor *x, int32_t rate, int32_t delay) {
+    if (!sb->masked) {
+        return x;
+    }
     return ggml_mul(sb->ctx, x, snac_sb_time(sb, CR_TIME_MASK, x->ne[1], rate, delay, 0));
 }
 
@@ -634,14 +641,17 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
                                              struct ggml_tensor *const *pool, cr_graph_io *io) {
     const snac_hparams *hp = model->hparams;
     const int64_t N = shape->chunk, B = shape->n_batch, L = hp->latent_dim;
-    snac_sb sb = {.ctx = ctx, .w = w, .pool = pool, .io = io, .B = B, .cpu_ops = shape->cpu_ops};
+    snac_sb sb = {.ctx = ctx, .w = w, .pool = pool, .io = io, .B = B, .cpu_ops = shape->cpu_ops,
+                  .masked = shape->masked};
     sb.gf = ggml_new_graph_custom(ctx, 4096, false);
     io->slot_read = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
     io->slot_write = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
-    io->keep = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, 1, B);
     ggml_set_input(io->slot_read);
     ggml_set_input(io->slot_write);
-    ggml_set_input(io->keep);
+    if (shape->masked) {
+        io->keep = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, 1, B);
+        ggml_set_input(io->keep);
+    }
 
     struct ggml_tensor *z = NULL;
     for (int l = 0; l < hp->n_levels; l++) {

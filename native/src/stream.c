@@ -383,6 +383,7 @@ static struct ggml_cgraph *cr_build_stream_graph(void *user, struct ggml_context
         .chunk = key->n_frames,
         .n_batch = key->n_batch,
         .cpu_ops = ctx->backend == ctx->cpu,
+        .masked = key->kind == CODECRT_GRAPH_STREAM_EDGE,
     };
     return ctx->model->arch->build_stream(ctx->model, ctx0, ctx->weights, &shape, ctx->pool.states, io);
 }
@@ -429,10 +430,12 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
     }
     ggml_backend_tensor_set(io->slot_read, iv, 0, (size_t)B * sizeof(int32_t));
     ggml_backend_tensor_set(io->slot_write, iv, 0, (size_t)B * sizeof(int32_t));
-    for (int32_t b = 0; b < B; b++) {
-        f[b] = b < n && ready[b]->ticks > 0 ? 1.0f : 0.0f;
+    if (io->keep) {
+        for (int32_t b = 0; b < B; b++) {
+            f[b] = b < n && ready[b]->ticks > 0 ? 1.0f : 0.0f;
+        }
+        ggml_backend_tensor_set(io->keep, f, 0, (size_t)B * sizeof(float));
     }
-    ggml_backend_tensor_set(io->keep, f, 0, (size_t)B * sizeof(float));
 
     for (int l = 0; l < info->n_levels; l++) {
         const int64_t per = chunk / info->level_stride[l];
@@ -517,6 +520,41 @@ static codecrt_status cr_stream_collect(codecrt_context *ctx, const cr_graph_io 
     return CODECRT_OK;
 }
 
+/* A stream needs the masked graph while any point of the decoder still sees
+   times before 0 (its first ticks: the output lags by the latency), and once
+   finished (times past the end). */
+static bool cr_stream_is_edge(const codecrt_stream *s) {
+    const cr_stream_pool *pool = &s->ctx->pool;
+    return s->total_frames >= 0 ||
+           s->ticks * pool->chunk * (int64_t)s->ctx->model->info.hop_length < (int64_t)pool->latency ||
+           s->ticks == 0;
+}
+
+/* One graph over ready[0..n) (at most max_batch of them), of the given kind. */
+static codecrt_status cr_stream_tick(codecrt_context *ctx, int32_t kind, codecrt_stream **ready, int32_t n,
+                                     int32_t *n_stepped) {
+    /* more ready streams than one graph may hold: the rest wait for the next tick */
+    n = n < ctx->params.max_batch ? n : ctx->params.max_batch;
+    const int32_t bucket = cr_stream_bucket(ctx, n);
+    const cr_graph_key key = {
+        .kind = kind,
+        .n_frames = ctx->pool.chunk,
+        .n_batch = bucket < ctx->params.max_batch ? bucket : ctx->params.max_batch,
+        .flags = 0,
+    };
+    cr_stream_build build = {ctx};
+    cr_graph_slot *slot = NULL;
+    codecrt_status st;
+    if ((st = cr_graphs_acquire(&ctx->graphs, &key, cr_build_stream_graph, &build, &slot, &ctx->err)) != CODECRT_OK ||
+        (st = cr_stream_set_inputs(ctx, &slot->io, ready, n, key.n_batch, &ctx->err)) != CODECRT_OK ||
+        (st = cr_graphs_compute(&ctx->graphs, slot, &ctx->err)) != CODECRT_OK ||
+        (st = cr_stream_collect(ctx, &slot->io, ready, n, &ctx->err)) != CODECRT_OK) {
+        return st;
+    }
+    *n_stepped += n;
+    return CODECRT_OK;
+}
+
 codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n,
                                     int32_t *n_stepped) {
     if (!ctx || (n > 0 && !streams) || n < 0) {
@@ -550,34 +588,26 @@ codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const 
             ready[k++] = s;
         }
     }
-    if (k == 0) {
+    /* steady streams first, edge streams (start, end) after: one graph each */
+    int32_t n_steady = 0;
+    for (int32_t i = 0; i < k; i++) {
+        if (!cr_stream_is_edge(ready[i])) {
+            codecrt_stream *t = ready[n_steady];
+            ready[n_steady++] = ready[i];
+            ready[i] = t;
+        }
+    }
+    int32_t total = 0;
+    if (n_steady > 0 &&
+        (st = cr_stream_tick(ctx, CODECRT_GRAPH_STREAM, ready, n_steady, &total)) != CODECRT_OK) {
         goto done;
     }
-    /* more ready streams than one graph may hold: the rest wait for the next tick */
-    k = k < ctx->params.max_batch ? k : ctx->params.max_batch;
-    const int32_t bucket = cr_stream_bucket(ctx, k);
-    const cr_graph_key key2 = {
-        .kind = CODECRT_GRAPH_STREAM,
-        .n_frames = ctx->pool.chunk,
-        .n_batch = bucket < ctx->params.max_batch ? bucket : ctx->params.max_batch,
-        .flags = 0,
-    };
-    cr_stream_build build = {ctx};
-    cr_graph_slot *slot = NULL;
-    if ((st = cr_graphs_acquire(&ctx->graphs, &key2, cr_build_stream_graph, &build, &slot, &ctx->err)) != CODECRT_OK) {
-        goto done;
-    }
-    if ((st = cr_stream_set_inputs(ctx, &slot->io, ready, k, key2.n_batch, &ctx->err)) != CODECRT_OK) {
-        goto done;
-    }
-    if ((st = cr_graphs_compute(&ctx->graphs, slot, &ctx->err)) != CODECRT_OK) {
-        goto done;
-    }
-    if ((st = cr_stream_collect(ctx, &slot->io, ready, k, &ctx->err)) != CODECRT_OK) {
+    if (k > n_steady && (st = cr_stream_tick(ctx, CODECRT_GRAPH_STREAM_EDGE, ready + n_steady,
+                                             k - n_steady, &total)) != CODECRT_OK) {
         goto done;
     }
     if (n_stepped) {
-        *n_stepped = k;
+        *n_stepped = total;
     }
 done:
     free(ready);

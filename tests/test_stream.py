@@ -1,0 +1,242 @@
+"""Exact streaming through codecrt.Stream: equal to offline for any chunking, batched ticks, slots."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import reference
+from conftest import codecrt_or_skip
+
+POS_LEVEL = (0, 1, 2, 2, 1, 2, 2)  # Orpheus: the level of each token of a 7-token group
+
+
+@pytest.fixture(scope="module")
+def codecrt():
+    return codecrt_or_skip()
+
+
+def offline(ctx, levels, noise=False, seed=0):
+    return ctx.decode(levels, noise=noise, seed=seed)
+
+
+def run_stream(ctx, pushes, *, noise=False, seed=0, tick_every=1):
+    """Push each item of `pushes` (a list of per-level arrays), ticking as we go; return all PCM."""
+    s = ctx.stream(noise=noise, seed=seed)
+    out = []
+    for i, p in enumerate(pushes):
+        s.push(p)
+        if i % tick_every == 0:
+            s.decode_ready()
+            out.append(s.pull())
+    s.finish()
+    s.decode_ready()
+    out.append(s.pull())
+    assert s.done
+    info = s.info
+    s.close()
+    return np.concatenate(out), info
+
+
+def one_token_at_a_time(levels):
+    """Orpheus order, one code per push, to the level it belongs to."""
+    k = len(levels[0])
+    pos = [0, 0, 0]
+    pushes = []
+    for g in range(k):
+        for p in range(7):
+            lv = POS_LEVEL[p]
+            piece = [np.zeros(0, np.int32)] * 3
+            piece[lv] = levels[lv][pos[lv]:pos[lv] + 1]
+            pos[lv] += 1
+            pushes.append(piece)
+    return pushes
+
+
+def random_splits(levels, strides, rng, max_frames):
+    """Random large chunks: cut the frame axis at random points (each level at its own stride)."""
+    n = len(levels[-1]) * strides[-1]
+    cuts = sorted(set(int(c) for c in rng.integers(0, n, 6)) | {0, n})
+    return [[lv[a // s:b // s] for lv, s in zip(levels, strides)] for a, b in zip(cuts, cuts[1:])]
+
+
+def test_snac24_orpheus_one_token_at_a_time(codecrt, snac_cases):
+    """24 kHz: pushing one Orpheus token at a time gives the offline samples, exactly n_frames*hop of them."""
+    case = snac_cases("24khz")
+    rng = np.random.default_rng(1)
+    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu") as ctx:
+        levels = reference.random_codes(m.info, 40, None, rng)
+        want = offline(ctx, levels)
+        got, info = run_stream(ctx, one_token_at_a_time(levels), tick_every=7)
+    assert len(got) == len(want) == 40 * 512 == info.total_samples
+    assert np.abs(got - want).max() < 1e-5
+    # the first and the last frames are there, and they are not silence
+    assert np.abs(got[:512]).max() > 0 and np.abs(got[-1024:]).max() > 0
+    np.testing.assert_allclose(got[:512], want[:512], atol=1e-6)
+    np.testing.assert_allclose(got[-1024:], want[-1024:], atol=1e-6)
+
+
+def test_snac24_orpheus_groups_split_randomly_with_noise(codecrt, snac_cases):
+    """24 kHz, noise on: Orpheus groups split at random points give the offline decode with the same seed."""
+    from codecrt import layouts
+
+    case = snac_cases("24khz")
+    rng = np.random.default_rng(2)
+    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu") as ctx:
+        levels = reference.random_codes(m.info, 36, None, rng)
+        tokens = layouts.levels_to_orpheus(levels)
+        want = offline(ctx, levels, noise=True, seed=99)
+        cuts = sorted(set(int(c) for c in rng.integers(1, len(tokens), 10)) | {0, len(tokens)})
+        pushes = []
+        pos = [0, 0, 0]
+        for a, b in zip(cuts, cuts[1:]):  # each piece is any run of tokens, groups broken anywhere
+            piece = [[], [], []]
+            for i in range(a, b):
+                piece[POS_LEVEL[i % 7]].append(levels[POS_LEVEL[i % 7]][pos[POS_LEVEL[i % 7]]])
+                pos[POS_LEVEL[i % 7]] += 1
+            pushes.append([np.array(p, dtype=np.int32) for p in piece])
+        got, _ = run_stream(ctx, pushes, noise=True, seed=99)
+    assert len(got) == len(want)
+    assert np.abs(got - want).max() < 1e-5
+
+
+@pytest.mark.parametrize("name", ["24khz", "32khz", "44khz"])
+@pytest.mark.parametrize("noise", [False, True])
+def test_random_large_chunks_equal_offline(codecrt, snac_cases, name, noise):
+    """Every SNAC configuration: random large chunks, noise off and on, equal the offline decode."""
+    case = snac_cases(name)
+    rng = np.random.default_rng(3)
+    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu") as ctx:
+        n = 3 * m.info.frame_multiple if m.info.frame_multiple > 4 else 48
+        levels = reference.random_codes(m.info, n, None, rng)
+        want = offline(ctx, levels, noise=noise, seed=5)
+        got, info = run_stream(ctx, random_splits(levels, m.info.level_strides, rng, n),
+                               noise=noise, seed=5)
+    assert len(got) == len(want) == n * m.info.hop_length
+    err = float(np.abs(got - want).max())
+    print(f"\nSNAC {name} noise={noise}: streamed vs offline max |diff| {err:.1e}, "
+          f"latency {info.latency_samples} samples")
+    assert err < 1e-5
+
+
+def test_batched_ticks_equal_alone_with_joins_and_leaves(codecrt, snac_cases):
+    """N streams stepped together, joining and leaving at different ticks, each equal its own offline decode."""
+    case = snac_cases("24khz")
+    rng = np.random.default_rng(4)
+    with codecrt.Model(case.gguf) as m, \
+         codecrt.Context(m, device="cpu", batch_bucket=True, max_batch=8, max_streams=8) as ctx:
+        utter = [reference.random_codes(m.info, f, None, rng) for f in (8, 28, 4, 40, 16, 12)]
+        want = [offline(ctx, u, noise=True, seed=i) for i, u in enumerate(utter)]
+        live: dict[int, object] = {}
+        got = {i: [] for i in range(len(utter))}
+        fed = {i: 0 for i in range(len(utter))}
+        for tick in range(80):
+            if tick < len(utter) * 2 and tick % 2 == 0:  # a new stream joins every other tick
+                i = tick // 2
+                live[i] = ctx.stream(noise=True, seed=i)
+            for i, s in live.items():  # feed one Orpheus group (4 frames) per tick, mixed chunk sizes
+                u = utter[i]
+                n = len(u[2])
+                step = 4 * (1 + i % 3)
+                if fed[i] < n:
+                    a, b = fed[i], min(n, fed[i] + step)
+                    s.push([u[0][a // 4:b // 4], u[1][a // 2:b // 2], u[2][a:b]])
+                    fed[i] = b
+                    if b == n:
+                        s.finish()
+            ctx.step(list(live.values()))
+            for i, s in list(live.items()):
+                got[i].append(s.pull())
+                if s.done:
+                    s.close()  # leaves while the others go on
+                    del live[i]
+        assert not live
+        st = ctx.stats
+    for i, w in enumerate(want):
+        g = np.concatenate(got[i])
+        assert len(g) == len(w)
+        assert np.abs(g - w).max() < 1e-5, f"stream {i}"
+    assert st.streams_active == 0
+
+
+def test_thousand_streams_reuse_slots_and_graphs(codecrt, snac_cases):
+    """1,000 streams opened and closed: no growth of memory, state pool or graphs built after warm-up."""
+    import gc
+
+    from test_lifecycle import rss_kib
+
+    case = snac_cases("tiny")
+    rng = np.random.default_rng(5)
+    with codecrt.Model(case.gguf) as m, \
+         codecrt.Context(m, device="cpu", max_streams=4, batch_bucket=True) as ctx:
+        levels = reference.random_codes(m.info, 8, None, rng)
+        want = offline(ctx, levels)
+        for _ in range(20):
+            run_stream(ctx, [levels])
+        gc.collect()
+        before, st0 = rss_kib(), ctx.stats
+        for i in range(1000):
+            s = ctx.stream()
+            s.push(levels)
+            if i % 4 == 3:  # cancelled mid-stream
+                ctx.step([s])
+            else:
+                s.finish()
+                s.decode_ready()
+                if i % 100 == 0:
+                    assert np.abs(s.pull() - want).max() < 1e-5
+            s.close()
+        gc.collect()
+        after, st1 = rss_kib(), ctx.stats
+    print(f"\n1000 streams: RSS {before} -> {after} KiB, graphs built {st0.graphs_built} -> "
+          f"{st1.graphs_built}, state {st1.state_bytes} bytes")
+    assert st1.graphs_built == st0.graphs_built
+    assert st1.state_bytes == st0.state_bytes and st1.streams_active == 0
+    assert after - before < 8 * 1024
+
+
+def test_slots_exhausted(codecrt, snac_cases):
+    """All slots taken: the next stream raises TooLargeError; closing one frees its slot at once."""
+    case = snac_cases("tiny")
+    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu", max_streams=2) as ctx:
+        a, b = ctx.stream(), ctx.stream()
+        with pytest.raises(codecrt.TooLargeError, match="slots"):
+            ctx.stream()
+        a.close()
+        ctx.stream().close()
+        b.close()
+
+
+def test_bad_input_leaves_stream_defined_and_others_untouched(codecrt, snac_cases):
+    """Out-of-range code, push after finish, broken group: typed errors, the stream unchanged, others intact."""
+    case = snac_cases("tiny")
+    rng = np.random.default_rng(6)
+    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu") as ctx:
+        levels = reference.random_codes(m.info, 8, None, rng)
+        want = offline(ctx, levels)
+        other = ctx.stream()
+        other.push(levels)
+        s = ctx.stream()
+        bad = [lv.copy() for lv in levels]
+        bad[2][5] = 4096
+        with pytest.raises(codecrt.CodeRangeError, match="level 2"):
+            s.push(bad)
+        assert s.info.frames_pushed == 0  # nothing appended
+        s.push([levels[0][:1], levels[1][:1], levels[2][:3]])  # a group broken mid-way
+        with pytest.raises(codecrt.CodeShapeError, match="incomplete"):
+            s.finish()
+        s.reset()
+        s.push(levels)
+        s.finish()
+        with pytest.raises(codecrt.StateError, match="after finish"):
+            s.push(levels)
+        other.finish()
+        ctx.step([s, other])
+        s.decode_ready()
+        other.decode_ready()
+        assert np.abs(s.pull() - want).max() < 1e-5
+        assert np.abs(other.pull() - want).max() < 1e-5
+        s.close()
+        other.close()
+        with pytest.raises(codecrt.StateError):
+            s.push(levels)
