@@ -21,6 +21,18 @@ if str(ROOT / "bindings") not in sys.path:
 import reference  # noqa: E402
 
 
+def pytest_collection_modifyitems(config, items):
+    """GPU tests are opt-in: they run only with CODECD_TEST_GPU=1 (on the device machine)."""
+    import os
+
+    if os.environ.get("CODECD_TEST_GPU") == "1":
+        return
+    skip = pytest.mark.skip(reason="GPU tests are opt-in: set CODECD_TEST_GPU=1")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 def load_layouts():
     """``codecrt.layouts``; loaded straight from its file when the native module is not built."""
     try:

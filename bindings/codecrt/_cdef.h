@@ -169,6 +169,7 @@ typedef struct codecrt_stats {
     uint64_t weight_bytes;
     uint64_t state_bytes;
     int32_t streams_active;
+    int32_t graph_splits;
     double last_compute_ms;
 } codecrt_stats;
 

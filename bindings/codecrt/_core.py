@@ -254,6 +254,7 @@ class Stats:
     last_compute_ms: float
     state_bytes: int
     streams_active: int
+    graph_splits: int
 
 
 def _as_codes(level: object, index: int) -> npt.NDArray[np.int32]:
@@ -411,6 +412,7 @@ class Context:
             last_compute_ms=float(st.last_compute_ms),
             state_bytes=int(st.state_bytes),
             streams_active=int(st.streams_active),
+            graph_splits=int(st.graph_splits),
         )
 
     def decode(

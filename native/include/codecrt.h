@@ -308,6 +308,7 @@ typedef struct codecrt_stats {
     uint64_t weight_bytes;       /* device copy of the weights (0 when used in place) */
     uint64_t state_bytes;        /* stream slot pool */
     int32_t streams_active;
+    int32_t graph_splits;        /* most backend splits of a live graph (1 = all on one device) */
     double last_compute_ms;      /* wall time of the last graph computation */
 } codecrt_stats;
 

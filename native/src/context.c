@@ -527,5 +527,12 @@ codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_sta
     stats->last_compute_ms = g->last_compute_ms;
     stats->state_bytes = ctx->pool.buffer ? ggml_backend_buffer_get_size(ctx->pool.buffer) : 0;
     stats->streams_active = ctx->pool.n_active;
+    for (int k = 0; k < CODECRT_GRAPH_KIND_COUNT; k++) {
+        const cr_graph_slot *slot = &g->slots[k];
+        if (slot->live && slot->sched) {
+            const int n = ggml_backend_sched_get_n_splits(slot->sched);
+            stats->graph_splits = n > stats->graph_splits ? n : stats->graph_splits;
+        }
+    }
     return CODECRT_OK;
 }

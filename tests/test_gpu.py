@@ -1,0 +1,130 @@
+"""The GPU path (opt-in, marker `gpu`): CUDA against the CPU, the seed's check, flat device memory.
+
+Run on a CUDA build with ``CODECD_TEST_GPU=1 pytest -m gpu -s tests/test_gpu.py``
+(bench/gpu/run.sh does). As ggml's test-backend-ops compares each backend with
+the CPU, every decode here is compared with the same decode on the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import reference
+from conftest import codecrt_or_skip
+
+pytestmark = pytest.mark.gpu
+
+GPU = os.environ.get("CODECD_GPU_DEVICE", "cuda:0")
+TOL = 1e-4  # relative L2, GPU against CPU, f32 weights
+
+
+def rel_l2(a, b):
+    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
+
+
+def nvidia_smi_used_mib() -> int:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.split()[0])
+
+
+@pytest.fixture(scope="module")
+def codecrt():
+    return codecrt_or_skip()
+
+
+@pytest.mark.parametrize("name", ["24khz", "32khz", "44khz"])
+def test_cuda_matches_cpu(codecrt, snac_cases, name):
+    """Every SNAC configuration decoded on the GPU matches the CPU (relative L2 <= 1e-4), batched, noise on."""
+    case = snac_cases(name)
+    rng = np.random.default_rng(1)
+    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu") as cpu, \
+         codecrt.Context(m, device=GPU) as gpu:
+        assert gpu.device.startswith("CUDA")
+        n = 2 * m.info.frame_multiple if m.info.frame_multiple > 4 else 48
+        levels = reference.random_codes(m.info, n, 3, rng)
+        a = gpu.decode(levels, noise=True, seed=3)
+        b = cpu.decode(levels, noise=True, seed=3)
+        splits = gpu.stats.graph_splits
+    err = rel_l2(a, b)
+    print(f"\nSNAC {name}: CUDA vs CPU relative L2 {err:.2e}, max |diff| {np.abs(a - b).max():.2e}, "
+          f"graph splits {splits}")
+    assert err <= TOL
+
+
+def test_seed_check_two_decodes(codecrt, snac_cases):
+    """The seed's check: two GPU decodes through one context are identical and not silent."""
+    case = snac_cases("24khz")
+    levels = reference.random_codes(reference.SNAC_24KHZ, 64, None, np.random.default_rng(2))
+    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device=GPU) as ctx:
+        a = ctx.decode(levels)
+        b = ctx.decode(levels)
+    assert np.array_equal(a, b)
+    assert float(np.sqrt(np.mean(a**2))) > 0.01
+
+
+def test_ten_thousand_decodes_flat_device_memory(codecrt, snac_cases):
+    """10,000 decodes of mixed lengths and batches: equal results, flat compute buffers and nvidia-smi memory."""
+    case = snac_cases("24khz")
+    rng = np.random.default_rng(3)
+    shapes = [(4, 1), (16, 4), (8, 2), (32, 1), (12, 8), (4, 16)]
+    cases = [reference.random_codes(reference.SNAC_24KHZ, f, b, rng) for f, b in shapes]
+    with codecrt.Model(case.gguf) as m, \
+         codecrt.Context(m, device=GPU, frame_bucket=16, batch_bucket=True, max_batch=16) as ctx:
+        ctx.reserve(32, 16)
+        first = [ctx.decode(c) for c in cases]
+        buf0, smi0 = ctx.stats.compute_buffer_bytes, nvidia_smi_used_mib()
+        for i in range(10_000):
+            k = (i * 7 + i // 13) % len(cases)
+            out = ctx.decode(cases[k])
+            if i % 997 == 0:
+                assert np.array_equal(out, first[k]), f"decode {i} differs from the first"
+        buf1, smi1 = ctx.stats.compute_buffer_bytes, nvidia_smi_used_mib()
+        st = ctx.stats
+    print(f"\n10k decodes: compute buffers {buf0} -> {buf1} bytes, nvidia-smi {smi0} -> {smi1} MiB, "
+          f"built {st.graphs_built}, reused {st.graphs_reused}, reservations {st.reservations}")
+    assert buf1 == buf0
+    assert smi1 - smi0 <= 64
+
+
+def test_recreate_policy_on_gpu(codecrt, snac_cases):
+    """The scheduler-recreate policy on the GPU: identical results, recreations counted."""
+    case = snac_cases("24khz")
+    rng = np.random.default_rng(4)
+    a = reference.random_codes(reference.SNAC_24KHZ, 64, None, rng)
+    b = reference.random_codes(reference.SNAC_24KHZ, 16, 2, rng)
+    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device=GPU) as ctx:
+        want_a, want_b = ctx.decode(a), ctx.decode(b)
+        ctx.set_recreate_policy("decode", True)
+        for _ in range(4):
+            assert np.array_equal(ctx.decode(a), want_a)
+            assert np.array_equal(ctx.decode(b), want_b)
+        assert ctx.stats.sched_recreations >= 7
+
+
+@pytest.mark.parametrize("name", ["24khz", "44khz"])
+def test_streaming_on_gpu_equals_offline(codecrt, snac_cases, name):
+    """Streaming on the GPU, several streams batched, equals offline decode on the GPU."""
+    case = snac_cases(name)
+    rng = np.random.default_rng(5)
+    with codecrt.Model(case.gguf) as m, \
+         codecrt.Context(m, device=GPU, batch_bucket=True, max_batch=8) as ctx:
+        n = 3 * m.info.frame_multiple if m.info.frame_multiple > 4 else 40
+        utts = [reference.random_codes(m.info, n, None, rng) for _ in range(3)]
+        want = [ctx.decode(u, noise=True, seed=i) for i, u in enumerate(utts)]
+        ss = [ctx.stream(noise=True, seed=i) for i in range(3)]
+        for s, u in zip(ss, utts):
+            s.push(u)
+            s.finish()
+        while ctx.step(ss):
+            pass
+        got = [s.pull() for s in ss]
+        for s in ss:
+            s.close()
+    for g, w in zip(got, want):
+        assert len(g) == len(w)
+        assert np.abs(g - w).max() < 1e-4
