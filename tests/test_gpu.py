@@ -19,7 +19,17 @@ from conftest import codecrt_or_skip
 pytestmark = pytest.mark.gpu
 
 GPU = os.environ.get("CODECD_GPU_DEVICE", "cuda:0")
-TOL = 1e-4  # relative L2, GPU against CPU, f32 weights
+# ggml's CUDA backend runs F32 matrix products on cuBLAS with TF32 tensor-core
+# math (10-bit mantissa inputs). NVIDIA_TF32_OVERRIDE=0 turns that off; then
+# the GPU matches the CPU to F32 precision.
+TF32_OFF = os.environ.get("NVIDIA_TF32_OVERRIDE") == "0"
+TOL = 1e-4 if TF32_OFF else 2e-3  # relative L2, GPU against CPU, f32 weights
+# Streamed against offline on the GPU, max |diff|. Ticks of fewer than 32 frames
+# give matrix products of few columns, which ggml's CUDA backend runs in its own
+# small-batch kernels on TF32 tensor cores whatever NVIDIA_TF32_OVERRIDE says
+# (measured 3.0e-4 at 4 frames, 9e-7 at 32 frames with TF32 off: see
+# docs/gpu/stream-check-2026-12-02.txt). The CPU streams exactly.
+STREAM_TOL = 1e-3 if TF32_OFF else 5e-3
 
 
 def rel_l2(a, b):
@@ -52,7 +62,7 @@ def test_cuda_matches_cpu(codecrt, snac_cases, name):
         splits = gpu.stats.graph_splits
     err = rel_l2(a, b)
     print(f"\nSNAC {name}: CUDA vs CPU relative L2 {err:.2e}, max |diff| {np.abs(a - b).max():.2e}, "
-          f"graph splits {splits}")
+          f"graph splits {splits}, TF32 {'off' if TF32_OFF else 'on'}")
     assert err <= TOL
 
 
@@ -79,7 +89,7 @@ def test_ten_thousand_decodes_flat_device_memory(codecrt, snac_cases):
         first = [ctx.decode(c) for c in cases]
         buf0, smi0 = ctx.stats.compute_buffer_bytes, nvidia_smi_used_mib()
         for i in range(10_000):
-            k = (i * 7 + i // 13) % len(cases)
+            k = ((i // 3) * 5) % len(cases)  # each shape three times in a row, then another
             out = ctx.decode(cases[k])
             if i % 997 == 0:
                 assert np.array_equal(out, first[k]), f"decode {i} differs from the first"
@@ -127,4 +137,6 @@ def test_streaming_on_gpu_equals_offline(codecrt, snac_cases, name):
             s.close()
     for g, w in zip(got, want):
         assert len(g) == len(w)
-        assert np.abs(g - w).max() < 1e-4
+        d = float(np.abs(g - w).max())
+        print(f"\nSNAC {name} GPU streamed vs offline: max |diff| {d:.2e} (TF32 {'off' if TF32_OFF else 'on'})")
+        assert d < STREAM_TOL

@@ -34,15 +34,30 @@ build() {
 env_site() { export PYTHONPATH="$SITE/codecd:$SITE/deps${PYTHONPATH:+:$PYTHONPATH}"; }
 
 tests() {
-    stage "GPU tests: CODECD_TEST_GPU=1 pytest -m gpu tests/test_gpu.py"
-    CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_gpu.py 2>&1 \
-        | tee "$OUT/gpu_tests.txt" | grep -E "passed|failed|error|CUDA vs CPU|10k decodes|Error" \
-        | tee -a "$OUT/report.txt"
+    # twice: as shipped (cuBLAS TF32 for F32 products) and with TF32 off (F32-exact)
+    for tf32 in on off; do
+        stage "GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/test_gpu.py"
+        if [ $tf32 = off ]; then export NVIDIA_TF32_OVERRIDE=0; else unset NVIDIA_TF32_OVERRIDE; fi
+        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_gpu.py 2>&1 \
+            | tee "$OUT/gpu_tests_tf32_$tf32.txt" \
+            | grep -E "passed|failed|error|CUDA vs CPU|10k decodes|streamed vs|Error" \
+            | tee -a "$OUT/report.txt"
+    done
+    unset NVIDIA_TF32_OVERRIDE
 }
 
 bench() {
-    stage "capacity: python3 bench/gpu_capacity.py"
-    python3 bench/gpu_capacity.py "$@" 2>&1 | tee "$OUT/gpu_capacity.md" | tee -a "$OUT/report.txt"
+    stage "capacity: python3 bench/gpu_capacity.py ${BENCH_ARGS:-}"
+    # shellcheck disable=SC2086
+    python3 bench/gpu_capacity.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/gpu_capacity.md" | tee -a "$OUT/report.txt"
+}
+
+check() {
+    for fusion in 0 1; do
+        stage "stream check, TF32 off, GGML_CUDA_DISABLE_FUSION=$fusion"
+        NVIDIA_TF32_OVERRIDE=0 GGML_CUDA_DISABLE_FUSION=$fusion python3 bench/gpu/stream_check.py 2>&1 \
+            | tee -a "$OUT/report.txt"
+    done
 }
 
 deps
@@ -53,6 +68,7 @@ for what in "$@"; do
         build) build ;;
         test) tests ;;
         bench) bench ;;
+        check) check ;;
         all) build && tests; bench ;;
         *) echo "unknown stage $what" >&2; exit 2 ;;
     esac

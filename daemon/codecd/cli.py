@@ -43,7 +43,7 @@ import numpy as np
 from . import __version__
 
 PROG = "codecd"
-RESERVED = ("serve", "stream", "play", "voice")
+RESERVED = ("stream", "play", "voice")  # serve: implemented (codecd.server)
 
 
 class UsageError(Exception):
@@ -302,14 +302,323 @@ def _cmd_decode(args) -> int:
     return 0
 
 
+# ------------------------------------------------------ stream and play (client side)
+
+#: output samples of one Orpheus 7-token group (one coarsest SNAC code) at 24 kHz
+GROUP_SAMPLES_24K = 2048
+
+
+def _stream_payload(path: str, layout: str):
+    """(wire layout, messages' unit arrays): CODES read like ``decode`` reads them, as the
+    token sequence (orpheus layouts) or per-level arrays (levels). Raises UsageError."""
+    L = _layouts()
+    suffix = Path(path).suffix.lower()
+    if layout == "orpheus-ids":
+        layout = "orpheus_ids"
+    if layout == "auto":
+        layout = "levels" if suffix == ".npz" else "orpheus_ids"
+    if suffix == ".npz" and layout != "levels":
+        raise UsageError(f"--layout {layout}: .npz files hold per-level arrays (layout 'levels')")
+    if suffix != ".npz" and layout == "levels":
+        raise UsageError("--layout levels needs an .npz file with level0, level1, ...")
+    levels = load_codes(path, "auto", drop_incomplete=False)
+    if any(np.asarray(a).ndim != 1 for a in levels):
+        raise UsageError(f"{path}: a batch of sequences; stream sends one sequence")
+    if layout == "levels":
+        return layout, [np.asarray(a, dtype=np.int64) for a in levels]
+    codes = L.levels_to_orpheus(levels)
+    if layout == "orpheus_ids":
+        return layout, np.asarray(L.codes_to_orpheus_ids(codes), dtype=np.int64)
+    return layout, np.asarray(codes, dtype=np.int64)
+
+
+def _parse_rate(v: str) -> float:
+    """--rate: realtime (1.0), max (0: no pacing) or a factor of real time (0.5: half speed)."""
+    if v == "realtime":
+        return 1.0
+    if v == "max":
+        return 0.0
+    try:
+        f = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected realtime, max or a speed factor") from None
+    if not (f > 0 and f < 1e6):
+        raise argparse.ArgumentTypeError("a speed factor must be > 0")
+    return f
+
+
+def _add_client_args(p) -> None:
+    p.add_argument("codes", metavar="CODES", help=".npz (level0, level1, ...), .npy (Orpheus codes) or text")
+    p.add_argument("--url", required=True, help="server URL, ws://HOST:PORT")
+    p.add_argument("--model", "-m", required=True, help="model name on the server")
+    p.add_argument("--layout", choices=("auto", "orpheus_ids", "orpheus", "orpheus-ids", "levels"),
+                   default="auto", help="wire layout (auto: levels for .npz, else orpheus_ids)")
+    p.add_argument("--rate", type=_parse_rate, default=1.0, metavar="realtime|max|FACTOR",
+                   help="send tokens at the codec's real rate (default), as fast as possible, "
+                        "or at FACTOR times real time")
+    p.add_argument("--chunk-tokens", type=int, default=7,
+                   help="tokens per message (levels: a multiple of 7, one 4/2/1 group each)")
+    p.add_argument("--binary", action="store_true", help="send tokens as binary frames")
+    p.add_argument("--token", default=os.environ.get("CODECD_TOKEN"),
+                   help="bearer token (default $CODECD_TOKEN)")
+
+
+def _level_groups(levels: list[np.ndarray]) -> tuple[int, list[int]]:
+    """Number of coarsest-level groups and codes per group of each level (from the lengths)."""
+    n0 = int(levels[0].size)
+    if n0 == 0:
+        raise UsageError("no codes")
+    per = []
+    for a in levels:
+        if a.size % n0:
+            raise UsageError(f"level lengths {[int(x.size) for x in levels]} are not multiples of "
+                             f"the coarsest level's")
+        per.append(int(a.size // n0))
+    return n0, per
+
+
+async def _send_paced(s, layout: str, payload, rate: float, chunk_tokens: int, binary: bool,
+                      group_s: float) -> float:
+    """Send every token paced at ``rate`` times the codec's real rate, then end; returns the
+    monotonic time of the first send."""
+    import asyncio
+    import time
+
+    t0 = time.monotonic()
+    if layout == "levels":
+        n_groups, per = _level_groups(payload)
+        step = max(1, chunk_tokens // max(1, sum(per)))
+        msgs = [(g, min(n_groups, g + step)) for g in range(0, n_groups, step)]
+    else:
+        n_groups = payload.size / 7.0
+        msgs = [(i / 7.0, min(payload.size, i + chunk_tokens) / 7.0)
+                for i in range(0, payload.size, chunk_tokens)]
+    for a, b in msgs:
+        if rate > 0:
+            # a message is sent once the LM would have produced its last token
+            due = t0 + (b * group_s) / rate if a > 0 else t0
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        if layout == "levels":
+            await s.send_levels([lv[a * p:b * p] for lv, p in zip(payload, per)], binary=binary)
+        else:
+            await s.send_tokens(payload[round(a * 7):round(b * 7)], binary=binary)
+    await s.end()
+    return t0
+
+
+def _group_seconds(hello_model: dict | None, frame_samples: int | None) -> float:
+    sr = int((hello_model or {}).get("sample_rate") or 24000)
+    n = frame_samples or GROUP_SAMPLES_24K * sr // 24000
+    return n / sr
+
+
+def _add_stream(sub) -> None:
+    p = sub.add_parser("stream", help="stream codes to a codecd server, write the audio to a WAV")
+    _add_client_args(p)
+    p.add_argument("-o", "--output", required=True, help="WAV file to write")
+    p.add_argument("--format", choices=("pcm_s16le", "pcm_f32le", "mulaw"), default="pcm_s16le",
+                   help="wire format (the WAV is 16-bit for s16/mulaw, float for f32)")
+    p.add_argument("--sample-rate", type=int, default=None, help="output rate (server resamples)")
+    p.add_argument("--frame-samples", type=int, default=None,
+                   help="model samples per Orpheus group / coarsest code, for pacing "
+                        "(default 2048 at 24 kHz)")
+    p.set_defaults(func=_cmd_stream)
+
+
+def _cmd_stream(args) -> int:
+    import asyncio
+
+    if args.chunk_tokens < 1:
+        raise UsageError("--chunk-tokens must be >= 1")
+    layout, payload = _stream_payload(args.codes, args.layout)
+    return asyncio.run(_stream_main(args, layout, payload))
+
+
+async def _stream_main(args, layout: str, payload) -> int:
+    import asyncio
+    import time
+
+    from .client import Client, ServerError, to_float32
+
+    t_start = time.monotonic()
+    try:
+        async with Client(args.url, token=args.token) as c:
+            if args.model not in c.models:
+                raise UsageError(f"model {args.model!r} not on the server (has: "
+                                 f"{', '.join(c.models) or 'none'})")
+            s = await c.start(args.model, layout=layout, format=args.format,
+                              sample_rate=args.sample_rate)
+            sender = asyncio.create_task(_send_paced(
+                s, layout, payload, args.rate, args.chunk_tokens, args.binary,
+                _group_seconds(c.models.get(args.model), args.frame_samples)))
+            parts = []
+            try:
+                async for chunk in s:
+                    parts.append(chunk.pcm)
+            finally:
+                if not sender.done():
+                    sender.cancel()
+            t_first_send = await sender
+    except ServerError as e:
+        raise RuntimeError(f"server: {e}") from None
+    except OSError as e:
+        raise RuntimeError(f"cannot connect to {args.url}: {e}") from None
+    t_end = time.monotonic()
+    fmt = s.format
+    pcm = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    sr = s.sample_rate
+    out = Path(args.output)
+    if fmt == "pcm_s16le":
+        with wave.open(str(out), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(sr)
+            w.writeframes(np.asarray(pcm, dtype="<i2").tobytes())
+    else:
+        write_wav(out, to_float32(pcm, fmt), sr, "f32" if fmt == "pcm_f32le" else "s16")
+    ttfa = (s.first_audio_at - t_first_send) if s.first_audio_at is not None else float("nan")
+    print(f"wrote {out}: {pcm.size} samples, {pcm.size / sr:.3f} s at {sr} Hz", file=sys.stderr)
+    print(f"time to first audio: {1000 * ttfa:.1f} ms; total: {t_end - t_start:.3f} s "
+          f"({s.chunks_received} chunks)")
+    return 0
+
+
+def _add_play(sub) -> None:
+    p = sub.add_parser("play", help="stream codes to a codecd server and play the audio live")
+    _add_client_args(p)
+    p.add_argument("--device", default=None, help="output device (name or index; default: the system's)")
+    p.add_argument("--prime-ms", type=float, default=200.0,
+                   help="audio buffered before playback starts (default 200 ms)")
+    p.add_argument("--blocksize", type=int, default=0, help="device block size in frames (0: PortAudio's choice)")
+    p.add_argument("--buffer-s", type=float, default=30.0, help="jitter buffer capacity in seconds")
+    p.add_argument("--frame-samples", type=int, default=None, help=argparse.SUPPRESS)
+    p.set_defaults(func=_cmd_play)
+
+
+def _cmd_play(args) -> int:
+    import asyncio
+
+    if args.chunk_tokens < 1:
+        raise UsageError("--chunk-tokens must be >= 1")
+    if args.prime_ms < 0 or args.blocksize < 0 or args.buffer_s <= 0:
+        raise UsageError("--prime-ms, --blocksize must be >= 0 and --buffer-s > 0")
+    layout, payload = _stream_payload(args.codes, args.layout)
+    return asyncio.run(_play_main(args, layout, payload))
+
+
+async def _play_main(args, layout: str, payload) -> int:
+    import asyncio
+
+    from .client import Client, ServerError, to_float32
+    from .playback import JitterBuffer, Player
+
+    device = args.device
+    if device is not None and device.isdigit():
+        device = int(device)
+    player = None
+    try:
+        async with Client(args.url, token=args.token) as c:
+            if args.model not in c.models:
+                raise UsageError(f"model {args.model!r} not on the server (has: "
+                                 f"{', '.join(c.models) or 'none'})")
+            s = await c.start(args.model, layout=layout, format="pcm_f32le")
+            sr = s.sample_rate
+            prime = int(round(args.prime_ms * sr / 1000.0))
+            buf = JitterBuffer(max(prime + sr, int(args.buffer_s * sr)), prime)
+            player = Player(buf, sr, device=device, blocksize=args.blocksize)
+            player.start()
+            sender = asyncio.create_task(_send_paced(
+                s, layout, payload, args.rate, args.chunk_tokens, False,
+                _group_seconds(c.models.get(args.model), args.frame_samples)))
+            try:
+                async for chunk in s:
+                    x = to_float32(chunk.pcm, s.format)
+                    if player.error is not None:
+                        break
+                    if buf.capacity - buf.level >= x.size:
+                        buf.write(x)
+                    else:
+                        await asyncio.to_thread(buf.write, x)
+            finally:
+                if not sender.done():
+                    sender.cancel()
+            if player.error is None:
+                await sender
+            buf.end()
+            await asyncio.to_thread(player.wait, 5.0 + buf.level / sr)
+    except ServerError as e:
+        raise RuntimeError(f"server: {e}") from None
+    finally:
+        if player is not None:
+            player.close(abort=True)
+    st = buf.stats()
+    ttp = st.time_to_prime_s
+    print(f"frames played: {st.frames_played} of {st.frames_written}; underruns: {st.underruns} "
+          f"({st.underrun_frames} frames); device underflows: {player.device_underflows}")
+    print(f"primed latency: {1000 * prime / sr:.1f} ms buffered"
+          f"{'' if ttp is None else f', reached {1000 * ttp:.1f} ms after the first audio'}; "
+          f"device output latency {1000 * player.output_latency_s:.1f} ms")
+    return 0
+
+
+def _add_serve(sub) -> None:
+    from .config import add_arguments
+
+    p = sub.add_parser("serve", help="run the streaming decode daemon",
+                       description="Run the websocket decode daemon. Precedence: defaults < TOML "
+                                   "file < CODECD_* environment < flags. See docs/server.md.")
+    add_arguments(p)
+    p.set_defaults(func=_cmd_serve)
+
+
+def _cmd_serve(args) -> int:
+    import asyncio
+
+    from .config import ConfigError, load_config
+    from .server import run, setup_logging
+
+    try:
+        cfg = load_config(args.config, args=args)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    setup_logging(cfg.log_format, cfg.log_level)
+    return asyncio.run(run(cfg))
+
+
+def _add_check_config(sub) -> None:
+    from .config import add_arguments
+
+    p = sub.add_parser("check-config", help="validate a config and print the effective settings",
+                       description="Validate the config (file, CODECD_* environment and flags, as "
+                                   "serve would) and print the effective settings as TOML, "
+                                   "secrets redacted. Exit status 2 on errors.")
+    p.add_argument("file", metavar="FILE", nargs="?", help="TOML config file")
+    add_arguments(p)
+    p.set_defaults(func=_cmd_check_config)
+
+
+def _cmd_check_config(args) -> int:
+    from .config import ConfigError, format_config, load_config
+
+    try:
+        cfg = load_config(args.file or args.config, args=args)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    sys.stdout.write(format_config(cfg))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="codecd: neural audio codec decode daemon and tools")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for add in (_add_info, _add_convert, _add_decode):
+    for add in (_add_info, _add_convert, _add_decode, _add_stream, _add_play, _add_serve,
+                _add_check_config):
         add(sub)
-    # reserved: serve, stream, play, voice (add an _add_<name> here)
+    # reserved: voice (add an _add_<name> here)
     return parser
 
 

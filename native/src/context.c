@@ -428,6 +428,12 @@ codecrt_status codecrt_context_reserve(codecrt_context *ctx, int32_t n_frames, i
     const int32_t mult = ctx->model->info.frame_multiple;
     n_frames = (n_frames + mult - 1) / mult * mult;
     cr_graph_key env = cr_decode_key(ctx, n_frames, n_batch, true);
+    const int64_t elems = ctx->model->arch->max_tensor_elements(ctx->model, env.n_frames, env.n_batch, 0);
+    if (elems > CR_MAX_TENSOR_ELEMENTS) {
+        return cr_fail(&ctx->err, CODECRT_E_TOO_LARGE, "reserve(%d frames, %d sequences) needs a tensor of "
+                       "%lld elements (limit %lld)", n_frames, n_batch, (long long)elems,
+                       (long long)CR_MAX_TENSOR_ELEMENTS);
+    }
     cr_decode_build b = {ctx};
     return ctx_status(ctx, cr_graphs_reserve(&ctx->graphs, &env, cr_build_decode, &b, &ctx->err));
 }
@@ -459,6 +465,13 @@ codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params 
     }
 
     const cr_graph_key key = cr_decode_key(ctx, n_frames, codes->n_batch, p->noise != 0);
+    const int64_t elems = m->arch->max_tensor_elements(m, key.n_frames, key.n_batch, 0);
+    if (elems > CR_MAX_TENSOR_ELEMENTS) {
+        return cr_fail(&ctx->err, CODECRT_E_TOO_LARGE,
+                       "%d frames x %d sequences needs a tensor of %lld elements (limit %lld): "
+                       "decode in smaller batches", n_frames, codes->n_batch, (long long)elems,
+                       (long long)CR_MAX_TENSOR_ELEMENTS);
+    }
     const cr_decode_shape shape = {
         .n_frames = key.n_frames,
         .n_batch = key.n_batch,

@@ -30,6 +30,7 @@
 #define CR_MAX_IO 64
 #define CR_MAX_TIMES 64
 #define CR_MAX_STATES 64
+#define CR_MAX_TENSOR_ELEMENTS ((int64_t)1 << 31)
 
 /* A message buffer travelling with a call; set once, by the first failure. */
 typedef struct cr_err {
@@ -158,6 +159,12 @@ typedef struct cr_arch {
                                         struct ggml_context *weights, const cr_decode_shape *shape,
                                         cr_graph_io *io);
     size_t (*scratch_floats)(const struct cr_model *model, const cr_decode_shape *shape);
+    /* Elements of the largest tensor of a graph over n_frames x n_batch, with
+       `context` extra frames of state at every rate (streaming). ggml's kernels
+       index some tensors with 32 bits (CUDA's broadcasts assert on it), so the
+       context refuses shapes above CR_MAX_TENSOR_ELEMENTS before building. */
+    int64_t (*max_tensor_elements)(const struct cr_model *model, int64_t n_frames, int64_t n_batch,
+                                   int64_t context);
     void (*set_decode_inputs)(const struct cr_model *model, const cr_decode_shape *shape,
                               const cr_graph_io *io, const cr_decode_inputs *in);
     /* Streaming. chunk must be a multiple of stream_chunk_multiple. The state

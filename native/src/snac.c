@@ -509,6 +509,28 @@ static size_t snac_scratch_floats(const cr_model *model, const cr_decode_shape *
     return biggest * (size_t)shape->n_batch;
 }
 
+static int64_t snac_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, int64_t context) {
+    const snac_hparams *hp = model->hparams;
+    int64_t t = T + context, best = (int64_t)hp->decoder_dim * t * B;
+    best = best > (int64_t)hp->latent_dim * t * B ? best : (int64_t)hp->latent_dim * t * B;
+    if (hp->window > 0) { /* qkv, and the scores [W, W, heads, windows * B] */
+        const int64_t qkv = 3 * (int64_t)hp->decoder_dim * t * B;
+        const int64_t kq = (int64_t)hp->window * t * (hp->decoder_dim / SNAC_HEAD_DIM) * B;
+        best = qkv > best ? qkv : best;
+        best = kq > best ? kq : best;
+    }
+    int64_t tt = T;
+    for (int i = 0; i < hp->n_blocks; i++) {
+        const int64_t s = hp->rates[i], co = snac_channels(hp, i + 1);
+        const int64_t cols = 2 * s * co * (tt + 2 + context) * B;
+        tt *= s;
+        const int64_t out = co * (tt + context) * B;
+        best = cols > best ? cols : best;
+        best = out > best ? out : best;
+    }
+    return best;
+}
+
 static void snac_set_inputs(const cr_model *model, const cr_decode_shape *shape, const cr_graph_io *gio,
                             const cr_decode_inputs *in) {
     struct ggml_tensor *const *io = gio->t;
@@ -796,6 +818,7 @@ const cr_arch cr_arch_snac = {
     .tensor_specs = snac_tensor_specs,
     .build_decode = snac_build_decode,
     .scratch_floats = snac_scratch_floats,
+    .max_tensor_elements = snac_max_tensor_elements,
     .set_decode_inputs = snac_set_inputs,
     .stream_chunk_multiple = snac_stream_chunk_multiple,
     .stream_states = snac_stream_states,

@@ -107,6 +107,13 @@ static codecrt_status cr_pool_init(codecrt_context *ctx, cr_err *err) {
         return cr_fail(err, CODECRT_E_UNSUPPORTED, "too many stream states");
     }
     const int32_t n_slots = ctx->params.max_streams;
+    /* the largest tick graph: a full batch, each buffer with up to 64 frames of state */
+    const int64_t elems = m->arch->max_tensor_elements(m, chunk, ctx->params.max_batch, 64);
+    if (elems > CR_MAX_TENSOR_ELEMENTS) {
+        return cr_fail(err, CODECRT_E_TOO_LARGE, "a tick of %d frames for max_batch = %d streams needs a tensor "
+                       "of %lld elements (limit %lld): lower max_batch", chunk, ctx->params.max_batch,
+                       (long long)elems, (long long)CR_MAX_TENSOR_ELEMENTS);
+    }
     struct ggml_init_params ip = {
         .mem_size = ggml_tensor_overhead() * (size_t)(n_states + 1),
         .mem_buffer = NULL,

@@ -1,0 +1,496 @@
+"""Configuration of ``codecd serve``: defaults < TOML file < ``CODECD_*`` environment < flags.
+
+Every setting is one field of :class:`Config` whose ``metadata`` carries its help
+text; the environment variable is ``CODECD_<NAME>`` and the flag ``--<name>``
+(underscores as dashes). Lists are comma-separated in the environment and in
+flags. Models are ``NAME=SOURCE`` (``--model`` may be repeated; ``CODECD_MODELS``
+is a comma-separated list; TOML: ``[[models]]`` tables with ``name`` and
+``source``). A source is a GGUF path, ``hf:ORG/NAME`` (downloaded with
+``huggingface_hub`` and converted once into ``cache_dir``) or ``demo`` (random
+SNAC 24 kHz weights: the audio is noise).
+
+The TOML file is flat (``listen = "0.0.0.0:8765"``); keys may also be grouped in
+tables (``[limits]``, ``[log]``...), which are merged: a table's keys are the
+setting names (``[log] format = "json"`` is also accepted as ``log_format``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Config", "ModelSource", "ConfigError", "load_config", "add_arguments",
+           "resolve_models", "redacted", "format_config", "DEMO_SOURCE", "parse_listen",
+           "build_demo_model", "SECRET_FIELDS"]
+
+DEMO_SOURCE = "demo"
+SECRET_FIELDS = ("auth_token",)
+ENV_PREFIX = "CODECD_"
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(ValueError):
+    """An invalid setting (exit status 2)."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    name: str
+    source: str  # GGUF path, "hf:ORG/NAME" or "demo"
+
+
+def _default_cache() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "codecd")
+
+
+def _f(default: Any, help: str, *, factory: bool = False, metavar: str | None = None) -> Any:
+    md = {"help": help, "metavar": metavar}
+    if factory:
+        return field(default_factory=default, metadata=md)
+    return field(default=default, metadata=md)
+
+
+@dataclass
+class Config:
+    """Every setting of the daemon (see docs/server.md for the reasons behind the limits)."""
+
+    listen: str = _f("127.0.0.1:8765", "HOST:PORT to listen on (port 0: ephemeral)",
+                     metavar="HOST:PORT")
+    models: list[ModelSource] = _f(list, "models to load, NAME=SOURCE; SOURCE is a GGUF path, "
+                                   "hf:ORG/NAME or demo (random weights: noise)",
+                                   factory=True, metavar="NAME=SOURCE")
+    devices: list[str] = _f(lambda: ["auto"], "decode devices, one worker process each "
+                            "(cpu, cuda:0, ...)", factory=True, metavar="DEV,...")
+    threads: int = _f(0, "CPU threads per worker (0: all cores)")
+    batch_buckets: list[int] = _f(list, "batch sizes warmed up at start (empty: the largest "
+                                  "and 1)", factory=True, metavar="N,...")
+    max_batch: int = _f(64, "most streams decoded in one tick")
+    gather_ms: float = _f(2.0, "how long a worker waits to gather streams into a batch")
+    max_streams: int = _f(64, "open streams server-wide (per model per worker in the engine); "
+                          "over it a start gets 'busy'")
+    max_streams_per_connection: int = _f(16, "open streams per connection "
+                                         "('too_many_streams')")
+    max_connections: int = _f(1024, "open websocket connections server-wide (HTTP 503)")
+    max_connections_per_ip: int = _f(32, "open websocket connections per client IP (HTTP 503)")
+    max_message_bytes: int = _f(64 * 1024, "largest client frame in bytes ('message_too_big')")
+    max_queued_frames: int = _f(4096, "codec frames pushed but not yet decoded per stream "
+                                "('backlog_exceeded')")
+    idle_timeout_s: float = _f(30.0, "an open stream without input for this long fails")
+    max_stream_duration_s: float = _f(600.0, "most audio seconds per stream")
+    send_timeout_s: float = _f(5.0, "deadline of one send; a client that does not read is "
+                               "closed with 'slow_reader'")
+    sndbuf_bytes: int = _f(32768, "SO_SNDBUF of each accepted socket (0: the OS default)")
+    max_ahead_s: float = _f(1.0, "audio is sent at most this far ahead of real time per "
+                            "stream (0: no pacing)")
+    auth_token: str | None = _f(None, "bearer token required on the websocket upgrade "
+                                "(Authorization: Bearer ...)")
+    allowed_origins: list[str] = _f(list, "Origin values allowed on the upgrade (empty: any; "
+                                    "requests without Origin are always allowed)",
+                                    factory=True, metavar="ORIGIN,...")
+    drain_timeout_s: float = _f(10.0, "on SIGTERM, how long open streams may finish")
+    log_format: str = _f("text", "log format: text or json")
+    log_level: str = _f("info", "log level: debug, info, warning, error")
+    cache_dir: str = _f(_default_cache(), "where hf: and demo models are converted to")
+
+    # ------------------------------------------------------------- derived
+
+    @property
+    def host(self) -> str:
+        return parse_listen(self.listen)[0]
+
+    @property
+    def port(self) -> int:
+        return parse_listen(self.listen)[1]
+
+    def validate(self) -> list[str]:
+        """Every problem found (empty: valid)."""
+        errs: list[str] = []
+        try:
+            parse_listen(self.listen)
+        except ConfigError as e:
+            errs.append(str(e))
+        names = [m.name for m in self.models]
+        if not self.models:
+            errs.append("models: none configured (e.g. --model snac_24khz=/path/model.gguf, "
+                        "or --model demo=demo for random weights)")
+        if len(set(names)) != len(names):
+            errs.append(f"models: duplicate names in {names}")
+        for m in self.models:
+            if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,128}", m.name):
+                errs.append(f"models: bad name {m.name!r} (letters, digits, _ . -)")
+            s = m.source
+            if s == DEMO_SOURCE:
+                continue
+            if s.startswith("hf:"):
+                if not re.fullmatch(r"hf:[\w.\-]+/[\w.\-]+", s):
+                    errs.append(f"models: {m.name}: bad source {s!r} (hf:ORG/NAME)")
+                continue
+            if not Path(s).is_file():
+                errs.append(f"models: {m.name}: no such GGUF file {s!r}")
+        if not self.devices:
+            errs.append("devices: at least one is needed")
+        ints = {"threads": 0, "max_batch": 1, "max_streams": 1, "max_streams_per_connection": 1,
+                "max_connections": 1, "max_connections_per_ip": 1, "max_queued_frames": 1,
+                "sndbuf_bytes": 0}
+        for k, lo in ints.items():
+            if getattr(self, k) < lo:
+                errs.append(f"{k}: must be >= {lo}, got {getattr(self, k)}")
+        if self.max_message_bytes < 1024:
+            errs.append(f"max_message_bytes: must be >= 1024, got {self.max_message_bytes}")
+        for k in ("idle_timeout_s", "max_stream_duration_s", "send_timeout_s",
+                  "drain_timeout_s"):
+            v = getattr(self, k)
+            if not (math.isfinite(v) and v > 0):
+                errs.append(f"{k}: must be > 0, got {v}")
+        for k in ("gather_ms", "max_ahead_s"):
+            v = getattr(self, k)
+            if not (math.isfinite(v) and v >= 0):
+                errs.append(f"{k}: must be >= 0, got {v}")
+        if any(b < 1 for b in self.batch_buckets):
+            errs.append(f"batch_buckets: sizes must be >= 1, got {self.batch_buckets}")
+        if self.log_format not in LOG_FORMATS:
+            errs.append(f"log_format: one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
+        if self.log_level not in LOG_LEVELS:
+            errs.append(f"log_level: one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        if self.auth_token is not None and not self.auth_token:
+            errs.append("auth_token: empty (leave it unset for no authentication)")
+        return errs
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+_KIND: dict[str, str] = {}
+for _n, _fl in FIELDS.items():
+    _t = str(_fl.type)
+    _KIND[_n] = ("models" if _n == "models" else "list_int" if _t == "list[int]" else
+                 "list_str" if _t.startswith("list") else "int" if _t == "int" else
+                 "float" if _t == "float" else "str")
+
+
+def parse_listen(s: str) -> tuple[str, int]:
+    host, sep, port = str(s).rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"listen: expected HOST:PORT, got {s!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _parse_models(v: Any, where: str) -> list[ModelSource]:
+    out: list[ModelSource] = []
+    items = v.split(",") if isinstance(v, str) else v
+    if not isinstance(items, list):
+        raise ConfigError(f"{where}: models: expected a list")
+    for it in items:
+        if isinstance(it, Mapping):
+            if not isinstance(it.get("name"), str) or not isinstance(it.get("source"), str):
+                raise ConfigError(f"{where}: models: each needs string name and source")
+            out.append(ModelSource(it["name"], it["source"]))
+        elif isinstance(it, str):
+            if not it.strip():
+                continue
+            name, sep, src = it.strip().partition("=")
+            if not sep:
+                raise ConfigError(f"{where}: models: expected NAME=SOURCE, got {it!r}")
+            out.append(ModelSource(name.strip(), src.strip()))
+        else:
+            raise ConfigError(f"{where}: models: bad entry {it!r}")
+    return out
+
+
+def _coerce(name: str, v: Any, where: str) -> Any:
+    kind = _KIND[name]
+    try:
+        if kind == "models":
+            return _parse_models(v, where)
+        if kind in ("list_str", "list_int"):
+            if isinstance(v, str):
+                v = [x.strip() for x in v.split(",") if x.strip()]
+            if not isinstance(v, list):
+                raise ValueError("expected a list")
+            return [int(x) for x in v] if kind == "list_int" else [str(x) for x in v]
+        if kind == "int":
+            if isinstance(v, bool) or (isinstance(v, float) and not v.is_integer()):
+                raise ValueError("expected an integer")
+            return int(v)
+        if kind == "float":
+            if isinstance(v, bool):
+                raise ValueError("expected a number")
+            return float(v)
+        if v is None or (name == "auth_token" and v == ""):
+            return None
+        if not isinstance(v, str):
+            raise ValueError("expected a string")
+        return v.lower() if name in ("log_format", "log_level") else v
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {name}: {e} (got {v!r})") from None
+
+
+def _flatten_toml(d: Mapping[str, Any], path: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if k in FIELDS:
+            out[k] = v
+        elif isinstance(v, Mapping):
+            for k2, v2 in v.items():
+                for cand in (k2, f"{k}_{k2}"):
+                    if cand in FIELDS:
+                        out[cand] = v2
+                        break
+                else:
+                    raise ConfigError(f"{path}: unknown setting [{k}] {k2}")
+        else:
+            raise ConfigError(f"{path}: unknown setting {k!r}")
+    return out
+
+
+def _default(fl: dataclasses.Field[Any]) -> Any:
+    if fl.default is not dataclasses.MISSING:
+        return fl.default
+    factory: Any = fl.default_factory
+    return factory()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """One flag per setting (default None: not given), plus ``--config FILE``."""
+    p.add_argument("--config", "-c", metavar="FILE", default=None,
+                   help="TOML config file (env CODECD_CONFIG)")
+    for name, fl in FIELDS.items():
+        default = _default(fl)
+        if name in SECRET_FIELDS:
+            shown = "unset"
+        elif isinstance(default, list):
+            shown = ",".join(str(x) for x in default) or "empty"
+        else:
+            shown = str(default)
+        h = f"{fl.metadata['help']} [default: {shown}; env {ENV_PREFIX}{name.upper()}]"
+        flag = "--" + name.replace("_", "-")
+        if name == "models":
+            p.add_argument("--model", "-m", dest="models", action="append", default=None,
+                           metavar="NAME=SOURCE", help=h)
+        else:
+            p.add_argument(flag, dest=name, default=None, metavar=fl.metadata.get("metavar"),
+                           help=h)
+
+
+def load_config(path: str | os.PathLike[str] | None = None,
+                env: Mapping[str, str] | None = None,
+                args: argparse.Namespace | Mapping[str, Any] | None = None) -> Config:
+    """Defaults, then the TOML file (``path``, else ``CODECD_CONFIG``), then ``CODECD_*``
+    variables of ``env`` (default ``os.environ``), then the flags in ``args`` (None values
+    are "not given"). Raises :class:`ConfigError` for unknown keys, bad values and
+    every problem of :meth:`Config.validate`."""
+    env = os.environ if env is None else env
+    a: dict[str, Any] = dict(vars(args) if isinstance(args, argparse.Namespace) else (args or {}))
+    path = path or a.get("config") or env.get(ENV_PREFIX + "CONFIG")
+    values: dict[str, Any] = {}
+    if path:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except OSError as e:
+            raise ConfigError(f"cannot read config {path}: {e.strerror or e}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: invalid TOML: {e}") from None
+        for k, v in _flatten_toml(data, str(path)).items():
+            values[k] = _coerce(k, v, str(path))
+    for name in FIELDS:
+        ev = env.get(ENV_PREFIX + name.upper())
+        if ev is not None:
+            values[name] = _coerce(name, ev, f"${ENV_PREFIX}{name.upper()}")
+    for name in FIELDS:
+        v = a.get(name)
+        if v is None:
+            continue
+        if name == "models" and isinstance(v, list):
+            v = [x for item in v for x in (item.split(",") if isinstance(item, str) else [item])]
+        values[name] = _coerce(name, v, "--" + name.replace("_", "-"))
+    cfg = Config(**values)
+    errs = cfg.validate()
+    if errs:
+        raise ConfigError("; ".join(errs))
+    return cfg
+
+
+def redacted(cfg: Config) -> dict[str, Any]:
+    d = dataclasses.asdict(cfg)
+    for k in SECRET_FIELDS:
+        if d.get(k):
+            d[k] = "<redacted>"
+    return d
+
+
+def format_config(cfg: Config) -> str:
+    """The effective config as TOML (secrets redacted)."""
+    lines: list[str] = []
+    d = redacted(cfg)
+    models = d.pop("models")
+
+    def val(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(val(x) for x in v) + "]"
+        return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    for k, v in d.items():
+        if v is None:
+            lines.append(f"# {k} = (unset)")
+        else:
+            lines.append(f"{k} = {val(v)}")
+    for m in models:
+        lines += ["", "[[models]]", f"name = {val(m['name'])}", f"source = {val(m['source'])}"]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------- model sources
+
+
+def resolve_models(cfg: Config) -> dict[str, str]:
+    """Model name -> GGUF path, downloading/converting ``hf:`` and building ``demo`` sources
+    into ``cache_dir`` once (later starts reuse the file)."""
+    out: dict[str, str] = {}
+    cache = Path(cfg.cache_dir).expanduser()
+    for m in cfg.models:
+        if m.source == DEMO_SOURCE:
+            path = cache / "demo_snac_24khz.gguf"
+            if not path.is_file():
+                cache.mkdir(parents=True, exist_ok=True)
+                build_demo_model(path)
+            logger.warning("model %s is the DEMO model: random SNAC 24 kHz weights, its audio "
+                           "is NOISE; for testing the service only", m.name)
+            out[m.name] = str(path)
+        elif m.source.startswith("hf:"):
+            out[m.name] = str(_hf_model(m.source[3:], cache))
+        else:
+            out[m.name] = str(Path(m.source))
+    return out
+
+
+def _hf_model(repo: str, cache: Path) -> Path:
+    dst = cache / (repo.replace("/", "__") + ".gguf")
+    if dst.is_file():
+        return dst
+    try:
+        from huggingface_hub import snapshot_download  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        raise ConfigError(f"hf:{repo} needs the huggingface_hub package "
+                          "(pip install huggingface_hub)") from None
+    from .convert import convert
+
+    logger.info("downloading %s from the Hugging Face hub", repo)
+    folder = snapshot_download(repo, allow_patterns=["config.json", "*.bin", "*.safetensors"])
+    cache.mkdir(parents=True, exist_ok=True)
+    logger.info("converting %s to %s", repo, dst)
+    return convert(folder, dst, progress=False, source=f"hf:{repo}")
+
+
+#: SNAC 24 kHz (hubertsiuzdak/snac_24khz) hyperparameters, for the demo model
+DEMO_SNAC: dict[str, Any] = {
+    "sampling_rate": 24000, "latent_dim": 768, "decoder_dim": 1024,
+    "decoder_rates": [8, 8, 4, 2], "attn_window_size": 0, "codebook_size": 4096,
+    "codebook_dim": 8, "vq_strides": [4, 2, 1], "noise": True, "depthwise": True,
+}
+
+
+def build_demo_model(path: str | os.PathLike[str], seed: int = 0,
+                     hp: Mapping[str, Any] | None = None) -> Path:
+    """Write a random-weight SNAC GGUF (docs/gguf-format.md, the same tensors as
+    tests/smallmodel.py) with the 24 kHz model's shapes. Needs the ``gguf`` package."""
+    import gguf
+    import numpy as np
+
+    hp = dict(DEMO_SNAC if hp is None else hp)
+    rng = np.random.default_rng(seed)
+    L, D, H, N = hp["latent_dim"], hp["decoder_dim"], hp["codebook_dim"], hp["codebook_size"]
+    rates = hp["decoder_rates"]
+    C = [D // 2**i for i in range(len(rates) + 1)]
+    K, NRES = 7, 3
+    t: dict[str, Any] = {}
+
+    def w(name: str, shape: tuple[int, ...], fan_in: int) -> None:
+        t[name] = (rng.standard_normal(shape) / math.sqrt(fan_in)).astype(np.float32)
+
+    def b(name: str, size: int) -> None:
+        t[name] = (0.05 * rng.standard_normal(size)).astype(np.float32)
+
+    def snake(prefix: str, ch: int) -> None:
+        alpha = rng.uniform(0.5, 1.5, ch).astype(np.float32)
+        t[f"{prefix}.alpha"] = alpha
+        t[f"{prefix}.inv_alpha"] = (np.float32(1.0) / (alpha + np.float32(1e-9))).astype(np.float32)
+
+    for lv in range(len(hp["vq_strides"])):
+        t[f"quantizer.{lv}.codebook"] = rng.standard_normal((N, H)).astype(np.float32)
+        w(f"quantizer.{lv}.out_proj.weight", (L, H), H)
+        b(f"quantizer.{lv}.out_proj.bias", L)
+    w("decoder.in_dw.weight", (K, L), K)
+    b("decoder.in_dw.bias", L)
+    w("decoder.in_pw.weight", (D, L), L)
+    b("decoder.in_pw.bias", D)
+    for i, s in enumerate(rates):
+        p = f"decoder.block.{i}"
+        cin, cout, k = C[i], C[i + 1], 2 * s
+        snake(f"{p}.snake", cin)
+        w(f"{p}.up.weight", (k * cout, cin), cin)
+        b(f"{p}.up.bias", cout)
+        if hp["noise"]:
+            w(f"{p}.noise.weight", (cout, cout), cout)
+        for j in range(NRES):
+            r = f"{p}.res.{j}"
+            snake(f"{r}.snake1", cout)
+            w(f"{r}.dw.weight", (K, cout), K)
+            b(f"{r}.dw.bias", cout)
+            snake(f"{r}.snake2", cout)
+            w(f"{r}.pw.weight", (cout, cout), cout)
+            b(f"{r}.pw.bias", cout)
+    snake("decoder.out_snake", C[-1])
+    w("decoder.out.weight", (K, C[-1]), K * C[-1])
+    b("decoder.out.bias", 1)
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".part")
+    wr = gguf.GGUFWriter(str(tmp), "snac")
+    vt = gguf.GGUFValueType
+    wr.add_string("general.name", "snac_demo_random")
+    wr.add_uint32("codecd.format_version", 1)
+    wr.add_string("codecd.source", f"demo(random, seed={seed})")
+    wr.add_uint32("snac.sampling_rate", hp["sampling_rate"])
+    wr.add_uint32("snac.hop_length", int(math.prod(rates)))
+    wr.add_uint32("snac.latent_dim", L)
+    wr.add_uint32("snac.decoder_dim", D)
+    wr.add_key_value("snac.decoder_rates", list(rates), vt.ARRAY, sub_type=vt.INT32)
+    wr.add_uint32("snac.attn_window_size", hp["attn_window_size"])
+    wr.add_uint32("snac.codebook_size", N)
+    wr.add_uint32("snac.codebook_dim", H)
+    wr.add_key_value("snac.vq_strides", list(hp["vq_strides"]), vt.ARRAY, sub_type=vt.INT32)
+    wr.add_bool("snac.noise", hp["noise"])
+    wr.add_bool("snac.depthwise", hp["depthwise"])
+    for name, a in t.items():
+        wr.add_tensor_info(name, a.shape, a.dtype, a.nbytes)
+    try:
+        wr.write_header_to_file()
+        wr.write_kv_data_to_file()
+        wr.write_ti_data_to_file()
+        for a in t.values():
+            wr.write_tensor_data(a)
+    finally:
+        wr.close()
+    os.replace(tmp, path)
+    logger.info("wrote demo model %s (%d tensors)", path, len(t))
+    return path
