@@ -227,3 +227,11 @@ def test_unknown_device(codecrt, gguf24):
             codecrt.Context(m, device="tpu")
         with pytest.raises(codecrt.BackendError, match="not available"):
             codecrt.Context(m, device="cuda:7")
+
+
+def test_tensor_too_large_refused_before_ggml(codecrt, gguf24):
+    """A decode whose largest tensor would pass 2^31 elements raises TooLargeError (ggml's CUDA kernels assert)."""
+    with codecrt.Model(gguf24) as m, codecrt.Context(m, device="cpu", max_frames=4096, max_batch=64) as c:
+        lv = reference.random_codes(m.info, 4096, 64, np.random.default_rng(2))
+        with pytest.raises(codecrt.TooLargeError, match="elements"):
+            c.decode(lv, out=np.empty(1, np.float32))

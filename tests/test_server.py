@@ -701,3 +701,29 @@ def test_serve_cli_systemd_socket_and_sigterm(small: Path, tmp_path: Path) -> No
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_model_sources_demo_and_hf(tmp_path: Path, snac_cases: Any, codecrt: Any,
+                                   monkeypatch: pytest.MonkeyPatch,
+                                   caplog: pytest.LogCaptureFixture) -> None:
+    """demo builds a loadable random SNAC 24 kHz GGUF (with a loud warning); hf: downloads and converts once."""
+    import types
+
+    from codecd.config import resolve_models
+
+    calls: list[str] = []
+    folder = snac_cases("24khz").folder
+    fake = types.ModuleType("huggingface_hub")
+    fake.snapshot_download = lambda repo, **kw: calls.append(repo) or str(folder)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "huggingface_hub", fake)
+    cfg = load_config(env={}, args={"models": ["d=demo", "h=hf:someorg/snac_24khz"],
+                                    "cache_dir": str(tmp_path / "cache")})
+    with caplog.at_level("WARNING", logger="codecd.config"):
+        paths = resolve_models(cfg)
+    assert any("NOISE" in r.getMessage() for r in caplog.records)
+    m = codecrt.Model(paths["d"])
+    info = m.info
+    m.close()
+    assert (info.sample_rate, info.hop_length, tuple(info.level_strides)) == (24000, 512, (4, 2, 1))
+    assert Path(paths["h"]).name == "someorg__snac_24khz.gguf" and calls == ["someorg/snac_24khz"]
+    assert resolve_models(cfg)["h"] == paths["h"] and calls == ["someorg/snac_24khz"]  # cached

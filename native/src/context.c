@@ -454,6 +454,14 @@ codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params 
         return st;
     }
     const cr_model *m = ctx->model;
+    const cr_graph_key key = cr_decode_key(ctx, n_frames, codes->n_batch, p->noise != 0);
+    const int64_t elems = m->arch->max_tensor_elements(m, key.n_frames, key.n_batch, 0);
+    if (elems > CR_MAX_TENSOR_ELEMENTS) {
+        return cr_fail(&ctx->err, CODECRT_E_TOO_LARGE,
+                       "%d frames x %d sequences needs a tensor of %lld elements (limit %lld): "
+                       "decode in smaller batches", n_frames, codes->n_batch, (long long)elems,
+                       (long long)CR_MAX_TENSOR_ELEMENTS);
+    }
     const size_t per_seq = (size_t)n_frames * (size_t)m->info.hop_length;
     const size_t need = per_seq * (size_t)codes->n_batch;
     if (!pcm) {
@@ -464,14 +472,6 @@ codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params 
                        pcm_capacity, need);
     }
 
-    const cr_graph_key key = cr_decode_key(ctx, n_frames, codes->n_batch, p->noise != 0);
-    const int64_t elems = m->arch->max_tensor_elements(m, key.n_frames, key.n_batch, 0);
-    if (elems > CR_MAX_TENSOR_ELEMENTS) {
-        return cr_fail(&ctx->err, CODECRT_E_TOO_LARGE,
-                       "%d frames x %d sequences needs a tensor of %lld elements (limit %lld): "
-                       "decode in smaller batches", n_frames, codes->n_batch, (long long)elems,
-                       (long long)CR_MAX_TENSOR_ELEMENTS);
-    }
     const cr_decode_shape shape = {
         .n_frames = key.n_frames,
         .n_batch = key.n_batch,
