@@ -13,6 +13,7 @@ and ``.status_name`` of the native ``codecrt_status``.
 from __future__ import annotations
 
 from ._core import Context, Model, ModelInfo, Stats, set_ggml_logging, version
+from ._lowlatency import LowLatencyStream
 from ._stream import Stream, StreamInfo
 from ._errors import (
     BackendError,
@@ -52,6 +53,7 @@ __all__ = [
     "CorruptModelError",
     "HyperparameterError",
     "InputError",
+    "LowLatencyStream",
     "MissingTensorError",
     "Model",
     "ModelError",

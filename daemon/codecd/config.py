@@ -411,86 +411,9 @@ DEMO_SNAC: dict[str, Any] = {
 
 def build_demo_model(path: str | os.PathLike[str], seed: int = 0,
                      hp: Mapping[str, Any] | None = None) -> Path:
-    """Write a random-weight SNAC GGUF (docs/gguf-format.md, the same tensors as
-    tests/smallmodel.py) with the 24 kHz model's shapes. Needs the ``gguf`` package."""
-    import gguf
-    import numpy as np
+    """Write a random-weight SNAC GGUF with the 24 kHz model's shapes (its audio is noise)."""
+    from .convert.random_snac import write_random_snac
 
-    hp = dict(DEMO_SNAC if hp is None else hp)
-    rng = np.random.default_rng(seed)
-    L, D, H, N = hp["latent_dim"], hp["decoder_dim"], hp["codebook_dim"], hp["codebook_size"]
-    rates = hp["decoder_rates"]
-    C = [D // 2**i for i in range(len(rates) + 1)]
-    K, NRES = 7, 3
-    t: dict[str, Any] = {}
-
-    def w(name: str, shape: tuple[int, ...], fan_in: int) -> None:
-        t[name] = (rng.standard_normal(shape) / math.sqrt(fan_in)).astype(np.float32)
-
-    def b(name: str, size: int) -> None:
-        t[name] = (0.05 * rng.standard_normal(size)).astype(np.float32)
-
-    def snake(prefix: str, ch: int) -> None:
-        alpha = rng.uniform(0.5, 1.5, ch).astype(np.float32)
-        t[f"{prefix}.alpha"] = alpha
-        t[f"{prefix}.inv_alpha"] = (np.float32(1.0) / (alpha + np.float32(1e-9))).astype(np.float32)
-
-    for lv in range(len(hp["vq_strides"])):
-        t[f"quantizer.{lv}.codebook"] = rng.standard_normal((N, H)).astype(np.float32)
-        w(f"quantizer.{lv}.out_proj.weight", (L, H), H)
-        b(f"quantizer.{lv}.out_proj.bias", L)
-    w("decoder.in_dw.weight", (K, L), K)
-    b("decoder.in_dw.bias", L)
-    w("decoder.in_pw.weight", (D, L), L)
-    b("decoder.in_pw.bias", D)
-    for i, s in enumerate(rates):
-        p = f"decoder.block.{i}"
-        cin, cout, k = C[i], C[i + 1], 2 * s
-        snake(f"{p}.snake", cin)
-        w(f"{p}.up.weight", (k * cout, cin), cin)
-        b(f"{p}.up.bias", cout)
-        if hp["noise"]:
-            w(f"{p}.noise.weight", (cout, cout), cout)
-        for j in range(NRES):
-            r = f"{p}.res.{j}"
-            snake(f"{r}.snake1", cout)
-            w(f"{r}.dw.weight", (K, cout), K)
-            b(f"{r}.dw.bias", cout)
-            snake(f"{r}.snake2", cout)
-            w(f"{r}.pw.weight", (cout, cout), cout)
-            b(f"{r}.pw.bias", cout)
-    snake("decoder.out_snake", C[-1])
-    w("decoder.out.weight", (K, C[-1]), K * C[-1])
-    b("decoder.out.bias", 1)
-
-    path = Path(path)
-    tmp = path.with_name(path.name + ".part")
-    wr = gguf.GGUFWriter(str(tmp), "snac")
-    vt = gguf.GGUFValueType
-    wr.add_string("general.name", "snac_demo_random")
-    wr.add_uint32("codecd.format_version", 1)
-    wr.add_string("codecd.source", f"demo(random, seed={seed})")
-    wr.add_uint32("snac.sampling_rate", hp["sampling_rate"])
-    wr.add_uint32("snac.hop_length", int(math.prod(rates)))
-    wr.add_uint32("snac.latent_dim", L)
-    wr.add_uint32("snac.decoder_dim", D)
-    wr.add_key_value("snac.decoder_rates", list(rates), vt.ARRAY, sub_type=vt.INT32)
-    wr.add_uint32("snac.attn_window_size", hp["attn_window_size"])
-    wr.add_uint32("snac.codebook_size", N)
-    wr.add_uint32("snac.codebook_dim", H)
-    wr.add_key_value("snac.vq_strides", list(hp["vq_strides"]), vt.ARRAY, sub_type=vt.INT32)
-    wr.add_bool("snac.noise", hp["noise"])
-    wr.add_bool("snac.depthwise", hp["depthwise"])
-    for name, a in t.items():
-        wr.add_tensor_info(name, a.shape, a.dtype, a.nbytes)
-    try:
-        wr.write_header_to_file()
-        wr.write_kv_data_to_file()
-        wr.write_ti_data_to_file()
-        for a in t.values():
-            wr.write_tensor_data(a)
-    finally:
-        wr.close()
-    os.replace(tmp, path)
-    logger.info("wrote demo model %s (%d tensors)", path, len(t))
-    return path
+    out = write_random_snac(path, DEMO_SNAC if hp is None else hp, seed=seed, name="snac_demo_random")
+    logger.info("wrote demo model %s", out)
+    return out
