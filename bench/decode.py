@@ -78,11 +78,11 @@ def main() -> None:
         for dt, m in models.items():
             with codecrt.Context(m, device="cpu", n_threads=args.threads, max_batch=b,
                                  max_frames=n_frames) as ctx:
-                row[dt] = audio_s / best_of(lambda: ctx.decode(levels), args.repeat)
+                row[dt] = audio_s / best_of(lambda lv=levels, c=ctx: c.decode(lv), args.repeat)
         if not args.no_reference:
             codes = [torch.from_numpy(lv.astype(np.int64)) for lv in levels]
             with torch.inference_mode(), reference.noise_disabled():
-                row["torch"] = audio_s / best_of(lambda: ref.decode(codes), args.repeat)
+                row["torch"] = audio_s / best_of(lambda cs=codes: ref.decode(cs), args.repeat)
         rows.append(row)
 
     print(f"# SNAC 24 kHz offline decode, random weights, {args.threads} threads, "

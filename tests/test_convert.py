@@ -80,7 +80,9 @@ def folded_model(model, cfg: dict):
 def doc_expected_values(model, cfg: dict) -> dict[str, np.ndarray]:
     """Every doc tensor computed from the torch modules (folded by torch), in numpy order."""
     m = folded_model(model, cfg)
-    g = lambda t: t.detach().float().numpy()
+    def g(t):
+        return t.detach().float().numpy()
+
     out: dict[str, np.ndarray] = {}
     for l, q in enumerate(m.quantizer.quantizers):
         out[f"quantizer.{l}.codebook"] = g(q.codebook.weight)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import struct
 
 import numpy as np
 import pytest

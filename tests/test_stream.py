@@ -43,7 +43,7 @@ def one_token_at_a_time(levels):
     k = len(levels[0])
     pos = [0, 0, 0]
     pushes = []
-    for g in range(k):
+    for _ in range(k):
         for p in range(7):
             lv = POS_LEVEL[p]
             piece = [np.zeros(0, np.int32)] * 3
