@@ -145,6 +145,41 @@ def model_stats(stats: dict[str, Any], worker: int = 0) -> dict[str, Any]:
     return stats["workers"][worker]["worker"]["models"]["small"]
 
 
+def test_low_latency_stream(small: Path, offline: Callable[..., np.ndarray]) -> None:
+    """latency "low": the worker runs a LowLatencyStream; all samples arrive, close to offline, with less lag."""
+    rng = np.random.default_rng(3)
+    codes = small_codes(96, rng)
+
+    async def main() -> None:
+        col = Collector()
+        pool = EnginePool(config(small), ["cpu"], on_event=col)
+        await pool.start()
+        try:
+            pool.open("low", "small", latency="low")
+            pool.open("exact", "small")
+            for piece in split(codes, [8, 16, 40, 64]):
+                pool.push("low", piece)
+                pool.push("exact", piece)
+                await asyncio.sleep(0.002)
+            pool.finish("low")
+            pool.finish("exact")
+            ev_low, ev_exact = await col.end("low"), await col.end("exact")
+            assert isinstance(ev_low, Done) and isinstance(ev_exact, Done)
+            ref = offline(codes)
+            low = col.pcm("low")
+            assert low.size == ref.size == ev_low.total_samples
+            assert_pcm_close(col.pcm("exact"), ref)
+            err = float(np.linalg.norm(low - ref) / np.linalg.norm(ref))
+            assert err < 0.2, err
+            lat_low = col.events["low"][0].latency_samples
+            lat_exact = col.events["exact"][0].latency_samples
+            assert lat_low <= lat_exact
+        finally:
+            await pool.close()
+
+    asyncio.run(main())
+
+
 def test_streams_equal_offline_decode(small: Path, offline: Callable[..., np.ndarray]) -> None:
     """Streams pushed in uneven pieces through the worker equal ctx.decode of the same codes."""
     rng = np.random.default_rng(0)

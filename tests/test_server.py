@@ -661,6 +661,38 @@ def test_snac24_parity_s16_within_one_lsb(snac_cases: Any, codecrt: Any) -> None
     asyncio.run(main())
 
 
+def test_low_latency_mode(snac_cases: Any, codecrt: Any) -> None:
+    """latency "low" on SNAC 24 kHz: started reports it with less latency; every sample arrives, close to offline."""
+    case = snac_cases("24khz")
+    model = codecrt.Model(case.gguf)
+    ctx = codecrt.Context(model, device="cpu", n_threads=2)
+    rng = np.random.default_rng(10)
+    levels = small_codes(64, rng)
+    want = np.frombuffer(expected(lambda lv: ctx.decode(lv).copy(), levels, "pcm_f32le", SR), "<f4")
+    ctx.close()
+    model.close()
+
+    async def main() -> None:
+        async with running(Path(case.gguf), threads=2) as srv:
+            c = await Client.open(srv.port)
+            await c.send(start_msg("lo", "orpheus_ids", format="pcm_f32le", latency="low"))
+            await c.send(start_msg("ex", "orpheus_ids", format="pcm_f32le"))
+            await send_stream(c, "lo", levels, "orpheus_ids", rng)
+            await send_stream(c, "ex", levels, "orpheus_ids", rng)
+            assert (await c.terminal("lo", 60))["type"] == "done"
+            assert (await c.terminal("ex", 60))["type"] == "done"
+            lo, ex = c.rec("lo"), c.rec("ex")
+            s_lo, s_ex = lo["msgs"][0], ex["msgs"][0]
+            assert s_lo["type"] == s_ex["type"] == "started"
+            assert s_lo["latency"] == "low" and s_ex["latency"] == "exact"
+            assert s_lo["latency_samples"] < s_ex["latency_samples"]
+            got = np.frombuffer(bytes(lo["audio"]), "<f4")
+            assert got.shape == want.shape
+            assert float(np.linalg.norm(got - want) / np.linalg.norm(want)) < 0.05
+            await c.close()
+    asyncio.run(main())
+
+
 def test_serve_cli_systemd_socket_and_sigterm(small: Path, tmp_path: Path) -> None:
     """codecd serve takes a systemd-passed socket (fd 3), serves, and exits 0 on SIGTERM."""
     lsock = socket.socket()

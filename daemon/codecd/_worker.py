@@ -55,6 +55,18 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
+#: latency "low": codecrt.LowLatencyStream's lookahead and crossfade as fractions of
+#: the model's exact latency (SNAC 24 kHz: 2046 + 257 samples, 96 ms instead of
+#: 198 ms; relative error about 0.01 against offline, docs/benchmarks.md)
+LOW_LOOKAHEAD_FRACTION = 0.43
+LOW_CROSSFADE_FRACTION = 0.054
+
+
+def low_latency_params(exact_latency: int) -> tuple[int, int]:
+    """(lookahead, crossfade) in samples of a "low" stream for a model's exact latency."""
+    return (int(round(LOW_LOOKAHEAD_FRACTION * exact_latency)),
+            max(1, int(round(LOW_CROSSFADE_FRACTION * exact_latency))))
+
 __all__ = ["WorkerConfig", "main", "serve_fd", "error_code_for", "default_buckets"]
 
 _PR_SET_PDEATHSIG = 1
@@ -157,8 +169,9 @@ class _ForwardHandler(logging.Handler):
 @dataclass(eq=False)
 class _Stream:
     sid: int
-    stream: Any  # codecrt.Stream
+    stream: Any  # codecrt.Stream (for a low-latency stream, its exact inner stream)
     maybe_ready: bool = False
+    low: Any = None  # codecrt.LowLatencyStream when the stream was opened with latency "low"
 
 
 @dataclass(eq=False)
@@ -300,7 +313,8 @@ class Worker:
         if op == "push":
             self._push(cmd[1], cmd[2])
         elif op == "open":
-            self._open(cmd[1], cmd[2], bool(cmd[3]), int(cmd[4]))
+            self._open(cmd[1], cmd[2], bool(cmd[3]), int(cmd[4]),
+                       str(cmd[5]) if len(cmd) > 5 else "exact")
         elif op == "finish":
             self._finish(cmd[1])
         elif op == "cancel":
@@ -323,7 +337,7 @@ class Worker:
         self._close(sid)
         self.out.append(("error", sid, code, message))
 
-    def _open(self, sid: int, model: str, noise: bool, seed: int) -> None:
+    def _open(self, sid: int, model: str, noise: bool, seed: int, latency: str = "exact") -> None:
         import codecrt
 
         m = self.models.get(model)
@@ -333,15 +347,23 @@ class Worker:
         if sid in self.where:
             self.out.append(("error", sid, "duplicate_stream", f"stream {sid} is already open"))
             return
+        low = None
         try:
-            s = m.ctx.stream(noise=noise, seed=seed)
+            if latency == "low":
+                look, fade = low_latency_params(m.latency_samples)
+                low = codecrt.LowLatencyStream(m.ctx, lookahead=look, crossfade=fade,
+                                               noise=noise, seed=seed)
+                s = low.stream
+            else:
+                s = m.ctx.stream(noise=noise, seed=seed)
         except codecrt.CodecrtError as e:
             self.out.append(("error", sid, error_code_for(e), str(e)))
             return
-        m.streams[sid] = _Stream(sid, s)
+        m.streams[sid] = _Stream(sid, s, low=low)
         m.streams_opened += 1
         self.where[sid] = m
-        self.out.append(("opened", sid, m.latency_samples, m.sample_rate, m.chunk_frames))
+        lat = low.latency_samples if low is not None else m.latency_samples
+        self.out.append(("opened", sid, lat, m.sample_rate, m.chunk_frames))
 
     def _push(self, sid: int, levels: Sequence[Any]) -> None:
         import codecrt
@@ -352,7 +374,7 @@ class Worker:
             return
         st = m.streams[sid]
         try:
-            st.stream.push(levels)
+            (st.low or st.stream).push(levels)
         except codecrt.CodecrtError as e:
             self._fail(sid, error_code_for(e), str(e))
             return
@@ -366,7 +388,7 @@ class Worker:
             return
         st = m.streams[sid]
         try:
-            st.stream.finish()
+            (st.low or st.stream).finish()
         except codecrt.CodecrtError as e:
             self._fail(sid, error_code_for(e), str(e))
             return
@@ -413,11 +435,11 @@ class Worker:
 
     def _collect(self, m: _Model, st: _Stream) -> None:
         s = st.stream
-        pcm = s.pull()
+        pcm = st.low.collect() if st.low is not None else s.pull()
         if pcm.size:
             self.out.append(("audio", st.sid, pcm.tobytes()))
         info = s.info
-        if info.done:
+        if info.done and (st.low is None or st.low.done):
             self.out.append(("done", st.sid, info.total_samples))
             m.streams_done += 1
             self._close(st.sid)

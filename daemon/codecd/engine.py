@@ -483,8 +483,12 @@ class Engine:
         mi: dict[str, Any] | None = self.info.get("models", {}).get(model)
         return mi
 
-    def open(self, key: Hashable, model: str, *, noise: bool = False, seed: int | None = 0) -> None:
-        """Open a stream; an :class:`Opened` event (or a StreamError) follows."""
+    def open(self, key: Hashable, model: str, *, noise: bool = False, seed: int | None = 0,
+             latency: str = "exact") -> None:
+        """Open a stream; an :class:`Opened` event (or a StreamError) follows.
+
+        ``latency``: "exact" (equal to offline) or "low" (a shorter lookahead
+        finalized by a crossfade: codecrt.LowLatencyStream)."""
         if key in self._by_key:
             raise DuplicateStreamError(f"stream {key!r} is already open")
         mi = self.model_info(model)
@@ -500,7 +504,7 @@ class Engine:
                          [0] * int(mi["n_levels"]))
         self._streams[sid] = rec
         self._by_key[key] = rec
-        h.send(("open", sid, model, bool(noise), int(seed or 0)))
+        h.send(("open", sid, model, bool(noise), int(seed or 0), str(latency)))
 
     def _rec(self, key: Hashable) -> _StreamRec:
         rec = self._by_key.get(key)
@@ -795,7 +799,7 @@ class EnginePool:
         return {}
 
     def open(self, key: Hashable, model: str, *, noise: bool = False,
-             seed: int | None = 0) -> int:
+             seed: int | None = 0, latency: str = "exact") -> int:
         """Open a stream on the least-loaded serving worker; returns the worker's index."""
         if key in self._where:
             raise DuplicateStreamError(f"stream {key!r} is already open")
@@ -811,7 +815,7 @@ class EnginePool:
         last: EngineError | None = None
         for e in sorted(cands, key=lambda e: e.n_streams):  # stable: round robin among ties
             try:
-                e.open(key, model, noise=noise, seed=seed)
+                e.open(key, model, noise=noise, seed=seed, latency=latency)
             except BusyError as err:
                 last = err
                 continue

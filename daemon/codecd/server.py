@@ -156,7 +156,17 @@ def model_spec(name: str, info: dict[str, Any]) -> ModelSpec:
     return ModelSpec(name=name, arch=str(info.get("arch", "")), sample_rate=int(info["sample_rate"]),
                      hop_length=int(info["hop_length"]), n_levels=len(strides),
                      codebook_sizes=sizes, level_strides=strides, layouts=layouts,
-                     latency_samples=int(info.get("latency_samples", 0)))
+                     latency_samples=int(info.get("latency_samples", 0)),
+                     low_latency_samples=_low_latency(info))
+
+
+def _low_latency(info: dict[str, Any]) -> int | None:
+    """Latency of a "low" stream (codecrt.LowLatencyStream in the worker), None if not lower."""
+    from ._worker import low_latency_params
+
+    exact = int(info.get("latency_samples", 0))
+    look, fade = low_latency_params(exact)
+    return look + fade if look + fade < exact else None
 
 
 def _peer_ip(conn: ServerConnection) -> str:
@@ -578,7 +588,7 @@ class Server:
                 self._push(conn, a.key, a.levels, followups)
             elif isinstance(a, EngineOpen):
                 try:
-                    pool.open(a.key, a.model, noise=a.noise, seed=a.seed)
+                    pool.open(a.key, a.model, noise=a.noise, seed=a.seed, latency=a.latency)
                 except EngineError as e:
                     failed_ids.add(a.key.stream_id)
                     followups += sess.on_engine_error(a.key, e.code, str(e))
