@@ -343,6 +343,48 @@ def test_cancel_disconnect_shutdown_free_slots(small: Path) -> None:
     asyncio.run(main())
 
 
+def test_thousand_cancelled_and_dropped_streams_leak_nothing(small: Path) -> None:
+    """1,000 streams cancelled mid-stream or dropped with their connection: slots, gauges and RSS stay flat."""
+    def rss_kib(pid: int) -> int:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+    async def main() -> None:
+        rng = np.random.default_rng(11)
+        codes = small_codes(16, rng)
+        async with running(small) as srv:
+            async def batch(n: int, start: int) -> None:
+                c = await Client.open(srv.port)
+                for k in range(n):
+                    sid = f"s{start + k}"
+                    await c.send(start_msg(sid))
+                    await send_stream(c, sid, codes, "orpheus_ids", rng, end=False)
+                    if k % 2 == 0:  # cancel half of them; the rest go with the connection
+                        await c.send({"type": "cancel", "stream_id": sid})
+                        assert (await c.terminal(sid))["type"] == "cancelled"
+                await c.ws.close()
+
+            # 24 per connection: the 12 left open stay under the per-connection limit
+            await batch(24, 0)  # warm-up
+            for _ in range(100):
+                if srv.active_streams == 0:
+                    break
+                await asyncio.sleep(0.02)
+            base = rss_kib(os.getpid())
+            for j in range(41):
+                await batch(24, 1000 + 24 * j)  # 984 more: 1,008 in all
+            for _ in range(200):
+                if srv.active_streams == 0 and srv.pool.stats()["streams"] == 0:
+                    break
+                await asyncio.sleep(0.02)
+            assert srv.active_streams == 0 and srv.pool.stats()["streams"] == 0
+            m = await metrics(srv.port)
+            assert metric_value(m, "codecd_streams_active") == 0
+            grown = rss_kib(os.getpid()) - base
+            assert grown < 16 * 1024, f"daemon RSS grew by {grown} KiB"
+    asyncio.run(main())
+
+
 def test_shutdown_drains_streams_that_finish(small: Path, offline: Any) -> None:
     """A stream that ends within the drain timeout completes with done during shutdown."""
     async def main() -> None:
