@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from codecd.client import Client, ServerError
+from codecd.engine import child_pythonpath
 from codecd.protocol import LAYOUTS
 from codecd.session import (
     Close, EngineCancel, EngineFinish, EngineOpen, EnginePush, ModelSpec, SendBinary, SendText,
@@ -265,8 +266,7 @@ def test_connection_lost_fails_open_streams(fake):
 
 def _run_cli(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "daemon"), str(ROOT / "bindings"),
-                                         env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = child_pythonpath()
     return subprocess.run([sys.executable, "-m", "codecd.cli", *args], capture_output=True,
                           text=True, timeout=timeout, env=env)
 
@@ -337,8 +337,7 @@ def real_server(tmp_path_factory):
         so.bind(("127.0.0.1", 0))
         port = so.getsockname()[1]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "daemon"), str(ROOT / "bindings"),
-                                         env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = child_pythonpath()
     proc = subprocess.Popen([sys.executable, "-m", "codecd.cli", "serve", "--listen",
                              f"127.0.0.1:{port}", "--model", f"small={gguf}", "--devices", "cpu",
                              "--threads", "1"], env=env, stdout=subprocess.PIPE,

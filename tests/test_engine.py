@@ -19,6 +19,7 @@ from smallmodel import small_codes, write_small_snac
 
 pytest.importorskip("gguf")
 
+from codecd.engine import child_pythonpath  # noqa: E402
 from codecd.engine import (  # noqa: E402
     ENGINE_RESTARTED,
     Audio,
@@ -545,7 +546,6 @@ def test_worker_dies_with_daemon(small: Path, tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parent.parent
     script = (
         "import asyncio, sys\n"
         "from codecd.engine import EngineConfig, EnginePool\n"
@@ -558,8 +558,7 @@ def test_worker_dies_with_daemon(small: Path, tmp_path: Path) -> None:
         "    print(pool.engines[0].pid, flush=True)\n"
         "    await asyncio.sleep(60)\n"
         "asyncio.run(main())\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(root / "daemon"), str(root / "bindings"), *sys.path]))
+    env = dict(os.environ, PYTHONPATH=child_pythonpath())
     daemon = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env,
                               text=True)
     try:

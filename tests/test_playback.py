@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from codecd.engine import child_pythonpath
 from codecd.playback import JitterBuffer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,8 +148,7 @@ def pulse(tmp_path_factory):
             log.close()
             pytest.skip(f"PulseAudio did not start: {(d / 'pulse.log').read_text()[-1500:]}")
         time.sleep(0.05)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "daemon"), str(ROOT / "bindings"),
-                                         str(ROOT / "tests"), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = child_pythonpath()
     probe = subprocess.run([sys.executable, "-c", "import sounddevice as sd; "
                             "print(sd.query_devices(kind='output')['name'])"],
                            env=env, capture_output=True, text=True, timeout=30)

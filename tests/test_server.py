@@ -30,6 +30,7 @@ from websockets.asyncio.client import connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 
 from codecd.audio import OutputConverter, mulaw_to_s16  # noqa: E402
+from codecd.engine import child_pythonpath  # noqa: E402
 from codecd.config import Config, ConfigError, ModelSource, load_config  # noqa: E402
 from codecd.protocol import encode_token_frame, parse_audio  # noqa: E402
 from codecd.server import Server  # noqa: E402
@@ -668,7 +669,7 @@ def test_check_config_cli(tmp_path: Path, small: Path) -> None:
     f = tmp_path / "c.toml"
     f.write_text(f'auth_token = "hunter2"\n[[models]]\nname = "a"\nsource = "{small}"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODECD_")}
-    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    env["PYTHONPATH"] = child_pythonpath()
     r = subprocess.run([sys.executable, "-m", "codecd.cli", "check-config", str(f)],
                        capture_output=True, text=True, env=env, timeout=30)
     assert r.returncode == 0, r.stderr

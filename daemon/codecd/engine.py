@@ -85,6 +85,19 @@ _STARTING, _READY, _RESTARTING, _CLOSING, _CLOSED = (
 # ------------------------------------------------------------------------ config
 
 
+def child_pythonpath() -> str:
+    """PYTHONPATH for a child that must import codecrt and codecd from where this
+    process did: their parent folders first (a source checkout's bindings/ on
+    sys.path must not shadow an installed codecrt with its built extension), then
+    the rest of sys.path."""
+    import codecd
+    import codecrt
+
+    first = [os.path.dirname(os.path.dirname(os.path.abspath(m.__file__ or "")))
+             for m in (codecrt, codecd)]
+    return os.pathsep.join(dict.fromkeys([*first, *(p for p in sys.path if p)]))
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Settings shared by every worker of a pool (the device is per worker)."""
@@ -233,8 +246,7 @@ class _Handle:
     def spawn(self, cfg: WorkerConfig, loop: asyncio.AbstractEventLoop) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
-        # the child imports codecd and codecrt from wherever this process does
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        env["PYTHONPATH"] = child_pythonpath()
         fd = child.fileno()
         try:
             self.proc = subprocess.Popen(
