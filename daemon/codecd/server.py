@@ -102,6 +102,18 @@ def systemd_listen_socket() -> socket.socket | None:
     return s
 
 
+def watchdog_interval_s() -> float | None:
+    """Half of systemd's WatchdogSec (WATCHDOG_USEC, for this pid), or None."""
+    usec = os.environ.get("WATCHDOG_USEC")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not usec or (pid and pid != str(os.getpid())):
+        return None
+    try:
+        return max(0.05, int(usec) / 2e6)
+    except ValueError:
+        return None
+
+
 def sd_notify(state: str) -> bool:
     """Tell systemd ``state`` (``READY=1``, ``STOPPING=1``...) when NOTIFY_SOCKET is set."""
     addr = os.environ.get("NOTIFY_SOCKET")
@@ -400,12 +412,27 @@ class Server:
         skw.update(self._session_overrides)
         self.session_limits = SessionLimits(**skw)
         self._tasks.append(asyncio.create_task(self._ticker(), name="codecd-ticker"))
+        interval = watchdog_interval_s()
+        if interval is not None:
+            self._tasks.append(asyncio.create_task(self._watchdog(interval), name="codecd-watchdog"))
         self.ready = True
         for n, s in self.specs.items():
             logger.info("model %s: %s %d Hz, %d levels, layouts %s", n, s.arch, s.sample_rate,
                         s.n_levels, ",".join(s.layouts))
         logger.info("ready: %d worker(s) on %s", len(self.pool.engines), ",".join(cfg.devices))
         sd_notify("READY=1")
+
+    async def _watchdog(self, interval: float) -> None:
+        """WATCHDOG=1 at half of WatchdogSec, from the event loop, and only while the
+        engine workers answer a health probe: a wedged worker or loop stops the pings
+        and systemd restarts the service."""
+        while True:
+            if await self.pool.probe(timeout=interval):
+                sd_notify(f"WATCHDOG=1\nSTATUS=streams {self.active_streams}, "
+                          f"devices {','.join(self.config.devices)}")
+            else:
+                logger.warning("watchdog: an engine worker did not answer; not pinging")
+            await asyncio.sleep(interval)
 
     # ---------------------------------------------------------------- HTTP
 
