@@ -15,6 +15,9 @@ from __future__ import annotations
 from ._core import Context, Model, ModelInfo, Stats, set_ggml_logging, version
 from ._lowlatency import LowLatencyStream
 from ._stream import Stream, StreamInfo
+from ._voice import Voice
+from . import _twostage as diag  # noqa: F401  (codecrt.diag.diag_encode(ctx, tokens), ...)
+from ._twostage import noise
 from ._errors import (
     BackendError,
     BufferTooSmallError,
@@ -70,6 +73,9 @@ __all__ = [
     "TruncatedModelError",
     "UnknownArchitectureError",
     "UnsupportedError",
+    "Voice",
+    "diag",
+    "noise",
     "set_ggml_logging",
     "version",
 ]

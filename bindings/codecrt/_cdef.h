@@ -8,7 +8,7 @@
  * exactly as in the header, in the same order.
  */
 
-#define CODECRT_API_VERSION 1
+#define CODECRT_API_VERSION 2
 #define CODECRT_MAX_LEVELS 16
 #define CODECRT_MAX_BACKENDS 4
 
@@ -38,6 +38,10 @@ typedef enum codecrt_graph_kind {
     CODECRT_GRAPH_DECODE = 0,
     CODECRT_GRAPH_STREAM = 1,
     CODECRT_GRAPH_STREAM_EDGE = 2,
+    CODECRT_GRAPH_ENCODE = 3,
+    CODECRT_GRAPH_FLOW_STEP = 4,
+    CODECRT_GRAPH_F0 = 5,
+    CODECRT_GRAPH_VOCODE = 6,
     CODECRT_GRAPH_KIND_COUNT = 8
 } codecrt_graph_kind;
 
@@ -63,6 +67,10 @@ typedef struct codecrt_model_info {
     int32_t codebook_size[CODECRT_MAX_LEVELS];
     int32_t level_stride[CODECRT_MAX_LEVELS];
     int32_t frame_multiple;
+    int32_t n_mels;
+    int32_t mel_hop;
+    int32_t needs_voice;
+    int32_t default_steps;
     int32_t weight_type;
     int64_t n_params;
     int64_t weight_bytes;
@@ -106,10 +114,31 @@ typedef struct codecrt_codes {
     const int64_t *lengths;
 } codecrt_codes;
 
+/* ----------------------------------------------------------------- voices */
+
+typedef struct codecrt_voice codecrt_voice;
+
+typedef struct codecrt_voice_data {
+    const int32_t *prompt_tokens;
+    int32_t n_prompt_tokens;
+    const float *prompt_mel;
+    int32_t n_prompt_frames;
+    int32_t n_mels;
+    const float *speaker;
+    int32_t speaker_dim;
+} codecrt_voice_data;
+
+codecrt_status codecrt_voice_init(const codecrt_model *model, const codecrt_voice_data *data,
+                                  codecrt_voice **out, char *err, size_t err_size);
+void codecrt_voice_free(codecrt_voice *voice);
+
 typedef struct codecrt_decode_params {
     int32_t noise;
     uint64_t seed;
     const uint64_t *seeds;
+    const codecrt_voice *voice;
+    int32_t n_steps;
+    float cfg_rate;
 } codecrt_decode_params;
 
 codecrt_decode_params codecrt_decode_default_params(void);
@@ -153,6 +182,34 @@ codecrt_status codecrt_stream_get_info(const codecrt_stream *stream, codecrt_str
 const char *codecrt_stream_last_error(const codecrt_stream *stream);
 codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n,
                                     int32_t *n_stepped);
+
+/* --------------------------------------------------- two-stage models */
+
+typedef struct codecrt_flow_params {
+    const codecrt_voice *voice;
+    uint64_t seed;
+    int32_t n_steps;
+    float cfg_rate;
+    int32_t finalize;
+} codecrt_flow_params;
+
+codecrt_flow_params codecrt_flow_default_params(void);
+codecrt_status codecrt_flow_decode(codecrt_context *ctx, const codecrt_flow_params *params,
+                                   const int32_t *tokens, int32_t n_tokens, float *mel, size_t mel_capacity,
+                                   int32_t *n_frames);
+codecrt_status codecrt_vocode(codecrt_context *ctx, const float *mel, int32_t n_frames, uint64_t seed,
+                              int64_t sample_offset, const float *cache_source, int32_t n_cache,
+                              float *pcm, size_t pcm_capacity, float *source_out);
+void codecrt_noise(uint64_t seed, uint32_t site, uint64_t start, size_t n, int32_t uniform, float *out);
+codecrt_status codecrt_diag_s3_encode(codecrt_context *ctx, const int32_t *tokens, int32_t n, float *mu);
+codecrt_status codecrt_diag_s3_estimate(codecrt_context *ctx, int32_t T, int32_t B, const float *x,
+                                        const float *mu, const float *cond, const float *spks,
+                                        const float *t, const float *r, float *out);
+codecrt_status codecrt_diag_s3_f0(codecrt_context *ctx, const float *mel, int32_t T, float *f0);
+codecrt_status codecrt_diag_s3_source(codecrt_context *ctx, const float *f0, int32_t T, const float *phases,
+                                      const float *noise, float *source);
+codecrt_status codecrt_diag_s3_hift(codecrt_context *ctx, const float *mel, int32_t T, const float *source,
+                                    float *pcm);
 
 /* ------------------------------------------------------------------ stats */
 

@@ -34,6 +34,7 @@ from ._native import ffi, lib
 
 if TYPE_CHECKING:
     from ._stream import Stream
+    from ._voice import Voice
 
 __all__ = ["Context", "Model", "ModelInfo", "Stats", "set_ggml_logging", "version"]
 
@@ -46,13 +47,17 @@ _GRAPH_KINDS: dict[str, int] = {
     "decode": int(lib.CODECRT_GRAPH_DECODE),
     "stream": int(lib.CODECRT_GRAPH_STREAM),
     "stream_edge": int(lib.CODECRT_GRAPH_STREAM_EDGE),
+    "encode": int(lib.CODECRT_GRAPH_ENCODE),
+    "flow_step": int(lib.CODECRT_GRAPH_FLOW_STEP),
+    "f0": int(lib.CODECRT_GRAPH_F0),
+    "vocode": int(lib.CODECRT_GRAPH_VOCODE),
 }
 _WEIGHT_TYPES: dict[int, str] = {
     int(lib.CODECRT_WEIGHT_F32): "f32",
     int(lib.CODECRT_WEIGHT_F16): "f16",
 }
 
-GraphKind = Literal["decode", "stream", "stream_edge"] | int
+GraphKind = Literal["decode", "stream", "stream_edge", "encode", "flow_step", "f0", "vocode"] | int
 
 
 def _str(p: Any) -> str:
@@ -85,8 +90,8 @@ def _verify_binding() -> None:
         if int(getattr(lib, name)) != value:
             raise ImportError(f"codecrt: {name} is {getattr(lib, name)} in the runtime, "
                               f"{value} in codecrt._errors")
-    if int(lib.CODECRT_API_VERSION) != 1:
-        raise ImportError(f"codecrt: runtime API version {lib.CODECRT_API_VERSION}, bindings 1")
+    if int(lib.CODECRT_API_VERSION) != 2:
+        raise ImportError(f"codecrt: runtime API version {lib.CODECRT_API_VERSION}, bindings 2")
 
 
 _verify_binding()
@@ -115,6 +120,25 @@ def _int_arg(name: str, value: object, lo: int, hi: int) -> int:
     return v
 
 
+def _float_arg(name: str, value: object, lo: float, hi: float) -> float:
+    """A finite float argument in [lo, hi]; InputError otherwise."""
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        _fail(E_INVALID_ARGUMENT, f"{name} must be a number, not {type(value).__name__}")
+    if not (lo <= v <= hi):  # also rejects NaN
+        _fail(E_INVALID_ARGUMENT, f"{name}={v} is outside [{lo}, {hi}]")
+    return v
+
+
+def _voice_arg(voice: object, ctx: Context) -> Voice:
+    from ._voice import Voice
+
+    if not isinstance(voice, Voice):
+        _fail(E_INVALID_ARGUMENT, f"voice must be a codecrt.Voice, not {type(voice).__name__}")
+    return voice
+
+
 # ------------------------------------------------------------------ model
 
 
@@ -132,6 +156,10 @@ class ModelInfo:
     weight_type: str  # 'f32' | 'f16'
     n_params: int
     weight_bytes: int
+    n_mels: int = 0         # two-stage models: mel bins between flow and vocoder
+    mel_hop: int = 0        # two-stage models: samples per mel frame
+    needs_voice: bool = False
+    default_steps: int = 0  # flow models: Euler steps by default
 
     @classmethod
     def _from_c(cls, info: Any) -> ModelInfo:
@@ -148,6 +176,10 @@ class ModelInfo:
             weight_type=_WEIGHT_TYPES.get(wt, str(wt)),
             n_params=int(info.n_params),
             weight_bytes=int(info.weight_bytes),
+            n_mels=int(info.n_mels),
+            mel_hop=int(info.mel_hop),
+            needs_voice=bool(info.needs_voice),
+            default_steps=int(info.default_steps),
         )
 
 
@@ -423,6 +455,9 @@ class Context:
         seed: int = 0,
         seeds: Sequence[int] | npt.NDArray[np.integer[Any]] | None = None,
         out: npt.NDArray[np.float32] | None = None,
+        voice: Voice | None = None,
+        n_steps: int = 0,
+        cfg_rate: float | None = None,
     ) -> npt.NDArray[np.float32]:
         """Decode codes to float32 PCM.
 
@@ -430,7 +465,9 @@ class Context:
         sequence; the result is ``[samples]``) or ``[B, T_l]`` (a batch; the
         result is ``[B, samples]``). ``seeds`` (B values) overrides ``seed``
         per sequence. ``out`` is an optional preallocated C-contiguous float32
-        array; the result is then a view of it.
+        array; the result is then a view of it. Models with
+        ``info.needs_voice`` (S3Gen) take a :class:`Voice`, and flow models
+        ``n_steps`` (0: the model's default) and ``cfg_rate`` (None: default).
         """
         levels = [_as_codes(level, i) for i, level in enumerate(codes)]
         n_levels = len(levels)
@@ -468,6 +505,13 @@ class Context:
         params[0] = lib.codecrt_decode_default_params()
         params.noise = 1 if noise else 0
         params.seed = _int_arg("seed", seed, 0, _UINT64_MAX)
+        params.n_steps = _int_arg("n_steps", n_steps, 0, 100)
+        if cfg_rate is not None:
+            params.cfg_rate = _float_arg("cfg_rate", cfg_rate, 0.0, 10.0)
+        voice_keep = None
+        if voice is not None:
+            voice_keep = _voice_arg(voice, self)
+            params.voice = voice_keep._handle()
         seeds_arr = None
         if seeds is not None:
             seeds_arr = _as_seeds(seeds, n_batch)
@@ -499,7 +543,7 @@ class Context:
             status = lib.codecrt_decode(self._handle(), params, c_codes, pcm_ptr, pcm.size,
                                         written)
             _check(status, self._last_error)
-        del bufs, seeds_arr
+        del bufs, seeds_arr, voice_keep
 
         n = int(written[0])
         flat = pcm.reshape(-1)
@@ -508,6 +552,45 @@ class Context:
         if out is not None and out.shape == result_shape:
             return out
         return flat[:n].reshape(result_shape)
+
+    def flow(
+        self,
+        tokens: npt.ArrayLike,
+        voice: Voice,
+        *,
+        seed: int = 0,
+        n_steps: int = 0,
+        cfg_rate: float | None = None,
+        finalize: bool = True,
+    ) -> npt.NDArray[np.float32]:
+        """Two-stage models: speech tokens to mel ``[n_mels, frames]`` (after the voice's prompt).
+
+        ``finalize=False`` treats the last 3 tokens as lookahead only (no mel
+        for them), as a stream does until more tokens arrive.
+        """
+        from ._twostage import flow
+
+        return flow(self, tokens, voice, seed=seed, n_steps=n_steps, cfg_rate=cfg_rate, finalize=finalize)
+
+    def vocode(
+        self,
+        mel: npt.ArrayLike,
+        *,
+        seed: int = 0,
+        sample_offset: int = 0,
+        cache_source: npt.ArrayLike | None = None,
+        return_source: bool = False,
+    ) -> Any:
+        """Two-stage models: mel ``[n_mels, frames]`` to PCM (no fade-in).
+
+        The vocoder's random source is keyed by (seed, sample_offset + i);
+        ``cache_source`` replaces the start of the harmonic source. With
+        ``return_source`` the result is ``(pcm, source)``.
+        """
+        from ._twostage import vocode
+
+        return vocode(self, mel, seed=seed, sample_offset=sample_offset, cache_source=cache_source,
+                      return_source=return_source)
 
     def stream(self, *, noise: bool = False, seed: int = 0) -> Stream:
         """A new :class:`Stream` on this context (takes a slot of the pool)."""

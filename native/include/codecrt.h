@@ -44,7 +44,7 @@
 extern "C" {
 #endif
 
-#define CODECRT_API_VERSION 1
+#define CODECRT_API_VERSION 2
 #define CODECRT_MAX_LEVELS 16
 #define CODECRT_MAX_BACKENDS 4
 
@@ -75,6 +75,11 @@ typedef enum codecrt_graph_kind {
     CODECRT_GRAPH_DECODE = 0, /* offline decode of whole sequences */
     CODECRT_GRAPH_STREAM = 1, /* one streaming tick over a batch of stream slots */
     CODECRT_GRAPH_STREAM_EDGE = 2, /* a tick for streams at their start or end (masked) */
+    /* two-stage models (S3Gen): */
+    CODECRT_GRAPH_ENCODE = 3,     /* tokens to the flow's conditioning (mu) */
+    CODECRT_GRAPH_FLOW_STEP = 4,  /* one estimator evaluation, computed once per Euler step */
+    CODECRT_GRAPH_F0 = 5,         /* mel to F0 */
+    CODECRT_GRAPH_VOCODE = 6,     /* mel + harmonic source to PCM */
     CODECRT_GRAPH_KIND_COUNT = 8
 } codecrt_graph_kind;
 
@@ -103,6 +108,10 @@ typedef struct codecrt_model_info {
     int32_t codebook_size[CODECRT_MAX_LEVELS];
     int32_t level_stride[CODECRT_MAX_LEVELS]; /* frames per code at each level */
     int32_t frame_multiple;   /* n_frames of a decode must be a multiple of this */
+    int32_t n_mels;           /* two-stage models: mel bins between the stages (else 0) */
+    int32_t mel_hop;          /* two-stage models: samples per mel frame (else 0) */
+    int32_t needs_voice;      /* 1: decodes need a codecrt_voice (S3Gen) */
+    int32_t default_steps;    /* flow models: Euler steps by default (else 0) */
     int32_t weight_type;      /* codecrt_weight_type of the large matrices */
     int64_t n_params;
     int64_t weight_bytes;
@@ -192,10 +201,40 @@ typedef struct codecrt_codes {
     const int64_t *lengths;         /* codes per sequence at level l */
 } codecrt_codes;
 
+/* ----------------------------------------------------------------- voices */
+/*
+ * Conditioning for models that speak in a given voice (S3Gen): a prompt (its
+ * speech tokens and its mel spectrogram, mel_per_token frames per token) and a
+ * speaker embedding. A voice is immutable once created and belongs to no
+ * context: any number of decodes and streams on any contexts of its model may
+ * use it at once, from any threads; free it after its last use.
+ */
+typedef struct codecrt_voice codecrt_voice;
+
+typedef struct codecrt_voice_data {
+    const int32_t *prompt_tokens;   /* n_prompt_tokens ids in [0, codebook_size) */
+    int32_t n_prompt_tokens;
+    const float *prompt_mel;        /* [n_prompt_frames][n_mels], row-major (time major) */
+    int32_t n_prompt_frames;        /* must be 2 * n_prompt_tokens for S3Gen */
+    int32_t n_mels;                 /* must equal the model's n_mels */
+    const float *speaker;           /* speaker embedding (x-vector) */
+    int32_t speaker_dim;            /* 192 for S3Gen */
+} codecrt_voice_data;
+
+/* Validate and copy data (finite values, ranges, lengths). err as for model_load. */
+codecrt_status codecrt_voice_init(const codecrt_model *model, const codecrt_voice_data *data,
+                                  codecrt_voice **out, char *err, size_t err_size);
+void codecrt_voice_free(codecrt_voice *voice);
+
+/* ----------------------------------------------------------------- decode */
+
 typedef struct codecrt_decode_params {
-    int32_t noise;                  /* 1: the model's noise injection on; 0: off */
+    int32_t noise;                  /* 1: the model's noise injection on; 0: off (SNAC) */
     uint64_t seed;                  /* noise seed; noise is keyed by (seed, absolute position) */
     const uint64_t *seeds;          /* optional per-sequence seeds (n_batch), overrides seed */
+    const codecrt_voice *voice;     /* models with needs_voice: the voice of every sequence */
+    int32_t n_steps;                /* flow models: Euler steps; 0 = the model's default */
+    float cfg_rate;                 /* flow models: guidance rate; < 0 = the model's default */
 } codecrt_decode_params;
 
 codecrt_decode_params codecrt_decode_default_params(void);
@@ -292,6 +331,69 @@ const char *codecrt_stream_last_error(const codecrt_stream *stream);
  */
 codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n,
                                     int32_t *n_stepped);
+
+/* --------------------------------------------------- two-stage models */
+/*
+ * S3Gen decodes in two stages, exposed for streaming and for checking a port
+ * stage by stage: tokens -> mel (flow matching) and mel -> PCM (vocoder).
+ * codecrt_decode runs both plus the model's 40 ms fade-in. Mel arrays are
+ * [n_mels][n_frames] row-major (PyTorch's (80, T)). Other models return
+ * CODECRT_E_UNSUPPORTED.
+ */
+typedef struct codecrt_flow_params {
+    const codecrt_voice *voice;     /* required */
+    uint64_t seed;                  /* the flow's starting noise, keyed by (seed, bin, absolute frame) */
+    int32_t n_steps;                /* 0 = the model's default */
+    float cfg_rate;                 /* < 0 = the model's default */
+    int32_t finalize;               /* 0: the last 3 tokens are lookahead only (no mel for them) */
+} codecrt_flow_params;
+
+codecrt_flow_params codecrt_flow_default_params(void);
+
+/*
+ * Tokens to the mel of the speech after the voice's prompt: 2 * n_tokens frames
+ * when finalize, else 2 * (n_tokens - 3). *n_frames receives the count; mel
+ * must hold n_mels times that.
+ */
+codecrt_status codecrt_flow_decode(codecrt_context *ctx, const codecrt_flow_params *params,
+                                   const int32_t *tokens, int32_t n_tokens, float *mel, size_t mel_capacity,
+                                   int32_t *n_frames);
+
+/*
+ * Mel to PCM: n_frames * mel_hop samples, clamped to +-0.99, no fade-in. The
+ * vocoder's random source (harmonic phases, noise) is keyed by (seed, absolute
+ * sample): sample_offset is the absolute index of this call's first sample. If
+ * cache_source is not NULL its n_cache samples replace the start of the
+ * harmonic source (streaming continuity). source_out, if not NULL, receives the
+ * n_frames * mel_hop samples of the source actually used.
+ */
+codecrt_status codecrt_vocode(codecrt_context *ctx, const float *mel, int32_t n_frames, uint64_t seed,
+                              int64_t sample_offset, const float *cache_source, int32_t n_cache,
+                              float *pcm, size_t pcm_capacity, float *source_out);
+
+/* The runtime's counter-based noise: out[i] = N(0, 1) (uniform: U[0, 1)) for
+   the key (seed, site, start + i). Sites are listed in docs/gguf-format.md. */
+void codecrt_noise(uint64_t seed, uint32_t site, uint64_t start, size_t n, int32_t uniform, float *out);
+
+/*
+ * Diagnostics: one stage of S3Gen through the context's lifecycle manager, for
+ * verifying the port against the reference stage by stage. Unstable API.
+ *   s3_encode:   tokens [n] -> mu [80][2n] (before the prompt is dropped)
+ *   s3_estimate: x, mu, cond [B][80][T], spks [B][80], t[B] (r[B] for meanflow,
+ *                else NULL) -> dx/dt [B][80][T]
+ *   s3_f0:       mel [80][T] -> f0 [T]
+ *   s3_source:   f0 [T], phases [9], noise [9][T*480] -> source [T*480] (host)
+ *   s3_hift:     mel [80][T], source [T*480] -> pcm [T*480]
+ */
+codecrt_status codecrt_diag_s3_encode(codecrt_context *ctx, const int32_t *tokens, int32_t n, float *mu);
+codecrt_status codecrt_diag_s3_estimate(codecrt_context *ctx, int32_t T, int32_t B, const float *x,
+                                        const float *mu, const float *cond, const float *spks,
+                                        const float *t, const float *r, float *out);
+codecrt_status codecrt_diag_s3_f0(codecrt_context *ctx, const float *mel, int32_t T, float *f0);
+codecrt_status codecrt_diag_s3_source(codecrt_context *ctx, const float *f0, int32_t T, const float *phases,
+                                      const float *noise, float *source);
+codecrt_status codecrt_diag_s3_hift(codecrt_context *ctx, const float *mel, int32_t T, const float *source,
+                                    float *pcm);
 
 /* ------------------------------------------------------------------ stats */
 

@@ -5,6 +5,7 @@
 
 static const cr_arch *const k_archs[] = {
     &cr_arch_snac,
+    &cr_arch_s3gen,
 };
 
 const cr_arch *cr_arch_find(const char *name) {
@@ -16,4 +17,4 @@ const cr_arch *cr_arch_find(const char *name) {
     return NULL;
 }
 
-const char *cr_arch_names(void) { return "snac"; }
+const char *cr_arch_names(void) { return "snac, s3gen"; }

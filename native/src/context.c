@@ -16,7 +16,6 @@
 #include "ggml-cpu.h"
 #include "internal.h"
 
-#define CR_GRAPH_SIZE 4096
 
 enum { CR_FLAG_NOISE = 1, CR_FLAG_MASKED = 2 };
 
@@ -35,7 +34,8 @@ codecrt_context_params codecrt_context_default_params(void) {
 }
 
 codecrt_decode_params codecrt_decode_default_params(void) {
-    codecrt_decode_params p = {.noise = 0, .seed = 0, .seeds = NULL};
+    codecrt_decode_params p = {
+        .noise = 0, .seed = 0, .seeds = NULL, .voice = NULL, .n_steps = 0, .cfg_rate = -1.0f};
     return p;
 }
 
@@ -425,6 +425,10 @@ codecrt_status codecrt_context_reserve(codecrt_context *ctx, int32_t n_frames, i
                        "context's limits (%d, %d)", n_frames, n_batch, ctx->params.max_frames,
                        ctx->params.max_batch);
     }
+    if (!ctx->model->arch->build_decode) {
+        return cr_fail(&ctx->err, CODECRT_E_UNSUPPORTED, "reserve is not supported for model '%s'",
+                       ctx->model->arch->name);
+    }
     const int32_t mult = ctx->model->info.frame_multiple;
     n_frames = (n_frames + mult - 1) / mult * mult;
     cr_graph_key env = cr_decode_key(ctx, n_frames, n_batch, true);
@@ -454,6 +458,23 @@ codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params 
         return st;
     }
     const cr_model *m = ctx->model;
+    if (m->arch->decode) {
+        const size_t need = (size_t)n_frames * (size_t)m->info.hop_length * (size_t)codes->n_batch;
+        if (!pcm) {
+            return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "pcm must not be NULL");
+        }
+        if (pcm_capacity < need) {
+            return cr_fail(&ctx->err, CODECRT_E_BUFFER_TOO_SMALL,
+                           "output buffer holds %zu samples, decode needs %zu", pcm_capacity, need);
+        }
+        if ((st = m->arch->decode(ctx, p, codes, n_frames, pcm)) != CODECRT_OK) {
+            return st;
+        }
+        if (n_written) {
+            *n_written = need;
+        }
+        return ctx_status(ctx, CODECRT_OK);
+    }
     const cr_graph_key key = cr_decode_key(ctx, n_frames, codes->n_batch, p->noise != 0);
     const int64_t elems = m->arch->max_tensor_elements(m, key.n_frames, key.n_batch, 0);
     if (elems > CR_MAX_TENSOR_ELEMENTS) {

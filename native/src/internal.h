@@ -26,11 +26,12 @@
 #include "gguf.h"
 
 #define CR_ERR_SIZE 512
-#define CR_MAX_TENSOR_SPECS 512
+#define CR_MAX_TENSOR_SPECS 2048
 #define CR_MAX_IO 64
 #define CR_MAX_TIMES 64
 #define CR_MAX_STATES 64
 #define CR_MAX_TENSOR_ELEMENTS ((int64_t)1 << 31)
+#define CR_GRAPH_SIZE 16384 /* most nodes (and tensors) of one graph */
 
 /* A message buffer travelling with a call; set once, by the first failure. */
 typedef struct cr_err {
@@ -68,6 +69,22 @@ void cr_spec_add(cr_spec_list *list, bool mat, int n_dims, int64_t ne0, int64_t 
     __attribute__((format(printf, 6, 7)))
 #endif
     ;
+/* A tensor of up to three dims (conv kernels: ne [K, Cin, Cout]). */
+void cr_spec_add3(cr_spec_list *list, bool mat, int64_t ne0, int64_t ne1, int64_t ne2,
+                  const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 6, 7)))
+#endif
+    ;
+
+/* GGUF metadata readers: a missing or mistyped key is CODECRT_E_BAD_HPARAMS.
+   u32 accepts UINT32 or non-negative INT32 up to 2^30; arrays: 1..max_n
+   entries, each in [1, 64]. */
+codecrt_status cr_gguf_u32(const struct gguf_context *g, const char *key, int32_t *out, cr_err *err);
+codecrt_status cr_gguf_bool(const struct gguf_context *g, const char *key, bool *out, cr_err *err);
+codecrt_status cr_gguf_f32(const struct gguf_context *g, const char *key, float *out, cr_err *err);
+codecrt_status cr_gguf_i32_array(const struct gguf_context *g, const char *key, int32_t *out,
+                                 int32_t max_n, int32_t *n_out, cr_err *err);
 
 /* ------------------------------------------------------------ architecture */
 
@@ -176,12 +193,18 @@ typedef struct cr_arch {
     struct ggml_cgraph *(*build_stream)(const struct cr_model *model, struct ggml_context *ctx0,
                                         struct ggml_context *weights, const cr_stream_shape *shape,
                                         struct ggml_tensor *const *pool, cr_graph_io *io);
+    /* Multi-stage models (S3Gen) run their own pipeline of graph kinds: the
+       context validated the codes (range, lengths) and the output capacity;
+       NULL means the single-graph path of build_decode. */
+    codecrt_status (*decode)(struct codecrt_context *ctx, const codecrt_decode_params *params,
+                             const codecrt_codes *codes, int32_t n_frames, float *pcm);
 } cr_arch;
 
 const cr_arch *cr_arch_find(const char *name);
 const char *cr_arch_names(void); /* "snac" etc., for messages */
 
 extern const cr_arch cr_arch_snac;
+extern const cr_arch cr_arch_s3gen;
 
 /* ------------------------------------------------------------------- model */
 
@@ -213,6 +236,8 @@ struct ggml_tensor *cr_snake_cpu(struct ggml_context *ctx, struct ggml_tensor *x
 /* Standard normal sample for (seed, stream, position): the same triple always
    gives the same value, whatever the chunking or batching of the decode. */
 float cr_noise_normal(uint64_t seed, uint32_t stream, uint64_t position);
+/* Uniform in [0, 1) for the same key scheme. */
+float cr_noise_uniform(uint64_t seed, uint32_t stream, uint64_t position);
 
 /* --------------------------------------------------------- graph lifecycle */
 

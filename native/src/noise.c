@@ -26,3 +26,19 @@ float cr_noise_normal(uint64_t seed, uint32_t stream, uint64_t position) {
     const double u2 = (double)((h >> 8) & 0xFFFFFFu) / 16777216.0;
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
+
+float cr_noise_uniform(uint64_t seed, uint32_t stream, uint64_t position) {
+    /* a different draw from the normal at the same key: the hash of the
+       complemented position */
+    const uint64_t h = cr_mix64(cr_mix64(seed ^ ((uint64_t)stream << 48)) ^ ~position);
+    return (float)((double)(h >> 40) / 16777216.0);
+}
+
+void codecrt_noise(uint64_t seed, uint32_t site, uint64_t start, size_t n, int32_t uniform, float *out) {
+    if (!out) {
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        out[i] = uniform ? cr_noise_uniform(seed, site, start + i) : cr_noise_normal(seed, site, start + i);
+    }
+}

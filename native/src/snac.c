@@ -60,90 +60,20 @@ _Static_assert(SNAC_IO_END <= CR_MAX_IO, "io table too small");
 
 /* --------------------------------------------------------- hyperparameters */
 
-static codecrt_status snac_get_u32(const struct gguf_context *g, const char *key, int32_t *out,
-                                   cr_err *err) {
-    const int64_t id = gguf_find_key(g, key);
-    if (id < 0) {
-        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' is missing", key);
-    }
-    const enum gguf_type t = gguf_get_kv_type(g, id);
-    uint64_t v;
-    switch (t) {
-    case GGUF_TYPE_UINT32: v = gguf_get_val_u32(g, id); break;
-    case GGUF_TYPE_INT32: {
-        const int32_t s = gguf_get_val_i32(g, id);
-        if (s < 0) {
-            return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' is negative", key);
-        }
-        v = (uint64_t)s;
-        break;
-    }
-    default:
-        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' has type %s, expected u32", key,
-                       gguf_type_name(t));
-    }
-    if (v > (1u << 30)) {
-        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' = %llu is out of range", key,
-                       (unsigned long long)v);
-    }
-    *out = (int32_t)v;
-    return CODECRT_OK;
-}
-
-static codecrt_status snac_get_bool(const struct gguf_context *g, const char *key, bool *out,
-                                    cr_err *err) {
-    const int64_t id = gguf_find_key(g, key);
-    if (id < 0) {
-        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' is missing", key);
-    }
-    if (gguf_get_kv_type(g, id) != GGUF_TYPE_BOOL) {
-        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' must be a bool", key);
-    }
-    *out = gguf_get_val_bool(g, id);
-    return CODECRT_OK;
-}
-
-static codecrt_status snac_get_i32_array(const struct gguf_context *g, const char *key, int32_t *out,
-                                         int32_t max_n, int32_t *n_out, cr_err *err) {
-    const int64_t id = gguf_find_key(g, key);
-    if (id < 0) {
-        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' is missing", key);
-    }
-    if (gguf_get_kv_type(g, id) != GGUF_TYPE_ARRAY ||
-        (gguf_get_arr_type(g, id) != GGUF_TYPE_INT32 && gguf_get_arr_type(g, id) != GGUF_TYPE_UINT32)) {
-        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' must be an array of int32", key);
-    }
-    const size_t n = gguf_get_arr_n(g, id);
-    if (n == 0 || n > (size_t)max_n) {
-        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' has %zu entries (1..%d allowed)",
-                       key, n, max_n);
-    }
-    const int32_t *data = gguf_get_arr_data(g, id);
-    for (size_t i = 0; i < n; i++) {
-        if (data[i] < 1 || data[i] > 64) {
-            return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s'[%zu] = %d is out of range",
-                           key, i, data[i]);
-        }
-        out[i] = data[i];
-    }
-    *n_out = (int32_t)n;
-    return CODECRT_OK;
-}
-
 static codecrt_status snac_read_hparams(const struct gguf_context *g, void *hp_, cr_err *err) {
     snac_hparams *hp = hp_;
     codecrt_status st;
-    if ((st = snac_get_u32(g, "snac.sampling_rate", &hp->sampling_rate, err)) ||
-        (st = snac_get_u32(g, "snac.hop_length", &hp->hop_length, err)) ||
-        (st = snac_get_u32(g, "snac.latent_dim", &hp->latent_dim, err)) ||
-        (st = snac_get_u32(g, "snac.decoder_dim", &hp->decoder_dim, err)) ||
-        (st = snac_get_i32_array(g, "snac.decoder_rates", hp->rates, SNAC_MAX_BLOCKS, &hp->n_blocks, err)) ||
-        (st = snac_get_u32(g, "snac.attn_window_size", &hp->window, err)) ||
-        (st = snac_get_u32(g, "snac.codebook_size", &hp->codebook_size, err)) ||
-        (st = snac_get_u32(g, "snac.codebook_dim", &hp->codebook_dim, err)) ||
-        (st = snac_get_i32_array(g, "snac.vq_strides", hp->strides, SNAC_MAX_LEVELS, &hp->n_levels, err)) ||
-        (st = snac_get_bool(g, "snac.noise", &hp->noise, err)) ||
-        (st = snac_get_bool(g, "snac.depthwise", &hp->depthwise, err))) {
+    if ((st = cr_gguf_u32(g, "snac.sampling_rate", &hp->sampling_rate, err)) ||
+        (st = cr_gguf_u32(g, "snac.hop_length", &hp->hop_length, err)) ||
+        (st = cr_gguf_u32(g, "snac.latent_dim", &hp->latent_dim, err)) ||
+        (st = cr_gguf_u32(g, "snac.decoder_dim", &hp->decoder_dim, err)) ||
+        (st = cr_gguf_i32_array(g, "snac.decoder_rates", hp->rates, SNAC_MAX_BLOCKS, &hp->n_blocks, err)) ||
+        (st = cr_gguf_u32(g, "snac.attn_window_size", &hp->window, err)) ||
+        (st = cr_gguf_u32(g, "snac.codebook_size", &hp->codebook_size, err)) ||
+        (st = cr_gguf_u32(g, "snac.codebook_dim", &hp->codebook_dim, err)) ||
+        (st = cr_gguf_i32_array(g, "snac.vq_strides", hp->strides, SNAC_MAX_LEVELS, &hp->n_levels, err)) ||
+        (st = cr_gguf_bool(g, "snac.noise", &hp->noise, err)) ||
+        (st = cr_gguf_bool(g, "snac.depthwise", &hp->depthwise, err))) {
         return st;
     }
     if (!hp->depthwise) {

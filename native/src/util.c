@@ -1,4 +1,5 @@
 /* util.c: status names, error messages, version, ggml logging, tensor specs. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -91,4 +92,110 @@ void cr_spec_add(cr_spec_list *list, bool mat, int n_dims, int64_t ne0, int64_t 
     s->ne[1] = n_dims > 1 ? ne1 : 1;
     s->ne[2] = 1;
     s->ne[3] = 1;
+}
+
+void cr_spec_add3(cr_spec_list *list, bool mat, int64_t ne0, int64_t ne1, int64_t ne2,
+                  const char *fmt, ...) {
+    if (list->n >= CR_MAX_TENSOR_SPECS) {
+        list->overflow = true;
+        return;
+    }
+    cr_tensor_spec *s = &list->items[list->n++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->name, sizeof(s->name), fmt, ap);
+    va_end(ap);
+    s->mat = mat;
+    s->n_dims = ne2 > 1 ? 3 : (ne1 > 1 ? 2 : 1);
+    s->ne[0] = ne0;
+    s->ne[1] = ne1;
+    s->ne[2] = ne2;
+    s->ne[3] = 1;
+}
+
+/* ------------------------------------------------ GGUF metadata readers */
+
+codecrt_status cr_gguf_u32(const struct gguf_context *g, const char *key, int32_t *out,
+                            cr_err *err) {
+    const int64_t id = gguf_find_key(g, key);
+    if (id < 0) {
+        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' is missing", key);
+    }
+    const enum gguf_type t = gguf_get_kv_type(g, id);
+    uint64_t v;
+    switch (t) {
+    case GGUF_TYPE_UINT32: v = gguf_get_val_u32(g, id); break;
+    case GGUF_TYPE_INT32: {
+        const int32_t s = gguf_get_val_i32(g, id);
+        if (s < 0) {
+            return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' is negative", key);
+        }
+        v = (uint64_t)s;
+        break;
+    }
+    default:
+        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' has type %s, expected u32", key,
+                       gguf_type_name(t));
+    }
+    if (v > (1u << 30)) {
+        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' = %llu is out of range", key,
+                       (unsigned long long)v);
+    }
+    *out = (int32_t)v;
+    return CODECRT_OK;
+}
+
+codecrt_status cr_gguf_bool(const struct gguf_context *g, const char *key, bool *out,
+                             cr_err *err) {
+    const int64_t id = gguf_find_key(g, key);
+    if (id < 0) {
+        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' is missing", key);
+    }
+    if (gguf_get_kv_type(g, id) != GGUF_TYPE_BOOL) {
+        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' must be a bool", key);
+    }
+    *out = gguf_get_val_bool(g, id);
+    return CODECRT_OK;
+}
+
+codecrt_status cr_gguf_i32_array(const struct gguf_context *g, const char *key, int32_t *out,
+                                  int32_t max_n, int32_t *n_out, cr_err *err) {
+    const int64_t id = gguf_find_key(g, key);
+    if (id < 0) {
+        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' is missing", key);
+    }
+    if (gguf_get_kv_type(g, id) != GGUF_TYPE_ARRAY ||
+        (gguf_get_arr_type(g, id) != GGUF_TYPE_INT32 && gguf_get_arr_type(g, id) != GGUF_TYPE_UINT32)) {
+        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' must be an array of int32", key);
+    }
+    const size_t n = gguf_get_arr_n(g, id);
+    if (n == 0 || n > (size_t)max_n) {
+        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' has %zu entries (1..%d allowed)",
+                       key, n, max_n);
+    }
+    const int32_t *data = gguf_get_arr_data(g, id);
+    for (size_t i = 0; i < n; i++) {
+        if (data[i] < 1 || data[i] > 64) {
+            return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s'[%zu] = %d is out of range",
+                           key, i, data[i]);
+        }
+        out[i] = data[i];
+    }
+    *n_out = (int32_t)n;
+    return CODECRT_OK;
+}
+
+codecrt_status cr_gguf_f32(const struct gguf_context *g, const char *key, float *out, cr_err *err) {
+    const int64_t id = gguf_find_key(g, key);
+    if (id < 0) {
+        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' is missing", key);
+    }
+    if (gguf_get_kv_type(g, id) != GGUF_TYPE_FLOAT32) {
+        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' must be a float32", key);
+    }
+    *out = gguf_get_val_f32(g, id);
+    if (!isfinite(*out)) {
+        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' is not finite", key);
+    }
+    return CODECRT_OK;
 }

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import snac
+from . import s3gen, snac
 from .common import DTYPES, ConversionError, load_config, load_state_dict
 
 __all__ = ["convert", "ConversionError", "ARCHITECTURES", "Architecture", "register", "find_checkpoint"]
@@ -29,6 +29,8 @@ class Architecture:
     #: convert_state_dict(state_dict, config, dst, dtype, *, source, progress) -> Path
     convert_state_dict: Callable[..., Path]
     description: str = ""
+    #: False when the architecture is fixed and the weights alone describe it
+    needs_config: bool = True
 
 
 ARCHITECTURES: dict[str, Architecture] = {}
@@ -40,9 +42,13 @@ def register(arch: Architecture) -> None:
 
 register(Architecture("snac", snac.detect, snac.convert_snac_state_dict,
                       "SNAC multi-scale neural audio codec (hubertsiuzdak/snac)"))
+register(Architecture("s3gen", s3gen.detect, s3gen.convert_s3gen_state_dict,
+                      "Chatterbox S3Gen: S3 tokens to 24 kHz speech (flow matching + HiFT)",
+                      needs_config=False))
 
 #: weight files looked for in a checkpoint folder, in order
-WEIGHT_FILES = ("pytorch_model.bin", "model.safetensors", "diffusion_pytorch_model.safetensors")
+WEIGHT_FILES = ("pytorch_model.bin", "model.safetensors", "diffusion_pytorch_model.safetensors",
+                "s3gen.safetensors", "s3gen_meanflow.safetensors")
 
 
 def find_checkpoint(src: str | os.PathLike, config: Any = None) -> tuple[Path, dict | None]:
@@ -81,8 +87,6 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, dtype: str = "f32
     if dtype not in DTYPES:
         raise ConversionError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     weights, cfg = find_checkpoint(src, config)
-    if cfg is None:
-        raise ConversionError(f"no config for {weights}: pass one (--config config.json)")
     state_dict = load_state_dict(weights)
     if arch is None:
         found = [a for a in ARCHITECTURES.values() if a.detect(cfg, state_dict.keys())]
@@ -96,6 +100,8 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, dtype: str = "f32
         entry = ARCHITECTURES[arch]
     else:
         raise ConversionError(f"unknown architecture {arch!r} (known: {', '.join(ARCHITECTURES)})")
+    if cfg is None and entry.needs_config:
+        raise ConversionError(f"no config for {weights}: pass one (--config config.json)")
     dst = Path(dst)
     if dst.is_dir():
         raise ConversionError(f"output {dst} is a directory; give a file name such as {dst / 'model.gguf'}")

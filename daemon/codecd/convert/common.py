@@ -364,6 +364,9 @@ class GGUFOut:
             raise ConversionError(f"{key} = {v} does not fit in u32")
         self.kv.append((key, "u32", v))
 
+    def f32(self, key: str, v: float) -> None:
+        self.kv.append((key, "f32", float(v)))
+
     def i32_array(self, key: str, v: Iterable[int]) -> None:
         self.kv.append((key, "i32[]", [int(x) for x in v]))
 
@@ -396,6 +399,8 @@ class GGUFOut:
                 w.add_uint32(key, v)
             elif kind == "bool":
                 w.add_bool(key, v)
+            elif kind == "f32":
+                w.add_float32(key, v)
             elif kind == "str":
                 w.add_string(key, v)
             elif kind == "i32[]":
