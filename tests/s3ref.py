@@ -81,3 +81,125 @@ def rel_l2(a: Any, b: Any) -> float:
     b = np.asarray(b, dtype=np.float64)
     assert a.shape == b.shape, (a.shape, b.shape)
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+# ------------------------------------------------------------ shared noise
+
+#: noise sites of native/src/s3gen.c
+SITE_FLOW, SITE_PHASE, SITE_SINE = 1000, 2000, 2100
+HARMONICS, MEL_HOP = 9, 480
+
+
+def flow_noise(seed: int, n_frames: int) -> np.ndarray:
+    """The flow's starting sample z [80, n_frames] (frames counted from the prompt's start)."""
+    import codecrt
+
+    return np.stack([codecrt.noise(seed, SITE_FLOW + c, 0, n_frames) for c in range(80)])
+
+
+def source_noise(seed: int, n_samples: int, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """SineGen's initial phases [9] (fundamental 0) and Gaussian noise [9, n_samples]."""
+    import codecrt
+
+    u = codecrt.noise(seed, SITE_PHASE, 0, HARMONICS, uniform=True)
+    phases = (np.float32(2.0) * u - np.float32(1.0)) * np.float32(np.pi)
+    phases[0] = 0.0
+    noise = np.stack([codecrt.noise(seed, SITE_SINE + h, offset, n_samples) for h in range(HARMONICS)])
+    return phases.astype(np.float32), noise
+
+
+class patched_noise:
+    """Within the block, the reference draws our noise instead of torch's.
+
+    ``torch.randn_like`` on the flow's (1, 80, T) gives z[:, :T]; on SineGen's
+    (1, 9, N) the sine noise; on SourceModule's unused (1, N, 1), zeros.
+    ``torch.randn`` (Turbo's noised mels, (1, 80, 2n)) gives z's last 2n frames;
+    ``Uniform.sample`` gives the harmonics' phases.
+    """
+
+    def __init__(self, z: np.ndarray | None = None, phases: np.ndarray | None = None,
+                 sine: np.ndarray | None = None):
+        self.z, self.phases, self.sine = z, phases, sine
+
+    def __enter__(self) -> patched_noise:
+        torch, _ = import_reference()
+        from torch.distributions.uniform import Uniform
+
+        self._saved = (torch.randn_like, torch.randn, Uniform.sample)
+        orig_like, orig_randn, _ = self._saved
+        z, phases, sine = self.z, self.phases, self.sine
+
+        def randn_like(t, *a, **k):
+            shape = tuple(t.shape)
+            if z is not None and len(shape) == 3 and shape[:2] == (1, 80):
+                return torch.from_numpy(np.ascontiguousarray(z[:, : shape[2]]))[None].to(t.dtype)
+            if sine is not None and len(shape) == 3 and shape[:2] == (1, HARMONICS):
+                return torch.from_numpy(np.ascontiguousarray(sine[:, : shape[2]]))[None].to(t.dtype)
+            if len(shape) == 3 and shape[0] == 1 and shape[2] == 1:
+                return torch.zeros_like(t)
+            return orig_like(t, *a, **k)
+
+        def randn(*size, **k):
+            shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+            if z is not None and len(shape) == 3 and shape[:2] == (1, 80):
+                return torch.from_numpy(np.ascontiguousarray(z[:, -shape[2]:]))[None]
+            return orig_randn(*size, **k)
+
+        def sample(self_, sample_shape=torch.Size()):
+            if phases is not None and tuple(sample_shape) == (1, HARMONICS, 1):
+                return torch.from_numpy(phases.copy()).reshape(1, HARMONICS, 1)
+            return self._saved[2](self_, sample_shape)
+
+        torch.randn_like, torch.randn, Uniform.sample = randn_like, randn, sample
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        torch, _ = import_reference()
+        from torch.distributions.uniform import Uniform
+
+        torch.randn_like, torch.randn, Uniform.sample = self._saved
+
+
+def random_voice(seed: int, n_tokens: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return dict(prompt_tokens=rng.integers(0, 6561, n_tokens).astype(np.int32),
+                prompt_mel=rng.normal(-4.0, 2.0, (2 * n_tokens, 80)).astype(np.float32),
+                speaker=rng.normal(0.0, 1.0, 192).astype(np.float32))
+
+
+def ref_dict(voice: dict[str, np.ndarray]) -> dict[str, Any]:
+    torch, _ = import_reference()
+    n = voice["prompt_tokens"].size
+    return dict(prompt_token=torch.from_numpy(voice["prompt_tokens"].astype(np.int64))[None],
+                prompt_token_len=torch.tensor([n]),
+                prompt_feat=torch.from_numpy(voice["prompt_mel"])[None],
+                prompt_feat_len=None,
+                embedding=torch.from_numpy(voice["speaker"])[None])
+
+
+def ref_mel(model: Any, tokens: np.ndarray, voice: dict[str, np.ndarray], seed: int, n_steps: int,
+            finalize: bool = True) -> np.ndarray:
+    """The reference flow (S3Token2Wav.flow_inference) with our noise: mel [80, frames]."""
+    torch, _ = import_reference()
+    n_all = voice["prompt_tokens"].size + tokens.size
+    z = flow_noise(seed, 2 * n_all)
+    with patched_noise(z=z), torch.inference_mode():
+        mel = model.flow_inference(torch.from_numpy(tokens.astype(np.int64))[None], ref_dict=ref_dict(voice),
+                                   n_cfm_timesteps=n_steps, finalize=finalize)
+    return mel[0].float().numpy()
+
+
+def ref_wav(model: Any, mel: np.ndarray, seed: int) -> np.ndarray:
+    """The reference vocoder (hift_inference, no fade) with our source noise: PCM [frames * 480]."""
+    torch, _ = import_reference()
+    phases, sine = source_noise(seed, mel.shape[1] * MEL_HOP)
+    with patched_noise(phases=phases, sine=sine), torch.inference_mode():
+        wav, _ = model.hift_inference(torch.from_numpy(np.ascontiguousarray(mel))[None], None)
+    return wav[0].float().numpy()
+
+
+def fade_in(pcm: np.ndarray, model: Any) -> np.ndarray:
+    out = pcm.copy()
+    fade = model.trim_fade.numpy()
+    out[: fade.size] *= fade
+    return out

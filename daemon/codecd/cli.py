@@ -610,15 +610,55 @@ def _cmd_check_config(args) -> int:
     return 0
 
 
+def _add_voice(sub) -> None:
+    p = sub.add_parser("voice", help="manage voices for models that need one (Chatterbox S3Gen)")
+    p.add_argument("--dir", metavar="DIR",
+                   help="voice directory (default: $CODECD_VOICES_DIR or ~/.local/share/codecd/voices)")
+    vs = p.add_subparsers(dest="voice_command", metavar="ACTION")
+    vs.required = True
+    a = vs.add_parser("add", help="add a voice from a Chatterbox conds.pt or a voice file")
+    a.add_argument("name", metavar="NAME")
+    a.add_argument("file", metavar="FILE", help="conds.pt (Chatterbox conditionals) or NAME.voice.gguf")
+    a.add_argument("--replace", action="store_true", help="overwrite an existing voice of that name")
+    a.set_defaults(func=_cmd_voice_add)
+    ls = vs.add_parser("list", help="list the voices")
+    ls.set_defaults(func=_cmd_voice_list)
+
+
+def _cmd_voice_add(args) -> int:
+    from .voices import VoiceError, VoiceStore
+
+    try:
+        path = VoiceStore(args.dir).add(args.name, args.file, replace=args.replace)
+    except VoiceError as e:
+        raise UsageError(str(e)) from None
+    print(f"{args.name}: {path}")
+    return 0
+
+
+def _cmd_voice_list(args) -> int:
+    from .voices import VoiceStore
+
+    store = VoiceStore(args.dir)
+    ok, bad = store.load_all()
+    for name, v in ok.items():
+        print(f"{name}\t{v.model_arch}\t{v.prompt_tokens.size} prompt tokens "
+              f"({v.prompt_tokens.size / 25:.2f} s)\t{v.source}")
+    for name, err in bad.items():
+        print(f"{name}\tunreadable: {err}")
+    if not ok and not bad:
+        print(f"no voices in {store.root}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="codecd: neural audio codec decode daemon and tools")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in (_add_info, _add_convert, _add_decode, _add_stream, _add_play, _add_serve,
-                _add_check_config):
+                _add_check_config, _add_voice):
         add(sub)
-    # reserved: voice (add an _add_<name> here)
     return parser
 
 
