@@ -1,4 +1,7 @@
-"""Code layouts of language models that emit SNAC codes (pure numpy, no torch).
+"""Code layouts of language models that emit codec tokens (pure numpy, no torch).
+
+Orpheus emits SNAC codes (below); Chatterbox's T3 emits S3 speech tokens with
+start/stop control ids (:class:`ChatterboxIds`, at the end of this module).
 
 Orpheus (canopylabs, SNAC 24 kHz: 3 levels, strides 4/2/1) emits 7 audio tokens
 per coarse frame ("group"), in the order::
@@ -31,6 +34,7 @@ __all__ = [
     "ORPHEUS_LEVEL_STRIDES", "LayoutError", "LayoutRangeError", "LayoutShapeError",
     "orpheus_to_levels", "levels_to_orpheus", "orpheus_ids_to_codes", "codes_to_orpheus_ids",
     "custom_tokens_to_ids", "ids_to_custom_tokens", "parse_tokens", "parse_orpheus_text",
+    "CHATTERBOX_VOCAB", "CHATTERBOX_SOS", "CHATTERBOX_EOS", "ChatterboxIds", "chatterbox_ids_to_tokens",
 ]
 
 ORPHEUS_GROUP = 7
@@ -236,3 +240,57 @@ def parse_orpheus_text(text: str, *, kind: str = "auto", drop_incomplete: bool =
     c = vals[: k * ORPHEUS_GROUP]
     _check_codes(c, "Orpheus codes", ORPHEUS_CODEBOOK_SIZE)
     return c.astype(np.int32)
+
+
+# ------------------------------------------------------------ Chatterbox T3
+
+#: Chatterbox's T3 language model emits S3 speech tokens 0..6560 plus these
+#: control ids (t3_config.py: start_speech_token, stop_speech_token)
+CHATTERBOX_VOCAB = 6561
+CHATTERBOX_SOS = 6561
+CHATTERBOX_EOS = 6562
+
+
+class ChatterboxIds:
+    """Incremental parser of Chatterbox LM ids into S3Gen payload tokens.
+
+    The start-of-speech id is dropped when it is the stream's first id; the
+    stop-of-speech id ends the stream (``ended``). Anything else outside
+    0..6560, a start-of-speech id later on, and ids after the stop are errors
+    (:class:`LayoutRangeError` with the absolute index), and a failing
+    ``push`` consumes nothing.
+    """
+
+    def __init__(self) -> None:
+        self.position = 0  # ids consumed so far
+        self.ended = False
+
+    def push(self, ids) -> np.ndarray:
+        a = _as_int_1d(ids, "Chatterbox LM ids")
+        if self.ended and a.size:
+            raise LayoutShapeError(f"Chatterbox LM ids: {a.size} ids after the stop-of-speech token")
+        start = 1 if self.position == 0 and a.size and int(a[0]) == CHATTERBOX_SOS else 0
+        body = a[start:]
+        stop = np.flatnonzero(body == CHATTERBOX_EOS)
+        end = int(stop[0]) if stop.size else body.size
+        if stop.size and end + 1 < body.size:
+            raise LayoutShapeError(f"Chatterbox LM ids: {body.size - end - 1} ids after the stop-of-speech "
+                                   f"token at index {self.position + start + end}")
+        toks = body[:end]
+        bad = np.flatnonzero((toks < 0) | (toks >= CHATTERBOX_VOCAB))
+        if bad.size:
+            i = int(bad[0])
+            what = "a start-of-speech token after the start" if int(toks[i]) == CHATTERBOX_SOS else "an id"
+            raise LayoutRangeError(f"Chatterbox LM ids: {what} {int(toks[i])} at index "
+                                   f"{self.position + start + i} (speech tokens are 0..{CHATTERBOX_VOCAB - 1})",
+                                   index=self.position + start + i, value=int(toks[i]))
+        self.position += a.size
+        self.ended = bool(stop.size)
+        return toks.astype(np.int32)
+
+
+def chatterbox_ids_to_tokens(ids) -> tuple[np.ndarray, bool]:
+    """A whole sequence of Chatterbox LM ids: (payload tokens, whether the stop id ended it)."""
+    p = ChatterboxIds()
+    toks = p.push(ids)
+    return toks, p.ended

@@ -1,0 +1,200 @@
+"""FlowStream: chunked streaming for flow-matching models (S3Gen), CosyVoice2's scheme, tightened.
+
+Exact streaming is impossible for S3Gen (its encoder and estimator attend over
+the whole sequence), so a stream decodes in chunks of tokens:
+
+* chunk k covers tokens [offset, offset + hop) and runs the flow over every
+  token so far plus the next 3 (the PreLookahead layer's right context; with
+  ``finalize=False`` the flow emits no mel for them), keeping the new mel
+  frames only. The first chunk is smaller (``first_chunk``) for a short time
+  to first audio;
+* the flow's starting noise is keyed by (seed, bin, absolute frame), so every
+  chunk sees the same noise sequence as the offline decode (CosyVoice keeps a
+  fixed random buffer for the same reason);
+* the vocoder runs on the new mel plus the last ``MEL_CACHE`` frames of the
+  previous chunk's mel; the previous chunk's harmonic source replaces the start
+  of the new one (no phase jump inside the overlap) and its sine noise is keyed
+  by absolute sample (``sample_offset``), so the overlap is computed from the
+  same source as before;
+* the last ``MEL_CACHE * mel_hop`` samples of each chunk are held back and
+  crossfaded with the start of the next chunk (raised cosine, complementary:
+  unit gain, where CosyVoice's Hamming halves add up to 1.08).
+
+The output has exactly ``n_tokens * hop_length`` samples, starts with the
+offline decode's fade-in, and its first ``first_chunk`` tokens are available
+after ``first_chunk + 3`` tokens have arrived.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from ._errors import E_INVALID_ARGUMENT, E_STATE, _fail
+
+if TYPE_CHECKING:
+    from ._core import Context
+    from ._voice import Voice
+
+__all__ = ["FlowStream"]
+
+LOOKAHEAD = 3      # tokens of right context of the encoder's PreLookahead layer
+MEL_CACHE = 8      # mel frames re-vocoded at each boundary (CosyVoice2: 8)
+MEL_PER_TOKEN = 2
+FADE_SAMPLES = 480  # the reference's trim_fade: 20 ms zero, then 20 ms raised cosine
+
+
+def _fade_in(n_trim: int = FADE_SAMPLES) -> npt.NDArray[np.float32]:
+    f = np.zeros(2 * n_trim, dtype=np.float32)
+    f[n_trim:] = (np.cos(np.linspace(np.pi, 0.0, n_trim, dtype=np.float32)) + 1.0) / 2.0
+    return f
+
+
+def _crossfade(n: int) -> npt.NDArray[np.float32]:
+    """Fade-in weights over n samples; the fade-out is 1 - w, so the gain stays 1.
+
+    (CosyVoice2's Hamming halves sum to 1.08, a bump at every boundary.)
+    """
+    return (0.5 - 0.5 * np.cos(np.pi * (np.arange(n) + 0.5) / n)).astype(np.float32)
+
+
+class FlowStream:
+    """``FlowStream(ctx, voice, seed=0, first_chunk=10, chunk=25)``.
+
+    ``push(tokens)`` appends speech token ids (0..6560), ``finish()`` ends the
+    utterance, ``step()`` decodes one chunk when one is ready (returns whether
+    it did), ``pull()`` returns the new final samples. ``n_steps`` /
+    ``cfg_rate`` as for ``Context.decode``.
+    """
+
+    def __init__(self, ctx: Context, voice: Voice, *, seed: int = 0, first_chunk: int = 10, chunk: int = 25,
+                 n_steps: int = 0, cfg_rate: float | None = None) -> None:
+        info = ctx.model_info
+        if not info.needs_voice or info.n_mels <= 0:
+            _fail(E_INVALID_ARGUMENT, f"model '{info.arch}' is not a flow model (use Context.stream)")
+        if not (1 <= int(first_chunk) <= 4096 and 1 <= int(chunk) <= 4096):
+            _fail(E_INVALID_ARGUMENT, f"first_chunk={first_chunk} and chunk={chunk} must be in [1, 4096]")
+        self._ctx, self._voice = ctx, voice
+        self._seed, self._n_steps, self._cfg = int(seed), int(n_steps), cfg_rate
+        self._first, self._chunk = int(first_chunk), int(chunk)
+        self._hop = info.mel_hop
+        self._codebook = info.codebook_sizes[0]
+        self._tokens: list[int] = []
+        self._offset = 0                 # tokens whose audio is decoded
+        self._finished = False
+        self._done = False
+        self._cache_mel: npt.NDArray[np.float32] | None = None     # [80, MEL_CACHE]
+        self._cache_source: npt.NDArray[np.float32] | None = None  # [MEL_CACHE * hop]
+        self._held: npt.NDArray[np.float32] | None = None          # held-back tail, to crossfade
+        self._emitted = 0                # samples emitted so far (absolute index of the next one)
+        self._ready: list[npt.NDArray[np.float32]] = []
+        self._window = _crossfade(MEL_CACHE * self._hop)
+        self._fade = _fade_in()
+
+    # ------------------------------------------------------------- input
+
+    def push(self, tokens: npt.ArrayLike) -> None:
+        if self._finished:
+            _fail(E_STATE, "push after finish")
+        t = np.asarray(tokens).reshape(-1)
+        if t.size and t.dtype.kind not in "iu":
+            _fail(E_INVALID_ARGUMENT, f"tokens must be integers, not {t.dtype}")
+        if t.size and (int(t.min()) < 0 or int(t.max()) >= self._codebook):
+            from ._errors import CodeRangeError
+
+            bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
+            raise CodeRangeError(f"token {bad} is outside [0, {self._codebook})")
+        self._tokens.extend(int(x) for x in t)
+
+    def finish(self) -> None:
+        if self._finished:
+            _fail(E_STATE, "finish called twice")
+        if not self._tokens:
+            _fail(E_STATE, "finish on an empty stream: push at least one token")
+        self._finished = True
+
+    # ------------------------------------------------------------ decode
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self._tokens)
+
+    def _next_hop(self) -> int:
+        return self._first if self._offset == 0 else self._chunk
+
+    @property
+    def ready(self) -> bool:
+        """A call to step() would decode a chunk."""
+        if self._done:
+            return False
+        if self._finished:
+            return True
+        return len(self._tokens) >= self._offset + self._next_hop() + LOOKAHEAD
+
+    def step(self) -> bool:
+        if not self.ready:
+            return False
+        hop = self._next_hop()
+        last = self._finished and len(self._tokens) <= self._offset + hop + LOOKAHEAD
+        if last:
+            tokens = self._tokens
+            end = len(tokens)
+        else:
+            end = self._offset + hop
+            tokens = self._tokens[: end + LOOKAHEAD]
+        mel_all = self._ctx.flow(np.asarray(tokens, dtype=np.int32), self._voice, seed=self._seed,
+                                 n_steps=self._n_steps, cfg_rate=self._cfg, finalize=last)
+        new = mel_all[:, MEL_PER_TOKEN * self._offset: MEL_PER_TOKEN * end]
+        self._vocode(new, last)
+        self._offset = end
+        if last:
+            self._done = True
+        return True
+
+    def _vocode(self, mel_new: npt.NDArray[np.float32], last: bool) -> None:
+        n_over = MEL_CACHE * self._hop
+        # the held-back tail is exactly the cached mel's audio, so the call
+        # starts at the first sample not emitted yet
+        mel = mel_new if self._cache_mel is None else np.concatenate([self._cache_mel, mel_new], axis=1)
+        start = self._emitted
+        pcm, source = self._ctx.vocode(mel, seed=self._seed, sample_offset=start,
+                                       cache_source=self._cache_source, return_source=True)
+        if start == 0:
+            pcm[: self._fade.size] *= self._fade[: pcm.size]
+        if self._held is not None:
+            # the overlap: previous tail fading out, this chunk's start fading in
+            k = self._held.size
+            w = self._window if k == n_over else _crossfade(k)
+            pcm[:k] = pcm[:k] * w + self._held * (1.0 - w)
+        if last:
+            out, self._held = pcm, None
+        else:
+            keep = min(n_over, pcm.size)
+            out, self._held = pcm[: pcm.size - keep], pcm[pcm.size - keep:].copy()
+            self._cache_mel = mel[:, -MEL_CACHE:].copy()
+            self._cache_source = source[-keep:].copy()
+        if out.size:
+            self._ready.append(out.copy())
+            self._emitted += out.size
+
+    def pull(self) -> npt.NDArray[np.float32]:
+        """The final samples produced since the last pull (may be empty)."""
+        if not self._ready:
+            return np.zeros(0, dtype=np.float32)
+        out = np.concatenate(self._ready)
+        self._ready.clear()
+        return out
+
+    def decode_all(self) -> npt.NDArray[np.float32]:
+        """Run every remaining chunk (after finish) and return what was not pulled yet."""
+        if not self._finished:
+            _fail(E_STATE, "decode_all needs finish() first")
+        while self.step():
+            pass
+        return self.pull()
