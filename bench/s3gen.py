@@ -1,0 +1,108 @@
+"""Chatterbox S3Gen throughput and streaming latency: codecrt against the reference, same run.
+
+    python bench/s3gen.py [--threads 2] [--seconds 10] [--prompt 3] [--device cpu] [--repeat 1]
+
+Random seeded weights (tests/s3ref.py), the original model (10 Euler steps with
+classifier-free guidance) and Turbo (mean flow, 2 steps). Prints, per model,
+the wall time of the flow (tokens to mel) and of the vocoder (mel to PCM) and
+the seconds of audio per second (x real time), for codecrt and for the
+reference (chatterbox-tts, torch with the same thread count); then the time to
+first audio of a FlowStream (first chunk of 10 tokens plus 3 of lookahead),
+counting compute only and compute plus the wait for 13 tokens at 25 Hz.
+Needs the test extra and the chatterbox-tts reference (see .ci/run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import s3ref  # noqa: E402
+
+
+def timed(fn, repeat: int) -> tuple[float, object]:
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=10.0, help="audio to decode (25 tokens per second)")
+    ap.add_argument("--prompt", type=float, default=3.0, help="voice prompt length in seconds")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--models", default="orig,turbo")
+    ap.add_argument("--no-reference", action="store_true")
+    args = ap.parse_args()
+
+    import torch
+
+    import codecrt
+
+    torch.set_num_threads(args.threads)
+    n_tok = int(round(args.seconds * 25))
+    voice_data = s3ref.random_voice(1, int(round(args.prompt * 25)))
+    tokens = np.random.default_rng(2).integers(0, 6561, n_tok).astype(np.int32)
+    audio_s = n_tok * 960 / 24000
+    rows = []
+    ttfa = []
+    for name in args.models.split(","):
+        meanflow = name == "turbo"
+        model = codecrt.Model(s3ref.gguf(meanflow))
+        ctx = codecrt.Context(model, device=args.device, n_threads=args.threads)
+        voice = codecrt.Voice(model, **voice_data)
+        steps = model.info.default_steps
+        # warm-up: graph construction and reservation of these shapes
+        mel = ctx.flow(tokens, voice, seed=1)
+        ctx.vocode(mel, seed=1)
+        t_flow, mel = timed(lambda: ctx.flow(tokens, voice, seed=1), args.repeat)
+        t_voc, _ = timed(lambda: ctx.vocode(mel, seed=1), args.repeat)
+        rows.append((name, f"codecrt {ctx.device}", steps, t_flow, t_voc))
+        if not args.no_reference:
+            ref = s3ref.reference(meanflow)
+            t_rflow, rmel = timed(lambda: s3ref.ref_mel(ref, tokens, voice_data, 1, steps), args.repeat)
+            t_rvoc, _ = timed(lambda: s3ref.ref_wav(ref, rmel, 1), args.repeat)
+            rows.append((name, "reference torch cpu", steps, t_rflow, t_rvoc))
+        # time to first audio of a stream: the first chunk's compute
+        for _ in range(2):  # the second run is the warm one
+            fs = codecrt.FlowStream(ctx, voice, seed=1, first_chunk=10, chunk=25)
+            fs.push(tokens[:13])
+            t0 = time.perf_counter()
+            fs.step()
+            first = fs.pull()
+            dt = time.perf_counter() - t0
+        ttfa.append((name, dt, first.size))
+        voice.close()
+        ctx.close()
+        model.close()
+
+    print(f"# S3Gen, random weights, {audio_s:.1f} s of audio ({n_tok} tokens) after a {args.prompt:.1f} s prompt;"
+          f" {args.threads} threads; {platform.machine()} {platform.processor() or ''}".rstrip())
+    print(f"{'model':<6} {'engine':<22} {'steps':>5} {'flow s':>8} {'hift s':>8} {'total s':>8} {'x RT':>7}")
+    for name, eng, steps, tf, tv in rows:
+        print(f"{name:<6} {eng:<22} {steps:>5} {tf:>8.2f} {tv:>8.2f} {tf + tv:>8.2f} {audio_s / (tf + tv):>7.2f}")
+    if not args.no_reference:
+        for i in range(0, len(rows), 2):
+            ours, theirs = rows[i], rows[i + 1]
+            print(f"{ours[0]}: codecrt / reference speed = {(theirs[3] + theirs[4]) / (ours[3] + ours[4]):.2f}x")
+    print()
+    print(f"{'model':<6} {'first chunk compute ms':>24} {'+ 13 tokens at 25 Hz ms':>26} {'first audio samples':>20}")
+    for name, dt, n in ttfa:
+        print(f"{name:<6} {dt * 1e3:>24.1f} {dt * 1e3 + 13 * 40:>26.1f} {n:>20}")
+
+
+if __name__ == "__main__":
+    main()
