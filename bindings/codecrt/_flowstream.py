@@ -125,6 +125,15 @@ class FlowStream:
     def n_tokens(self) -> int:
         return len(self._tokens)
 
+    @property
+    def tokens_decoded(self) -> int:
+        """Tokens whose audio has been decoded (emitted, or held back for the next crossfade)."""
+        return self._offset
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
     def _next_hop(self) -> int:
         return self._first if self._offset == 0 else self._chunk
 

@@ -49,6 +49,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -92,6 +93,9 @@ class WorkerConfig:
     parent_pid: int = 0
     index: int = 0
     debug_commands: bool = False
+    voices: dict[str, str] = field(default_factory=dict)  # name -> voice file (flow models)
+    flow_first_chunk: int = 10  # tokens of a flow stream's first chunk
+    flow_chunk: int = 25  # tokens of its later chunks
 
 
 def default_buckets(max_batch: int, max_streams: int, batch_bucket: bool) -> list[int]:
@@ -174,6 +178,49 @@ class _Stream:
     low: Any = None  # codecrt.LowLatencyStream when the stream was opened with latency "low"
 
 
+class _FlowAdapter:
+    """A codecrt.FlowStream (S3Gen) behind the part of codecrt.Stream's surface the worker uses.
+
+    Flow streams are not batched: each chunk's graph has its own shape (the
+    voice's prompt plus every token so far), so a tick steps each ready stream
+    by one chunk in turn.
+    """
+
+    def __init__(self, fs: Any, hop_length: int) -> None:
+        self.fs = fs
+        self.hop = hop_length
+
+    def push(self, levels: Sequence[Any]) -> None:
+        self.fs.push(levels[0] if len(levels) else [])
+
+    def finish(self) -> None:
+        self.fs.finish()
+
+    def pull(self) -> Any:
+        return self.fs.pull()
+
+    def step(self) -> bool:
+        return bool(self.fs.step())
+
+    def close(self) -> None:
+        self.fs = _ClosedFlow(self.fs)
+
+    @property
+    def info(self) -> SimpleNamespace:
+        fs = self.fs
+        return SimpleNamespace(frames_pushed=fs.n_tokens, frames_decoded=fs.tokens_decoded,
+                               done=fs.done, ready=fs.ready,
+                               total_samples=fs.n_tokens * self.hop if fs.done else -1)
+
+
+class _ClosedFlow:
+    """What a closed flow stream answers: nothing ready, nothing pending."""
+
+    def __init__(self, fs: Any) -> None:
+        self.n_tokens = self.tokens_decoded = fs.n_tokens
+        self.done, self.ready = True, False
+
+
 @dataclass(eq=False)
 class _Model:
     name: str
@@ -192,6 +239,7 @@ class _Model:
     streams_opened: int = 0
     streams_done: int = 0
     streams_failed: int = 0
+    voices: dict[str, Any] | None = None  # flow models: name -> codecrt.Voice; None: not a flow model
 
 
 class Worker:
@@ -225,7 +273,11 @@ class Worker:
                                   max_streams=self.cfg.max_streams)
             m = _Model(name, model, ctx, model.info.sample_rate)
             self.models[name] = m
-            self._warm(m)
+            if model.info.needs_voice:
+                m.voices = self._load_voices(m)
+                self._warm_flow(m)
+            else:
+                self._warm(m)
         self.warmup_ms = (time.perf_counter() - t0) * 1e3
         return {
             "pid": os.getpid(),
@@ -234,6 +286,59 @@ class Worker:
             "load_ms": round(self.warmup_ms, 3),
             "models": {name: self._model_info(m) for name, m in self.models.items()},
         }
+
+    def _load_voices(self, m: _Model) -> dict[str, Any]:
+        """The configured voices usable with this model (others are logged and skipped)."""
+        import codecrt
+
+        from .voices import VoiceError, read_voice
+
+        out: dict[str, Any] = {}
+        for name, path in sorted(self.cfg.voices.items()):
+            try:
+                d = read_voice(path)
+                if d.model_arch != m.model.info.arch:
+                    raise VoiceError(f"it is a voice for {d.model_arch!r} models")
+                out[name] = codecrt.Voice(m.model, d.prompt_tokens, d.prompt_mel, d.speaker, name=name)
+            except (VoiceError, codecrt.CodecrtError) as e:
+                logger.warning("voice %r (%s) skipped for model %s: %s", name, path, m.name, e)
+        if not out:
+            logger.warning("model %s needs a voice and has none: its streams will be refused "
+                           "(codecd voice add NAME conds.pt)", m.name)
+        return out
+
+    def _warm_flow(self, m: _Model) -> None:
+        """A flow model: one short stream through the first voice (or a silent one).
+
+        Chunk graphs have per-stream shapes, so this only pays the first
+        graph constructions and reservations of the chunk sizes a stream starts with.
+        """
+        import codecrt
+
+        info = m.model.info
+        first, chunk = self.cfg.flow_first_chunk, self.cfg.flow_chunk
+        m.chunk_frames = chunk
+        # the first audio needs first_chunk + lookahead tokens; the last 8 mel
+        # frames of each chunk wait for the next one's crossfade
+        m.latency_samples = (first + 3) * info.hop_length + 8 * info.mel_hop
+        t0 = time.perf_counter()
+        voice = next(iter(m.voices.values()), None) if m.voices else None
+        own = None
+        if voice is None:
+            own = voice = codecrt.Voice(m.model, np.zeros(0, np.int32), np.zeros((0, info.n_mels), np.float32),
+                                        np.ones(192, np.float32))
+        try:
+            fs = codecrt.FlowStream(m.ctx, voice, first_chunk=first, chunk=chunk)
+            fs.push(np.zeros(first + chunk + 3, dtype=np.int32))
+            fs.finish()
+            fs.decode_all()
+        finally:
+            if own is not None:
+                own.close()
+        st = m.ctx.stats
+        m.warm = {"flow": True, "ms": round((time.perf_counter() - t0) * 1e3, 3),
+                  "graphs_built": st.graphs_built, "reservations": st.reservations,
+                  "compute_buffer_bytes": list(st.compute_buffer_bytes)}
 
     def _model_info(self, m: _Model) -> dict[str, Any]:
         info = m.model.info
@@ -251,6 +356,9 @@ class Worker:
             "latency_samples": m.latency_samples,
             "max_streams": self.cfg.max_streams,
             "warm": dict(m.warm),
+            "needs_voice": bool(info.needs_voice),
+            "voices": sorted(m.voices) if m.voices is not None else [],
+            "batched": m.voices is None,
         }
 
     def _warm(self, m: _Model) -> None:
@@ -314,7 +422,7 @@ class Worker:
             self._push(cmd[1], cmd[2])
         elif op == "open":
             self._open(cmd[1], cmd[2], bool(cmd[3]), int(cmd[4]),
-                       str(cmd[5]) if len(cmd) > 5 else "exact")
+                       str(cmd[5]) if len(cmd) > 5 else "exact", cmd[6] if len(cmd) > 6 else None)
         elif op == "finish":
             self._finish(cmd[1])
         elif op == "cancel":
@@ -337,7 +445,8 @@ class Worker:
         self._close(sid)
         self.out.append(("error", sid, code, message))
 
-    def _open(self, sid: int, model: str, noise: bool, seed: int, latency: str = "exact") -> None:
+    def _open(self, sid: int, model: str, noise: bool, seed: int, latency: str = "exact",
+              voice: str | None = None) -> None:
         import codecrt
 
         m = self.models.get(model)
@@ -346,6 +455,9 @@ class Worker:
             return
         if sid in self.where:
             self.out.append(("error", sid, "duplicate_stream", f"stream {sid} is already open"))
+            return
+        if m.voices is not None:
+            self._open_flow(m, sid, seed, voice)
             return
         low = None
         try:
@@ -364,6 +476,27 @@ class Worker:
         self.where[sid] = m
         lat = low.latency_samples if low is not None else m.latency_samples
         self.out.append(("opened", sid, lat, m.sample_rate, m.chunk_frames))
+
+    def _open_flow(self, m: _Model, sid: int, seed: int, voice: str | None) -> None:
+        import codecrt
+
+        assert m.voices is not None
+        v = m.voices.get(voice) if voice is not None else None
+        if v is None:
+            have = ", ".join(m.voices) or "none (codecd voice add NAME conds.pt)"
+            what = f"has no voice {voice!r}" if voice is not None else "needs a voice"
+            self.out.append(("error", sid, "unknown_voice", f"model {m.name!r} {what}; voices: {have}"))
+            return
+        try:
+            fs = codecrt.FlowStream(m.ctx, v, seed=seed, first_chunk=self.cfg.flow_first_chunk,
+                                    chunk=self.cfg.flow_chunk)
+        except codecrt.CodecrtError as e:
+            self.out.append(("error", sid, error_code_for(e), str(e)))
+            return
+        m.streams[sid] = _Stream(sid, _FlowAdapter(fs, m.model.info.hop_length))
+        m.streams_opened += 1
+        self.where[sid] = m
+        self.out.append(("opened", sid, m.latency_samples, m.sample_rate, m.chunk_frames))
 
     def _push(self, sid: int, levels: Sequence[Any]) -> None:
         import codecrt
@@ -415,7 +548,11 @@ class Worker:
             cands = cands[r:] + cands[:r]
         t0 = time.perf_counter()
         try:
-            n: int = m.ctx.step([st.stream for st in cands])
+            if m.voices is not None:
+                n = self._step_flows(m, cands)
+                cands = [st for st in cands if st.sid in m.streams]
+            else:
+                n = m.ctx.step([st.stream for st in cands])
         except codecrt.CodecrtError as e:
             # which streams were in the failed graph is not reported: fail all candidates
             logger.warning("tick of %s failed (%d streams): %s", m.name, len(cands), e)
@@ -426,11 +563,25 @@ class Worker:
         if n:
             m.ticks += 1
             m.stream_ticks += n
-            m.batches.append(n)
+            batch = 1 if m.voices is not None else n  # flow streams step one by one
+            m.batches.append(batch)
             m.tick_ms.append(dt)
-            m.max_batch_seen = max(m.max_batch_seen, n)
+            m.max_batch_seen = max(m.max_batch_seen, batch)
         for st in cands:
             self._collect(m, st)
+        return n
+
+    def _step_flows(self, m: _Model, cands: list[_Stream]) -> int:
+        """Flow streams: one chunk each, in turn; a failure ends only its own stream."""
+        import codecrt
+
+        n = 0
+        for st in cands:
+            try:
+                n += st.stream.step()
+            except codecrt.CodecrtError as e:
+                logger.warning("chunk of %s stream %d failed: %s", m.name, st.sid, e)
+                self._fail(st.sid, error_code_for(e), f"decode failed: {e}")
         return n
 
     def _collect(self, m: _Model, st: _Stream) -> None:

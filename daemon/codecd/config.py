@@ -55,6 +55,12 @@ class ModelSource:
     source: str  # GGUF path, "hf:ORG/NAME" or "demo"
 
 
+def _default_voices() -> str:
+    from .voices import default_voices_dir
+
+    return str(default_voices_dir())
+
+
 def _default_cache() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "codecd")
@@ -108,6 +114,10 @@ class Config:
     log_format: str = _f("text", "log format: text or json")
     log_level: str = _f("info", "log level: debug, info, warning, error")
     cache_dir: str = _f(_default_cache(), "where hf: and demo models are converted to")
+    voices_dir: str = _f(str(_default_voices()), "voice files for models that need a voice "
+                         "(S3Gen; codecd voice add NAME conds.pt)")
+    flow_first_chunk: int = _f(10, "S3Gen streams: tokens in the first chunk (time to first audio)")
+    flow_chunk: int = _f(25, "S3Gen streams: tokens in each later chunk")
 
     # ------------------------------------------------------------- derived
 
@@ -126,6 +136,9 @@ class Config:
             parse_listen(self.listen)
         except ConfigError as e:
             errs.append(str(e))
+        if not (1 <= self.flow_first_chunk <= 4096 and 1 <= self.flow_chunk <= 4096):
+            errs.append(f"flow_first_chunk = {self.flow_first_chunk}, flow_chunk = {self.flow_chunk}: "
+                        "each must be in 1..4096")
         names = [m.name for m in self.models]
         if not self.models:
             errs.append("models: none configured (e.g. --model snac_24khz=/path/model.gguf, "

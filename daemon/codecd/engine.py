@@ -56,7 +56,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Union
 
@@ -124,6 +124,10 @@ class EngineConfig:
     #: probe() kills a worker that does not answer in time (it is then restarted)
     kill_unresponsive: bool = True
     debug_commands: bool = False  # tests: allow the worker's "_crash" command
+    #: voice name -> voice file, for models that need a voice (S3Gen)
+    voices: dict[str, str] = field(default_factory=dict)
+    flow_first_chunk: int = 10  # S3Gen streams: tokens of the first chunk (time to first audio)
+    flow_chunk: int = 25  # S3Gen streams: tokens per later chunk
 
 
 # ------------------------------------------------------------------------ events
@@ -407,7 +411,8 @@ class Engine:
                             stream_chunk_frames=c.stream_chunk_frames,
                             batch_bucket=c.batch_bucket, warm_buckets=c.warm_buckets,
                             gather_ms=c.gather_ms, parent_pid=os.getpid(), index=self.index,
-                            debug_commands=c.debug_commands)
+                            debug_commands=c.debug_commands, voices=dict(c.voices),
+                            flow_first_chunk=c.flow_first_chunk, flow_chunk=c.flow_chunk)
 
     async def _spawn_and_wait(self) -> None:
         loop = self._loop
@@ -496,7 +501,7 @@ class Engine:
         return mi
 
     def open(self, key: Hashable, model: str, *, noise: bool = False, seed: int | None = 0,
-             latency: str = "exact") -> None:
+             latency: str = "exact", voice: str | None = None) -> None:
         """Open a stream; an :class:`Opened` event (or a StreamError) follows.
 
         ``latency``: "exact" (equal to offline) or "low" (a shorter lookahead
@@ -516,7 +521,7 @@ class Engine:
                          [0] * int(mi["n_levels"]))
         self._streams[sid] = rec
         self._by_key[key] = rec
-        h.send(("open", sid, model, bool(noise), int(seed or 0), str(latency)))
+        h.send(("open", sid, model, bool(noise), int(seed or 0), str(latency), voice))
 
     def _rec(self, key: Hashable) -> _StreamRec:
         rec = self._by_key.get(key)
@@ -811,7 +816,7 @@ class EnginePool:
         return {}
 
     def open(self, key: Hashable, model: str, *, noise: bool = False,
-             seed: int | None = 0, latency: str = "exact") -> int:
+             seed: int | None = 0, latency: str = "exact", voice: str | None = None) -> int:
         """Open a stream on the least-loaded serving worker; returns the worker's index."""
         if key in self._where:
             raise DuplicateStreamError(f"stream {key!r} is already open")
@@ -827,7 +832,7 @@ class EnginePool:
         last: EngineError | None = None
         for e in sorted(cands, key=lambda e: e.n_streams):  # stable: round robin among ties
             try:
-                e.open(key, model, noise=noise, seed=seed, latency=latency)
+                e.open(key, model, noise=noise, seed=seed, latency=latency, voice=voice)
             except BusyError as err:
                 last = err
                 continue

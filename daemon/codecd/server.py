@@ -158,18 +158,30 @@ def setup_logging(fmt: str = "text", level: str = "info") -> None:
     logging.getLogger("websockets").setLevel(max(logging.WARNING, root.level))
 
 
+def voice_files(root: str) -> dict[str, str]:
+    """Voice name -> file of every voice in the voices directory (none if it does not exist)."""
+    from .voices import VoiceStore
+
+    store = VoiceStore(root)
+    return {n: str(store.path(n)) for n in store.names()}
+
+
 def model_spec(name: str, info: dict[str, Any]) -> ModelSpec:
     """The session's view of a model from the worker's model info."""
     sizes = tuple(int(c) for c in info["codebook_sizes"])
     strides = tuple(int(s) for s in info["level_strides"])
     layouts: tuple[str, ...] = ("levels",)
+    needs_voice = bool(info.get("needs_voice", False))
     if len(strides) == 3 and strides == (4, 2, 1) and min(sizes) >= 4096:
         layouts = ("orpheus_ids", "orpheus", "levels")
+    elif info.get("arch") == "s3gen":
+        layouts = ("levels", "chatterbox_ids")
     return ModelSpec(name=name, arch=str(info.get("arch", "")), sample_rate=int(info["sample_rate"]),
                      hop_length=int(info["hop_length"]), n_levels=len(strides),
                      codebook_sizes=sizes, level_strides=strides, layouts=layouts,
                      latency_samples=int(info.get("latency_samples", 0)),
-                     low_latency_samples=_low_latency(info))
+                     low_latency_samples=None if needs_voice else _low_latency(info),
+                     voices=tuple(info.get("voices", ())), needs_voice=needs_voice)
 
 
 def _low_latency(info: dict[str, Any]) -> int | None:
@@ -383,7 +395,9 @@ class Server:
         ekw: dict[str, Any] = dict(models=dict(models), n_threads=cfg.threads,
                                    max_streams=cfg.max_streams, max_batch=cfg.max_batch,
                                    gather_ms=cfg.gather_ms, max_backlog_frames=cfg.max_queued_frames,
-                                   warm_buckets=tuple(cfg.batch_buckets) or None)
+                                   warm_buckets=tuple(cfg.batch_buckets) or None,
+                                   voices=voice_files(cfg.voices_dir),
+                                   flow_first_chunk=cfg.flow_first_chunk, flow_chunk=cfg.flow_chunk)
         ekw.update(self._engine_overrides)
         self.pool = EnginePool(EngineConfig(**ekw), cfg.devices, on_event=self._on_event)
         kw: dict[str, Any] = dict(process_request=self._process_request, compression=None,
@@ -615,7 +629,8 @@ class Server:
                 self._push(conn, a.key, a.levels, followups)
             elif isinstance(a, EngineOpen):
                 try:
-                    pool.open(a.key, a.model, noise=a.noise, seed=a.seed, latency=a.latency)
+                    pool.open(a.key, a.model, noise=a.noise, seed=a.seed, latency=a.latency,
+                              voice=a.voice)
                 except EngineError as e:
                     failed_ids.add(a.key.stream_id)
                     followups += sess.on_engine_error(a.key, e.code, str(e))

@@ -80,6 +80,10 @@ ORPHEUS_LEVEL_STRIDES = (4, 2, 1)
 _POS_LEVEL = np.array([0, 1, 2, 2, 1, 2, 2], dtype=np.int64)
 _ID_OFFSET = ORPHEUS_TOKEN_BASE + np.arange(ORPHEUS_GROUP, dtype=np.int64) * ORPHEUS_CODEBOOK_SIZE
 _EMPTY = np.zeros(0, dtype=np.int32)
+# Chatterbox T3 LM ids (as codecrt.layouts): speech tokens 0..6560 and two control ids
+CHATTERBOX_VOCAB = 6561
+CHATTERBOX_SOS = 6561
+CHATTERBOX_EOS = 6562
 
 
 # ------------------------------------------------------------------ configuration
@@ -107,6 +111,7 @@ class ModelSpec:
     latency_samples: int = 0
     low_latency_samples: int | None = None
     voices: tuple[str, ...] = ()
+    needs_voice: bool = False  # every start must name one of ``voices`` (S3Gen)
 
     def __post_init__(self) -> None:
         if len(self.codebook_sizes) != self.n_levels or len(self.level_strides) != self.n_levels:
@@ -120,6 +125,10 @@ class ModelSpec:
                 or any(c < ORPHEUS_CODEBOOK_SIZE for c in self.codebook_sizes)):
             raise ValueError(f"{self.name}: orpheus layouts need 3 levels, strides 4/2/1 and "
                              f"codebooks of {ORPHEUS_CODEBOOK_SIZE}")
+        if "chatterbox_ids" in self.layouts and (self.n_levels != 1
+                                                 or self.codebook_sizes[0] != CHATTERBOX_VOCAB):
+            raise ValueError(f"{self.name}: the chatterbox_ids layout needs one level of "
+                             f"{CHATTERBOX_VOCAB} codes")
 
     @property
     def codes_per_frame(self) -> float:
@@ -267,6 +276,7 @@ class _Stream:
     tokens_accepted: int = 0
     samples_in: int = 0  # model-rate samples from the engine
     seq: int = 0
+    lm_ended: bool = False  # chatterbox_ids: the stop-of-speech id arrived (the stream is ending)
 
     @property
     def stream_id(self) -> str:
@@ -604,7 +614,12 @@ class Session:
                                                 f"{', '.join(spec.layouts)}, not {m.layout!r}")
         if m.voice is not None and m.voice not in spec.voices:
             return refuse(ErrorCode.UNKNOWN_VOICE,
-                          f"model {spec.name!r} has no voice {m.voice!r}")
+                          f"model {spec.name!r} has no voice {m.voice!r}; voices: "
+                          f"{', '.join(spec.voices) or 'none'}")
+        if m.voice is None and spec.needs_voice:
+            return refuse(ErrorCode.UNKNOWN_VOICE,
+                          f"model {spec.name!r} needs a voice: start with \"voice\": one of "
+                          f"{', '.join(spec.voices) or 'none (the server has no voices)'}")
         out_rate = m.sample_rate or (MULAW_DEFAULT_RATE if m.format == "mulaw"
                                      else spec.sample_rate)
         try:
@@ -693,7 +708,10 @@ class Session:
             if m.tokens is None:
                 raise _Fail(ErrorCode.BAD_MESSAGE, f"stream has layout {layout!r}: send "
                                                    "'tokens' (or binary level 0xFF)")
-            levels = self._orpheus_codes(st, m.tokens)
+            if layout == "chatterbox_ids":
+                levels = self._chatterbox_codes(st, m.tokens)
+            else:
+                levels = self._orpheus_codes(st, m.tokens)
         st.tokens_accepted += n
         if levels is None:
             return []
@@ -706,7 +724,38 @@ class Session:
                         f"{self.limits.max_duration_s:g} s)")
         for l, a in enumerate(levels):
             st.level_codes[l] += int(a.size)
-        return [EnginePush(st.key, levels)]
+        out: list[Action] = [EnginePush(st.key, levels)]
+        if st.lm_ended:  # chatterbox_ids: the stop-of-speech id ends the stream like `end`
+            st.state = _ENDING
+            st.ended_at = self.clock()
+            out.append(EngineFinish(st.key))
+        return out
+
+    def _chatterbox_codes(self, st: _Stream,
+                          tokens: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int32]] | None:
+        """Chatterbox LM ids: a leading start-of-speech dropped, stop-of-speech ends the stream."""
+        if st.lm_ended:
+            raise _Fail(ErrorCode.BAD_MESSAGE, "tokens after the stop-of-speech id")
+        start = 1 if st.n_tokens == 0 and tokens.size and int(tokens[0]) == CHATTERBOX_SOS else 0
+        stop = np.flatnonzero(tokens == CHATTERBOX_EOS)
+        end = int(stop[0]) if stop.size else tokens.size
+        if stop.size and end + 1 < tokens.size:
+            raise _Fail(ErrorCode.BAD_MESSAGE, f"{tokens.size - end - 1} ids after the "
+                                               f"stop-of-speech id at index {st.n_tokens + end}")
+        body = tokens[start:end]
+        bad = np.flatnonzero((body < 0) | (body >= CHATTERBOX_VOCAB))
+        if bad.size:
+            j = int(bad[0])
+            idx = st.n_tokens + start + j
+            raise _Fail(ErrorCode.TOKEN_RANGE,
+                        f"Chatterbox LM id {int(body[j])} at index {idx} is not a speech token "
+                        f"(0..{CHATTERBOX_VOCAB - 1}; {CHATTERBOX_SOS} starts, {CHATTERBOX_EOS} "
+                        "stops)", index=idx, value=int(body[j]))
+        st.n_tokens += int(tokens.size)
+        st.lm_ended = bool(stop.size)
+        if st.lm_ended and st.level_codes[0] + body.size == 0:
+            raise _Fail(ErrorCode.BAD_MESSAGE, "stop-of-speech before any speech token")
+        return [body.astype(np.int32)] if body.size or st.lm_ended else None
 
     def _orpheus_codes(self, st: _Stream,
                        tokens: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int32]] | None:
@@ -773,6 +822,8 @@ class Session:
         if not isinstance(r, _Stream):
             return r
         st = r
+        if st.lm_ended and st.state == _ENDING:
+            return []  # the stop-of-speech id already ended it
         if st.state != _OPEN:
             return self._fail(st, ErrorCode.BAD_MESSAGE, "end sent twice")
         if st.start.layout != "levels":

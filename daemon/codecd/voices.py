@@ -140,9 +140,11 @@ def read_voice(path: str | os.PathLike) -> VoiceData:
     except Exception as e:
         raise VoiceError(f"{path}: not a voice file ({type(e).__name__}: {e})") from None
 
-    def field(key: str) -> str:
+    def field(key: str, default: str | None = None) -> str:
         f = r.fields.get(key)
-        if f is None:
+        if f is None or not f.data:
+            if default is not None:
+                return default
             raise VoiceError(f"{path}: missing {key!r}")
         return bytes(f.parts[f.data[0]]).decode("utf-8", "replace")
 
@@ -163,7 +165,7 @@ def read_voice(path: str | os.PathLike) -> VoiceData:
 
     return VoiceData(name=field("voice.name"), prompt_tokens=arr("prompt_tokens", np.int32),
                      prompt_mel=arr("prompt_mel", np.float32), speaker=arr("speaker", np.float32),
-                     model_arch=field("voice.model_arch"), source=field("voice.source")).validate()
+                     model_arch=field("voice.model_arch"), source=field("voice.source", "")).validate()
 
 
 def load_voice_file(path: str | os.PathLike, name: str | None = None) -> VoiceData:

@@ -1,0 +1,129 @@
+"""S3Gen through the daemon: voices, layouts, errors, on a real server on 127.0.0.1.
+
+The model is a random-weight S3Gen (codecd.convert.random_s3gen: no reference
+package needed); its audio is noise, so the checks compare the daemon's
+stream with codecrt.FlowStream run directly on the same voice, seed and
+chunking, which must be identical.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import codecrt_or_skip
+from test_server import Client
+
+pytest.importorskip("websockets")
+pytest.importorskip("gguf")
+
+from codecd.config import Config, ModelSource  # noqa: E402
+from codecd.convert.random_s3gen import write_random_s3gen  # noqa: E402
+from codecd.server import Server  # noqa: E402
+from codecd.voices import VoiceData, write_voice  # noqa: E402
+
+FIRST, CHUNK = 4, 6
+
+
+def _voice_arrays(seed: int, n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return dict(prompt_tokens=rng.integers(0, 6561, n).astype(np.int32),
+                prompt_mel=rng.normal(-4, 2, (2 * n, 80)).astype(np.float32),
+                speaker=rng.normal(0, 1, 192).astype(np.float32))
+
+
+@pytest.fixture(scope="module")
+def s3env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    codecrt_or_skip()
+    root = tmp_path_factory.mktemp("s3daemon")
+    model = write_random_s3gen(root / "s3.gguf", seed=3)
+    voices = root / "voices"
+    voices.mkdir()
+    arrays = {"alice": _voice_arrays(1, 6), "bob": _voice_arrays(2, 4)}
+    for name, a in arrays.items():
+        write_voice(VoiceData(name, **a), voices / f"{name}.voice.gguf")
+    (voices / "broken.voice.gguf").write_bytes(b"GGUF not really")
+    return {"model": model, "voices": voices, "arrays": arrays}
+
+
+@contextlib.asynccontextmanager
+async def serving(env: dict[str, Any]) -> AsyncIterator[Server]:
+    cfg = Config(listen="127.0.0.1:0", models=[ModelSource("s3", str(env["model"]))], devices=["cpu"],
+                 threads=2, max_ahead_s=0.0, send_timeout_s=5.0, drain_timeout_s=2.0,
+                 voices_dir=str(env["voices"]), flow_first_chunk=FIRST, flow_chunk=CHUNK)
+    assert not cfg.validate()
+    srv = Server(cfg, {"s3": str(env["model"])}, engine_overrides={"start_timeout_s": 120.0})
+    await srv.start()
+    try:
+        yield srv
+    finally:
+        await srv.close()
+
+
+def direct(env: dict[str, Any], voice: str, tokens: np.ndarray, seed: int) -> np.ndarray:
+    import codecrt
+
+    with codecrt.Model(env["model"]) as m, codecrt.Context(m, device="cpu", n_threads=2) as ctx, \
+            codecrt.Voice(m, **env["arrays"][voice]) as v:
+        fs = codecrt.FlowStream(ctx, v, seed=seed, first_chunk=FIRST, chunk=CHUNK)
+        fs.push(tokens)
+        fs.finish()
+        return fs.decode_all()
+
+
+def start(sid: str, layout: str = "levels", **kw: Any) -> dict[str, Any]:
+    return {"type": "start", "stream_id": sid, "model": "s3", "layout": layout, "format": "pcm_f32le",
+            **kw}
+
+
+def test_voices_layouts_and_errors(s3env: dict[str, Any]) -> None:
+    rng = np.random.default_rng(4)
+    t1 = rng.integers(0, 6561, 17).astype(np.int32)
+    t2 = rng.integers(0, 6561, 11).astype(np.int32)
+
+    async def main() -> None:
+        async with serving(s3env) as srv:
+            c = await Client.open(srv.port)
+            (spec,) = [m for m in c.hello["models"] if m["name"] == "s3"]
+            assert spec["voices"] == ["alice", "bob"]  # the broken file is skipped
+            assert set(spec["layouts"]) == {"levels", "chatterbox_ids"}
+            # plain payload ids, in pieces
+            await c.send(start("a", voice="alice", seed=5))
+            for i in range(0, t1.size, 5):
+                await c.send({"type": "tokens", "stream_id": "a", "levels": [t1[i:i + 5].tolist()]})
+            await c.send({"type": "end", "stream_id": "a"})
+            # LM ids: start-of-speech dropped, stop-of-speech ends the stream (no `end`)
+            ids = [6561, *t2.tolist(), 6562]
+            await c.send(start("b", layout="chatterbox_ids", voice="bob", seed=6))
+            await c.send({"type": "tokens", "stream_id": "b", "tokens": ids[:4]})
+            await c.send({"type": "tokens", "stream_id": "b", "tokens": ids[4:]})
+            # refusals while those two run
+            await c.send(start("nv"))
+            await c.send(start("uv", voice="carol"))
+            await c.send(start("bad", layout="chatterbox_ids", voice="alice"))
+            await c.send({"type": "tokens", "stream_id": "bad", "tokens": [6561, 1, 7000]})
+            await c.send(start("orph", layout="orpheus_ids", voice="alice"))
+            for sid, code in (("nv", "unknown_voice"), ("uv", "unknown_voice"), ("bad", "token_range"),
+                              ("orph", "bad_layout")):
+                t = await c.terminal(sid, 30)
+                assert t["type"] == "error" and t["code"] == code, t
+            ta = await c.terminal("a", 120)
+            tb = await c.terminal("b", 120)
+            assert ta["type"] == "done" and tb["type"] == "done", (ta, tb)
+            got_a = np.frombuffer(bytes(c.rec("a")["audio"]), "<f4")
+            got_b = np.frombuffer(bytes(c.rec("b")["audio"]), "<f4")
+            assert c.ws.close_code is None
+            await c.close()
+        want_a = direct(s3env, "alice", t1, 5)
+        want_b = direct(s3env, "bob", t2, 6)
+        assert got_a.size == t1.size * 960 and got_b.size == t2.size * 960
+        np.testing.assert_allclose(got_a, want_a, atol=1e-6, rtol=0)
+        np.testing.assert_allclose(got_b, want_b, atol=1e-6, rtol=0)
+
+    asyncio.run(main())
