@@ -51,7 +51,7 @@ class FakeServer:
 
     def __init__(self, max_streams: int = 8) -> None:
         self.spec = ModelSpec("fake", "snac", 24000, HOP, 3, (4096,) * 3, (4, 2, 1),
-                              layouts=LAYOUTS)
+                              layouts=("orpheus_ids", "orpheus", "levels"))
         self.max_streams = max_streams
         self.open = 0
         self.loop = asyncio.new_event_loop()
