@@ -37,6 +37,17 @@ def timed(fn, repeat: int) -> tuple[float, object]:
     return best, out
 
 
+def random_gguf(meanflow: bool) -> Path:
+    import tempfile
+
+    from codecd.convert.random_s3gen import write_random_s3gen
+
+    path = Path(tempfile.gettempdir()) / f"codecd-bench-s3gen-{'turbo' if meanflow else 'orig'}.gguf"
+    if not path.exists():
+        write_random_s3gen(path, meanflow=meanflow, seed=1)
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -46,7 +57,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--models", default="orig,turbo")
     ap.add_argument("--no-reference", action="store_true")
+    ap.add_argument("--random", action="store_true",
+                    help="random GGUF from the checked-in layout (no chatterbox-tts; implies --no-reference)")
     args = ap.parse_args()
+    if args.random:
+        args.no_reference = True
 
     import torch
 
@@ -61,7 +76,7 @@ def main() -> None:
     ttfa = []
     for name in args.models.split(","):
         meanflow = name == "turbo"
-        model = codecrt.Model(s3ref.gguf(meanflow))
+        model = codecrt.Model(random_gguf(meanflow) if args.random else s3ref.gguf(meanflow))
         ctx = codecrt.Context(model, device=args.device, n_threads=args.threads)
         voice = codecrt.Voice(model, **voice_data)
         steps = model.info.default_steps

@@ -140,3 +140,75 @@ def test_streaming_on_gpu_equals_offline(codecrt, snac_cases, name):
         d = float(np.abs(g - w).max())
         print(f"\nSNAC {name} GPU streamed vs offline: max |diff| {d:.2e} (TF32 {'off' if TF32_OFF else 'on'})")
         assert d < STREAM_TOL
+
+
+# ------------------------------------------------------------------ S3Gen
+
+
+@pytest.fixture(scope="module", params=["orig", "turbo"])
+def s3gen_gguf(request, tmp_path_factory):
+    from codecd.convert.random_s3gen import write_random_s3gen
+
+    meanflow = request.param == "turbo"
+    return write_random_s3gen(tmp_path_factory.mktemp("s3") / f"{request.param}.gguf", meanflow=meanflow, seed=2)
+
+
+def _s3_voice(codecrt, model, n=75, seed=1):
+    rng = np.random.default_rng(seed)
+    return codecrt.Voice(model, rng.integers(0, 6561, n), rng.normal(-4, 2, (2 * n, 80)).astype(np.float32),
+                         rng.normal(0, 1, 192).astype(np.float32))
+
+
+# The flow runs its estimator 10 (Turbo: 2) times and feeds the vocoder, so
+# TF32 rounding compounds: measured errors are in docs/benchmarks.md.
+S3_TOL = 2e-3 if TF32_OFF else 5e-2
+
+
+def test_s3gen_cuda_matches_cpu(codecrt, s3gen_gguf):
+    """S3Gen (random weights, 3 s prompt, 2 s of speech) on CUDA against the CPU: mel and PCM."""
+    tokens = np.random.default_rng(3).integers(0, 6561, 50).astype(np.int32)
+    with codecrt.Model(s3gen_gguf) as m, codecrt.Context(m, device="cpu") as cpu, \
+            codecrt.Context(m, device=GPU) as gpu:
+        v = _s3_voice(codecrt, m)
+        mel_c, mel_g = cpu.flow(tokens, v, seed=4), gpu.flow(tokens, v, seed=4)
+        pcm_c, pcm_g = cpu.decode([tokens], voice=v, seed=4), gpu.decode([tokens], voice=v, seed=4)
+        voc_c, voc_g = cpu.vocode(mel_c, seed=4), gpu.vocode(mel_c, seed=4)
+        e_mel, e_pcm, e_voc = rel_l2(mel_g, mel_c), rel_l2(pcm_g, pcm_c), rel_l2(voc_g, voc_c)
+        print(f"\nS3Gen {m.info.default_steps} steps CUDA vs CPU rel L2: mel {e_mel:.2e}, pcm {e_pcm:.2e}, "
+              f"vocoder alone {e_voc:.2e} (TF32 {'off' if TF32_OFF else 'on'})")
+        assert e_mel < S3_TOL and e_voc < S3_TOL and e_pcm < 5 * S3_TOL
+
+
+def test_s3gen_seed_check_largest_graph(codecrt, s3gen_gguf):
+    """The seed's check on CUDA for S3Gen's largest graphs (10 s after a 3 s prompt), recreate policy on."""
+    tokens = np.random.default_rng(5).integers(0, 6561, 250).astype(np.int32)
+    kinds = ("encode", "flow_step", "f0", "vocode")
+    with codecrt.Model(s3gen_gguf) as m, codecrt.Context(m, device=GPU) as gpu:
+        v = _s3_voice(codecrt, m)
+        for k in kinds:
+            gpu.set_recreate_policy(k, True)
+        a = gpu.decode([tokens], voice=v, seed=6)
+        b = gpu.decode([tokens], voice=v, seed=6)
+        st = gpu.stats
+        print(f"\nS3Gen seed check on CUDA: identical={np.array_equal(a, b)} rms={np.sqrt(np.mean(a ** 2)):.3g} "
+              f"recreations={st.sched_recreations} compute buffers={st.compute_buffer_bytes[0] / 2**20:.0f} MiB")
+        assert np.array_equal(a, b)
+        assert float(np.sqrt(np.mean(a[960:] ** 2))) > 1e-3
+        assert st.sched_recreations >= 2 * len(kinds)
+
+
+def test_s3gen_stream_on_gpu_matches_cpu_stream(codecrt, s3gen_gguf):
+    tokens = np.random.default_rng(7).integers(0, 6561, 60).astype(np.int32)
+    out = []
+    with codecrt.Model(s3gen_gguf) as m:
+        v = _s3_voice(codecrt, m, n=20)
+        for dev in ("cpu", GPU):
+            with codecrt.Context(m, device=dev) as ctx:
+                fs = codecrt.FlowStream(ctx, v, seed=8, first_chunk=10, chunk=20)
+                fs.push(tokens)
+                fs.finish()
+                out.append(fs.decode_all())
+    e = rel_l2(out[1], out[0])
+    print(f"\nS3Gen stream CUDA vs CPU rel L2 {e:.2e}")
+    assert out[0].shape == out[1].shape == (60 * 960,)
+    assert e < 5 * S3_TOL

@@ -40,7 +40,7 @@ tests() {
         if [ $tf32 = off ]; then export NVIDIA_TF32_OVERRIDE=0; else unset NVIDIA_TF32_OVERRIDE; fi
         CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_gpu.py 2>&1 \
             | tee "$OUT/gpu_tests_tf32_$tf32.txt" \
-            | grep -E "passed|failed|error|CUDA vs CPU|10k decodes|streamed vs|Error" \
+            | grep -E "passed|failed|error|CUDA vs CPU|10k decodes|streamed vs|Error|S3Gen" \
             | tee -a "$OUT/report.txt"
     done
     unset NVIDIA_TF32_OVERRIDE
@@ -50,6 +50,12 @@ bench() {
     stage "capacity: python3 bench/gpu_capacity.py ${BENCH_ARGS:-}"
     # shellcheck disable=SC2086
     python3 bench/gpu_capacity.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/gpu_capacity.md" | tee -a "$OUT/report.txt"
+}
+
+s3bench() {
+    stage "S3Gen: python3 bench/s3gen.py --random --device cuda:0 --threads 16"
+    python3 bench/s3gen.py --random --device cuda:0 --threads 16 --repeat 2 2>&1 | tee "$OUT/s3gen_bench.md" \
+        | tee -a "$OUT/report.txt"
 }
 
 check() {
@@ -69,6 +75,7 @@ for what in "$@"; do
         test) tests ;;
         bench) bench ;;
         check) check ;;
+        s3bench) s3bench ;;
         all) build && tests; bench ;;
         *) echo "unknown stage $what" >&2; exit 2 ;;
     esac
