@@ -29,6 +29,7 @@ from codecd.server import Server  # noqa: E402
 from codecd.voices import VoiceData, write_voice  # noqa: E402
 
 FIRST, CHUNK = 4, 6
+STEPS = 2  # fewer flow steps than the model's 10: shorter tests, and the setting reaches the worker
 
 
 def _voice_arrays(seed: int, n: int) -> dict[str, np.ndarray]:
@@ -56,7 +57,8 @@ def s3env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 async def serving(env: dict[str, Any]) -> AsyncIterator[Server]:
     cfg = Config(listen="127.0.0.1:0", models=[ModelSource("s3", str(env["model"]))], devices=["cpu"],
                  threads=2, max_ahead_s=0.0, send_timeout_s=5.0, drain_timeout_s=2.0,
-                 voices_dir=str(env["voices"]), flow_first_chunk=FIRST, flow_chunk=CHUNK)
+                 voices_dir=str(env["voices"]), flow_first_chunk=FIRST, flow_chunk=CHUNK,
+                 flow_steps=STEPS)
     assert not cfg.validate()
     srv = Server(cfg, {"s3": str(env["model"])}, engine_overrides={"start_timeout_s": 120.0})
     await srv.start()
@@ -71,7 +73,7 @@ def direct(env: dict[str, Any], voice: str, tokens: np.ndarray, seed: int) -> np
 
     with codecrt.Model(env["model"]) as m, codecrt.Context(m, device="cpu", n_threads=2) as ctx, \
             codecrt.Voice(m, **env["arrays"][voice]) as v:
-        fs = codecrt.FlowStream(ctx, v, seed=seed, first_chunk=FIRST, chunk=CHUNK)
+        fs = codecrt.FlowStream(ctx, v, seed=seed, first_chunk=FIRST, chunk=CHUNK, n_steps=STEPS)
         fs.push(tokens)
         fs.finish()
         return fs.decode_all()
@@ -120,6 +122,10 @@ def test_voices_layouts_and_errors(s3env: dict[str, Any]) -> None:
             got_b = np.frombuffer(bytes(c.rec("b")["audio"]), "<f4")
             assert c.ws.close_code is None
             await c.close()
+            (w,) = (await srv.pool.fetch_stats())["workers"]
+            ws = w["worker"]["models"]["s3"]
+            assert ws["batched"] is False and ws["max_batch_seen"] == 1
+            assert ws["streams_done"] == 2 and ws["streams_open"] == 0
         want_a = direct(s3env, "alice", t1, 5)
         want_b = direct(s3env, "bob", t2, 6)
         assert got_a.size == t1.size * 960 and got_b.size == t2.size * 960
@@ -127,3 +133,29 @@ def test_voices_layouts_and_errors(s3env: dict[str, Any]) -> None:
         np.testing.assert_allclose(got_b, want_b, atol=1e-6, rtol=0)
 
     asyncio.run(main())
+
+
+def test_model_spec_of_s3gen_info():
+    """The session's spec of an S3Gen model: levels and chatterbox_ids, its voices, a voice required."""
+    from codecd.server import model_spec
+
+    info = {"arch": "s3gen", "sample_rate": 24000, "hop_length": 960, "codebook_sizes": [6561],
+            "level_strides": [1], "latency_samples": 16320, "needs_voice": True,
+            "voices": ["alice", "bob"], "chunk_frames": 25}
+    spec = model_spec("s3", info)
+    assert spec.layouts == ("levels", "chatterbox_ids") and spec.voices == ("alice", "bob")
+    assert spec.needs_voice and spec.low_latency_samples is None and spec.latency_samples == 16320
+
+
+def test_config_flow_settings(tmp_path: Path) -> None:
+    """voices_dir and the flow settings come from TOML and env, and bad values are reported."""
+    from codecd.config import ConfigError, load_config
+
+    toml = tmp_path / "c.toml"
+    toml.write_text('voices_dir = "/v"\nflow_first_chunk = 5\nflow_steps = 3\n'
+                    '[[models]]\nname = "s3"\nsource = "demo"\n')
+    cfg = load_config(str(toml), env={"CODECD_FLOW_CHUNK": "30"}, args={"flow_steps": 4})
+    assert (cfg.voices_dir, cfg.flow_first_chunk, cfg.flow_chunk, cfg.flow_steps) == ("/v", 5, 30, 4)
+    for env in ({"CODECD_FLOW_STEPS": "101"}, {"CODECD_FLOW_CHUNK": "0"}):
+        with pytest.raises(ConfigError, match="flow_"):
+            load_config(str(toml), env=env)

@@ -43,7 +43,8 @@ class Clock:
 class Harness:
     """A session plus helpers to drive it and read its actions."""
 
-    def __init__(self, limits: SessionLimits | None = None, admit=lambda: True) -> None:
+    def __init__(self, limits: SessionLimits | None = None, admit=lambda: True,
+                 models: dict[str, ModelSpec] | None = None) -> None:
         limits = limits or SessionLimits()
         self.clock = Clock()
         self.released = 0
@@ -52,7 +53,7 @@ class Harness:
         def release() -> None:
             self.released += 1
 
-        self.s = Session(MODELS, limits, self.clock, admit=admit, release=release,
+        self.s = Session(models or MODELS, limits, self.clock, admit=admit, release=release,
                          metrics=self.metrics)
 
     def text(self, **kw) -> list:
@@ -681,3 +682,120 @@ def test_fuzz_session_never_raises(frames):
     h.s.tick(h.clock.t + 1e6)
     h.s.connection_lost()
     assert h.released == 1 and h.s.open_streams == []
+
+
+# ------------------------------------------------------- S3Gen: voices, chatterbox_ids
+
+S3 = ModelSpec("s3", "s3gen", 24000, 960, 1, (6561,), (1,), layouts=("levels", "chatterbox_ids"),
+               latency_samples=16320, voices=("alice", "bob"), needs_voice=True)
+SOS, EOS = 6561, 6562
+
+
+def s3_harness() -> Harness:
+    return Harness(models={"s3": S3, "snac_24khz": SNAC})
+
+
+def s3_start(h: Harness, sid: str = "a", layout: str = "chatterbox_ids", **kw) -> list:
+    return h.start(sid, model="s3", layout=layout, **{"voice": "alice", **kw})
+
+
+@pytest.mark.parametrize("kw,code", [
+    ({"voice": None}, "unknown_voice"),
+    ({"voice": "carol"}, "unknown_voice"),
+    ({"layout": "orpheus_ids"}, "bad_layout"),
+    ({"layout": "orpheus"}, "bad_layout"),
+])
+def test_s3gen_start_refused(kw, code):
+    """An S3Gen start without a voice, with an unknown one or an Orpheus layout is refused."""
+    h = s3_harness()
+    e = only_error(s3_start(h, **kw))
+    assert (e["code"], e["stream_id"]) == (code, "a")
+    if code == "unknown_voice":
+        assert "alice, bob" in e["message"]
+    assert h.s.open_streams == []
+
+
+def test_chatterbox_ids_refused_for_snac():
+    """chatterbox_ids is not a layout of SNAC models."""
+    h = s3_harness()
+    assert only_error(h.start("a", layout="chatterbox_ids"))["code"] == "bad_layout"
+
+
+def test_modelspec_chatterbox_needs_one_6561_level():
+    """ModelSpec rejects chatterbox_ids on models without one level of 6561 codes."""
+    with pytest.raises(ValueError):
+        ModelSpec("x", "dac", 16000, 320, 2, (1024, 1024), (1, 1), layouts=("chatterbox_ids",))
+
+
+def test_s3gen_voice_passed_to_engine():
+    """The named voice reaches EngineOpen; started reports the model's latency."""
+    acts = s3_start(s3_harness(), voice="bob")
+    assert acts[0].voice == "bob" and msgs(acts)[0]["latency_samples"] == 16320
+
+
+def test_chatterbox_sos_dropped_eos_ends_stream():
+    """A leading start-of-speech is dropped; stop-of-speech pushes the rest and finishes."""
+    h = s3_harness()
+    s3_start(h)
+    k = h.key("a")
+    a1 = h.tokens("a", [SOS, 5, 6])
+    assert [x.tolist() for x in pushed(a1)] == [[5, 6]]
+    a2 = h.tokens("a", [7, 6560, EOS])
+    assert [x.tolist() for x in pushed(a2)] == [[7, 6560]] and a2[-1] == EngineFinish(k)
+    assert h.text(type="end", stream_id="a") == []  # already ended by the stop-of-speech id
+    assert h.s.open_streams == ["a"]  # open until the engine's done
+    assert msgs(h.s.on_done(k, 4 * 960))[-1]["type"] == "done"
+
+
+def test_chatterbox_eos_alone_in_a_message():
+    """A stop-of-speech id in a message of its own ends the stream too."""
+    h = s3_harness()
+    s3_start(h)
+    h.tokens("a", [1, 2])
+    acts = h.tokens("a", [EOS])
+    assert acts[-1] == EngineFinish(h.key("a")) and not errors(acts)
+
+
+@pytest.mark.parametrize("toks,code,index", [
+    ([1, 7000, 2], "token_range", 1),
+    ([SOS, 1, SOS], "token_range", 2),  # start-of-speech only at the start
+    ([1, -1], "token_range", 1),
+    ([1, EOS, 2], "bad_message", None),  # ids after stop-of-speech
+    ([SOS, EOS], "bad_message", None),  # no speech at all
+])
+def test_chatterbox_bad_ids(toks, code, index):
+    """Ids outside 0..6560 other than the control ids, and ids after the stop, fail the stream."""
+    h = s3_harness()
+    s3_start(h)
+    s3_start(h, "b")
+    acts = h.tokens("a", toks)
+    e = only_error(acts)
+    assert (e["code"], e["stream_id"], e.get("index")) == (code, "a", index)
+    assert not pushed(acts) and h.s.open_streams == ["b"]
+
+
+def test_chatterbox_tokens_after_eos_message():
+    """Tokens in a message after the stop-of-speech id fail the stream with bad_message."""
+    h = s3_harness()
+    s3_start(h)
+    h.tokens("a", [1, EOS])
+    e = only_error(h.tokens("a", [2]))
+    assert (e["code"], e["stream_id"]) == ("bad_message", "a")
+
+
+def test_s3gen_levels_layout():
+    """An S3Gen levels stream pushes payload ids as one level and needs an end."""
+    h = s3_harness()
+    s3_start(h, layout="levels")
+    acts = h.text(type="tokens", stream_id="a", levels=[[1, 6560]])
+    assert [x.tolist() for x in pushed(acts)] == [[1, 6560]]
+    assert only_error(h.text(type="tokens", stream_id="a", levels=[[6561]]))["code"] == "token_range"
+
+
+def test_chatterbox_ids_binary_sequence_frames():
+    """chatterbox_ids in binary frames (level 0xFF), stop-of-speech included, end the stream."""
+    h = s3_harness()
+    s3_start(h)
+    acts = h.s.receive_binary(P.encode_token_frame("a", [SOS, 3, 4]))
+    acts += h.s.receive_binary(P.encode_token_frame("a", [5, EOS]))
+    assert [x.tolist() for x in pushed(acts)] == [[3, 4, 5]] and acts[-1] == EngineFinish(h.key("a"))

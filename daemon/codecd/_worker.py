@@ -96,6 +96,7 @@ class WorkerConfig:
     voices: dict[str, str] = field(default_factory=dict)  # name -> voice file (flow models)
     flow_first_chunk: int = 10  # tokens of a flow stream's first chunk
     flow_chunk: int = 25  # tokens of its later chunks
+    flow_steps: int = 0  # flow steps per chunk (0: the model's default)
 
 
 def default_buckets(max_batch: int, max_streams: int, batch_bucket: bool) -> list[int]:
@@ -328,7 +329,8 @@ class Worker:
             own = voice = codecrt.Voice(m.model, np.zeros(0, np.int32), np.zeros((0, info.n_mels), np.float32),
                                         np.ones(192, np.float32))
         try:
-            fs = codecrt.FlowStream(m.ctx, voice, first_chunk=first, chunk=chunk)
+            fs = codecrt.FlowStream(m.ctx, voice, first_chunk=first, chunk=chunk,
+                                    n_steps=self.cfg.flow_steps)
             fs.push(np.zeros(first + chunk + 3, dtype=np.int32))
             fs.finish()
             fs.decode_all()
@@ -489,7 +491,7 @@ class Worker:
             return
         try:
             fs = codecrt.FlowStream(m.ctx, v, seed=seed, first_chunk=self.cfg.flow_first_chunk,
-                                    chunk=self.cfg.flow_chunk)
+                                    chunk=self.cfg.flow_chunk, n_steps=self.cfg.flow_steps)
         except codecrt.CodecrtError as e:
             self.out.append(("error", sid, error_code_for(e), str(e)))
             return
@@ -689,6 +691,7 @@ class Worker:
                 "chunk_frames": m.chunk_frames,
                 "latency_samples": m.latency_samples,
                 "warm": dict(m.warm),
+                "batched": m.voices is None,  # flow streams: one graph per chunk per stream
             }
         return {"pid": os.getpid(), "index": self.cfg.index, "device": self.cfg.device,
                 "uptime_s": round(time.monotonic() - self.t_start, 3),

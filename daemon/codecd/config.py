@@ -118,6 +118,7 @@ class Config:
                          "(S3Gen; codecd voice add NAME conds.pt)")
     flow_first_chunk: int = _f(10, "S3Gen streams: tokens in the first chunk (time to first audio)")
     flow_chunk: int = _f(25, "S3Gen streams: tokens in each later chunk")
+    flow_steps: int = _f(0, "S3Gen streams: flow (Euler) steps per chunk (0: the model's default)")
 
     # ------------------------------------------------------------- derived
 
@@ -139,6 +140,8 @@ class Config:
         if not (1 <= self.flow_first_chunk <= 4096 and 1 <= self.flow_chunk <= 4096):
             errs.append(f"flow_first_chunk = {self.flow_first_chunk}, flow_chunk = {self.flow_chunk}: "
                         "each must be in 1..4096")
+        if not 0 <= self.flow_steps <= 100:
+            errs.append(f"flow_steps = {self.flow_steps}: must be in 0..100 (0: the model's default)")
         names = [m.name for m in self.models]
         if not self.models:
             errs.append("models: none configured (e.g. --model snac_24khz=/path/model.gguf, "

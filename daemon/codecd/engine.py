@@ -128,6 +128,7 @@ class EngineConfig:
     voices: dict[str, str] = field(default_factory=dict)
     flow_first_chunk: int = 10  # S3Gen streams: tokens of the first chunk (time to first audio)
     flow_chunk: int = 25  # S3Gen streams: tokens per later chunk
+    flow_steps: int = 0  # S3Gen streams: flow steps per chunk (0: the model's default)
 
 
 # ------------------------------------------------------------------------ events
@@ -412,7 +413,8 @@ class Engine:
                             batch_bucket=c.batch_bucket, warm_buckets=c.warm_buckets,
                             gather_ms=c.gather_ms, parent_pid=os.getpid(), index=self.index,
                             debug_commands=c.debug_commands, voices=dict(c.voices),
-                            flow_first_chunk=c.flow_first_chunk, flow_chunk=c.flow_chunk)
+                            flow_first_chunk=c.flow_first_chunk, flow_chunk=c.flow_chunk,
+                            flow_steps=c.flow_steps)
 
     async def _spawn_and_wait(self) -> None:
         loop = self._loop

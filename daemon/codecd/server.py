@@ -397,7 +397,8 @@ class Server:
                                    gather_ms=cfg.gather_ms, max_backlog_frames=cfg.max_queued_frames,
                                    warm_buckets=tuple(cfg.batch_buckets) or None,
                                    voices=voice_files(cfg.voices_dir),
-                                   flow_first_chunk=cfg.flow_first_chunk, flow_chunk=cfg.flow_chunk)
+                                   flow_first_chunk=cfg.flow_first_chunk, flow_chunk=cfg.flow_chunk,
+                                   flow_steps=cfg.flow_steps)
         ekw.update(self._engine_overrides)
         self.pool = EnginePool(EngineConfig(**ekw), cfg.devices, on_event=self._on_event)
         kw: dict[str, Any] = dict(process_request=self._process_request, compression=None,

@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -103,7 +104,7 @@ def main() -> None:
         return
     if not args.output:
         ap.error("OUTPUT is required")
-    print(write_random_s3gen(args.output, meanflow=args.meanflow, seed=args.seed, dtype=args.dtype))
+    sys.stdout.write(f"{write_random_s3gen(args.output, meanflow=args.meanflow, seed=args.seed, dtype=args.dtype)}\n")
 
 
 if __name__ == "__main__":
