@@ -83,13 +83,13 @@ def main() -> None:
         # warm-up: graph construction and reservation of these shapes
         mel = ctx.flow(tokens, voice, seed=1)
         ctx.vocode(mel, seed=1)
-        t_flow, mel = timed(lambda: ctx.flow(tokens, voice, seed=1), args.repeat)
-        t_voc, _ = timed(lambda: ctx.vocode(mel, seed=1), args.repeat)
+        t_flow, mel = timed(lambda c=ctx, v=voice: c.flow(tokens, v, seed=1), args.repeat)
+        t_voc, _ = timed(lambda c=ctx, x=mel: c.vocode(x, seed=1), args.repeat)
         rows.append((name, f"codecrt {ctx.device}", steps, t_flow, t_voc))
         if not args.no_reference:
             ref = s3ref.reference(meanflow)
-            t_rflow, rmel = timed(lambda: s3ref.ref_mel(ref, tokens, voice_data, 1, steps), args.repeat)
-            t_rvoc, _ = timed(lambda: s3ref.ref_wav(ref, rmel, 1), args.repeat)
+            t_rflow, rmel = timed(lambda r=ref, n=steps: s3ref.ref_mel(r, tokens, voice_data, 1, n), args.repeat)
+            t_rvoc, _ = timed(lambda r=ref, x=rmel: s3ref.ref_wav(r, x, 1), args.repeat)
             rows.append((name, "reference torch cpu", steps, t_rflow, t_rvoc))
         # time to first audio of a stream: the first chunk's compute
         for _ in range(2):  # the second run is the warm one

@@ -145,7 +145,7 @@ class patched_noise:
                 return torch.from_numpy(np.ascontiguousarray(z[:, -shape[2]:]))[None]
             return orig_randn(*size, **k)
 
-        def sample(self_, sample_shape=torch.Size()):
+        def sample(self_, sample_shape=()):
             if phases is not None and tuple(sample_shape) == (1, HARMONICS, 1):
                 return torch.from_numpy(phases.copy()).reshape(1, HARMONICS, 1)
             return self._saved[2](self_, sample_shape)

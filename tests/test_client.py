@@ -21,7 +21,6 @@ import pytest
 
 from codecd.client import Client, ServerError
 from codecd.engine import child_pythonpath
-from codecd.protocol import LAYOUTS
 from codecd.session import (
     Close, EngineCancel, EngineFinish, EngineOpen, EnginePush, ModelSpec, SendBinary, SendText,
     Session, SessionLimits,
