@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--streams", default="64,256,512,1024,1536,2048")
     ap.add_argument("--item-seconds", type=float, default=2.0)
     ap.add_argument("--ticks", type=int, default=20)
+    ap.add_argument("--chunk", type=int, default=4, help="frames per streaming tick (4 = 85 ms at 24 kHz)")
     args = ap.parse_args()
 
     import torch
@@ -68,7 +69,7 @@ def main() -> None:
     print("\n## offline throughput (seconds of audio per second)")
     print("| batch | audio per item (s) | codecrt (x RT) | PyTorch (x RT) | codecrt / PyTorch |")
     print("|---:|---:|---:|---:|---:|")
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = [int(b) for b in args.batches.split(",") if b]
     n_frames = int(args.item_seconds * sr / hop) // 4 * 4
     with codecrt.Context(model, device=args.device, max_batch=max(batches), max_frames=n_frames) as ctx:
         for b in batches:
@@ -101,7 +102,7 @@ def main() -> None:
             print(f"| {b} | {n_frames * hop / sr:.2f} | {ours:.0f} | {theirs_s} | {ratio} |", flush=True)
 
     # ----------------------------------------------------------- streaming
-    chunk = 4
+    chunk = args.chunk
     period = chunk * hop / sr
     print(f"\n## streaming ticks ({chunk} frames = {1000 * period:.1f} ms of audio per stream per tick)")
     print("| streams | tick median (ms) | tick p99 (ms) | real time? | achieved TFLOP/s | state (MiB) |")
