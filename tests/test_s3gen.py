@@ -45,16 +45,27 @@ def test_model_info(s3):
     assert info.default_steps == (2 if meanflow else 10)
 
 
-@pytest.mark.parametrize("finalize", [True, False])
-def test_flow_matches_reference(s3, finalize):
+def test_flow_matches_reference(s3):
     _, ref, model, ctx = s3
     data, voice = _voice(model)
     tokens = _tokens(2, 13)
     steps = model.info.default_steps
-    ours = ctx.flow(tokens, voice, seed=5, finalize=finalize)
-    theirs = s3ref.ref_mel(ref, tokens, data, 5, steps, finalize=finalize)
-    assert ours.shape == theirs.shape == (80, 2 * (13 if finalize else 10))
-    assert s3ref.rel_l2(ours, theirs) < FLOW_TOL
+    ours = ctx.flow(tokens, voice, seed=5)
+    theirs = s3ref.ref_mel(ref, tokens, data, 5, steps)
+    assert ours.shape == theirs.shape == (80, 26)
+    err = s3ref.rel_l2(ours, theirs)
+    print(f"\nflow mel rel L2 vs reference ({steps} steps): {err:.2e}")
+    assert err < FLOW_TOL
+
+
+def test_flow_without_finalize_holds_back_the_lookahead(s3):
+    """finalize=False: no mel for the last 3 tokens. (chatterbox-tts 0.1.7's own
+    finalize=False path fails on its mask length, so there is no reference to compare.)"""
+    _, _, model, ctx = s3
+    _, voice = _voice(model)
+    tokens = _tokens(2, 13)
+    part = ctx.flow(tokens, voice, seed=5, finalize=False)
+    assert part.shape == (80, 20) and np.all(np.isfinite(part))
 
 
 def test_decode_matches_reference(s3):
@@ -65,7 +76,9 @@ def test_decode_matches_reference(s3):
     mel = s3ref.ref_mel(ref, tokens, data, 9, model.info.default_steps)
     theirs = s3ref.fade_in(s3ref.ref_wav(ref, mel, 9), ref)
     assert ours.shape == (tokens.size * 960,)
-    assert s3ref.rel_l2(ours, theirs) < PCM_TOL
+    err = s3ref.rel_l2(ours, theirs)
+    print(f"\ndecode PCM rel L2 vs reference: {err:.2e}")
+    assert err < PCM_TOL
 
 
 def test_seed_check_two_decodes_identical(s3):
@@ -103,7 +116,7 @@ def test_seeds_differ_and_batch_equals_single(s3):
     _, _, model, ctx = s3
     _, voice = _voice(model)
     t = np.stack([_tokens(10, 7), _tokens(11, 7)])
-    both = ctx.decode(t, voice=voice, seeds=[3, 4])
+    both = ctx.decode([t], voice=voice, seeds=[3, 4])
     assert np.array_equal(both[0], ctx.decode([t[0]], voice=voice, seed=3))
     assert np.array_equal(both[1], ctx.decode([t[1]], voice=voice, seed=4))
     assert not np.array_equal(ctx.decode([t[0]], voice=voice, seed=3), ctx.decode([t[0]], voice=voice, seed=4))

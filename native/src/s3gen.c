@@ -301,22 +301,26 @@ static codecrt_status s3_encode(codecrt_context *ctx, const int32_t *tokens, int
     return CODECRT_OK;
 }
 
-/* Allocate the estimator graph for [T, 80, B] and set its step-invariant inputs. */
-static codecrt_status s3_step_graph(codecrt_context *ctx, int64_t T, int64_t B, const float *mu, const float *cond,
-                                    const float *spks, cr_graph_slot **slot, s3_estimator_io *e) {
+/* Allocate the estimator graph for [T, 80, B]. */
+static codecrt_status s3_step_graph(codecrt_context *ctx, int64_t T, int64_t B, cr_graph_slot **slot,
+                                    s3_estimator_io *e) {
     codecrt_status st = s3_check_elements(ctx, "the flow estimator", s3_estimator_max_elements(T, B));
     if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_FLOW_STEP, T, B, s3_build_step, slot))) {
         return st;
     }
     S3_IO_LOAD(*e, &(*slot)->io);
-    ggml_backend_tensor_set(e->mu, mu, 0, sizeof(float) * (size_t)(T * S3_MEL * B));
-    ggml_backend_tensor_set(e->cond, cond, 0, sizeof(float) * (size_t)(T * S3_MEL * B));
-    ggml_backend_tensor_set(e->spks, spks, 0, sizeof(float) * (size_t)(S3_MEL * B));
     return CODECRT_OK;
 }
 
+/* One evaluation. Every input is set before every compute: the allocator may
+   reuse an input's memory for later tensors of the same graph once it is
+   consumed, so step-invariant inputs do not survive a compute. */
 static codecrt_status s3_step_eval(codecrt_context *ctx, cr_graph_slot *slot, const s3_estimator_io *e, int64_t T,
-                                   int64_t B, const float *x, const float *t, const float *r, float *out) {
+                                   int64_t B, const float *x, const float *mu, const float *cond, const float *spks,
+                                   const float *t, const float *r, float *out) {
+    ggml_backend_tensor_set(e->mu, mu, 0, sizeof(float) * (size_t)(T * S3_MEL * B));
+    ggml_backend_tensor_set(e->cond, cond, 0, sizeof(float) * (size_t)(T * S3_MEL * B));
+    ggml_backend_tensor_set(e->spks, spks, 0, sizeof(float) * (size_t)(S3_MEL * B));
     ggml_backend_tensor_set(e->x, x, 0, sizeof(float) * (size_t)(T * S3_MEL * B));
     s3_estimator_set_inputs(s3_hp(ctx), T, B, t, r, e);
     codecrt_status st = cr_graphs_compute(&ctx->graphs, slot, &ctx->err);
@@ -395,7 +399,7 @@ static codecrt_status s3_flow(codecrt_context *ctx, const s3_flow_req *q, float 
     memcpy(spks, v->spks, sizeof(v->spks));
     cr_graph_slot *slot = NULL;
     s3_estimator_io e;
-    if ((st = s3_step_graph(ctx, T, B, mu, cond, spks, &slot, &e)) != CODECRT_OK) {
+    if ((st = s3_step_graph(ctx, T, B, &slot, &e)) != CODECRT_OK) {
         goto done;
     }
     s3_t_span(q->n_steps, !hp->meanflow, ts);
@@ -405,7 +409,8 @@ static codecrt_status s3_flow(codecrt_context *ctx, const s3_flow_req *q, float 
         if (B == 2) {
             memcpy(x + plane, x, sizeof(float) * plane);
         }
-        if ((st = s3_step_eval(ctx, slot, &e, T, B, x, tb, hp->meanflow ? rb : NULL, dx)) != CODECRT_OK) {
+        if ((st = s3_step_eval(ctx, slot, &e, T, B, x, mu, cond, spks, tb, hp->meanflow ? rb : NULL, dx)) !=
+            CODECRT_OK) {
             goto done;
         }
         /* as solve_euler: v = (1 + cfg) v_c - cfg v_u; x = x + dt v (float32) */
@@ -718,8 +723,8 @@ codecrt_status codecrt_diag_s3_estimate(codecrt_context *ctx, int32_t T, int32_t
     }
     cr_graph_slot *slot = NULL;
     s3_estimator_io e;
-    if ((st = s3_step_graph(ctx, T, B, mu, cond, spks, &slot, &e)) == CODECRT_OK) {
-        st = s3_step_eval(ctx, slot, &e, T, B, x, t, s3_hp(ctx)->meanflow ? r : NULL, out);
+    if ((st = s3_step_graph(ctx, T, B, &slot, &e)) == CODECRT_OK) {
+        st = s3_step_eval(ctx, slot, &e, T, B, x, mu, cond, spks, t, s3_hp(ctx)->meanflow ? r : NULL, out);
     }
     return s3_status(ctx, st);
 }
