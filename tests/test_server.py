@@ -6,12 +6,13 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,57 @@ async def running(small: Path, **kw: Any) -> AsyncIterator[Server]:
         yield srv
     finally:
         await srv.close()
+
+
+@contextlib.contextmanager
+def serve_process(small: Path, log: Path, *flags: str, env: dict[str, str] | None = None
+                  ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``codecd serve`` in a child process, on a loopback socket passed as systemd passes one
+    (fd 3: the port is known before the child starts, with no race), stderr into ``log``.
+    Yields the process (the daemon itself: bash execs it) and the port. On exit a daemon still
+    running gets SIGTERM, and SIGKILL after 15 s (its workers die with it: PR_SET_PDEATHSIG)."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(64)
+    port = lsock.getsockname()[1]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("CODECD_")}
+    full_env.update(PYTHONPATH=os.pathsep.join(sys.path), LISTEN_FDS="1", CODECD_DEVICES="cpu")
+    full_env.update(env or {})
+    fd = lsock.fileno()
+    args = " ".join(shlex.quote(f) for f in flags)
+    # fd 3 only, as systemd passes it: a second descriptor of the socket left open in the
+    # daemon would keep it listening after the daemon closes it (connections would hang)
+    redirect = "" if fd == 3 else f"3<&{fd} {fd}<&-"
+    cmd = (f'LISTEN_PID=$$ exec {shlex.quote(sys.executable)} -m codecd.cli serve '
+           f'--model small={shlex.quote(str(small))} --threads 1 --batch-buckets 1 '
+           f'--listen 127.0.0.1:1 {args} {redirect}')
+    with open(log, "wb") as err:
+        p = subprocess.Popen(["bash", "-c", cmd], env=full_env, stderr=err, pass_fds=(fd,))
+    lsock.close()
+    try:
+        yield p, port
+    finally:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        p.wait()
+
+
+async def wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path,
+                     timeout: float = 30.0) -> None:
+    """Poll /readyz until 200; fail with the daemon's log if it exits or takes too long."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError):
+            if (await http_get(port, "/readyz"))[0] == 200:
+                return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(("exited: " if proc.poll() is not None else "not ready in time: ")
+                                 + log.read_text(errors="replace")[-4000:])
+        await asyncio.sleep(0.1)
 
 
 async def http_get(port: int, path: str, headers: dict[str, str] | None = None
@@ -738,44 +790,19 @@ def test_low_latency_mode(snac_cases: Any, codecrt: Any) -> None:
 
 def test_serve_cli_systemd_socket_and_sigterm(small: Path, tmp_path: Path) -> None:
     """codecd serve takes a systemd-passed socket (fd 3), serves, and exits 0 on SIGTERM."""
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(16)
-    port = lsock.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CODECD_")}
-    env.update(PYTHONPATH=os.pathsep.join(sys.path), LISTEN_FDS="1", CODECD_DEVICES="cpu",
-               CODECD_LOG_FORMAT="json")
-    fd = lsock.fileno()
-    cmd = (f'LISTEN_PID=$$ exec {sys.executable} -m codecd.cli serve --model small={small} '
-           f'--threads 1 --batch-buckets 1 --listen 127.0.0.1:1 3<&{fd}')
-    p = subprocess.Popen(["bash", "-c", cmd], env=env, stderr=subprocess.PIPE, text=True,
-                         pass_fds=(fd,))
-    lsock.close()
-    try:
+    log = tmp_path / "serve.log"
+    with serve_process(small, log, env={"CODECD_LOG_FORMAT": "json"}) as (p, port):
         async def main() -> None:
-            deadline = time.monotonic() + 30
-            while True:
-                with contextlib.suppress(OSError):
-                    if (await http_get(port, "/readyz"))[0] == 200:
-                        break
-                if p.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(p.communicate(timeout=5)[1] if p.poll() is not None
-                                         else "not ready in time")
-                await asyncio.sleep(0.1)
+            await wait_ready(port, p, log)
             c = await Client.open(port)
             assert c.hello["models"][0]["name"] == "small"
             await c.close()
         asyncio.run(main())
         p.send_signal(signal.SIGTERM)
-        _, err = p.communicate(timeout=20)
-        assert p.returncode == 0, err
-        lines = [json.loads(x) for x in err.splitlines() if x.startswith("{")]
-        assert any(d["msg"] == "stopped" for d in lines)
-        assert any(d.get("conn") for d in lines)  # structured fields
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+        assert p.wait(timeout=20) == 0, log.read_text()
+    lines = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{")]
+    assert any(d["msg"] == "stopped" for d in lines)
+    assert any(d.get("conn") for d in lines)  # structured fields
 
 
 def test_model_sources_demo_and_hf(tmp_path: Path, snac_cases: Any, codecrt: Any,
