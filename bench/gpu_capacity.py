@@ -69,7 +69,7 @@ def main() -> None:
     print("\n## offline throughput (seconds of audio per second)")
     print("| batch | audio per item (s) | codecrt (x RT) | PyTorch (x RT) | codecrt / PyTorch |")
     print("|---:|---:|---:|---:|---:|")
-    batches = [int(b) for b in args.batches.split(",") if b]
+    batches = [int(b) for b in args.batches.split(",") if b] or [1]
     n_frames = int(args.item_seconds * sr / hop) // 4 * 4
     with codecrt.Context(model, device=args.device, max_batch=max(batches), max_frames=n_frames) as ctx:
         for b in batches:

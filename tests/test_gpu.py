@@ -188,6 +188,7 @@ def test_s3gen_seed_check_largest_graph(codecrt, s3gen_gguf):
         for k in kinds:
             gpu.set_recreate_policy(k, True)
         a = gpu.decode([tokens], voice=v, seed=6)
+        gpu.decode([tokens[:40]], voice=v, seed=6)  # other shapes: every kind released and recreated
         b = gpu.decode([tokens], voice=v, seed=6)
         st = gpu.stats
         print(f"\nS3Gen seed check on CUDA: identical={np.array_equal(a, b)} rms={np.sqrt(np.mean(a ** 2)):.3g} "
