@@ -59,7 +59,8 @@ def test_one_chunk_equals_offline(s3):
     t = _tokens(1, 9)
     pcm, marks = _stream(ctx, voice, t, seed=4, first_chunk=10)
     assert len(marks) == 1
-    assert np.array_equal(pcm, ctx.decode([t], voice=voice, seed=4))
+    # the same graphs; only the fade-in's weights are computed by numpy here and by C there
+    np.testing.assert_allclose(pcm, ctx.decode([t], voice=voice, seed=4), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("n", [1, 13, 14, 40])
