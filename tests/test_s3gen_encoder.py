@@ -13,7 +13,8 @@ import pytest
 import codecrt
 import s3ref
 
-MU_TOL = 1e-5  # f32 graph vs torch; measured ~1e-6
+MU_TOL = 1e-5   # f32 graph vs torch; measured ~1e-6
+F16_TOL = 3e-3  # F16 matrices; measured ~6e-4
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +66,13 @@ def test_edge_tokens(encoder):
     flow, ctx = encoder
     tokens = np.array([0, 6560, 6560, 0, 17], dtype=np.int32)
     assert s3ref.rel_l2(codecrt.diag.diag_encode(ctx, tokens), _ref_mu(flow, tokens)) < MU_TOL
+
+
+def test_f16_weights(encoder):
+    """With the converter's F16 matrices (embedding, linears, conv kernels) mu stays close to the f32 reference."""
+    flow, _ = encoder
+    tokens = _tokens(9, 25)
+    with codecrt.Model(s3ref.gguf(False, "f16")) as model, \
+            codecrt.Context(model, device="cpu", n_threads=2) as ctx:
+        ours = codecrt.diag.diag_encode(ctx, tokens)
+    assert s3ref.rel_l2(ours, _ref_mu(flow, tokens)) < F16_TOL

@@ -26,17 +26,14 @@
  * masks are all ones here (no padding; static_chunk_size 0 makes the
  * attention bias (1 - mask) * -1e10 = 0), so every "* mask" is dropped.
  *
- * The sequence is padded at its end from T to T8, a multiple of 8, for the
- * CPU's fast matrix products (llamafile sgemm needs the shared dimension, here
- * the keys of the probabilities-times-values product, a multiple of 8). Every
- * convolution is causal and every other operation is per frame, so padded
- * frames only reach real ones through attention, where their keys are masked
- * to -inf (weight exactly 0). The output is cropped back to T.
+ * On the CPU (cpu_ops) attention is ggml's tiled F32 flash attention (no
+ * [T, T, 8, B] score tensor, and faster), and the element-wise chains around
+ * LayerNorm, Mish and GELU are fused kernels of this file; other backends get
+ * the same arithmetic composed from ggml ops.
  */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "s3gen.h"
 
@@ -54,9 +51,7 @@
 #define EST_TIME_SCALE 1000.0f    /* SinusoidalPosEmb's scale */
 
 /* io->in[] slots */
-enum { EST_IN_TIME = 0, EST_IN_MASK = 1 };
-
-static int64_t est_pad8(int64_t T) { return (T + 7) / 8 * 8; }
+enum { EST_IN_TIME = 0 };
 
 /* printf into a name buffer of GGML_MAX_NAME (every name here is far shorter;
    vsnprintf keeps gcc's truncation check quiet about the nested prefixes). */
@@ -272,16 +267,13 @@ static void est_bias_gelu_kernel(struct ggml_tensor *dst, const struct ggml_tens
 
 /* ----------------------------------------------------------- graph pieces */
 
-/* What every piece needs: contexts, the time embedding after its Mish, the
-   attention masks, and whether the fused CPU kernels may be used. */
+/* What every piece needs: contexts, the time embedding after its Mish, and
+   whether the graph runs on the CPU backend (fused kernels, flash attention). */
 typedef struct est_graph {
     struct ggml_context *ctx;
     struct ggml_context *w;
-    struct ggml_tensor *tm;      /* Mish(temb) [1024, B] */
-    struct ggml_tensor *mask;    /* F32 [T8, T8]: 0, -inf on padded keys */
-    struct ggml_tensor *mask16;  /* the same in F16 for flash attention (cpu only) */
+    struct ggml_tensor *tm; /* Mish(temb) [1024, B] */
     bool cpu;
-    bool fuse;
 } est_graph;
 
 /* y = W x (+ b): x [in, ...], W ne [in, out] -> [out, ...]. b may be NULL. */
@@ -292,7 +284,7 @@ static struct ggml_tensor *est_linear(const est_graph *g, struct ggml_tensor *x,
 }
 
 static struct ggml_tensor *est_mish(const est_graph *g, struct ggml_tensor *x) {
-    if (g->fuse) {
+    if (g->cpu) {
         return ggml_map_custom1(g->ctx, x, est_mish_kernel, GGML_N_TASKS_MAX, NULL);
     }
     /* ggml's softplus is torch's (identity above 20) */
@@ -303,7 +295,7 @@ static struct ggml_tensor *est_mish(const est_graph *g, struct ggml_tensor *x) {
 static struct ggml_tensor *est_norm(const est_graph *g, struct ggml_tensor *x, const char *p, bool mish) {
     struct ggml_tensor *gain = s3_w(g->w, "%s.weight", p), *bias = s3_w(g->w, "%s.bias", p);
     x = ggml_norm(g->ctx, x, EST_EPS);
-    if (g->fuse) {
+    if (g->cpu) {
         return ggml_map_custom3(g->ctx, x, gain, bias, mish ? est_affine_mish_kernel : est_affine_kernel,
                                 GGML_N_TASKS_MAX, NULL);
     }
@@ -357,9 +349,9 @@ static struct ggml_tensor *est_heads(const est_graph *g, struct ggml_tensor *x) 
 
 /*
  * diffusers Attention (AttnProcessor2_0: scaled_dot_product_attention, scale
- * 1/8) on x [256, T, B] (normed) -> [256, T, B]. On the CPU, ggml's tiled F32
- * flash attention (no score matrix in memory, faster); elsewhere products and
- * a masked softmax, with q made contiguous for the CPU's fast product path.
+ * 1/8, no q/k/v bias; the reference's bias is 0 with its all-ones mask) on
+ * x [256, T, B] (normed) -> [256, T, B]. On the CPU ggml's tiled F32 flash
+ * attention; elsewhere two products around a softmax.
  */
 static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor *x, const char *p) {
     const int64_t T = x->ne[1], B = x->ne[2];
@@ -368,13 +360,13 @@ static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor 
     struct ggml_tensor *k = est_heads(g, est_linear(g, x, s3_w(g->w, "%s.to_k.weight", p), NULL));
     struct ggml_tensor *v = est_linear(g, x, s3_w(g->w, "%s.to_v.weight", p), NULL);
     struct ggml_tensor *o;
-    if (g->cpu && !getenv("EST_NOFA")) {
-        o = ggml_flash_attn_ext(g->ctx, q, k, est_heads(g, v), g->mask16, scale, 0.0f, 0.0f); /* [64, 8, T, B] */
+    if (g->cpu) {
+        o = ggml_flash_attn_ext(g->ctx, q, k, est_heads(g, v), NULL, scale, 0.0f, 0.0f); /* [64, 8, T, B] */
     } else {
         v = ggml_reshape_4d(g->ctx, v, EST_HEAD_DIM, EST_HEADS, T, B);
         v = ggml_cont(g->ctx, ggml_permute(g->ctx, v, 1, 2, 0, 3));                     /* [T, 64, 8, B] */
-        struct ggml_tensor *a = ggml_mul_mat(g->ctx, k, ggml_cont(g->ctx, q));          /* [Tk, Tq, 8, B] */
-        a = ggml_soft_max_ext(g->ctx, a, g->mask, scale, 0.0f);
+        struct ggml_tensor *a = ggml_mul_mat(g->ctx, k, q);                             /* [Tk, Tq, 8, B] */
+        a = ggml_soft_max_ext(g->ctx, a, NULL, scale, 0.0f);
         o = ggml_mul_mat(g->ctx, v, a);                                                 /* [64, Tq, 8, B] */
         o = ggml_cont(g->ctx, ggml_permute(g->ctx, o, 0, 2, 1, 3));                     /* [64, 8, T, B] */
     }
@@ -394,7 +386,7 @@ static struct ggml_tensor *est_transformer(const est_graph *g, struct ggml_tenso
     /* diffusers GELU (approximate="none") of ff.net.0.proj */
     struct ggml_tensor *b1 = s3_w(g->w, "%s.ff.net.0.proj.bias", p);
     h = est_linear(g, h, s3_w(g->w, "%s.ff.net.0.proj.weight", p), NULL);
-    h = g->fuse ? ggml_map_custom2(g->ctx, h, b1, est_bias_gelu_kernel, GGML_N_TASKS_MAX, NULL)
+    h = g->cpu ? ggml_map_custom2(g->ctx, h, b1, est_bias_gelu_kernel, GGML_N_TASKS_MAX, NULL)
                : ggml_gelu_erf(g->ctx, ggml_add(g->ctx, h, b1));
     h = est_linear(g, h, s3_w(g->w, "%s.ff.net.2.weight", p), s3_w(g->w, "%s.ff.net.2.bias", p));
     return ggml_add(g->ctx, x, h);
@@ -423,25 +415,20 @@ static struct ggml_tensor *est_time_mlp(const est_graph *g, struct ggml_tensor *
 
 struct ggml_tensor *s3_estimator_build(struct ggml_context *ctx, struct ggml_context *w, const s3gen_hparams *hp,
                                        int64_t T, int64_t B, bool cpu_ops, s3_estimator_io *io) {
-    const int64_t T8 = est_pad8(T), n_times = hp->meanflow ? 2 : 1;
+    const int64_t n_times = hp->meanflow ? 2 : 1;
     io->x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, T, S3_MEL, B);
     io->mu = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, T, S3_MEL, B);
     io->cond = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, T, S3_MEL, B);
     io->spks = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, S3_MEL, B);
     /* sinusoid(t[b]) in column b, meanflow: sinusoid(r[b]) in column B + b */
     io->in[EST_IN_TIME] = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, S3_TEMB, n_times * B);
-    io->in[EST_IN_MASK] = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, T8); /* one row of the key mask */
     ggml_set_input(io->x);
     ggml_set_input(io->mu);
     ggml_set_input(io->cond);
     ggml_set_input(io->spks);
     ggml_set_input(io->in[EST_IN_TIME]);
-    ggml_set_input(io->in[EST_IN_MASK]);
 
     est_graph g = {.ctx = ctx, .w = w, .cpu = cpu_ops};
-    g.fuse = cpu_ops && !getenv("EST_NOFUSE");
-    g.mask = ggml_repeat_4d(ctx, io->in[EST_IN_MASK], T8, T8, 1, 1);
-    g.mask16 = (cpu_ops && !getenv("EST_NOFA")) ? ggml_cast(ctx, g.mask, GGML_TYPE_F16) : NULL;
     struct ggml_tensor *temb = est_time_mlp(&g, io->in[EST_IN_TIME]); /* [1024, n_times B] */
     if (hp->meanflow) {
         struct ggml_tensor *et = ggml_view_2d(ctx, temb, EST_TIME, B, temb->nb[1], 0);
@@ -450,11 +437,11 @@ struct ggml_tensor *s3_estimator_build(struct ggml_context *ctx, struct ggml_con
     }
     g.tm = est_mish(&g, temb); /* every resnet's mlp starts with Mish */
 
-    /* pack([x, mu, spks, cond]) over channels, time fastest [T, 320, B], padded to T8 */
+    /* pack([x, mu, spks, cond]) over channels, time fastest [T, 320, B] */
     struct ggml_tensor *spks = ggml_repeat(ctx, ggml_reshape_3d(ctx, io->spks, 1, S3_MEL, B), io->x);
-    struct ggml_tensor *h = ggml_concat(ctx, ggml_concat(ctx, io->x, io->mu, 1), ggml_concat(ctx, spks, io->cond, 1), 1);
-    h = ggml_pad_ext(ctx, h, 0, T8 - T, 0, 0, 0, 0, 0, 0);
-    h = ggml_cont(ctx, ggml_transpose(ctx, h)); /* [320, T8, B] */
+    struct ggml_tensor *h =
+        ggml_concat(ctx, ggml_concat(ctx, io->x, io->mu, 1), ggml_concat(ctx, spks, io->cond, 1), 1);
+    h = ggml_cont(ctx, ggml_transpose(ctx, h)); /* [320, T, B] */
 
     h = est_stage(&g, h, "est.down_blocks.0");
     struct ggml_tensor *skip = h;
@@ -464,13 +451,12 @@ struct ggml_tensor *s3_estimator_build(struct ggml_context *ctx, struct ggml_con
         est_name(p, "est.mid_blocks.%d", i);
         h = est_stage(&g, h, p);
     }
-    h = est_stage(&g, ggml_concat(ctx, h, skip, 0), "est.up_blocks.0"); /* [512, T8, B] in */
+    h = est_stage(&g, ggml_concat(ctx, h, skip, 0), "est.up_blocks.0"); /* [512, T, B] in */
     h = est_causal_conv(&g, h, "est.up_blocks.0.2");
     h = est_block(&g, h, "est.final_block");
     struct ggml_tensor *fp = s3_w(w, "est.final_proj.weight");
     h = est_linear(&g, h, ggml_reshape_2d(ctx, fp, fp->ne[1], fp->ne[2]), s3_w(w, "est.final_proj.bias"));
-    h = ggml_view_3d(ctx, h, S3_MEL, T, B, h->nb[1], h->nb[2], 0); /* drop the padded frames */
-    return ggml_cont(ctx, ggml_transpose(ctx, h));                  /* [T, 80, B] */
+    return ggml_cont(ctx, ggml_transpose(ctx, h)); /* [T, 80, B] */
 }
 
 /*
@@ -489,6 +475,7 @@ static void est_sinusoid(float t, float *e) {
 
 void s3_estimator_set_inputs(const s3gen_hparams *hp, int64_t T, int64_t B, const float *t, const float *r,
                              const s3_estimator_io *io) {
+    (void)T;
     float e[S3_TEMB];
     const size_t col = sizeof(e);
     for (int64_t b = 0; b < B; b++) {
@@ -499,19 +486,10 @@ void s3_estimator_set_inputs(const s3gen_hparams *hp, int64_t T, int64_t B, cons
             ggml_backend_tensor_set(io->in[EST_IN_TIME], e, (size_t)(B + b) * col, col);
         }
     }
-    /* keys T..T8-1 are padding */
-    static const float ninf[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
-                                  -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    const int64_t T8 = est_pad8(T);
-    ggml_backend_tensor_memset(io->in[EST_IN_MASK], 0, 0, sizeof(float) * (size_t)T);
-    if (T8 > T) {
-        ggml_backend_tensor_set(io->in[EST_IN_MASK], ninf, sizeof(float) * (size_t)T,
-                                sizeof(float) * (size_t)(T8 - T));
-    }
 }
 
-/* The attention scores [T8, T8, 8, B] or the up stage's columns [3 * 512, T8, B]. */
+/* The attention scores [T, T, 8, B] (off the CPU) or the up stage's columns [3 * 512, T, B]. */
 int64_t s3_estimator_max_elements(int64_t T, int64_t B) {
-    const int64_t T8 = est_pad8(T), scores = T8 * EST_HEADS, cols = EST_K * 2 * EST_CH;
-    return T8 * B * (scores > cols ? scores : cols);
+    const int64_t scores = T * EST_HEADS, cols = EST_K * 2 * EST_CH;
+    return T * B * (scores > cols ? scores : cols);
 }
