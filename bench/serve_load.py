@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import random
 import socket
@@ -208,8 +209,11 @@ def spawn_server(source: str, args) -> tuple[subprocess.Popen, str]:
         so.bind(("127.0.0.1", 0))
         port = so.getsockname()[1]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "daemon"), str(ROOT / "bindings"),
-                                         env.get("PYTHONPATH", "")])
+    # the server imports codecrt from where this process finds it (an installed
+    # extension must not be shadowed by the source tree's bindings/)
+    spec = importlib.util.find_spec("codecrt")
+    bindings = Path(spec.origin).parent.parent if spec and spec.origin else ROOT / "bindings"
+    env["PYTHONPATH"] = os.pathsep.join([str(bindings), str(ROOT / "daemon"), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "codecd.cli", "serve", "--listen", f"127.0.0.1:{port}",
            "--model", f"{args.model}={source}", *args.serve_arg]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -21,9 +21,13 @@ def codecrt():
     return codecrt_or_skip()
 
 
+@pytest.mark.parametrize("ops", ["cpu", "portable"])
 @pytest.mark.parametrize("name", ["24khz", "32khz", "44khz"])
-def test_parity_f32(codecrt, snac_cases, name, record_property):
-    """f32 weights: relative L2 error against snac at most 1e-4, batched too."""
+def test_parity_f32(codecrt, snac_cases, name, ops, monkeypatch, record_property):
+    """f32 weights: relative L2 error against snac at most 1e-4, batched too; with the fused CPU
+    ops and with the portable graphs that GPUs run (time-fastest fusable Snake), both on the CPU."""
+    if ops == "portable":
+        monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
     case = snac_cases(name)
     rng = np.random.default_rng(5)
     with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu") as ctx:
@@ -35,7 +39,7 @@ def test_parity_f32(codecrt, snac_cases, name, record_property):
     assert got.shape == want.shape == (2, n_frames * m.info.hop_length)
     err = rel_l2(got, want)
     record_property("rel_l2", err)
-    print(f"\nSNAC {name} f32: relative L2 error {err:.2e} ({n_frames} frames x 2)")
+    print(f"\nSNAC {name} f32 ({ops} ops): relative L2 error {err:.2e} ({n_frames} frames x 2)")
     assert err <= F32_TOL
     assert float(np.sqrt(np.mean(want**2))) > 1e-3  # not a degenerate comparison
 

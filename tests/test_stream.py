@@ -119,8 +119,12 @@ def test_random_large_chunks_equal_offline(codecrt, snac_cases, name, noise):
     assert err < 1e-5
 
 
-def test_batched_ticks_equal_alone_with_joins_and_leaves(codecrt, snac_cases):
-    """N streams stepped together, joining and leaving at different ticks, each equal its own offline decode."""
+@pytest.mark.parametrize("ops", ["cpu", "portable"])
+def test_batched_ticks_equal_alone_with_joins_and_leaves(codecrt, snac_cases, ops, monkeypatch):
+    """N streams stepped together, joining and leaving at different ticks, each equal its own
+    offline decode; also with the portable graphs that GPUs run (CODECRT_PORTABLE_OPS)."""
+    if ops == "portable":
+        monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
     case = snac_cases("24khz")
     rng = np.random.default_rng(4)
     with codecrt.Model(case.gguf) as m, \

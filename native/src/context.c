@@ -216,6 +216,8 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
         backends[n_backends++] = ctx->backend;
         backends[n_backends++] = ctx->cpu;
     }
+    const char *portable = getenv("CODECRT_PORTABLE_OPS");
+    ctx->cpu_ops = ctx->backend == ctx->cpu && !(portable && *portable && strcmp(portable, "0") != 0);
     cr_graphs_init(&ctx->graphs, backends, n_backends, CR_GRAPH_SIZE);
     return CODECRT_OK;
 }
@@ -303,7 +305,7 @@ static struct ggml_cgraph *cr_build_decode(void *user, struct ggml_context *ctx0
         .n_batch = key->n_batch,
         .noise = (key->flags & CR_FLAG_NOISE) != 0,
         .masked = (key->flags & CR_FLAG_MASKED) != 0,
-        .cpu_ops = ctx->backend == ctx->cpu,
+        .cpu_ops = ctx->cpu_ops,
     };
     return ctx->model->arch->build_decode(ctx->model, ctx0, ctx->weights, &shape, io);
 }
@@ -389,19 +391,6 @@ static codecrt_status cr_validate_codes(const codecrt_context *ctx, const codecr
         }
     }
     *n_frames_out = (int32_t)n_frames;
-    return CODECRT_OK;
-}
-
-static codecrt_status cr_grow(void **buf, size_t *cap, size_t need, size_t elem, cr_err *err) {
-    if (need <= *cap) {
-        return CODECRT_OK;
-    }
-    void *p = realloc(*buf, need * elem);
-    if (!p) {
-        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
-    }
-    *buf = p;
-    *cap = need;
     return CODECRT_OK;
 }
 
@@ -498,7 +487,7 @@ codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params 
         .n_batch = key.n_batch,
         .noise = p->noise != 0,
         .masked = (key.flags & CR_FLAG_MASKED) != 0,
-        .cpu_ops = ctx->backend == ctx->cpu,
+        .cpu_ops = ctx->cpu_ops,
     };
     if ((st = cr_grow((void **)&ctx->scratch, &ctx->scratch_cap, m->arch->scratch_floats(m, &shape),
                       sizeof(float), &ctx->err)) != CODECRT_OK ||

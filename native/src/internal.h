@@ -44,6 +44,8 @@ codecrt_status cr_fail(cr_err *err, codecrt_status status, const char *fmt, ...)
 #endif
     ;
 void cr_err_copy(const cr_err *err, char *dst, size_t dst_size);
+/* Grow a malloc'd array *buf of *cap elements of elem bytes to hold need (contents kept). */
+codecrt_status cr_grow(void **buf, size_t *cap, size_t need, size_t elem, cr_err *err);
 void cr_logging_init(void);
 
 /* ------------------------------------------------------------ tensor specs */
@@ -349,6 +351,9 @@ struct codecrt_context {
     char device_name[64];
     ggml_backend_t backend;          /* primary (GPU or CPU) */
     ggml_backend_t cpu;              /* always present; == backend on CPU */
+    bool cpu_ops;                    /* graphs may use the fused CPU custom ops: the backend is the CPU and
+                                        CODECRT_PORTABLE_OPS is unset (tests set it to check, on the CPU,
+                                        the graphs that GPUs run) */
     struct ggml_context *weights;    /* model->weights on CPU, device copy otherwise */
     struct ggml_context *dev_weights_ctx;
     ggml_backend_buffer_t dev_weights_buf;

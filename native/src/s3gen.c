@@ -204,7 +204,7 @@ typedef struct s3_build {
 
 static const s3gen_hparams *s3_hp(const codecrt_context *ctx) { return ctx->model->hparams; }
 
-static bool s3_cpu_ops(const codecrt_context *ctx) { return ctx->backend == ctx->cpu; }
+static bool s3_cpu_ops(const codecrt_context *ctx) { return ctx->cpu_ops; }
 
 #define S3_IO_STORE(io, x)                                                                         \
     do {                                                                                           \

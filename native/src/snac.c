@@ -200,20 +200,55 @@ static struct ggml_tensor *W(struct ggml_context *w, const char *fmt, ...) {
     return ggml_get_tensor(w, name);
 }
 
-/* x + inv_alpha * sin(alpha * x)^2, per channel. x: [C, T, B]. */
-static struct ggml_tensor *snac_snake(struct ggml_context *ctx, struct ggml_tensor *x,
-                                      struct ggml_tensor *alpha, struct ggml_tensor *inv_alpha) {
-    struct ggml_tensor *y = ggml_mul(ctx, x, alpha);
-    y = ggml_sin(ctx, y);
-    y = ggml_sqr(ctx, y);
-    y = ggml_mul(ctx, y, inv_alpha);
-    return ggml_add(ctx, x, y);
+/*
+ * Snake off the CPU. ggml's CUDA and Vulkan backends fuse the node sequence
+ * mul, sin, sqr, mul, add into one Snake kernel when x is a contiguous 2-D
+ * [T', C] tensor (time fastest) and the parameters are [1, C]; composed, the
+ * same Snake is five passes over memory. So off the CPU the Snake-conv-Snake
+ * core of a residual unit runs time fastest, as [T, B, C] viewed as [T*B, C],
+ * between two tiled transposes (docs/runtime.md has the measured effect).
+ */
+
+/* [C, T, B] channels fastest -> [T*B, C] time fastest (ggml's tiled transpose copy). */
+static struct ggml_tensor *snac_to_tf(struct ggml_context *ctx, struct ggml_tensor *x) {
+    if (!ggml_is_contiguous(x)) {
+        x = ggml_cont(ctx, x);
+    }
+    return ggml_cont(ctx, ggml_transpose(ctx, ggml_reshape_2d(ctx, x, x->ne[0], x->ne[1] * x->ne[2])));
 }
 
-static struct ggml_tensor *snac_snake_named(struct ggml_context *ctx, struct ggml_context *w,
+/* [T*B, C] time fastest -> [C, T, B] channels fastest. */
+static struct ggml_tensor *snac_to_cf(struct ggml_context *ctx, struct ggml_tensor *t, int64_t T, int64_t B) {
+    return ggml_reshape_3d(ctx, ggml_cont(ctx, ggml_transpose(ctx, t)), t->ne[1], T, B);
+}
+
+/*
+ * x + inv_alpha * sin(alpha * x)^2 on t [T', C] (contiguous, time fastest),
+ * alpha/inv_alpha [C], as the exact node sequence the backends fuse. The
+ * parameters' [1, C] views go into the graph first: a view node landing inside
+ * the five would break the pattern, and the Snake would silently stay composed.
+ */
+static struct ggml_tensor *snac_snake_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *t,
+                                         struct ggml_tensor *alpha, struct ggml_tensor *inv_alpha) {
+    struct ggml_tensor *a = ggml_reshape_2d(ctx, alpha, 1, alpha->ne[0]);
+    struct ggml_tensor *ia = ggml_reshape_2d(ctx, inv_alpha, 1, inv_alpha->ne[0]);
+    ggml_build_forward_expand(gf, a);
+    ggml_build_forward_expand(gf, ia);
+    struct ggml_tensor *y = ggml_mul(ctx, t, a);
+    y = ggml_sin(ctx, y);
+    y = ggml_sqr(ctx, y);
+    y = ggml_mul(ctx, y, ia);
+    return ggml_add(ctx, t, y);
+}
+
+/* Snake on x [C, T, B] (channels fastest) by prefix's parameters: fused on the CPU, via snac_snake_tf elsewhere. */
+static struct ggml_tensor *snac_snake_named(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
                                             struct ggml_tensor *x, const char *prefix, bool cpu_ops) {
     struct ggml_tensor *alpha = W(w, "%s.alpha", prefix), *inv = W(w, "%s.inv_alpha", prefix);
-    return cpu_ops ? cr_snake_cpu(ctx, x, alpha, inv) : snac_snake(ctx, x, alpha, inv);
+    if (cpu_ops) {
+        return cr_snake_cpu(ctx, x, alpha, inv);
+    }
+    return snac_to_cf(ctx, snac_snake_tf(ctx, gf, snac_to_tf(ctx, x), alpha, inv), x->ne[1], x->ne[2]);
 }
 
 /*
@@ -248,6 +283,43 @@ static struct ggml_tensor *snac_pwconv(struct ggml_context *ctx, struct ggml_ten
                                        struct ggml_tensor *w, struct ggml_tensor *b) {
     struct ggml_tensor *y = ggml_mul_mat(ctx, w, x);
     return b ? ggml_add(ctx, y, b) : y;
+}
+
+/*
+ * The branch of ResidualUnit (i, j): pw(Snake2(dw_dil(Snake1(buf)))).
+ * same: buf is the unit's input [C, n, B] and the k7 conv pads P = 3*dil on
+ * each side (offline decode); otherwise buf [C, n + 2P, B] starts with 2P
+ * frames of left context (a stream's state) and the conv is valid.
+ * Returns [C, n, B].
+ */
+static struct ggml_tensor *snac_res_branch(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
+                                           struct ggml_tensor *buf, int i, int j, int dil, bool same, bool cpu_ops) {
+    char s1[64], s2[64];
+    snprintf(s1, sizeof(s1), "decoder.block.%d.res.%d.snake1", i, j);
+    snprintf(s2, sizeof(s2), "decoder.block.%d.res.%d.snake2", i, j);
+    struct ggml_tensor *dw = W(w, "decoder.block.%d.res.%d.dw.weight", i, j);
+    struct ggml_tensor *db = W(w, "decoder.block.%d.res.%d.dw.bias", i, j);
+    struct ggml_tensor *y;
+    if (cpu_ops) {
+        y = snac_snake_named(ctx, w, gf, buf, s1, true);
+        y = snac_dwconv_pad(ctx, y, dw, db, dil, same);
+        y = snac_snake_named(ctx, w, gf, y, s2, true);
+    } else {
+        const int64_t C = buf->ne[0], L = buf->ne[1], B = buf->ne[2], K = dw->ne[1];
+        struct ggml_tensor *t = snac_snake_tf(ctx, gf, snac_to_tf(ctx, buf), W(w, "%s.alpha", s1),
+                                              W(w, "%s.inv_alpha", s1)); /* [L*B, C] */
+        /* ggml's direct depthwise conv in its time-fastest (WHCN) layout: input
+           [L, B, C, 1] (width = time, height = batch), kernel [K, 1, 1, C] */
+        struct ggml_tensor *k = ggml_reshape_4d(ctx, ggml_cont(ctx, ggml_transpose(ctx, dw)), K, 1, 1, C);
+        const int pad = same ? (int)(dil * (K - 1) / 2) : 0;
+        t = ggml_conv_2d_dw_direct(ctx, k, ggml_reshape_4d(ctx, t, L, B, C, 1), 1, 1, pad, 0, dil, 1);
+        const int64_t n = t->ne[0];
+        t = ggml_add(ctx, t, ggml_reshape_4d(ctx, db, 1, 1, C, 1)); /* [n, B, C, 1] */
+        t = snac_snake_tf(ctx, gf, ggml_reshape_2d(ctx, t, n * B, C), W(w, "%s.alpha", s2), W(w, "%s.inv_alpha", s2));
+        y = snac_to_cf(ctx, t, n, B);
+    }
+    return snac_pwconv(ctx, y, W(w, "decoder.block.%d.res.%d.pw.weight", i, j),
+                       W(w, "decoder.block.%d.res.%d.pw.bias", i, j));
 }
 
 /*
@@ -393,7 +465,7 @@ static struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_
         const int s = hp->rates[i];
         t *= s;
         snprintf(p, sizeof(p), "decoder.block.%d.snake", i);
-        x = snac_snake_named(ctx, w, x, p, shape->cpu_ops);
+        x = snac_snake_named(ctx, w, gf, x, p, shape->cpu_ops);
         x = snac_upconv(ctx, x, W(w, "decoder.block.%d.up.weight", i), W(w, "decoder.block.%d.up.bias", i), s);
         if (shape->noise && hp->noise) {
             snprintf(name, sizeof(name), "noise.%d", i);
@@ -404,18 +476,11 @@ static struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_
         x = snac_mask(ctx, x, masks[i + 1]);
         int dil = 1;
         for (int j = 0; j < 3; j++, dil *= 3) {
-            snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake1", i, j);
-            struct ggml_tensor *y = snac_snake_named(ctx, w, x, p, shape->cpu_ops);
-            y = snac_dwconv(ctx, y, W(w, "decoder.block.%d.res.%d.dw.weight", i, j),
-                            W(w, "decoder.block.%d.res.%d.dw.bias", i, j), dil);
-            snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake2", i, j);
-            y = snac_snake_named(ctx, w, y, p, shape->cpu_ops);
-            y = snac_pwconv(ctx, y, W(w, "decoder.block.%d.res.%d.pw.weight", i, j),
-                            W(w, "decoder.block.%d.res.%d.pw.bias", i, j));
+            struct ggml_tensor *y = snac_res_branch(ctx, w, gf, x, i, j, dil, true, shape->cpu_ops);
             x = snac_mask(ctx, ggml_add(ctx, x, y), masks[i + 1]);
         }
     }
-    x = snac_snake_named(ctx, w, x, "decoder.out_snake", shape->cpu_ops);
+    x = snac_snake_named(ctx, w, gf, x, "decoder.out_snake", shape->cpu_ops);
     x = snac_conv_small(ctx, x, W(w, "decoder.out.weight"), W(w, "decoder.out.bias")); /* [1, T*hop, B] */
     x = ggml_tanh(ctx, x);
     ggml_set_name(x, "pcm");
@@ -645,7 +710,7 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
         const int64_t Cout = bias->ne[0];
         buf = snac_sb_with_state(&sb, x, 1); /* [Cin, 1+n, B] */
         snprintf(p, sizeof(p), "decoder.block.%d.snake", i);
-        buf = snac_snake_named(ctx, w, buf, p, sb.cpu_ops);
+        buf = snac_snake_named(ctx, w, sb.gf, buf, p, sb.cpu_ops);
         struct ggml_tensor *cols = ggml_mul_mat(ctx, W(w, "decoder.block.%d.up.weight", i), buf); /* [2s*Cout, n+1, B] */
         const size_t half = (size_t)(s * Cout) * sizeof(float);
         struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, n, B, cols->nb[1], cols->nb[2], cols->nb[1]);
@@ -665,14 +730,7 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
         for (int j = 0; j < 3; j++, dil *= 3) {
             const int P = 3 * dil;
             buf = snac_sb_with_state(&sb, x, 2 * P); /* [C, 2P+n, B] */
-            snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake1", i, j);
-            struct ggml_tensor *y = snac_snake_named(ctx, w, buf, p, sb.cpu_ops);
-            y = snac_dwconv_pad(ctx, y, W(w, "decoder.block.%d.res.%d.dw.weight", i, j),
-                                W(w, "decoder.block.%d.res.%d.dw.bias", i, j), dil, false);
-            snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake2", i, j);
-            y = snac_snake_named(ctx, w, y, p, sb.cpu_ops);
-            y = snac_pwconv(ctx, y, W(w, "decoder.block.%d.res.%d.pw.weight", i, j),
-                            W(w, "decoder.block.%d.res.%d.pw.bias", i, j));
+            struct ggml_tensor *y = snac_res_branch(ctx, w, sb.gf, buf, i, j, dil, false, sb.cpu_ops);
             struct ggml_tensor *xd = ggml_view_3d(ctx, buf, buf->ne[0], n, B, buf->nb[1], buf->nb[2],
                                                   (size_t)P * buf->nb[1]);
             d += P;
@@ -680,7 +738,7 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
         }
     }
     buf = snac_sb_with_state(&sb, x, 6);
-    buf = snac_snake_named(ctx, w, buf, "decoder.out_snake", sb.cpu_ops);
+    buf = snac_snake_named(ctx, w, sb.gf, buf, "decoder.out_snake", sb.cpu_ops);
     struct ggml_tensor *wo = W(w, "decoder.out.weight");
     struct ggml_tensor *zc = ggml_mul_mat(ctx, wo, buf); /* [7, n+6, B] */
     struct ggml_tensor *y = NULL;

@@ -1,5 +1,6 @@
 /* util.c: status names, error messages, version, ggml logging, tensor specs. */
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -197,5 +198,18 @@ codecrt_status cr_gguf_f32(const struct gguf_context *g, const char *key, float 
     if (!isfinite(*out)) {
         return cr_fail(err, CODECRT_E_BAD_HPARAMS, "hyperparameter '%s' is not finite", key);
     }
+    return CODECRT_OK;
+}
+
+codecrt_status cr_grow(void **buf, size_t *cap, size_t need, size_t elem, cr_err *err) {
+    if (need <= *cap) {
+        return CODECRT_OK;
+    }
+    void *p = realloc(*buf, need * elem);
+    if (!p) {
+        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+    }
+    *buf = p;
+    *cap = need;
     return CODECRT_OK;
 }

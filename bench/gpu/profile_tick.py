@@ -1,0 +1,89 @@
+"""Where a streaming tick's time goes on the GPU: CUDA kernels by name, against wall time.
+
+    python bench/gpu/profile_tick.py [--streams 256] [--chunks 4,16] [--ticks 5]
+
+SNAC 24 kHz with random weights (the demo model: codecd.config.build_demo_model). For each chunk
+size, N streams are stepped together; a few warm ticks are then recorded with
+torch.profiler, whose CUPTI tracing sees every kernel launched in the process,
+ggml's included. Prints the wall time per tick, the summed kernel time per tick
+(the rest is host work, launches and synchronisation), and the kernels that
+take the most time, with their launch counts per tick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--streams", type=int, default=256)
+    ap.add_argument("--chunks", default="4,16")
+    ap.add_argument("--ticks", type=int, default=5)
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import codecrt
+    from codecd.config import build_demo_model
+
+    path = build_demo_model(Path(tempfile.mkdtemp()) / "snac24.gguf", seed=1)
+    model = codecrt.Model(path)
+    info = model.info
+    rng = np.random.default_rng(0)
+    n = args.streams
+    for chunk in (int(c) for c in args.chunks.split(",")):
+        with codecrt.Context(model, device=args.device, max_batch=n, max_streams=n,
+                             batch_bucket=True, stream_chunk_frames=chunk) as ctx:
+            total = chunk * (args.ticks + 8)
+            levels = [rng.integers(0, size, total // stride).astype(np.int32)
+                      for size, stride in zip(info.codebook_sizes, info.level_strides)]
+            ss = [ctx.stream() for _ in range(n)]
+            for s in ss:
+                s.push(levels)
+            for _ in range(4):
+                ctx.step(ss)
+                for s in ss:
+                    s.pull()
+            walls = []
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(args.ticks):
+                    t0 = time.perf_counter()
+                    ctx.step(ss)
+                    walls.append(time.perf_counter() - t0)
+                    for s in ss:
+                        s.pull()
+            st = ctx.stats
+            for s in ss:
+                s.close()
+        kernels: dict[str, list[float]] = defaultdict(list)
+        for ev in prof.events():
+            if ev.device_type == torch.autograd.DeviceType.CUDA:
+                kernels[ev.name].append(ev.device_time_total if hasattr(ev, "device_time_total")
+                                        else ev.cuda_time_total)
+        busy = sum(sum(v) for v in kernels.values()) / args.ticks / 1000
+        launches = sum(len(v) for v in kernels.values()) / args.ticks
+        wall = 1000 * float(np.median(walls))
+        print(f"\n## {n} streams, {chunk} frames per tick ({1000 * chunk * 2048 / 4 / 24000:.1f} ms of audio)")
+        print(f"wall per tick {wall:.2f} ms; kernel time per tick {busy:.2f} ms "
+              f"({100 * busy / wall:.0f} % of wall); {launches:.0f} kernel launches per tick; "
+              f"graphs built {st.graphs_built}, splits {getattr(st, 'graph_splits', '?')}")
+        print("| kernel | ms per tick | % of kernel time | launches per tick |")
+        print("|---|---:|---:|---:|")
+        rows = sorted(kernels.items(), key=lambda kv: -sum(kv[1]))
+        for name, ts in rows[: args.top]:
+            t = sum(ts) / args.ticks / 1000
+            print(f"| {name[:90]} | {t:.3f} | {100 * t / busy:.1f} | {len(ts) / args.ticks:.0f} |")
+    model.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+/*
+ * test_graphs.c: the structure of the graphs that GPUs run. ggml's CUDA and
+ * Vulkan backends fuse a Snake only when its five nodes (mul, sin, sqr, mul,
+ * add) are consecutive in the graph, on a contiguous 2-D time-fastest input
+ * with [1, C] parameters; anything else silently runs five kernels instead of
+ * one. CI has no GPU, so this checks the pattern on the graphs themselves,
+ * built as a GPU context builds them (cpu_ops = false), offline and streaming.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "ggml.h"
+#include "internal.h"
+#include "test_common.h"
+
+/* Snakes in gf that a backend can fuse: the five ops in a row, wired as one Snake. */
+static int fusable_snakes(struct ggml_cgraph *gf) {
+    int found = 0;
+    const int n = ggml_graph_n_nodes(gf);
+    for (int i = 0; i + 4 < n; i++) {
+        struct ggml_tensor *m0 = ggml_graph_node(gf, i), *sn = ggml_graph_node(gf, i + 1),
+                           *sq = ggml_graph_node(gf, i + 2), *m1 = ggml_graph_node(gf, i + 3),
+                           *ad = ggml_graph_node(gf, i + 4);
+        if (m0->op != GGML_OP_MUL || sn->op != GGML_OP_SIN || sq->op != GGML_OP_SQR || m1->op != GGML_OP_MUL ||
+            ad->op != GGML_OP_ADD) {
+            continue;
+        }
+        const struct ggml_tensor *x = m0->src[0], *a = m0->src[1], *ia = m1->src[1];
+        const bool wired = sn->src[0] == m0 && sq->src[0] == sn && m1->src[0] == sq && ad->src[0] == x &&
+                           ad->src[1] == m1;
+        const bool shaped = ggml_is_contiguous(x) && x->ne[2] == 1 && x->ne[3] == 1 && a->ne[0] == 1 &&
+                            a->ne[1] == x->ne[1] && ggml_are_same_shape(a, ia);
+        CHECK(wired && shaped, "node %d: a Snake-like run that a backend would not fuse", i);
+        found += wired && shaped;
+        i += 4;
+    }
+    return found;
+}
+
+static struct ggml_context *graph_ctx(void) {
+    struct ggml_init_params ip = {
+        .mem_size = ggml_tensor_overhead() * CR_GRAPH_SIZE + ggml_graph_overhead_custom(CR_GRAPH_SIZE, false),
+        .no_alloc = true,
+    };
+    struct ggml_context *ctx = ggml_init(ip);
+    CHECK(ctx != NULL, "ggml_init");
+    return ctx;
+}
+
+static void check_model(const cr_model *m, const test_cfg *c) {
+    const int want = c->n_rates * 7 + 1; /* per block: its Snake and 3 units of 2; the output Snake */
+    for (int masked = 0; masked < 2; masked++) {
+        struct ggml_context *ctx = graph_ctx();
+        const cr_decode_shape shape = {.n_frames = 16, .n_batch = 3, .noise = true, .masked = masked,
+                                       .cpu_ops = false};
+        cr_graph_io io;
+        memset(&io, 0, sizeof(io));
+        struct ggml_cgraph *gf = m->arch->build_decode(m, ctx, m->weights, &shape, &io);
+        const int got = fusable_snakes(gf);
+        CHECK(got == want, "%s decode (masked %d): %d fusable Snakes, want %d", c->name, masked, got, want);
+        ggml_free(ctx);
+    }
+    cr_state_spec specs[CR_MAX_STATES];
+    const int n_states = m->arch->stream_states(m, specs, CR_MAX_STATES);
+    CHECK(n_states <= CR_MAX_STATES, "states");
+    for (int masked = 0; masked < 2; masked++) {
+        struct ggml_context *ctx = graph_ctx();
+        struct ggml_tensor *pool[CR_MAX_STATES];
+        for (int s = 0; s < n_states; s++) {
+            pool[s] = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, specs[s].channels * specs[s].frames, 5);
+        }
+        const cr_stream_shape shape = {.chunk = m->info.frame_multiple * 2, .n_batch = 4, .cpu_ops = false,
+                                       .masked = masked};
+        cr_graph_io io;
+        memset(&io, 0, sizeof(io));
+        struct ggml_cgraph *gf = m->arch->build_stream(m, ctx, m->weights, &shape, pool, &io);
+        const int got = fusable_snakes(gf);
+        CHECK(got == want, "%s stream (masked %d): %d fusable Snakes, want %d", c->name, masked, got, want);
+        ggml_free(ctx);
+    }
+}
+
+int main(void) {
+    char dir[] = "/tmp/codecrt-graphs-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    const test_cfg *cfgs[] = {&k_plain, &k_attn};
+    for (int i = 0; i < 2; i++) {
+        char path[512], err[512];
+        snprintf(path, sizeof(path), "%s/%s.gguf", dir, cfgs[i]->name);
+        write_model(path, cfgs[i], "snac", NULL, NULL);
+        codecrt_model *m = NULL;
+        codecrt_status st = codecrt_model_load(path, &m, err, sizeof(err));
+        CHECK(st == CODECRT_OK, "load %s: %s", cfgs[i]->name, err);
+        if (st == CODECRT_OK) {
+            check_model(&m->m, cfgs[i]);
+            codecrt_model_free(m);
+        }
+        remove(path);
+    }
+    rmdir(dir);
+    printf("test_graphs: %d checks, %d failures\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}
