@@ -74,6 +74,7 @@ def _layouts():
         p = Path(base or ".") / "codecrt" / "layouts.py"
         if p.is_file():
             spec = importlib.util.spec_from_file_location("codecrt_layouts", p)
+            assert spec is not None and spec.loader is not None
             mod = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(mod)
             return mod
@@ -388,7 +389,7 @@ async def _send_paced(s, layout: str, payload, rate: float, chunk_tokens: int, b
     if layout == "levels":
         n_groups, per = _level_groups(payload)
         step = max(1, chunk_tokens // max(1, sum(per)))
-        msgs = [(g, min(n_groups, g + step)) for g in range(0, n_groups, step)]
+        msgs: list[tuple[float, float]] = [(g, min(n_groups, g + step)) for g in range(0, n_groups, step)]
     else:
         n_groups = payload.size / 7.0
         msgs = [(i / 7.0, min(payload.size, i + chunk_tokens) / 7.0)

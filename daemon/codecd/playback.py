@@ -264,7 +264,8 @@ class Player:
         self._finished.set()
 
     def start(self) -> None:
-        import sounddevice as sd  # needs the system PortAudio; imported only for playback
+        # needs the system PortAudio; imported only for playback
+        import sounddevice as sd  # type: ignore[import-untyped]
 
         self._sd = sd
         self._stream = sd.OutputStream(samplerate=self.samplerate, channels=1, dtype="float32",

@@ -442,7 +442,7 @@ class Server:
         engine workers answer a health probe: a wedged worker or loop stops the pings
         and systemd restarts the service."""
         while True:
-            if await self.pool.probe(timeout=interval):
+            if self.pool is not None and await self.pool.probe(timeout=interval):
                 sd_notify(f"WATCHDOG=1\nSTATUS=streams {self.active_streams}, "
                           f"devices {','.join(self.config.devices)}")
             else:

@@ -70,7 +70,7 @@ def _np(x: Any) -> np.ndarray:
         x = x.detach().cpu()
         if x.is_floating_point():
             x = x.float()
-        return x.numpy()
+        return np.asarray(x.numpy())
     return np.asarray(x)
 
 

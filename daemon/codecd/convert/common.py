@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
+import numpy.typing as npt
 
 FORMAT_VERSION = 1
 DTYPES = ("f32", "f16")
@@ -47,7 +48,7 @@ def to_numpy(x: Any, name: str = "?") -> np.ndarray:
         t = x.detach().cpu()
         if t.is_floating_point() and t.dtype not in _torch_numpy_float_dtypes():
             t = t.float()
-        return t.numpy()
+        return np.asarray(t.numpy())
     try:
         return np.asarray(x)
     except Exception as e:  # pragma: no cover - defensive
@@ -82,7 +83,7 @@ def fold_weight_norm(g: np.ndarray, v: np.ndarray) -> np.ndarray:
     norm = np.sqrt(np.sum(v64.reshape(v64.shape[0], -1) ** 2, axis=1))
     scale = g64.reshape(-1) / norm
     w = v64 * scale.reshape((-1,) + (1,) * (v64.ndim - 1))
-    return w.astype(np.float32)
+    return np.asarray(w, dtype=np.float32)
 
 
 WN_LAYOUTS = (
@@ -216,8 +217,8 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
             raise ConversionError(f"{path}: bad safetensors header length {n}")
         try:
             header = json.loads(f.read(n).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ConversionError(f"{path}: safetensors header is not valid JSON ({e})") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConversionError(f"{path}: safetensors header is not valid JSON ({exc})") from None
     if not isinstance(header, dict):
         raise ConversionError(f"{path}: safetensors header is not a JSON object")
     base = 8 + n
@@ -274,7 +275,7 @@ def write_safetensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray]
             f.write(raw)
 
 
-def load_config(config: Any) -> dict:
+def load_config(config: Any) -> dict | None:
     """A config given as a dict, or a path to a JSON file."""
     if config is None:
         return None
@@ -376,7 +377,7 @@ class GGUFOut:
     def string(self, key: str, v: str) -> None:
         self.kv.append((key, "str", str(v)))
 
-    def tensor(self, name: str, a: np.ndarray, dtype: np.dtype = np.float32) -> None:
+    def tensor(self, name: str, a: np.ndarray, dtype: npt.DTypeLike = np.float32) -> None:
         if name in self.tensors:
             raise ConversionError(f"internal error: tensor {name!r} written twice")
         with np.errstate(over="ignore", invalid="ignore"):

@@ -140,7 +140,7 @@ def _expect(a: np.ndarray, shape: tuple, what: str) -> np.ndarray:
 
 def _inv_alpha(alpha: np.ndarray) -> np.ndarray:
     a = alpha.astype(np.float32)
-    return (np.float32(1.0) / (a + np.float32(1e-9))).astype(np.float32)
+    return np.asarray(np.float32(1.0) / (a + np.float32(1e-9)), dtype=np.float32)
 
 
 def build_snac_tensors(sd: StateDict, hp: dict[str, Any], mat_dtype) -> GGUFOut:
