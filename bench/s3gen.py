@@ -1,6 +1,6 @@
 """Chatterbox S3Gen throughput and streaming latency: codecrt against the reference, same run.
 
-    python bench/s3gen.py [--threads 2] [--seconds 10] [--prompt 3] [--device cpu] [--repeat 1]
+    python bench/s3gen.py [--threads 2] [--seconds 10] [--prompt 3] [--device cpu] [--repeat 1] [--streams K]
 
 Random seeded weights (tests/s3ref.py), the original model (10 Euler steps with
 classifier-free guidance) and Turbo (mean flow, 2 steps). Prints, per model,
@@ -37,6 +37,26 @@ def timed(fn, repeat: int) -> tuple[float, object]:
     return best, out
 
 
+def time_streams(ctx, voice, tokens, k: int, batched: bool) -> float:
+    """Wall time of k FlowStreams (one voice, seeds 0..k-1) decoding the same tokens in step."""
+    import codecrt
+
+    fss = [codecrt.FlowStream(ctx, voice, seed=i, first_chunk=10, chunk=25) for i in range(k)]
+    for fs in fss:
+        fs.push(tokens)
+        fs.finish()
+    t0 = time.perf_counter()
+    while not all(fs.done for fs in fss):
+        if batched:
+            codecrt.step_flows(ctx, fss)
+        else:
+            for fs in fss:
+                fs.step()
+        for fs in fss:
+            fs.pull()
+    return time.perf_counter() - t0
+
+
 def random_gguf(meanflow: bool) -> Path:
     import tempfile
 
@@ -57,6 +77,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--models", default="orig,turbo")
     ap.add_argument("--no-reference", action="store_true")
+    ap.add_argument("--streams", type=int, default=0,
+                    help="also time K FlowStreams in step: one by one, and batched by codecrt.step_flows")
     ap.add_argument("--random", action="store_true",
                     help="random GGUF from the checked-in layout (no chatterbox-tts; implies --no-reference)")
     args = ap.parse_args()
@@ -74,6 +96,7 @@ def main() -> None:
     audio_s = n_tok * 960 / 24000
     rows = []
     ttfa = []
+    streams: list[tuple[str, int, float, float]] = []
     for name in args.models.split(","):
         meanflow = name == "turbo"
         model = codecrt.Model(random_gguf(meanflow) if args.random else s3ref.gguf(meanflow))
@@ -100,6 +123,9 @@ def main() -> None:
             first = fs.pull()
             dt = time.perf_counter() - t0
         ttfa.append((name, dt, first.size))
+        if args.streams > 0:
+            seq, bat = (time_streams(ctx, voice, tokens, args.streams, batched) for batched in (False, True))
+            streams.append((name, args.streams, seq, bat))
         voice.close()
         ctx.close()
         model.close()
@@ -117,6 +143,11 @@ def main() -> None:
     print(f"{'model':<6} {'first chunk compute ms':>24} {'+ 13 tokens at 25 Hz ms':>26} {'first audio samples':>20}")
     for name, dt, n in ttfa:
         print(f"{name:<6} {dt * 1e3:>24.1f} {dt * 1e3 + 13 * 40:>26.1f} {n:>20}")
+    if streams:
+        print()
+        print(f"{'model':<6} {'streams in step':>16} {'one by one s':>13} {'step_flows s':>13} {'speed-up':>9}")
+        for name, k, seq, bat in streams:
+            print(f"{name:<6} {k:>16} {seq:>13.2f} {bat:>13.2f} {seq / bat:>9.2f}")
 
 
 if __name__ == "__main__":

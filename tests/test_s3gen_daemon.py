@@ -124,7 +124,7 @@ def test_voices_layouts_and_errors(s3env: dict[str, Any]) -> None:
             await c.close()
             (w,) = (await srv.pool.fetch_stats())["workers"]
             ws = w["worker"]["models"]["s3"]
-            assert ws["batched"] is False and ws["max_batch_seen"] == 1
+            assert ws["batched"] is True and 1 <= ws["max_batch_seen"] <= 2
             assert ws["streams_done"] == 2 and ws["streams_open"] == 0
         want_a = direct(s3env, "alice", t1, 5)
         want_b = direct(s3env, "bob", t2, 6)

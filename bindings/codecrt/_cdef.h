@@ -11,6 +11,7 @@
 #define CODECRT_API_VERSION 2
 #define CODECRT_MAX_LEVELS 16
 #define CODECRT_MAX_BACKENDS 4
+#define CODECRT_MAX_FLOW_BATCH 64
 
 typedef enum codecrt_status {
     CODECRT_OK = 0,
@@ -200,6 +201,18 @@ codecrt_status codecrt_flow_decode(codecrt_context *ctx, const codecrt_flow_para
 codecrt_status codecrt_vocode(codecrt_context *ctx, const float *mel, int32_t n_frames, uint64_t seed,
                               int64_t sample_offset, const float *cache_source, int32_t n_cache,
                               float *pcm, size_t pcm_capacity, float *source_out);
+codecrt_status codecrt_flow_decode_batch(codecrt_context *ctx, const codecrt_flow_params *params, int32_t n,
+                                         const int32_t *tokens, int32_t n_tokens, float *mel, size_t mel_capacity,
+                                         int32_t *n_frames);
+typedef struct codecrt_vocode_item {
+    uint64_t seed;
+    int64_t sample_offset;
+    const float *cache_source;
+    int32_t n_cache;
+    float *source_out;
+} codecrt_vocode_item;
+codecrt_status codecrt_vocode_batch(codecrt_context *ctx, const float *mel, int32_t n_frames, int32_t n,
+                                    const codecrt_vocode_item *items, float *pcm, size_t pcm_capacity);
 void codecrt_noise(uint64_t seed, uint32_t site, uint64_t start, size_t n, int32_t uniform, float *out);
 codecrt_status codecrt_diag_s3_encode(codecrt_context *ctx, const int32_t *tokens, int32_t n, float *mu);
 codecrt_status codecrt_diag_s3_estimate(codecrt_context *ctx, int32_t T, int32_t B, const float *x,

@@ -27,23 +27,35 @@ after ``first_chunk + 3`` tokens have arrived.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ._errors import E_INVALID_ARGUMENT, E_STATE, _fail
+from ._errors import E_INVALID_ARGUMENT, E_STATE, CodecrtError, _fail
 
 if TYPE_CHECKING:
     from ._core import Context
     from ._voice import Voice
 
-__all__ = ["FlowStream"]
+__all__ = ["FlowStream", "step_flows"]
 
 LOOKAHEAD = 3      # tokens of right context of the encoder's PreLookahead layer
 MEL_CACHE = 8      # mel frames re-vocoded at each boundary (CosyVoice2: 8)
 MEL_PER_TOKEN = 2
 FADE_SAMPLES = 480  # the reference's trim_fade: 20 ms zero, then 20 ms raised cosine
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """What a stream's next step decodes: the flow's tokens, whether it is the last chunk,
+    and the token index its audio ends at."""
+
+    tokens: npt.NDArray[np.int32]
+    last: bool
+    end: int
 
 
 def _fade_in(n_trim: int = FADE_SAMPLES) -> npt.NDArray[np.float32]:
@@ -147,41 +159,56 @@ class FlowStream:
         return len(self._tokens) >= self._offset + self._next_hop() + LOOKAHEAD
 
     def step(self) -> bool:
-        if not self.ready:
+        """Decode the next chunk if one is ready (see :func:`step_flows` for many streams at once)."""
+        chunk = self._plan()
+        if chunk is None:
             return False
-        hop = self._next_hop()
-        last = self._finished and len(self._tokens) <= self._offset + hop + LOOKAHEAD
-        if last:
-            tokens = self._tokens
-            end = len(tokens)
-        else:
-            end = self._offset + hop
-            tokens = self._tokens[: end + LOOKAHEAD]
-        mel_all = self._ctx.flow(np.asarray(tokens, dtype=np.int32), self._voice, seed=self._seed,
-                                 n_steps=self._n_steps, cfg_rate=self._cfg, finalize=last)
-        new = mel_all[:, MEL_PER_TOKEN * self._offset: MEL_PER_TOKEN * end]
-        self._vocode(new, last)
-        self._offset = end
-        if last:
-            self._done = True
+        mel_all = self._ctx.flow(chunk.tokens, self._voice, seed=self._seed, n_steps=self._n_steps,
+                                 cfg_rate=self._cfg, finalize=chunk.last)
+        mel, start, cache = self._vocoder_input(chunk, mel_all)
+        pcm, source = self._ctx.vocode(mel, seed=self._seed, sample_offset=start, cache_source=cache,
+                                       return_source=True)
+        self._commit(chunk, mel, pcm, source)
         return True
 
-    def _vocode(self, mel_new: npt.NDArray[np.float32], last: bool) -> None:
-        n_over = MEL_CACHE * self._hop
+    # The pieces of a step, so that step_flows can batch the compute of many streams.
+
+    def _plan(self) -> _Chunk | None:
+        if not self.ready:
+            return None
+        hop = self._next_hop()
+        last = self._finished and len(self._tokens) <= self._offset + hop + LOOKAHEAD
+        end = len(self._tokens) if last else self._offset + hop
+        tokens = self._tokens if last else self._tokens[: end + LOOKAHEAD]
+        return _Chunk(np.asarray(tokens, dtype=np.int32), last, end)
+
+    def _flow_key(self, chunk: _Chunk) -> tuple[int, int, bool, int, float | None]:
+        """Flows with equal keys have one shape and schedule: they can share a batch."""
+        return (self._voice.n_prompt_tokens, chunk.tokens.size, chunk.last, self._n_steps, self._cfg)
+
+    def _vocoder_input(self, chunk: _Chunk, mel_all: npt.NDArray[np.float32]) -> tuple[
+            npt.NDArray[np.float32], int, npt.NDArray[np.float32] | None]:
+        """The vocoder call for this chunk: mel (the cached frames, then the new ones), the
+        absolute index of its first sample, the previous chunk's source for the overlap."""
+        new = mel_all[:, MEL_PER_TOKEN * self._offset: MEL_PER_TOKEN * chunk.end]
         # the held-back tail is exactly the cached mel's audio, so the call
         # starts at the first sample not emitted yet
-        mel = mel_new if self._cache_mel is None else np.concatenate([self._cache_mel, mel_new], axis=1)
-        start = self._emitted
-        pcm, source = self._ctx.vocode(mel, seed=self._seed, sample_offset=start,
-                                       cache_source=self._cache_source, return_source=True)
-        if start == 0:
+        mel = new if self._cache_mel is None else np.concatenate([self._cache_mel, new], axis=1)
+        return np.ascontiguousarray(mel), self._emitted, self._cache_source
+
+    def _commit(self, chunk: _Chunk, mel: npt.NDArray[np.float32], pcm: npt.NDArray[np.float32],
+                source: npt.NDArray[np.float32]) -> None:
+        """Fade, crossfade with the held-back tail, hold back the new tail, emit the rest."""
+        n_over = MEL_CACHE * self._hop
+        pcm = pcm.copy()
+        if self._emitted == 0:
             pcm[: self._fade.size] *= self._fade[: pcm.size]
         if self._held is not None:
             # the overlap: previous tail fading out, this chunk's start fading in
             k = self._held.size
             w = self._window if k == n_over else _crossfade(k)
             pcm[:k] = pcm[:k] * w + self._held * (1.0 - w)
-        if last:
+        if chunk.last:
             out, self._held = pcm, None
         else:
             keep = min(n_over, pcm.size)
@@ -189,8 +216,11 @@ class FlowStream:
             self._cache_mel = mel[:, -MEL_CACHE:].copy()
             self._cache_source = source[-keep:].copy()
         if out.size:
-            self._ready.append(out.copy())
+            self._ready.append(out)
             self._emitted += out.size
+        self._offset = chunk.end
+        if chunk.last:
+            self._done = True
 
     def pull(self) -> npt.NDArray[np.float32]:
         """The final samples produced since the last pull (may be empty)."""
@@ -207,3 +237,68 @@ class FlowStream:
         while self.step():
             pass
         return self.pull()
+
+
+def step_flows(ctx: Context, streams: Sequence[FlowStream]) -> tuple[int, dict[int, CodecrtError]]:
+    """One chunk for every ready stream of ``streams`` (all on ``ctx``), batched.
+
+    Flows of one shape (prompt length, tokens so far, last chunk or not) run as
+    one batch, and vocoder calls of one length as another, so streams in step
+    share each graph; the result of every stream is that of its own ``step()``.
+    A failed batch is retried stream by stream, so an error stays with its
+    stream. Returns (streams stepped, {index in ``streams``: error}).
+    """
+    from ._twostage import flow_batch, vocode_batch
+
+    for fs in streams:
+        if fs._ctx is not ctx:
+            _fail(E_INVALID_ARGUMENT, "every stream must belong to ctx")
+    plans = {i: c for i, fs in enumerate(streams) if (c := fs._plan()) is not None}
+    errors: dict[int, CodecrtError] = {}
+    mels: dict[int, npt.NDArray[np.float32]] = {}
+    limit = 64  # CODECRT_MAX_FLOW_BATCH
+
+    def run(group: list[int], batch: Any, single: Any, into: dict[int, Any]) -> None:
+        for j in range(0, len(group), limit):
+            part = group[j: j + limit]
+            try:
+                for i, r in zip(part, batch(part)):
+                    into[i] = r
+            except CodecrtError:
+                for i in part:  # find whose input failed; the others still get their chunk
+                    try:
+                        into[i] = single(i)
+                    except CodecrtError as e:
+                        errors[i] = e
+
+    by_flow: dict[tuple[object, ...], list[int]] = {}
+    for i, c in plans.items():
+        by_flow.setdefault(streams[i]._flow_key(c), []).append(i)
+    for group in by_flow.values():
+        fs0 = streams[group[0]]
+        run(group,
+            lambda part, fs0=fs0: flow_batch(ctx, np.stack([plans[i].tokens for i in part]),
+                                             [streams[i]._voice for i in part],
+                                             seeds=[streams[i]._seed for i in part], n_steps=fs0._n_steps,
+                                             cfg_rate=fs0._cfg, finalize=plans[part[0]].last),
+            lambda i: ctx.flow(plans[i].tokens, streams[i]._voice, seed=streams[i]._seed,
+                               n_steps=streams[i]._n_steps, cfg_rate=streams[i]._cfg, finalize=plans[i].last),
+            mels)
+
+    voc = {i: streams[i]._vocoder_input(plans[i], mel) for i, mel in mels.items()}
+    outs: dict[int, tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]] = {}
+    by_len: dict[int, list[int]] = {}
+    for i, (mel, _, _) in voc.items():
+        by_len.setdefault(mel.shape[1], []).append(i)
+    for group in by_len.values():
+        run(group,
+            lambda part: zip(*vocode_batch(ctx, np.stack([voc[i][0] for i in part]),
+                                           seeds=[streams[i]._seed for i in part],
+                                           sample_offsets=[voc[i][1] for i in part],
+                                           cache_sources=[voc[i][2] for i in part], return_source=True)),
+            lambda i: ctx.vocode(voc[i][0], seed=streams[i]._seed, sample_offset=voc[i][1],
+                                 cache_source=voc[i][2], return_source=True),
+            outs)
+    for i, (pcm, source) in outs.items():
+        streams[i]._commit(plans[i], voc[i][0], pcm, source)
+    return len(outs), errors

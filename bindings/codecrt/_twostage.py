@@ -7,6 +7,7 @@ reference (unstable API).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from ._core import Context
     from ._voice import Voice
 
-__all__ = ["flow", "vocode", "noise", "diag_encode", "diag_estimate", "diag_f0", "diag_source", "diag_hift"]
+__all__ = ["flow", "flow_batch", "vocode", "vocode_batch", "noise", "diag_encode", "diag_estimate", "diag_f0", "diag_source", "diag_hift"]
 
 _LOOKAHEAD = 3
 
@@ -56,54 +57,97 @@ def _f(a: npt.NDArray[Any], kind: str = "float[]") -> Any:
 
 def flow(ctx: Context, tokens: npt.ArrayLike, voice: Voice, *, seed: int = 0, n_steps: int = 0,
          cfg_rate: float | None = None, finalize: bool = True) -> npt.NDArray[np.float32]:
+    toks = _tokens(tokens)
+    mels = flow_batch(ctx, toks[None, :], [voice], seeds=[seed], n_steps=n_steps, cfg_rate=cfg_rate,
+                      finalize=finalize)
+    return np.asarray(mels[0], dtype=np.float32)
+
+
+def flow_batch(ctx: Context, tokens: npt.ArrayLike, voices: Sequence[Voice], *, seeds: Sequence[int],
+               n_steps: int = 0, cfg_rate: float | None = None,
+               finalize: bool = True) -> npt.NDArray[np.float32]:
+    """n flows of the same shape at once: tokens ``[n, n_tokens]``, one voice and seed each
+    (the voices' prompts of one length) -> mel ``[n, n_mels, frames]``."""
     from ._core import _float_arg, _int_arg, _voice_arg
 
-    toks = _tokens(tokens)
-    v = _voice_arg(voice, ctx)
+    toks = np.asarray(tokens)
+    if toks.ndim != 2:
+        _fail(E_INVALID_ARGUMENT, f"tokens must be [n, n_tokens], got shape {toks.shape}")
+    toks = np.stack([_tokens(row) for row in toks]) if toks.shape[0] else toks.astype(np.int32)
+    n = toks.shape[0]
+    if not (1 <= n <= int(lib.CODECRT_MAX_FLOW_BATCH)) or len(voices) != n or len(seeds) != n:
+        _fail(E_INVALID_ARGUMENT, f"a batch of 1..{int(lib.CODECRT_MAX_FLOW_BATCH)} flows needs one voice "
+              f"and one seed each: {n} token rows, {len(voices)} voices, {len(seeds)} seeds")
     n_mels = max(ctx.model_info.n_mels, 1)
-    n_out = 2 * (toks.size if finalize else max(toks.size - _LOOKAHEAD, 0))
-    p = ffi.new("codecrt_flow_params *")
-    p[0] = lib.codecrt_flow_default_params()
-    p.voice = v._handle()
-    p.seed = _int_arg("seed", seed, 0, 2**64 - 1)
-    p.n_steps = _int_arg("n_steps", n_steps, 0, 100)
-    if cfg_rate is not None:
-        p.cfg_rate = _float_arg("cfg_rate", cfg_rate, 0.0, 10.0)
-    p.finalize = 1 if finalize else 0
-    mel = np.empty(max(n_out, 1) * n_mels, dtype=np.float32)
+    per = 2 * (toks.shape[1] if finalize else max(toks.shape[1] - _LOOKAHEAD, 0))
+    p = ffi.new("codecrt_flow_params[]", n)
+    for k in range(n):
+        p[k] = lib.codecrt_flow_default_params()
+        p[k].voice = _voice_arg(voices[k], ctx)._handle()
+        p[k].seed = _int_arg("seed", seeds[k], 0, 2**64 - 1)
+        p[k].n_steps = _int_arg("n_steps", n_steps, 0, 100)
+        if cfg_rate is not None:
+            p[k].cfg_rate = _float_arg("cfg_rate", cfg_rate, 0.0, 10.0)
+        p[k].finalize = 1 if finalize else 0
+    mel = np.empty(max(per, 1) * n_mels * n, dtype=np.float32)
     n_frames = ffi.new("int32_t *")
     with ctx._lock:
-        status = lib.codecrt_flow_decode(ctx._handle(), p, ffi.from_buffer("int32_t[]", toks), toks.size,
-                                         ffi.from_buffer("float[]", mel, require_writable=True), mel.size,
-                                         n_frames)
+        status = lib.codecrt_flow_decode_batch(ctx._handle(), p, n, ffi.from_buffer("int32_t[]", toks),
+                                               toks.shape[1], _f(mel), mel.size, n_frames)
         _check(status, ctx._last_error)
-    n = int(n_frames[0])
-    return mel[: n * n_mels].reshape(n_mels, n)
+    f = int(n_frames[0])
+    return mel[: n * n_mels * f].reshape(n, n_mels, f)
 
 
 def vocode(ctx: Context, mel: npt.ArrayLike, *, seed: int = 0, sample_offset: int = 0,
            cache_source: npt.ArrayLike | None = None, return_source: bool = False) -> Any:
+    info = ctx.model_info
+    m = _floats("mel", mel, (info.n_mels or None, None))
+    out = vocode_batch(ctx, m[None], seeds=[seed], sample_offsets=[sample_offset], cache_sources=[cache_source],
+                       return_source=return_source)
+    return (out[0][0], out[1][0]) if return_source else out[0]
+
+
+def vocode_batch(ctx: Context, mels: npt.ArrayLike, *, seeds: Sequence[int], sample_offsets: Sequence[int],
+                 cache_sources: Sequence[npt.ArrayLike | None] | None = None, return_source: bool = False) -> Any:
+    """n vocoder calls of the same length at once: mels ``[n, n_mels, frames]``, one seed,
+    sample offset and optional cache source each -> PCM ``[n, frames * mel_hop]`` (and the
+    sources used, same shape, with ``return_source``)."""
     from ._core import _int_arg
 
     info = ctx.model_info
-    m = _floats("mel", mel, (info.n_mels or None, None))
-    n_frames = m.shape[1]
-    n = n_frames * max(info.mel_hop, 0)
-    pcm = np.empty(max(n, 1), dtype=np.float32)
-    src = np.empty(max(n, 1), dtype=np.float32) if return_source else None
-    cache = None if cache_source is None else _floats("cache_source", cache_source, (None,))
+    m = _floats("mels", mels, (None, info.n_mels or None, None))
+    n, n_frames = m.shape[0], m.shape[2]
+    caches = list(cache_sources) if cache_sources is not None else [None] * n
+    if not (1 <= n <= int(lib.CODECRT_MAX_FLOW_BATCH)) or len(seeds) != n or len(sample_offsets) != n \
+            or len(caches) != n:
+        _fail(E_INVALID_ARGUMENT, f"a batch of 1..{int(lib.CODECRT_MAX_FLOW_BATCH)} vocoder calls needs one "
+              f"seed, offset and cache each: {n} mels, {len(seeds)} seeds, {len(sample_offsets)} offsets, "
+              f"{len(caches)} caches")
+    per = n_frames * max(info.mel_hop, 0)
+    pcm = np.empty(max(per, 1) * n, dtype=np.float32)
+    src = np.empty((n, max(per, 1)), dtype=np.float32) if return_source else None
+    items = ffi.new("codecrt_vocode_item[]", n)
+    keep = []  # the cache arrays must outlive the call
+    for k in range(n):
+        items[k].seed = _int_arg("seed", seeds[k], 0, 2**64 - 1)
+        items[k].sample_offset = _int_arg("sample_offset", sample_offsets[k], 0, 2**63 - 1)
+        if caches[k] is not None:
+            c = _floats("cache_source", caches[k], (None,))
+            keep.append(c)
+            items[k].cache_source = ffi.from_buffer("float[]", c)
+            items[k].n_cache = c.size
+        if src is not None:
+            items[k].source_out = ffi.from_buffer("float[]", src[k], require_writable=True)
     with ctx._lock:
-        status = lib.codecrt_vocode(
-            ctx._handle(), ffi.from_buffer("float[]", m), n_frames, _int_arg("seed", seed, 0, 2**64 - 1),
-            _int_arg("sample_offset", sample_offset, 0, 2**63 - 1),
-            ffi.NULL if cache is None else ffi.from_buffer("float[]", cache), 0 if cache is None else cache.size,
-            ffi.from_buffer("float[]", pcm, require_writable=True), n,
-            ffi.NULL if src is None else ffi.from_buffer("float[]", src, require_writable=True))
+        status = lib.codecrt_vocode_batch(ctx._handle(), ffi.from_buffer("float[]", m), n_frames, n, items,
+                                          _f(pcm), pcm.size)
         _check(status, ctx._last_error)
-    if return_source:
-        assert src is not None
-        return pcm[:n], src[:n]
-    return pcm[:n]
+    del keep
+    out = pcm[: n * per].reshape(n, per)
+    if src is not None:
+        return out, src[:, :per]
+    return out
 
 
 def noise(seed: int, site: int, start: int, n: int, *, uniform: bool = False) -> npt.NDArray[np.float32]:

@@ -182,9 +182,10 @@ class _Stream:
 class _FlowAdapter:
     """A codecrt.FlowStream (S3Gen) behind the part of codecrt.Stream's surface the worker uses.
 
-    Flow streams are not batched: each chunk's graph has its own shape (the
-    voice's prompt plus every token so far), so a tick steps each ready stream
-    by one chunk in turn.
+    A tick steps every ready flow stream by one chunk through
+    codecrt.step_flows, which batches the chunks whose shapes agree (the
+    voice's prompt length and the tokens so far: streams in step) and runs the
+    others on their own.
     """
 
     def __init__(self, fs: Any, hop_length: int) -> None:
@@ -360,7 +361,7 @@ class Worker:
             "warm": dict(m.warm),
             "needs_voice": bool(info.needs_voice),
             "voices": sorted(m.voices) if m.voices is not None else [],
-            "batched": m.voices is None,
+            "batched": True,  # flow streams: where their chunks' shapes agree
         }
 
     def _warm(self, m: _Model) -> None:
@@ -565,26 +566,23 @@ class Worker:
         if n:
             m.ticks += 1
             m.stream_ticks += n
-            batch = 1 if m.voices is not None else n  # flow streams step one by one
-            m.batches.append(batch)
+            m.batches.append(n)
             m.tick_ms.append(dt)
-            m.max_batch_seen = max(m.max_batch_seen, batch)
+            m.max_batch_seen = max(m.max_batch_seen, n)
         for st in cands:
             self._collect(m, st)
         return n
 
     def _step_flows(self, m: _Model, cands: list[_Stream]) -> int:
-        """Flow streams: one chunk each, in turn; a failure ends only its own stream."""
+        """Flow streams: one chunk each, batched where shapes agree; a failure ends only its own stream."""
         import codecrt
 
-        n = 0
-        for st in cands:
-            try:
-                n += st.stream.step()
-            except codecrt.CodecrtError as e:
-                logger.warning("chunk of %s stream %d failed: %s", m.name, st.sid, e)
-                self._fail(st.sid, error_code_for(e), f"decode failed: {e}")
-        return n
+        n, errors = codecrt.step_flows(m.ctx, [st.stream.fs for st in cands])
+        for i, e in errors.items():
+            st = cands[i]
+            logger.warning("chunk of %s stream %d failed: %s", m.name, st.sid, e)
+            self._fail(st.sid, error_code_for(e), f"decode failed: {e}")
+        return int(n)
 
     def _collect(self, m: _Model, st: _Stream) -> None:
         s = st.stream
@@ -691,7 +689,7 @@ class Worker:
                 "chunk_frames": m.chunk_frames,
                 "latency_samples": m.latency_samples,
                 "warm": dict(m.warm),
-                "batched": m.voices is None,  # flow streams: one graph per chunk per stream
+                "batched": True,  # flow streams: where their chunks' shapes agree
             }
         return {"pid": os.getpid(), "index": self.cfg.index, "device": self.cfg.device,
                 "uptime_s": round(time.monotonic() - self.t_start, 3),

@@ -371,6 +371,36 @@ codecrt_status codecrt_vocode(codecrt_context *ctx, const float *mel, int32_t n_
                               int64_t sample_offset, const float *cache_source, int32_t n_cache,
                               float *pcm, size_t pcm_capacity, float *source_out);
 
+/*
+ * Batches for servers: n (1..CODECRT_MAX_FLOW_BATCH) flows or vocoder calls in
+ * one graph per stage, each sequence's numbers those of its own call.
+ *
+ * codecrt_flow_decode_batch: params[n] and tokens [n][n_tokens]; the flows must
+ * agree in shape and schedule (the voices' prompt lengths, finalize, n_steps,
+ * cfg_rate; else CODECRT_E_SHAPE): voices and seeds may differ. mel receives
+ * n blocks of n_mels * *n_frames floats.
+ *
+ * codecrt_vocode_batch: mel [n][n_mels][n_frames]; items[k] holds call k's
+ * seed, sample_offset, cache and source_out as for codecrt_vocode; pcm receives
+ * n blocks of n_frames * mel_hop samples.
+ */
+#define CODECRT_MAX_FLOW_BATCH 64
+
+codecrt_status codecrt_flow_decode_batch(codecrt_context *ctx, const codecrt_flow_params *params, int32_t n,
+                                         const int32_t *tokens, int32_t n_tokens, float *mel, size_t mel_capacity,
+                                         int32_t *n_frames);
+
+typedef struct codecrt_vocode_item {
+    uint64_t seed;
+    int64_t sample_offset;
+    const float *cache_source;      /* NULL, or n_cache samples replacing the source's start */
+    int32_t n_cache;
+    float *source_out;              /* NULL, or n_frames * mel_hop samples: the source used */
+} codecrt_vocode_item;
+
+codecrt_status codecrt_vocode_batch(codecrt_context *ctx, const float *mel, int32_t n_frames, int32_t n,
+                                    const codecrt_vocode_item *items, float *pcm, size_t pcm_capacity);
+
 /* The runtime's counter-based noise: out[i] = N(0, 1) (uniform: U[0, 1)) for
    the key (seed, site, start + i). Sites are listed in docs/gguf-format.md. */
 void codecrt_noise(uint64_t seed, uint32_t site, uint64_t start, size_t n, int32_t uniform, float *out);

@@ -359,16 +359,22 @@ static int64_t s3_flow_frames(const s3_flow_req *q) {
     return n > 0 ? S3_TOKEN_MEL * n : -1;
 }
 
-/* One sequence through the flow: mel [80][s3_flow_frames] of the speech. */
-static codecrt_status s3_flow(codecrt_context *ctx, const s3_flow_req *q, float *mel) {
+/*
+ * K sequences through the flow together: mel [K][80][s3_flow_frames] of the
+ * speech after each prompt. The requests must agree in shape (s3_flow_same):
+ * the encoder runs per sequence (its cost is one evaluation), the estimator
+ * once per step over all of them, in one batch of K (Turbo) or 2K (with
+ * guidance: entries 0..K-1 conditional, K..2K-1 unconditional). Each
+ * sequence's numbers are those of a flow of its own.
+ */
+static codecrt_status s3_flow(codecrt_context *ctx, const s3_flow_req *q, int32_t K, float *mel) {
     const s3gen_hparams *hp = s3_hp(ctx);
-    const codecrt_voice *v = q->voice;
-    const int64_t n_all = (int64_t)v->n_tokens + q->n_tokens;
+    const int64_t n_all = (int64_t)q[0].voice->n_tokens + q[0].n_tokens;
     const int64_t T_enc = S3_TOKEN_MEL * n_all;
     /* finalize = false: the last 3 tokens only look ahead (h[:, :-6]) */
-    const int64_t T = q->finalize ? T_enc : T_enc - S3_TOKEN_MEL * S3_LOOKAHEAD;
-    const int64_t P = v->n_frames;
-    const int64_t B = hp->meanflow ? 1 : 2;
+    const int64_t T = q[0].finalize ? T_enc : T_enc - S3_TOKEN_MEL * S3_LOOKAHEAD;
+    const int64_t P = q[0].voice->n_frames, F = T - P;
+    const int64_t B = hp->meanflow ? K : 2 * (int64_t)K;
     const size_t plane = (size_t)T * S3_MEL;
     codecrt_status st = CODECRT_OK;
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_all);
@@ -377,52 +383,65 @@ static codecrt_status s3_flow(codecrt_context *ctx, const s3_flow_req *q, float 
     float *cond = calloc(plane * (size_t)B, sizeof(float));
     float *x = malloc(sizeof(float) * plane * (size_t)B);
     float *dx = malloc(sizeof(float) * plane * (size_t)B);
-    float spks[2 * S3_MEL] = {0};
+    float *spks = calloc(S3_MEL * (size_t)B, sizeof(float));
+    float *tb = malloc(sizeof(float) * 2 * (size_t)B);
     float ts[101];
-    if (!tok || !mu_enc || !mu || !cond || !x || !dx) {
+    if (!tok || !mu_enc || !mu || !cond || !x || !dx || !spks || !tb) {
         st = cr_fail(&ctx->err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
         goto done;
     }
-    memcpy(tok, v->tokens, sizeof(int32_t) * (size_t)v->n_tokens);
-    memcpy(tok + v->n_tokens, q->tokens, sizeof(int32_t) * (size_t)q->n_tokens);
-    if ((st = s3_encode(ctx, tok, n_all, 1, mu_enc)) != CODECRT_OK) {
-        goto done;
-    }
-    /* batch entry 0 conditional; entry 1 (CFG only) unconditional: mu, spks, cond zero */
-    for (int c = 0; c < S3_MEL; c++) {
-        memcpy(mu + (size_t)c * (size_t)T, mu_enc + (size_t)c * (size_t)T_enc, sizeof(float) * (size_t)T);
-        memcpy(cond + (size_t)c * (size_t)T, v->mel + (size_t)c * (size_t)P, sizeof(float) * (size_t)P);
-        for (int64_t t = 0; t < T; t++) {
-            x[(size_t)c * (size_t)T + (size_t)t] = cr_noise_normal(q->seed, S3_SITE_FLOW + (uint32_t)c, (uint64_t)t);
+    /* conditional entries: mu, the prompt's mel as cond, spks; the
+       unconditional ones (guidance) keep zeros */
+    for (int32_t k = 0; k < K; k++) {
+        const codecrt_voice *v = q[k].voice;
+        memcpy(tok, v->tokens, sizeof(int32_t) * (size_t)v->n_tokens);
+        memcpy(tok + v->n_tokens, q[k].tokens, sizeof(int32_t) * (size_t)q[k].n_tokens);
+        if ((st = s3_encode(ctx, tok, n_all, 1, mu_enc)) != CODECRT_OK) {
+            goto done;
         }
+        float *muk = mu + (size_t)k * plane, *condk = cond + (size_t)k * plane, *xk = x + (size_t)k * plane;
+        for (int c = 0; c < S3_MEL; c++) {
+            memcpy(muk + (size_t)c * (size_t)T, mu_enc + (size_t)c * (size_t)T_enc, sizeof(float) * (size_t)T);
+            memcpy(condk + (size_t)c * (size_t)T, v->mel + (size_t)c * (size_t)P, sizeof(float) * (size_t)P);
+            for (int64_t t = 0; t < T; t++) {
+                xk[(size_t)c * (size_t)T + (size_t)t] =
+                    cr_noise_normal(q[k].seed, S3_SITE_FLOW + (uint32_t)c, (uint64_t)t);
+            }
+        }
+        memcpy(spks + (size_t)k * S3_MEL, v->spks, sizeof(v->spks));
     }
-    memcpy(spks, v->spks, sizeof(v->spks));
     cr_graph_slot *slot = NULL;
     s3_estimator_io e;
     if ((st = s3_step_graph(ctx, T, B, &slot, &e)) != CODECRT_OK) {
         goto done;
     }
-    s3_t_span(q->n_steps, !hp->meanflow, ts);
-    for (int32_t k = 0; k < q->n_steps; k++) {
-        const float t = ts[k], r = ts[k + 1], dt = r - t;
-        const float tb[2] = {t, t}, rb[2] = {r, r};
-        if (B == 2) {
-            memcpy(x + plane, x, sizeof(float) * plane);
+    s3_t_span(q[0].n_steps, !hp->meanflow, ts);
+    const size_t half = plane * (size_t)K;
+    for (int32_t i = 0; i < q[0].n_steps; i++) {
+        const float t = ts[i], r = ts[i + 1], dt = r - t;
+        for (int64_t b = 0; b < B; b++) {
+            tb[b] = t;
+            tb[B + b] = r;
         }
-        if ((st = s3_step_eval(ctx, slot, &e, T, B, x, mu, cond, spks, tb, hp->meanflow ? rb : NULL, dx)) !=
+        if (B == 2 * (int64_t)K) {
+            memcpy(x + half, x, sizeof(float) * half);
+        }
+        if ((st = s3_step_eval(ctx, slot, &e, T, B, x, mu, cond, spks, tb, hp->meanflow ? tb + B : NULL, dx)) !=
             CODECRT_OK) {
             goto done;
         }
         /* as solve_euler: v = (1 + cfg) v_c - cfg v_u; x = x + dt v (float32) */
-        const float g = q->cfg_rate;
-        for (size_t i = 0; i < plane; i++) {
-            const float vel = B == 2 ? (1.0f + g) * dx[i] - g * dx[plane + i] : dx[i];
-            x[i] = x[i] + dt * vel;
+        const float g = q[0].cfg_rate;
+        for (size_t j = 0; j < half; j++) {
+            const float vel = B == 2 * (int64_t)K ? (1.0f + g) * dx[j] - g * dx[half + j] : dx[j];
+            x[j] = x[j] + dt * vel;
         }
     }
-    const int64_t F = T - P;
-    for (int c = 0; c < S3_MEL; c++) {
-        memcpy(mel + (size_t)c * (size_t)F, x + (size_t)c * (size_t)T + (size_t)P, sizeof(float) * (size_t)F);
+    for (int32_t k = 0; k < K; k++) {
+        for (int c = 0; c < S3_MEL; c++) {
+            memcpy(mel + ((size_t)k * S3_MEL + (size_t)c) * (size_t)F,
+                   x + (size_t)k * plane + (size_t)c * (size_t)T + (size_t)P, sizeof(float) * (size_t)F);
+        }
     }
 done:
     free(tok);
@@ -431,80 +450,93 @@ done:
     free(cond);
     free(x);
     free(dx);
+    free(spks);
+    free(tb);
     return st;
 }
 
-/* mel [80][F] -> f0 [F] */
-static codecrt_status s3_f0(codecrt_context *ctx, const float *mel, int64_t F, float *f0) {
-    codecrt_status st = s3_check_elements(ctx, "the F0 predictor", s3_hift_max_elements(F, 1));
+/* mel [K][80][F] -> f0 [K][F] */
+static codecrt_status s3_f0(codecrt_context *ctx, const float *mel, int64_t F, int64_t K, float *f0) {
+    codecrt_status st = s3_check_elements(ctx, "the F0 predictor", s3_hift_max_elements(F, K));
     cr_graph_slot *slot = NULL;
-    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_F0, F, 1, s3_build_f0, &slot))) {
+    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_F0, F, K, s3_build_f0, &slot))) {
         return st;
     }
     s3_f0_io e;
     S3_IO_LOAD(e, &slot->io);
-    ggml_backend_tensor_set(e.mel, mel, 0, sizeof(float) * (size_t)F * S3_MEL);
+    ggml_backend_tensor_set(e.mel, mel, 0, sizeof(float) * (size_t)(F * S3_MEL * K));
     if ((st = cr_graphs_compute(&ctx->graphs, slot, &ctx->err)) == CODECRT_OK) {
-        ggml_backend_tensor_get(slot->io.t[0], f0, 0, sizeof(float) * (size_t)F);
+        ggml_backend_tensor_get(slot->io.t[0], f0, 0, sizeof(float) * (size_t)(F * K));
     }
     return st;
 }
 
-/* mel [80][F] + source [F*480] -> pcm [F*480] */
-static codecrt_status s3_hift(codecrt_context *ctx, const float *mel, int64_t F, const float *source, float *pcm) {
-    codecrt_status st = s3_check_elements(ctx, "the vocoder", s3_hift_max_elements(F, 1));
+/* mel [K][80][F] + source [K][F*480] -> pcm [K][F*480] */
+static codecrt_status s3_hift(codecrt_context *ctx, const float *mel, int64_t F, int64_t K, const float *source,
+                              float *pcm) {
+    codecrt_status st = s3_check_elements(ctx, "the vocoder", s3_hift_max_elements(F, K));
     cr_graph_slot *slot = NULL;
-    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_VOCODE, F, 1, s3_build_vocode, &slot))) {
+    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_VOCODE, F, K, s3_build_vocode, &slot))) {
         return st;
     }
     s3_hift_io e;
     S3_IO_LOAD(e, &slot->io);
-    ggml_backend_tensor_set(e.mel, mel, 0, sizeof(float) * (size_t)F * S3_MEL);
-    ggml_backend_tensor_set(e.source, source, 0, sizeof(float) * (size_t)F * S3_MEL_HOP);
-    s3_hift_set_inputs(s3_hp(ctx), F, 1, &e);
+    ggml_backend_tensor_set(e.mel, mel, 0, sizeof(float) * (size_t)(F * S3_MEL * K));
+    ggml_backend_tensor_set(e.source, source, 0, sizeof(float) * (size_t)(F * S3_MEL_HOP * K));
+    s3_hift_set_inputs(s3_hp(ctx), F, K, &e);
     if ((st = cr_graphs_compute(&ctx->graphs, slot, &ctx->err)) == CODECRT_OK) {
-        ggml_backend_tensor_get(slot->io.t[0], pcm, 0, sizeof(float) * (size_t)F * S3_MEL_HOP);
+        ggml_backend_tensor_get(slot->io.t[0], pcm, 0, sizeof(float) * (size_t)(F * S3_MEL_HOP * K));
     }
     return st;
 }
 
-/* The vocoder with its host source; source_out may be NULL. */
-static codecrt_status s3_vocode(codecrt_context *ctx, const float *mel, int64_t F, uint64_t seed, int64_t offset,
-                                const float *cache, int64_t n_cache, float *pcm, float *source_out) {
+/* One vocoder request of a batch (the public item, validated). */
+typedef codecrt_vocode_item s3_voc_req;
+
+/* K vocoder calls of F mel frames in one F0 and one HiFT graph, each with its
+   host source: pcm [K][F*480]; every item's source_out may be NULL. */
+static codecrt_status s3_vocode(codecrt_context *ctx, const float *mel, int64_t F, int64_t K,
+                                const s3_voc_req *items, float *pcm) {
     const int64_t N = F * S3_MEL_HOP;
-    float *f0 = malloc(sizeof(float) * (size_t)F);
+    float *f0 = malloc(sizeof(float) * (size_t)(F * K));
     float *noise = malloc(sizeof(float) * (size_t)N * S3_HARMONICS);
-    float *source = source_out ? source_out : malloc(sizeof(float) * (size_t)N);
+    float *source = malloc(sizeof(float) * (size_t)(N * K));
     codecrt_status st = CODECRT_OK;
     if (!f0 || !noise || !source) {
         st = cr_fail(&ctx->err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
         goto done;
     }
-    if ((st = s3_f0(ctx, mel, F, f0)) != CODECRT_OK) {
+    if ((st = s3_f0(ctx, mel, F, K, f0)) != CODECRT_OK) {
         goto done;
     }
-    /* SineGen: the fundamental starts at phase 0, harmonics at U(-pi, pi) */
-    float phases[S3_HARMONICS];
-    phases[0] = 0.0f;
-    for (uint32_t h = 1; h < S3_HARMONICS; h++) {
-        phases[h] = (2.0f * cr_noise_uniform(seed, S3_SITE_PHASE, h) - 1.0f) * (float)S3_PI;
-    }
-    for (uint32_t h = 0; h < S3_HARMONICS; h++) {
-        for (int64_t i = 0; i < N; i++) {
-            noise[(size_t)h * (size_t)N + (size_t)i] = cr_noise_normal(seed, S3_SITE_SINE + h, (uint64_t)(offset + i));
+    for (int64_t k = 0; k < K; k++) {
+        const s3_voc_req *it = &items[k];
+        float *src = source + (size_t)(k * N);
+        /* SineGen: the fundamental starts at phase 0, harmonics at U(-pi, pi) */
+        float phases[S3_HARMONICS];
+        phases[0] = 0.0f;
+        for (uint32_t h = 1; h < S3_HARMONICS; h++) {
+            phases[h] = (2.0f * cr_noise_uniform(it->seed, S3_SITE_PHASE, h) - 1.0f) * (float)S3_PI;
+        }
+        for (uint32_t h = 0; h < S3_HARMONICS; h++) {
+            for (int64_t i = 0; i < N; i++) {
+                noise[(size_t)h * (size_t)N + (size_t)i] =
+                    cr_noise_normal(it->seed, S3_SITE_SINE + h, (uint64_t)(it->sample_offset + i));
+            }
+        }
+        s3_source_host(ctx->model->weights, f0 + (size_t)(k * F), F, phases, noise, src);
+        if (it->cache_source && it->n_cache > 0) {
+            memcpy(src, it->cache_source, sizeof(float) * (size_t)it->n_cache);
+        }
+        if (it->source_out) {
+            memcpy(it->source_out, src, sizeof(float) * (size_t)N);
         }
     }
-    s3_source_host(ctx->model->weights, f0, F, phases, noise, source);
-    if (cache && n_cache > 0) {
-        memcpy(source, cache, sizeof(float) * (size_t)n_cache);
-    }
-    st = s3_hift(ctx, mel, F, source, pcm);
+    st = s3_hift(ctx, mel, F, K, source, pcm);
 done:
     free(f0);
     free(noise);
-    if (source != source_out) {
-        free(source);
-    }
+    free(source);
     return st;
 }
 
@@ -613,8 +645,8 @@ static codecrt_status s3_decode(codecrt_context *ctx, const codecrt_decode_param
             .finalize = true,
         };
         float *out = pcm + (size_t)b * (size_t)N;
-        if ((st = s3_flow(ctx, &q, mel)) == CODECRT_OK &&
-            (st = s3_vocode(ctx, mel, F, seed, 0, NULL, 0, out, NULL)) == CODECRT_OK) {
+        if ((st = s3_flow(ctx, &q, 1, mel)) == CODECRT_OK &&
+            (st = s3_vocode(ctx, mel, F, 1, &(s3_voc_req){.seed = seed}, out)) == CODECRT_OK) {
             s3_fade_in(out, N);
         }
     }
@@ -627,8 +659,9 @@ codecrt_flow_params codecrt_flow_default_params(void) {
     return p;
 }
 
-codecrt_status codecrt_flow_decode(codecrt_context *ctx, const codecrt_flow_params *params, const int32_t *tokens,
-                                   int32_t n_tokens, float *mel, size_t mel_capacity, int32_t *n_frames) {
+codecrt_status codecrt_flow_decode_batch(codecrt_context *ctx, const codecrt_flow_params *params, int32_t n,
+                                         const int32_t *tokens, int32_t n_tokens, float *mel, size_t mel_capacity,
+                                         int32_t *n_frames) {
     codecrt_status st = s3_check_ctx(ctx);
     if (st != CODECRT_OK) {
         return st;
@@ -636,32 +669,49 @@ codecrt_status codecrt_flow_decode(codecrt_context *ctx, const codecrt_flow_para
     if (n_frames) {
         *n_frames = 0;
     }
-    if (!params || !mel) {
-        return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "params and mel must not be NULL");
+    if (!params || !mel || n < 1 || n > CODECRT_MAX_FLOW_BATCH) {
+        return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "params and mel must not be NULL and n = %d "
+                       "must be in 1..%d", n, CODECRT_MAX_FLOW_BATCH);
     }
-    s3_flow_req q = {.voice = params->voice, .tokens = tokens, .n_tokens = n_tokens, .seed = params->seed,
-                     .finalize = params->finalize != 0};
-    if ((st = s3_check_voice(ctx, params->voice)) ||
-        (st = s3_resolve(ctx, params->n_steps, params->cfg_rate, &q.n_steps, &q.cfg_rate)) ||
-        (st = s3_check_tokens(ctx, tokens, n_tokens))) {
-        return st;
+    s3_flow_req q[CODECRT_MAX_FLOW_BATCH];
+    for (int32_t k = 0; k < n; k++) {
+        const codecrt_flow_params *p = &params[k];
+        q[k] = (s3_flow_req){.voice = p->voice, .tokens = tokens ? tokens + (size_t)k * (size_t)n_tokens : NULL,
+                             .n_tokens = n_tokens, .seed = p->seed, .finalize = p->finalize != 0};
+        if ((st = s3_check_voice(ctx, p->voice)) ||
+            (st = s3_resolve(ctx, p->n_steps, p->cfg_rate, &q[k].n_steps, &q[k].cfg_rate)) ||
+            (st = s3_check_tokens(ctx, q[k].tokens, n_tokens))) {
+            return st;
+        }
+        /* one batch needs one shape and one schedule */
+        if (k > 0 && (p->voice->n_tokens != q[0].voice->n_tokens || q[k].finalize != q[0].finalize ||
+                      q[k].n_steps != q[0].n_steps || q[k].cfg_rate != q[0].cfg_rate)) {
+            return cr_fail(&ctx->err, CODECRT_E_SHAPE, "flow %d of the batch differs from flow 0 in prompt length, "
+                           "finalize, n_steps or cfg_rate", k);
+        }
     }
-    const int64_t F = s3_flow_frames(&q);
+    const int64_t F = s3_flow_frames(&q[0]);
     if (n_tokens < 1 || F < 1) {
         return cr_fail(&ctx->err, CODECRT_E_SHAPE, "%d tokens give no mel frame%s", n_tokens,
-                       q.finalize ? "" : " (without finalize the last 3 only look ahead)");
+                       q[0].finalize ? "" : " (without finalize the last 3 only look ahead)");
     }
-    if (mel_capacity < (size_t)F * S3_MEL) {
+    if (mel_capacity < (size_t)F * S3_MEL * (size_t)n) {
         return cr_fail(&ctx->err, CODECRT_E_BUFFER_TOO_SMALL, "mel buffer holds %zu floats, %lld needed",
-                       mel_capacity, (long long)F * S3_MEL);
+                       mel_capacity, (long long)F * S3_MEL * n);
     }
-    if ((st = s3_flow(ctx, &q, mel)) == CODECRT_OK && n_frames) {
+    if ((st = s3_flow(ctx, q, n, mel)) == CODECRT_OK && n_frames) {
         *n_frames = (int32_t)F;
     }
     return s3_status(ctx, st);
 }
 
-static codecrt_status s3_check_mel(codecrt_context *ctx, const float *mel, int64_t F) {
+codecrt_status codecrt_flow_decode(codecrt_context *ctx, const codecrt_flow_params *params, const int32_t *tokens,
+                                   int32_t n_tokens, float *mel, size_t mel_capacity, int32_t *n_frames) {
+    return codecrt_flow_decode_batch(ctx, params, 1, tokens, n_tokens, mel, mel_capacity, n_frames);
+}
+
+/* n_seq mels of F frames each: F within the context's limit, every value finite */
+static codecrt_status s3_check_mel(codecrt_context *ctx, const float *mel, int64_t F, int64_t n_seq) {
     if (!mel) {
         return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "mel must not be NULL");
     }
@@ -669,7 +719,7 @@ static codecrt_status s3_check_mel(codecrt_context *ctx, const float *mel, int64
         return cr_fail(&ctx->err, CODECRT_E_SHAPE, "%lld mel frames: 1..%lld allowed", (long long)F,
                        (long long)S3_TOKEN_MEL * ctx->params.max_frames);
     }
-    for (size_t i = 0; i < (size_t)F * S3_MEL; i++) {
+    for (size_t i = 0; i < (size_t)(F * S3_MEL * n_seq); i++) {
         if (!isfinite(mel[i])) {
             return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "mel has a non-finite value at %zu", i);
         }
@@ -677,24 +727,40 @@ static codecrt_status s3_check_mel(codecrt_context *ctx, const float *mel, int64
     return CODECRT_OK;
 }
 
-codecrt_status codecrt_vocode(codecrt_context *ctx, const float *mel, int32_t n_frames, uint64_t seed,
-                              int64_t sample_offset, const float *cache_source, int32_t n_cache, float *pcm,
-                              size_t pcm_capacity, float *source_out) {
+codecrt_status codecrt_vocode_batch(codecrt_context *ctx, const float *mel, int32_t n_frames, int32_t n,
+                                    const codecrt_vocode_item *items, float *pcm, size_t pcm_capacity) {
     codecrt_status st = s3_check_ctx(ctx);
-    if (st != CODECRT_OK || (st = s3_check_mel(ctx, mel, n_frames))) {
+    if (st != CODECRT_OK) {
+        return st;
+    }
+    if (!items || n < 1 || n > CODECRT_MAX_FLOW_BATCH) {
+        return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "items must not be NULL and n = %d must be in 1..%d",
+                       n, CODECRT_MAX_FLOW_BATCH);
+    }
+    if ((st = s3_check_mel(ctx, mel, n_frames, n)) != CODECRT_OK) {
         return st;
     }
     const int64_t N = (int64_t)n_frames * S3_MEL_HOP;
-    if (!pcm || pcm_capacity < (size_t)N) {
+    if (!pcm || pcm_capacity < (size_t)(N * n)) {
         return cr_fail(&ctx->err, pcm ? CODECRT_E_BUFFER_TOO_SMALL : CODECRT_E_INVALID_ARGUMENT,
-                       "pcm must hold %lld samples", (long long)N);
+                       "pcm must hold %lld samples", (long long)(N * n));
     }
-    if (sample_offset < 0 || n_cache < 0 || n_cache > N || (n_cache > 0 && !cache_source)) {
-        return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "sample_offset = %lld, n_cache = %d (0..%lld)",
-                       (long long)sample_offset, n_cache, (long long)N);
+    for (int32_t k = 0; k < n; k++) {
+        const codecrt_vocode_item *it = &items[k];
+        if (it->sample_offset < 0 || it->n_cache < 0 || it->n_cache > N || (it->n_cache > 0 && !it->cache_source)) {
+            return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "item %d: sample_offset = %lld, n_cache = %d "
+                           "(0..%lld)", k, (long long)it->sample_offset, it->n_cache, (long long)N);
+        }
     }
-    return s3_status(ctx, s3_vocode(ctx, mel, n_frames, seed, sample_offset, cache_source, n_cache, pcm,
-                                    source_out));
+    return s3_status(ctx, s3_vocode(ctx, mel, n_frames, n, items, pcm));
+}
+
+codecrt_status codecrt_vocode(codecrt_context *ctx, const float *mel, int32_t n_frames, uint64_t seed,
+                              int64_t sample_offset, const float *cache_source, int32_t n_cache, float *pcm,
+                              size_t pcm_capacity, float *source_out) {
+    const codecrt_vocode_item item = {.seed = seed, .sample_offset = sample_offset, .cache_source = cache_source,
+                                      .n_cache = n_cache, .source_out = source_out};
+    return codecrt_vocode_batch(ctx, mel, n_frames, 1, &item, pcm, pcm_capacity);
 }
 
 /* ------------------------------------------------------------ diagnostics */
@@ -731,13 +797,13 @@ codecrt_status codecrt_diag_s3_estimate(codecrt_context *ctx, int32_t T, int32_t
 
 codecrt_status codecrt_diag_s3_f0(codecrt_context *ctx, const float *mel, int32_t T, float *f0) {
     codecrt_status st = s3_check_ctx(ctx);
-    if (st != CODECRT_OK || (st = s3_check_mel(ctx, mel, T))) {
+    if (st != CODECRT_OK || (st = s3_check_mel(ctx, mel, T, 1))) {
         return st;
     }
     if (!f0) {
         return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "f0 must not be NULL");
     }
-    return s3_status(ctx, s3_f0(ctx, mel, T, f0));
+    return s3_status(ctx, s3_f0(ctx, mel, T, 1, f0));
 }
 
 codecrt_status codecrt_diag_s3_source(codecrt_context *ctx, const float *f0, int32_t T, const float *phases,
@@ -756,13 +822,13 @@ codecrt_status codecrt_diag_s3_source(codecrt_context *ctx, const float *f0, int
 codecrt_status codecrt_diag_s3_hift(codecrt_context *ctx, const float *mel, int32_t T, const float *source,
                                     float *pcm) {
     codecrt_status st = s3_check_ctx(ctx);
-    if (st != CODECRT_OK || (st = s3_check_mel(ctx, mel, T))) {
+    if (st != CODECRT_OK || (st = s3_check_mel(ctx, mel, T, 1))) {
         return st;
     }
     if (!source || !pcm) {
         return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "source and pcm must not be NULL");
     }
-    return s3_status(ctx, s3_hift(ctx, mel, T, source, pcm));
+    return s3_status(ctx, s3_hift(ctx, mel, T, 1, source, pcm));
 }
 
 /* ------------------------------------------------------------------ table */
