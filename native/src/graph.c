@@ -43,6 +43,7 @@ void cr_graphs_init(cr_graphs *g, ggml_backend_t *backends, int n_backends, size
         g->backends[i] = backends[i];
     }
     g->graph_size = graph_size;
+    g->profile = cr_profile_new_if_enabled();
     for (int k = 0; k < CODECRT_GRAPH_KIND_COUNT; k++) {
         g->slots[k].key.kind = k;
     }
@@ -55,6 +56,9 @@ static codecrt_status cr_slot_ensure_sched(cr_graphs *g, cr_graph_slot *slot, cr
     slot->sched = ggml_backend_sched_new(g->backends, NULL, g->n_backends, g->graph_size, false, true);
     if (!slot->sched) {
         return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "cannot create a backend scheduler");
+    }
+    if (g->profile) {
+        ggml_backend_sched_set_eval_callback(slot->sched, cr_profile_eval_cb, g->profile);
     }
     slot->reserved = false;
     slot->reserved_frames = 0;
@@ -190,6 +194,7 @@ codecrt_status cr_graphs_acquire(cr_graphs *g, const cr_graph_key *key, cr_build
 
 codecrt_status cr_graphs_compute(cr_graphs *g, cr_graph_slot *slot, cr_err *err) {
     const double t0 = cr_now_ms();
+    cr_profile_start(g->profile);
     const enum ggml_status gs = ggml_backend_sched_graph_compute(slot->sched, slot->graph);
     g->last_compute_ms = cr_now_ms() - t0;
     g->computes++;
@@ -224,4 +229,6 @@ void cr_graphs_free(cr_graphs *g) {
             slot->sched = NULL;
         }
     }
+    cr_profile_free(g->profile, g->n_backends > 0 ? ggml_backend_name(g->backends[0]) : "?");
+    g->profile = NULL;
 }

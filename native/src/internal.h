@@ -267,6 +267,13 @@ typedef struct cr_graph_slot {
     cr_graph_io io;
 } cr_graph_slot;
 
+/* Per-op compute time, for CODECRT_PROFILE_OPS=1 (profile.c). */
+typedef struct cr_profile cr_profile;
+cr_profile *cr_profile_new_if_enabled(void); /* NULL unless the variable is set */
+void cr_profile_start(cr_profile *p);       /* before a compute; p may be NULL */
+bool cr_profile_eval_cb(struct ggml_tensor *t, bool ask, void *user);
+void cr_profile_free(cr_profile *p, const char *device); /* prints the table; p may be NULL */
+
 typedef struct cr_graphs {
     ggml_backend_t backends[CODECRT_MAX_BACKENDS];
     int n_backends;
@@ -274,6 +281,7 @@ typedef struct cr_graphs {
     cr_graph_slot slots[CODECRT_GRAPH_KIND_COUNT];
     uint64_t built, reused, resets, recreations, reservations, computes;
     double last_compute_ms;
+    cr_profile *profile;         /* NULL unless CODECRT_PROFILE_OPS is set */
 } cr_graphs;
 
 void cr_graphs_init(cr_graphs *g, ggml_backend_t *backends, int n_backends, size_t graph_size);
