@@ -42,6 +42,10 @@ def test_parity_f32(codecrt, snac_cases, name, ops, monkeypatch, record_property
     print(f"\nSNAC {name} f32 ({ops} ops): relative L2 error {err:.2e} ({n_frames} frames x 2)")
     assert err <= F32_TOL
     assert float(np.sqrt(np.mean(want**2))) > 1e-3  # not a degenerate comparison
+    if ops == "portable":  # the variable took effect: other graphs, other roundings
+        monkeypatch.delenv("CODECRT_PORTABLE_OPS")
+        with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu") as ctx:
+            assert not np.array_equal(ctx.decode(levels), got)
 
 
 @pytest.mark.parametrize("name", ["24khz", "44khz"])

@@ -144,14 +144,16 @@ def test_click_detector_sees_a_bad_splice(s3, monkeypatch, weights):
     assert max(_splice_ratios(pcm, offline, marks)) > SPLICE_RATIO
 
 
-def _step_all(ctx, streams) -> list[np.ndarray]:
+def _step_all(ctx, streams) -> tuple[list[np.ndarray], int]:
     got: list[list[np.ndarray]] = [[] for _ in streams]
+    largest = 0
     while any(not fs.done for fs in streams):
-        n, errors = codecrt.step_flows(ctx, streams)
-        assert not errors and n > 0
+        tick = codecrt.step_flows(ctx, streams)
+        assert not tick.errors and tick.stepped > 0
+        largest = max(largest, tick.largest_batch)
         for g, fs in zip(got, streams):
             g.append(fs.pull())
-    return [np.concatenate(g) for g in got]
+    return [np.concatenate(g) for g in got], largest
 
 
 def test_step_flows_batches_and_equals_each_stream_alone(s3):
@@ -169,10 +171,11 @@ def test_step_flows_batches_and_equals_each_stream_alone(s3):
         fs.push(_tokens(s, n))
         fs.finish()
     c0 = ctx.stats.computes
-    got = _step_all(ctx, streams)
+    got, largest = _step_all(ctx, streams)
     together = ctx.stats.computes - c0
     print(f"\nS3Gen step_flows: {together} graph computes for 4 streams, {alone} one by one")
-    assert together < 0.7 * alone
+    # flows: the three of one prompt length together; vocoder calls: all four (one mel length)
+    assert together < 0.7 * alone and largest == 4
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, atol=1e-5, rtol=0)
 
@@ -185,9 +188,24 @@ def test_step_flows_keeps_an_error_with_its_stream(s3):
     for i, fs in enumerate(streams):
         fs.push(_tokens(20 + i, 12))
     voices[1].close()  # its flow call fails; the batch is retried stream by stream
-    n, errors = codecrt.step_flows(ctx, streams)
+    n, errors, _ = codecrt.step_flows(ctx, streams)
     assert n == 2 and list(errors) == [1] and isinstance(errors[1], codecrt.StateError)
     assert streams[0].pull().size > 0 and streams[2].pull().size > 0 and streams[1].pull().size == 0
+
+
+def test_step_flows_batches_at_most_max_batch_and_each_stream_once(s3):
+    """A context's max_batch caps step_flows' batches; a stream listed twice is refused."""
+    model, _, voice = s3
+    with codecrt.Context(model, device="cpu", n_threads=2, max_batch=2) as ctx:
+        streams = [codecrt.FlowStream(ctx, voice, seed=i, first_chunk=4, chunk=9) for i in range(3)]
+        for fs in streams:
+            fs.push(_tokens(30, 8))
+        with pytest.raises(codecrt.InputError):
+            codecrt.step_flows(ctx, [streams[0], streams[0]])
+        tick = codecrt.step_flows(ctx, streams)
+        assert tick.stepped == 3 and tick.largest_batch == 2 and not tick.errors
+        with pytest.raises(codecrt.TooLargeError):
+            codecrt.diag.flow_batch(ctx, np.stack([_tokens(31, 8)] * 3), [voice] * 3, seeds=[0, 1, 2])
 
 
 def test_bad_input_leaves_stream_unchanged(s3):

@@ -16,7 +16,7 @@ from ._core import Context, Model, ModelInfo, Stats, set_ggml_logging, version
 from ._lowlatency import LowLatencyStream
 from ._stream import Stream, StreamInfo
 from ._voice import Voice
-from ._flowstream import FlowStream, step_flows
+from ._flowstream import FlowStream, FlowTick, step_flows
 from . import _twostage as diag  # noqa: F401  (codecrt.diag.diag_encode(ctx, tokens), ...)
 from ._twostage import noise
 from ._errors import (
@@ -54,6 +54,7 @@ __all__ = [
     "CodecrtError",
     "ComputeError",
     "FlowStream",
+    "FlowTick",
     "step_flows",
     "Context",
     "CorruptModelError",

@@ -401,6 +401,11 @@ class Context:
         return self._model_info
 
     @property
+    def max_batch(self) -> int:
+        """The largest batch one decode (or one graph of streams) takes."""
+        return self._max_batch
+
+    @property
     def closed(self) -> bool:
         return self._ptr is None
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ._core import Context
     from ._voice import Voice
 
-__all__ = ["FlowStream", "step_flows"]
+__all__ = ["FlowStream", "FlowTick", "step_flows"]
 
 LOOKAHEAD = 3      # tokens of right context of the encoder's PreLookahead layer
 MEL_CACHE = 8      # mel frames re-vocoded at each boundary (CosyVoice2: 8)
@@ -239,28 +239,43 @@ class FlowStream:
         return self.pull()
 
 
-def step_flows(ctx: Context, streams: Sequence[FlowStream]) -> tuple[int, dict[int, CodecrtError]]:
-    """One chunk for every ready stream of ``streams`` (all on ``ctx``), batched.
+class FlowTick(NamedTuple):
+    """What :func:`step_flows` did: streams advanced, errors by index, the largest batch run."""
+
+    stepped: int
+    errors: dict[int, CodecrtError]
+    largest_batch: int
+
+
+def step_flows(ctx: Context, streams: Sequence[FlowStream]) -> FlowTick:
+    """One chunk for every ready stream of ``streams`` (all on ``ctx``, each once), batched.
 
     Flows of one shape (prompt length, tokens so far, last chunk or not) run as
-    one batch, and vocoder calls of one length as another, so streams in step
-    share each graph; the result of every stream is that of its own ``step()``.
+    one batch, and vocoder calls of one length as another (at most the
+    context's ``max_batch`` each), so streams in step share each graph; the
+    result of every stream is that of its own ``step()`` up to float rounding.
     A failed batch is retried stream by stream, so an error stays with its
-    stream. Returns (streams stepped, {index in ``streams``: error}).
+    stream.
     """
+    from ._native import lib
     from ._twostage import flow_batch, vocode_batch
 
+    if len({id(fs) for fs in streams}) != len(streams):
+        _fail(E_INVALID_ARGUMENT, "a stream appears twice")
     for fs in streams:
         if fs._ctx is not ctx:
             _fail(E_INVALID_ARGUMENT, "every stream must belong to ctx")
     plans = {i: c for i, fs in enumerate(streams) if (c := fs._plan()) is not None}
     errors: dict[int, CodecrtError] = {}
     mels: dict[int, npt.NDArray[np.float32]] = {}
-    limit = 64  # CODECRT_MAX_FLOW_BATCH
+    limit = max(1, min(int(lib.CODECRT_MAX_FLOW_BATCH), ctx.max_batch))
+    largest = 0
 
     def run(group: list[int], batch: Any, single: Any, into: dict[int, Any]) -> None:
+        nonlocal largest
         for j in range(0, len(group), limit):
             part = group[j: j + limit]
+            largest = max(largest, len(part))
             try:
                 for i, r in zip(part, batch(part)):
                     into[i] = r
@@ -301,4 +316,4 @@ def step_flows(ctx: Context, streams: Sequence[FlowStream]) -> tuple[int, dict[i
             outs)
     for i, (pcm, source) in outs.items():
         streams[i]._commit(plans[i], voc[i][0], pcm, source)
-    return len(outs), errors
+    return FlowTick(len(outs), errors, largest)

@@ -235,6 +235,7 @@ class _Model:
     ticks: int = 0
     stream_ticks: int = 0
     max_batch_seen: int = 0
+    last_batch: int = 0  # flow models: the largest batch of the last tick (codecrt.FlowTick)
     batches: deque[int] = field(default_factory=lambda: deque(maxlen=_RECENT))
     tick_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
     warm: dict[str, Any] = field(default_factory=dict)
@@ -566,9 +567,10 @@ class Worker:
         if n:
             m.ticks += 1
             m.stream_ticks += n
-            m.batches.append(n)
+            batch = m.last_batch if m.voices is not None else n  # flows: the largest batch of the tick
+            m.batches.append(batch)
             m.tick_ms.append(dt)
-            m.max_batch_seen = max(m.max_batch_seen, n)
+            m.max_batch_seen = max(m.max_batch_seen, batch)
         for st in cands:
             self._collect(m, st)
         return n
@@ -577,12 +579,13 @@ class Worker:
         """Flow streams: one chunk each, batched where shapes agree; a failure ends only its own stream."""
         import codecrt
 
-        n, errors = codecrt.step_flows(m.ctx, [st.stream.fs for st in cands])
-        for i, e in errors.items():
+        tick = codecrt.step_flows(m.ctx, [st.stream.fs for st in cands])
+        for i, e in tick.errors.items():
             st = cands[i]
             logger.warning("chunk of %s stream %d failed: %s", m.name, st.sid, e)
             self._fail(st.sid, error_code_for(e), f"decode failed: {e}")
-        return int(n)
+        m.last_batch = tick.largest_batch
+        return tick.stepped
 
     def _collect(self, m: _Model, st: _Stream) -> None:
         s = st.stream

@@ -372,8 +372,11 @@ codecrt_status codecrt_vocode(codecrt_context *ctx, const float *mel, int32_t n_
                               float *pcm, size_t pcm_capacity, float *source_out);
 
 /*
- * Batches for servers: n (1..CODECRT_MAX_FLOW_BATCH) flows or vocoder calls in
- * one graph per stage, each sequence's numbers those of its own call.
+ * Batches for servers: n flows or vocoder calls (1..CODECRT_MAX_FLOW_BATCH,
+ * and at most the context's max_batch, else CODECRT_E_TOO_LARGE) in one graph
+ * per stage, each sequence's numbers those of its own call up to float
+ * rounding (products of another shape may sum in another order). A batch whose
+ * largest tensor would pass 2^27 elements runs in sub-batches under it.
  *
  * codecrt_flow_decode_batch: params[n] and tokens [n][n_tokens]; the flows must
  * agree in shape and schedule (the voices' prompt lengths, finalize, n_steps,

@@ -30,12 +30,6 @@
 
 #include "internal.h"
 
-static double cr_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 void cr_graphs_init(cr_graphs *g, ggml_backend_t *backends, int n_backends, size_t graph_size) {
     memset(g, 0, sizeof(*g));
     g->n_backends = n_backends;
@@ -94,6 +88,17 @@ void cr_graphs_release(cr_graphs *g, int32_t kind) {
             slot->reserved = false;
             g->recreations++;
         }
+    }
+}
+
+void cr_graphs_drop_reservation(cr_graphs *g, int32_t kind) {
+    cr_graph_slot *slot = &g->slots[kind];
+    cr_graphs_release(g, kind);
+    if (slot->sched) {
+        ggml_backend_sched_free(slot->sched);
+        slot->sched = NULL;
+        slot->reserved = false;
+        g->recreations++;
     }
 }
 

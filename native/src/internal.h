@@ -44,6 +44,8 @@ codecrt_status cr_fail(cr_err *err, codecrt_status status, const char *fmt, ...)
 #endif
     ;
 void cr_err_copy(const cr_err *err, char *dst, size_t dst_size);
+/* CLOCK_MONOTONIC in milliseconds. */
+double cr_now_ms(void);
 /* Grow a malloc'd array *buf of *cap elements of elem bytes to hold need (contents kept). */
 codecrt_status cr_grow(void **buf, size_t *cap, size_t need, size_t elem, cr_err *err);
 void cr_logging_init(void);
@@ -296,6 +298,10 @@ void cr_graphs_free(cr_graphs *g);
  */
 codecrt_status cr_graphs_acquire(cr_graphs *g, const cr_graph_key *key, cr_build_fn build,
                                  void *user, cr_graph_slot **out, cr_err *err);
+
+/* Release the kind's graph and free its scheduler: the next acquire reserves
+   afresh for its own key (counted as a recreation). */
+void cr_graphs_drop_reservation(cr_graphs *g, int32_t kind);
 
 /* Reserve the kind's buffers for an envelope (n_frames, n_batch, flags). */
 codecrt_status cr_graphs_reserve(cr_graphs *g, const cr_graph_key *envelope, cr_build_fn build,

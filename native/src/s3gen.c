@@ -31,6 +31,11 @@
 #define S3_SITE_PHASE 2000u
 #define S3_SITE_SINE 2100u
 
+/* Batches (codecrt_flow_decode_batch, codecrt_vocode_batch) run in sub-batches
+   whose largest tensor stays under this many elements (512 MiB of F32): past
+   it a batch gains nothing on any device, and memory would grow with it. */
+#define S3_BATCH_ELEMENTS ((int64_t)1 << 27)
+
 struct codecrt_voice {
     const cr_model *model;      /* the model it was made for (identity check only) */
     int32_t n_tokens;
@@ -274,8 +279,28 @@ static codecrt_status s3_check_elements(codecrt_context *ctx, const char *what, 
     return CODECRT_OK;
 }
 
-static codecrt_status s3_acquire(codecrt_context *ctx, int32_t kind, int64_t T, int64_t B, cr_build_fn fn,
-                                 cr_graph_slot **slot) {
+/* Largest tensor of a kind's graph for (T, B), in elements. */
+typedef int64_t (*s3_elements_fn)(int64_t T, int64_t B);
+
+/*
+ * A kind's reservation grows per axis (the lifecycle manager's envelope), which
+ * suits sizes linear in T and B; the estimator's attention is quadratic in T.
+ * After a batch of short flows, one long flow alone would otherwise reserve
+ * (the longest T) x (the largest batch), a shape that never runs: when that
+ * envelope passes the batch budget, the kind's scheduler is dropped and
+ * reserved for the request alone.
+ */
+static codecrt_status s3_acquire(codecrt_context *ctx, int32_t kind, int64_t T, int64_t B, s3_elements_fn elems,
+                                 cr_build_fn fn, cr_graph_slot **slot) {
+    const cr_graph_slot *cur = &ctx->graphs.slots[kind];
+    if (cur->reserved) {
+        const int64_t eT = T > cur->reserved_frames ? T : cur->reserved_frames;
+        const int64_t eB = B > cur->reserved_batch ? B : cur->reserved_batch;
+        const int64_t need = elems(T, B), env = elems(eT, eB);
+        if (env > need && env > S3_BATCH_ELEMENTS) {
+            cr_graphs_drop_reservation(&ctx->graphs, kind);
+        }
+    }
     const cr_graph_key key = {.kind = kind, .n_frames = (int32_t)T, .n_batch = (int32_t)B, .flags = 0};
     s3_build b = {ctx};
     return cr_graphs_acquire(&ctx->graphs, &key, fn, &b, slot, &ctx->err);
@@ -287,7 +312,7 @@ static codecrt_status s3_acquire(codecrt_context *ctx, int32_t kind, int64_t T, 
 static codecrt_status s3_encode(codecrt_context *ctx, const int32_t *tokens, int64_t n, int64_t B, float *mu) {
     codecrt_status st = s3_check_elements(ctx, "the encoder", s3_encoder_max_elements(n, B));
     cr_graph_slot *slot = NULL;
-    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_ENCODE, n, B, s3_build_encode, &slot))) {
+    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_ENCODE, n, B, s3_encoder_max_elements, s3_build_encode, &slot))) {
         return st;
     }
     s3_encoder_io e;
@@ -305,7 +330,7 @@ static codecrt_status s3_encode(codecrt_context *ctx, const int32_t *tokens, int
 static codecrt_status s3_step_graph(codecrt_context *ctx, int64_t T, int64_t B, cr_graph_slot **slot,
                                     s3_estimator_io *e) {
     codecrt_status st = s3_check_elements(ctx, "the flow estimator", s3_estimator_max_elements(T, B));
-    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_FLOW_STEP, T, B, s3_build_step, slot))) {
+    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_FLOW_STEP, T, B, s3_estimator_max_elements, s3_build_step, slot))) {
         return st;
     }
     S3_IO_LOAD(*e, &(*slot)->io);
@@ -459,7 +484,7 @@ done:
 static codecrt_status s3_f0(codecrt_context *ctx, const float *mel, int64_t F, int64_t K, float *f0) {
     codecrt_status st = s3_check_elements(ctx, "the F0 predictor", s3_hift_max_elements(F, K));
     cr_graph_slot *slot = NULL;
-    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_F0, F, K, s3_build_f0, &slot))) {
+    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_F0, F, K, s3_hift_max_elements, s3_build_f0, &slot))) {
         return st;
     }
     s3_f0_io e;
@@ -476,7 +501,7 @@ static codecrt_status s3_hift(codecrt_context *ctx, const float *mel, int64_t F,
                               float *pcm) {
     codecrt_status st = s3_check_elements(ctx, "the vocoder", s3_hift_max_elements(F, K));
     cr_graph_slot *slot = NULL;
-    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_VOCODE, F, K, s3_build_vocode, &slot))) {
+    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_VOCODE, F, K, s3_hift_max_elements, s3_build_vocode, &slot))) {
         return st;
     }
     s3_hift_io e;
@@ -659,6 +684,20 @@ codecrt_flow_params codecrt_flow_default_params(void) {
     return p;
 }
 
+static codecrt_status s3_check_batch(codecrt_context *ctx, int32_t n) {
+    if (n > ctx->params.max_batch) {
+        return cr_fail(&ctx->err, CODECRT_E_TOO_LARGE, "batch of %d sequences exceeds the context's max_batch %d",
+                       n, ctx->params.max_batch);
+    }
+    return CODECRT_OK;
+}
+
+/* Sequences per sub-batch for a per-sequence largest tensor of `one` elements. */
+static int32_t s3_batch_fit(int64_t one) {
+    const int64_t k = one > 0 ? S3_BATCH_ELEMENTS / one : CODECRT_MAX_FLOW_BATCH;
+    return k < 1 ? 1 : (k > CODECRT_MAX_FLOW_BATCH ? CODECRT_MAX_FLOW_BATCH : (int32_t)k);
+}
+
 codecrt_status codecrt_flow_decode_batch(codecrt_context *ctx, const codecrt_flow_params *params, int32_t n,
                                          const int32_t *tokens, int32_t n_tokens, float *mel, size_t mel_capacity,
                                          int32_t *n_frames) {
@@ -672,6 +711,12 @@ codecrt_status codecrt_flow_decode_batch(codecrt_context *ctx, const codecrt_flo
     if (!params || !mel || n < 1 || n > CODECRT_MAX_FLOW_BATCH) {
         return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "params and mel must not be NULL and n = %d "
                        "must be in 1..%d", n, CODECRT_MAX_FLOW_BATCH);
+    }
+    if ((st = s3_check_batch(ctx, n)) != CODECRT_OK) {
+        return st;
+    }
+    if (n_tokens < 1) {
+        return cr_fail(&ctx->err, CODECRT_E_SHAPE, "%d tokens give no mel frame", n_tokens);
     }
     s3_flow_req q[CODECRT_MAX_FLOW_BATCH];
     for (int32_t k = 0; k < n; k++) {
@@ -699,7 +744,13 @@ codecrt_status codecrt_flow_decode_batch(codecrt_context *ctx, const codecrt_flo
         return cr_fail(&ctx->err, CODECRT_E_BUFFER_TOO_SMALL, "mel buffer holds %zu floats, %lld needed",
                        mel_capacity, (long long)F * S3_MEL * n);
     }
-    if ((st = s3_flow(ctx, q, n, mel)) == CODECRT_OK && n_frames) {
+    /* sub-batches under the budget (one flow always runs, as a single call would) */
+    const int64_t T = F + q[0].voice->n_frames, per = s3_hp(ctx)->meanflow ? 1 : 2;
+    const int32_t step = s3_batch_fit(s3_estimator_max_elements(T, per));
+    for (int32_t k = 0; k < n && st == CODECRT_OK; k += step) {
+        st = s3_flow(ctx, q + k, n - k < step ? n - k : step, mel + (size_t)k * (size_t)F * S3_MEL);
+    }
+    if (st == CODECRT_OK && n_frames) {
         *n_frames = (int32_t)F;
     }
     return s3_status(ctx, st);
@@ -737,6 +788,9 @@ codecrt_status codecrt_vocode_batch(codecrt_context *ctx, const float *mel, int3
         return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "items must not be NULL and n = %d must be in 1..%d",
                        n, CODECRT_MAX_FLOW_BATCH);
     }
+    if ((st = s3_check_batch(ctx, n)) != CODECRT_OK) {
+        return st;
+    }
     if ((st = s3_check_mel(ctx, mel, n_frames, n)) != CODECRT_OK) {
         return st;
     }
@@ -752,7 +806,12 @@ codecrt_status codecrt_vocode_batch(codecrt_context *ctx, const float *mel, int3
                            "(0..%lld)", k, (long long)it->sample_offset, it->n_cache, (long long)N);
         }
     }
-    return s3_status(ctx, s3_vocode(ctx, mel, n_frames, n, items, pcm));
+    const int32_t step = s3_batch_fit(s3_hift_max_elements(n_frames, 1));
+    for (int32_t k = 0; k < n && st == CODECRT_OK; k += step) {
+        st = s3_vocode(ctx, mel + (size_t)k * (size_t)n_frames * S3_MEL, n_frames, n - k < step ? n - k : step,
+                       items + k, pcm + (size_t)k * (size_t)N);
+    }
+    return s3_status(ctx, st);
 }
 
 codecrt_status codecrt_vocode(codecrt_context *ctx, const float *mel, int32_t n_frames, uint64_t seed,

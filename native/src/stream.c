@@ -421,6 +421,9 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
         const size_t sz = (size_t)ggml_nelements(io->codes[l]);
         need = sz > need ? sz : need;
     }
+    /* the output's host copy too: grown now, a failure leaves every stream as it was */
+    const size_t out = (size_t)ggml_nelements(io->out);
+    need = out > need ? out : need;
     codecrt_status st = cr_grow((void **)&ctx->scratch, &ctx->scratch_cap, need, sizeof(float), err);
     if (st != CODECRT_OK) {
         return st;
@@ -490,11 +493,8 @@ static codecrt_status cr_stream_collect(codecrt_context *ctx, const cr_graph_io 
                                         int32_t n, cr_err *err) {
     const int64_t len = io->out->ne[1];
     /* one device-to-host copy for the tick (a copy per stream costs a
-       synchronisation each: 256 of them were 2 ms of a 37 ms CUDA tick) */
-    codecrt_status st = cr_grow((void **)&ctx->scratch, &ctx->scratch_cap, (size_t)n * (size_t)len, sizeof(float), err);
-    if (st != CODECRT_OK) {
-        return st;
-    }
+       synchronisation each: 256 of them were 2 ms of a 37 ms CUDA tick);
+       cr_stream_set_inputs sized the scratch for it */
     ggml_backend_tensor_get(io->out, ctx->scratch, 0, (size_t)n * (size_t)len * sizeof(float));
     for (int32_t b = 0; b < n; b++) {
         codecrt_stream *s = ready[b];

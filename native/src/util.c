@@ -1,8 +1,10 @@
 /* util.c: status names, error messages, version, ggml logging, tensor specs. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -212,4 +214,10 @@ codecrt_status cr_grow(void **buf, size_t *cap, size_t need, size_t elem, cr_err
     *buf = p;
     *cap = need;
     return CODECRT_OK;
+}
+
+double cr_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
