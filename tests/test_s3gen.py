@@ -172,3 +172,21 @@ def test_snac_model_refuses_two_stage_calls(snac_cases):
             ctx.vocode(np.zeros((80, 2), dtype=np.float32))
         with pytest.raises(codecrt.UnsupportedError):
             codecrt.Voice(m, np.zeros(0, np.int32), np.zeros((0, 80), np.float32), np.ones(192, np.float32))
+
+
+def test_batch_envelope_does_not_outgrow_the_budget():
+    """After a wide batch of short flows, a long flow alone re-reserves for itself (Turbo):
+    the per-axis envelope (longest T x widest batch) would pass the batch budget."""
+    model = codecrt.Model(s3ref.gguf(True))
+    with codecrt.Context(model, device="cpu", n_threads=2) as ctx:
+        _, voice = _voice(model, seed=5, n=8)
+        short = np.stack([_tokens(40 + i, 4) for i in range(64)])
+        mels = codecrt.diag.flow_batch(ctx, short, [voice] * 64, seeds=list(range(64)))
+        assert mels.shape == (64, 80, 8)
+        r0 = ctx.stats.sched_recreations
+        long = _tokens(7, 300)  # T = 616 mel frames; (616, 64) would be ~1.9e8 elements
+        got = ctx.flow(long, voice, seed=3)
+        assert ctx.stats.sched_recreations > r0
+        with codecrt.Context(model, device="cpu", n_threads=2) as fresh:
+            np.testing.assert_array_equal(got, fresh.flow(long, voice, seed=3))
+    model.close()
