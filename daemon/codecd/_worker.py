@@ -201,9 +201,6 @@ class _FlowAdapter:
     def pull(self) -> Any:
         return self.fs.pull()
 
-    def step(self) -> bool:
-        return bool(self.fs.step())
-
     def close(self) -> None:
         self.fs = _ClosedFlow(self.fs)
 
@@ -235,7 +232,6 @@ class _Model:
     ticks: int = 0
     stream_ticks: int = 0
     max_batch_seen: int = 0
-    last_batch: int = 0  # flow models: the largest batch of the last tick (codecrt.FlowTick)
     batches: deque[int] = field(default_factory=lambda: deque(maxlen=_RECENT))
     tick_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
     warm: dict[str, Any] = field(default_factory=dict)
@@ -553,10 +549,10 @@ class Worker:
         t0 = time.perf_counter()
         try:
             if m.voices is not None:
-                n = self._step_flows(m, cands)
+                n, batch = self._step_flows(m, cands)
                 cands = [st for st in cands if st.sid in m.streams]
             else:
-                n = m.ctx.step([st.stream for st in cands])
+                n = batch = m.ctx.step([st.stream for st in cands])
         except codecrt.CodecrtError as e:
             # which streams were in the failed graph is not reported: fail all candidates
             logger.warning("tick of %s failed (%d streams): %s", m.name, len(cands), e)
@@ -567,16 +563,16 @@ class Worker:
         if n:
             m.ticks += 1
             m.stream_ticks += n
-            batch = m.last_batch if m.voices is not None else n  # flows: the largest batch of the tick
-            m.batches.append(batch)
+            m.batches.append(batch)  # flows: the largest batch of the tick
             m.tick_ms.append(dt)
             m.max_batch_seen = max(m.max_batch_seen, batch)
         for st in cands:
             self._collect(m, st)
         return n
 
-    def _step_flows(self, m: _Model, cands: list[_Stream]) -> int:
-        """Flow streams: one chunk each, batched where shapes agree; a failure ends only its own stream."""
+    def _step_flows(self, m: _Model, cands: list[_Stream]) -> tuple[int, int]:
+        """Flow streams: one chunk each, batched where shapes agree; a failure ends only its own
+        stream. Returns (streams stepped, the largest batch)."""
         import codecrt
 
         tick = codecrt.step_flows(m.ctx, [st.stream.fs for st in cands])
@@ -584,8 +580,7 @@ class Worker:
             st = cands[i]
             logger.warning("chunk of %s stream %d failed: %s", m.name, st.sid, e)
             self._fail(st.sid, error_code_for(e), f"decode failed: {e}")
-        m.last_batch = tick.largest_batch
-        return tick.stepped
+        return tick.stepped, tick.largest_batch
 
     def _collect(self, m: _Model, st: _Stream) -> None:
         s = st.stream

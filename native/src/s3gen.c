@@ -283,6 +283,7 @@ static codecrt_status s3_check_elements(codecrt_context *ctx, const char *what, 
 typedef int64_t (*s3_elements_fn)(int64_t T, int64_t B);
 
 /*
+ * Graph `what` of a kind for (T, B): refused past ggml's tensor size limit.
  * A kind's reservation grows per axis (the lifecycle manager's envelope), which
  * suits sizes linear in T and B; the estimator's attention is quadratic in T.
  * After a batch of short flows, one long flow alone would otherwise reserve
@@ -290,8 +291,12 @@ typedef int64_t (*s3_elements_fn)(int64_t T, int64_t B);
  * envelope passes the batch budget, the kind's scheduler is dropped and
  * reserved for the request alone.
  */
-static codecrt_status s3_acquire(codecrt_context *ctx, int32_t kind, int64_t T, int64_t B, s3_elements_fn elems,
-                                 cr_build_fn fn, cr_graph_slot **slot) {
+static codecrt_status s3_acquire(codecrt_context *ctx, int32_t kind, const char *what, int64_t T, int64_t B,
+                                 s3_elements_fn elems, cr_build_fn fn, cr_graph_slot **slot) {
+    codecrt_status st = s3_check_elements(ctx, what, elems(T, B));
+    if (st != CODECRT_OK) {
+        return st;
+    }
     const cr_graph_slot *cur = &ctx->graphs.slots[kind];
     if (cur->reserved) {
         const int64_t eT = T > cur->reserved_frames ? T : cur->reserved_frames;
@@ -310,9 +315,10 @@ static codecrt_status s3_acquire(codecrt_context *ctx, int32_t kind, int64_t T, 
 
 /* tokens [B][n] -> mu [B][80][2n] */
 static codecrt_status s3_encode(codecrt_context *ctx, const int32_t *tokens, int64_t n, int64_t B, float *mu) {
-    codecrt_status st = s3_check_elements(ctx, "the encoder", s3_encoder_max_elements(n, B));
     cr_graph_slot *slot = NULL;
-    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_ENCODE, n, B, s3_encoder_max_elements, s3_build_encode, &slot))) {
+    codecrt_status st = s3_acquire(ctx, CODECRT_GRAPH_ENCODE, "the encoder", n, B, s3_encoder_max_elements,
+                                   s3_build_encode, &slot);
+    if (st != CODECRT_OK) {
         return st;
     }
     s3_encoder_io e;
@@ -329,8 +335,9 @@ static codecrt_status s3_encode(codecrt_context *ctx, const int32_t *tokens, int
 /* Allocate the estimator graph for [T, 80, B]. */
 static codecrt_status s3_step_graph(codecrt_context *ctx, int64_t T, int64_t B, cr_graph_slot **slot,
                                     s3_estimator_io *e) {
-    codecrt_status st = s3_check_elements(ctx, "the flow estimator", s3_estimator_max_elements(T, B));
-    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_FLOW_STEP, T, B, s3_estimator_max_elements, s3_build_step, slot))) {
+    codecrt_status st = s3_acquire(ctx, CODECRT_GRAPH_FLOW_STEP, "the flow estimator", T, B,
+                                   s3_estimator_max_elements, s3_build_step, slot);
+    if (st != CODECRT_OK) {
         return st;
     }
     S3_IO_LOAD(*e, &(*slot)->io);
@@ -386,7 +393,7 @@ static int64_t s3_flow_frames(const s3_flow_req *q) {
 
 /*
  * K sequences through the flow together: mel [K][80][s3_flow_frames] of the
- * speech after each prompt. The requests must agree in shape (s3_flow_same):
+ * speech after each prompt. The requests agree in shape (codecrt_flow_decode_batch checks):
  * the encoder runs per sequence (its cost is one evaluation), the estimator
  * once per step over all of them, in one batch of K (Turbo) or 2K (with
  * guidance: entries 0..K-1 conditional, K..2K-1 unconditional). Each
@@ -482,9 +489,10 @@ done:
 
 /* mel [K][80][F] -> f0 [K][F] */
 static codecrt_status s3_f0(codecrt_context *ctx, const float *mel, int64_t F, int64_t K, float *f0) {
-    codecrt_status st = s3_check_elements(ctx, "the F0 predictor", s3_hift_max_elements(F, K));
     cr_graph_slot *slot = NULL;
-    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_F0, F, K, s3_hift_max_elements, s3_build_f0, &slot))) {
+    codecrt_status st = s3_acquire(ctx, CODECRT_GRAPH_F0, "the F0 predictor", F, K, s3_hift_max_elements,
+                                   s3_build_f0, &slot);
+    if (st != CODECRT_OK) {
         return st;
     }
     s3_f0_io e;
@@ -499,9 +507,10 @@ static codecrt_status s3_f0(codecrt_context *ctx, const float *mel, int64_t F, i
 /* mel [K][80][F] + source [K][F*480] -> pcm [K][F*480] */
 static codecrt_status s3_hift(codecrt_context *ctx, const float *mel, int64_t F, int64_t K, const float *source,
                               float *pcm) {
-    codecrt_status st = s3_check_elements(ctx, "the vocoder", s3_hift_max_elements(F, K));
     cr_graph_slot *slot = NULL;
-    if (st != CODECRT_OK || (st = s3_acquire(ctx, CODECRT_GRAPH_VOCODE, F, K, s3_hift_max_elements, s3_build_vocode, &slot))) {
+    codecrt_status st = s3_acquire(ctx, CODECRT_GRAPH_VOCODE, "the vocoder", F, K, s3_hift_max_elements,
+                                   s3_build_vocode, &slot);
+    if (st != CODECRT_OK) {
         return st;
     }
     s3_hift_io e;
@@ -736,7 +745,7 @@ codecrt_status codecrt_flow_decode_batch(codecrt_context *ctx, const codecrt_flo
         }
     }
     const int64_t F = s3_flow_frames(&q[0]);
-    if (n_tokens < 1 || F < 1) {
+    if (F < 1) {
         return cr_fail(&ctx->err, CODECRT_E_SHAPE, "%d tokens give no mel frame%s", n_tokens,
                        q[0].finalize ? "" : " (without finalize the last 3 only look ahead)");
     }
