@@ -101,9 +101,12 @@ def test_snac24_orpheus_groups_split_randomly_with_noise(codecrt, snac_cases):
 
 
 @pytest.mark.parametrize("name", ["24khz", "32khz", "44khz"])
-@pytest.mark.parametrize("noise", [False, True])
-def test_random_large_chunks_equal_offline(codecrt, snac_cases, name, noise):
-    """Every SNAC configuration: random large chunks, noise off and on, equal the offline decode."""
+@pytest.mark.parametrize("noise,ops", [(False, "cpu"), (True, "cpu"), (True, "portable")])
+def test_random_large_chunks_equal_offline(codecrt, snac_cases, name, noise, ops, monkeypatch):
+    """Every SNAC configuration: random large chunks, noise off and on, equal the offline decode;
+    also through the time-fastest graphs that GPUs run (CODECRT_PORTABLE_OPS)."""
+    if ops == "portable":
+        monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
     case = snac_cases(name)
     rng = np.random.default_rng(3)
     with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu") as ctx:
@@ -114,7 +117,7 @@ def test_random_large_chunks_equal_offline(codecrt, snac_cases, name, noise):
                                noise=noise, seed=5)
     assert len(got) == len(want) == n * m.info.hop_length
     err = float(np.abs(got - want).max())
-    print(f"\nSNAC {name} noise={noise}: streamed vs offline max |diff| {err:.1e}, "
+    print(f"\nSNAC {name} noise={noise} ops={ops}: streamed vs offline max |diff| {err:.1e}, "
           f"latency {info.latency_samples} samples")
     assert err < 1e-5
 

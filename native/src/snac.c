@@ -278,10 +278,24 @@ static struct ggml_tensor *snac_dwconv(struct ggml_context *ctx, struct ggml_ten
     return snac_dwconv_pad(ctx, x, w, b, dilation, true);
 }
 
+/*
+ * w [K, M] times x [K, T, B] -> [M, T, B], as one [K, T*B] product when x is
+ * contiguous. Left 3-D, a product whose T is 16 or less (a stream tick's first
+ * layers) goes to ggml CUDA's small-batch kernel once per sequence, rereading
+ * w B times: 1.4 ms of a 20 ms tick at 256 streams against ~0.1 ms for one GEMM.
+ */
+static struct ggml_tensor *snac_mm(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x) {
+    if (!ggml_is_contiguous(x) || x->ne[3] != 1) {
+        return ggml_mul_mat(ctx, w, x);
+    }
+    struct ggml_tensor *y = ggml_mul_mat(ctx, w, ggml_reshape_2d(ctx, x, x->ne[0], x->ne[1] * x->ne[2]));
+    return ggml_reshape_3d(ctx, y, w->ne[1], x->ne[1], x->ne[2]);
+}
+
 /* 1x1 conv: w [Cin, Cout], x [Cin, T, B] -> [Cout, T, B]. */
 static struct ggml_tensor *snac_pwconv(struct ggml_context *ctx, struct ggml_tensor *x,
                                        struct ggml_tensor *w, struct ggml_tensor *b) {
-    struct ggml_tensor *y = ggml_mul_mat(ctx, w, x);
+    struct ggml_tensor *y = snac_mm(ctx, w, x);
     return b ? ggml_add(ctx, y, b) : y;
 }
 
@@ -338,7 +352,7 @@ static struct ggml_tensor *snac_upconv(struct ggml_context *ctx, struct ggml_ten
     const int64_t T = x->ne[1], B = x->ne[2], Cout = b->ne[0];
     const int p = (s + 1) / 2;
     struct ggml_tensor *xp = ggml_pad_ext(ctx, x, 0, 0, 1, 1, 0, 0, 0, 0); /* [Cin, T+2, B] */
-    struct ggml_tensor *cols = ggml_mul_mat(ctx, w, xp);                   /* [2s*Cout, T+2, B] */
+    struct ggml_tensor *cols = snac_mm(ctx, w, xp);                        /* [2s*Cout, T+2, B] */
     const size_t half = (size_t)(s * Cout) * sizeof(float);
     /* block j = lo at padded frame j+1 + hi at padded frame j, j = 0..T */
     struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, T + 1, B, cols->nb[1], cols->nb[2], cols->nb[1]);
@@ -360,7 +374,7 @@ static struct ggml_tensor *snac_conv_small(struct ggml_context *ctx, struct ggml
     const int64_t K = w->ne[1] / Cout;
     const int pad = (int)((K - 1) / 2);
     /* pad the product, K*Cout rows, rather than the Cin-row input */
-    struct ggml_tensor *z = ggml_mul_mat(ctx, w, x);              /* [K*Cout, T, B] */
+    struct ggml_tensor *z = snac_mm(ctx, w, x);                   /* [K*Cout, T, B] */
     z = ggml_pad_ext(ctx, z, 0, 0, pad, pad, 0, 0, 0, 0);          /* [K*Cout, T+2p, B] */
     struct ggml_tensor *y = NULL;
     for (int64_t k = 0; k < K; k++) {
@@ -378,7 +392,7 @@ static struct ggml_tensor *snac_attention(struct ggml_context *ctx, struct ggml_
     const int64_t nh = D / SNAC_HEAD_DIM, nw = T / window, hd = SNAC_HEAD_DIM;
     struct ggml_tensor *h = ggml_norm(ctx, x, 1e-5f);
     h = ggml_add(ctx, ggml_mul(ctx, h, W(w, "decoder.attn.norm.weight")), W(w, "decoder.attn.norm.bias"));
-    struct ggml_tensor *qkv = ggml_mul_mat(ctx, W(w, "decoder.attn.qkv.weight"), h); /* [3D, T, B] */
+    struct ggml_tensor *qkv = snac_mm(ctx, W(w, "decoder.attn.qkv.weight"), h); /* [3D, T, B] */
     const size_t row = qkv->nb[1];
     /* [hd, nh, T*B] views: channel h*hd + d of q, k, v */
     struct ggml_tensor *q = ggml_view_3d(ctx, qkv, hd, nh, T * B, hd * sizeof(float), row, 0);
@@ -396,7 +410,7 @@ static struct ggml_tensor *snac_attention(struct ggml_context *ctx, struct ggml_
     struct ggml_tensor *o = ggml_mul_mat(ctx, v, kq);       /* [hd, W, nh, nw*B] */
     o = ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3));  /* [hd, nh, W, nw*B] */
     o = ggml_reshape_3d(ctx, o, D, T, B);
-    o = ggml_mul_mat(ctx, W(w, "decoder.attn.out.weight"), o);
+    o = snac_mm(ctx, W(w, "decoder.attn.out.weight"), o);
     return ggml_add(ctx, o, x);
 }
 
@@ -470,7 +484,7 @@ static struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_
         if (shape->noise && hp->noise) {
             snprintf(name, sizeof(name), "noise.%d", i);
             struct ggml_tensor *n = io[SNAC_IO_NOISE + i] = snac_input(ctx, GGML_TYPE_F32, 1, t, B, name);
-            struct ggml_tensor *h = ggml_mul_mat(ctx, W(w, "decoder.block.%d.noise.weight", i), x);
+            struct ggml_tensor *h = snac_mm(ctx, W(w, "decoder.block.%d.noise.weight", i), x);
             x = ggml_add(ctx, x, ggml_mul(ctx, h, n));
         }
         x = snac_mask(ctx, x, masks[i + 1]);
@@ -653,6 +667,88 @@ static struct ggml_tensor *snac_sb_mask(snac_sb *sb, struct ggml_tensor *x, int3
     return ggml_mul(sb->ctx, x, snac_sb_time(sb, CR_TIME_MASK, x->ne[1], rate, delay, 0));
 }
 
+/*
+ * Off the CPU the decoder blocks keep their residual stream time fastest,
+ * x [n, B, C], so the Snake-depthwise-Snake core needs no transposes: the one
+ * transpose per residual unit feeds the 1x1 conv, whose product is taken as
+ * y^T w, landing time fastest again. The state pools are laid out differently
+ * on the two paths (below); a context only ever uses one of them.
+ */
+
+/*
+ * x [n, B, C] -> concat(state [S, B, C], x) [S+n, B, C]; the last S frames
+ * become the state. On this path a state pool [S*C, slots+1] holds
+ * [S, slots+1, C]: a plane of slot rows per channel, so one get_rows with the
+ * slot list repeated for every channel (a stride-0 view) reads the states
+ * straight into [S, B, C], and one set_rows writes the tail back from its view
+ * of buf, with no copies in between.
+ */
+static struct ggml_tensor *snac_sb_with_state_tf(snac_sb *sb, struct ggml_tensor *x, int64_t S) {
+    struct ggml_context *ctx = sb->ctx;
+    const int64_t n = x->ne[0], B = x->ne[1], C = x->ne[2];
+    struct ggml_tensor *pool = sb->pool[sb->next_state++];
+    struct ggml_tensor *planes = ggml_reshape_3d(ctx, pool, S, pool->ne[1], C);      /* [S, slots+1, C] */
+    /* [B, C] with stride 0 along C: ggml_view_2d checks a view's extent as if
+       it were dense, so the broadcast is set on a 1-D view by hand */
+    struct ggml_tensor *slots = ggml_view_1d(ctx, sb->io->slot_read, B, 0);
+    slots->ne[1] = C;
+    slots->nb[1] = slots->nb[2] = slots->nb[3] = 0;
+    struct ggml_tensor *st = ggml_get_rows(ctx, planes, slots);                       /* [S, B, C] */
+    if (sb->io->keep) {
+        st = ggml_mul(ctx, st, ggml_reshape_3d(ctx, sb->io->keep, 1, B, 1));
+    }
+    struct ggml_tensor *buf = ggml_concat(ctx, st, x, 0); /* [S+n, B, C] */
+    struct ggml_tensor *tail = ggml_view_3d(ctx, buf, S, B, C, buf->nb[1], buf->nb[2], (size_t)n * sizeof(float));
+    ggml_build_forward_expand(sb->gf, ggml_set_rows(ctx, planes, tail, sb->io->slot_write));
+    return buf;
+}
+
+static struct ggml_tensor *snac_sb_mask_tf(snac_sb *sb, struct ggml_tensor *x, int32_t rate, int32_t delay) {
+    if (!sb->masked) {
+        return x;
+    }
+    struct ggml_tensor *m = snac_sb_time(sb, CR_TIME_MASK, x->ne[0], rate, delay, 0); /* [1, n, B] */
+    return ggml_mul(sb->ctx, x, ggml_reshape_3d(sb->ctx, m, x->ne[0], x->ne[1], 1));
+}
+
+/* Snake on x [n, B, C] by prefix's parameters, then transposed: [C, n, B] channels fastest. */
+static struct ggml_tensor *snac_snake_tf_to_cf(snac_sb *sb, struct ggml_tensor *x, const char *prefix) {
+    const int64_t n = x->ne[0], B = x->ne[1], C = x->ne[2];
+    struct ggml_tensor *t = snac_snake_tf(sb->ctx, sb->gf, ggml_reshape_2d(sb->ctx, x, n * B, C),
+                                          W(sb->w, "%s.alpha", prefix), W(sb->w, "%s.inv_alpha", prefix));
+    return snac_to_cf(sb->ctx, t, n, B);
+}
+
+/*
+ * ResidualUnit (i, j) on buf [n+2P, B, C] (state then input, time fastest):
+ * buf[P : P+n] + pw(Snake2(dw_dil(Snake1(buf)))) -> [n, B, C].
+ */
+static struct ggml_tensor *snac_res_unit_tf(snac_sb *sb, struct ggml_tensor *buf, int i, int j, int dil) {
+    struct ggml_context *ctx = sb->ctx;
+    struct ggml_context *w = sb->w;
+    char s1[64], s2[64];
+    snprintf(s1, sizeof(s1), "decoder.block.%d.res.%d.snake1", i, j);
+    snprintf(s2, sizeof(s2), "decoder.block.%d.res.%d.snake2", i, j);
+    struct ggml_tensor *dw = W(w, "decoder.block.%d.res.%d.dw.weight", i, j);
+    const int64_t Lb = buf->ne[0], B = buf->ne[1], C = buf->ne[2], K = dw->ne[1];
+    const int64_t P = dil * (K - 1) / 2, n = Lb - 2 * P;
+    struct ggml_tensor *t = snac_snake_tf(ctx, sb->gf, ggml_reshape_2d(ctx, buf, Lb * B, C), W(w, "%s.alpha", s1),
+                                          W(w, "%s.inv_alpha", s1)); /* [Lb*B, C] */
+    /* ggml's direct depthwise conv, WHCN: input [Lb, B, C, 1] (width = time,
+       height = batch), kernel [K, 1, 1, C]; valid, so [n, B, C, 1] */
+    struct ggml_tensor *k = ggml_reshape_4d(ctx, ggml_cont(ctx, ggml_transpose(ctx, dw)), K, 1, 1, C);
+    t = ggml_conv_2d_dw_direct(ctx, k, ggml_reshape_4d(ctx, t, Lb, B, C, 1), 1, 1, 0, 0, dil, 1);
+    t = ggml_add(ctx, t, ggml_reshape_4d(ctx, W(w, "decoder.block.%d.res.%d.dw.bias", i, j), 1, 1, C, 1));
+    t = snac_snake_tf(ctx, sb->gf, ggml_reshape_2d(ctx, t, n * B, C), W(w, "%s.alpha", s2), W(w, "%s.inv_alpha", s2));
+    /* 1x1 conv as y^T w: y [C, n*B] (one transpose), w [C, Cout] -> [n*B, Cout] */
+    struct ggml_tensor *y = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, t)),
+                                         W(w, "decoder.block.%d.res.%d.pw.weight", i, j));
+    struct ggml_tensor *pb = W(w, "decoder.block.%d.res.%d.pw.bias", i, j);
+    y = ggml_add(ctx, y, ggml_reshape_2d(ctx, pb, 1, pb->ne[0]));
+    struct ggml_tensor *xd = ggml_view_3d(ctx, buf, n, B, C, buf->nb[1], buf->nb[2], (size_t)P * sizeof(float));
+    return ggml_add(ctx, ggml_reshape_3d(ctx, y, n, B, C), xd);
+}
+
 static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context *ctx,
                                              struct ggml_context *w, const cr_stream_shape *shape,
                                              struct ggml_tensor *const *pool, cr_graph_io *io) {
@@ -704,14 +800,23 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
         x = snac_sb_mask(&sb, x, r, d);
     }
     char p[64];
+    const bool tf = !sb.cpu_ops;
+    struct ggml_tensor *xt = NULL; /* the residual stream [n, B, C] on the time-fastest path */
     for (int i = 0; i < hp->n_blocks; i++) {
         const int s = hp->rates[i];
         struct ggml_tensor *bias = W(w, "decoder.block.%d.up.bias", i);
         const int64_t Cout = bias->ne[0];
-        buf = snac_sb_with_state(&sb, x, 1); /* [Cin, 1+n, B] */
         snprintf(p, sizeof(p), "decoder.block.%d.snake", i);
-        buf = snac_snake_named(ctx, w, sb.gf, buf, p, sb.cpu_ops);
-        struct ggml_tensor *cols = ggml_mul_mat(ctx, W(w, "decoder.block.%d.up.weight", i), buf); /* [2s*Cout, n+1, B] */
+        if (tf) {
+            if (!xt) {
+                xt = ggml_reshape_3d(ctx, snac_to_tf(ctx, x), n, B, x->ne[0]);
+            }
+            buf = snac_snake_tf_to_cf(&sb, snac_sb_with_state_tf(&sb, xt, 1), p); /* [Cin, 1+n, B] */
+        } else {
+            buf = snac_sb_with_state(&sb, x, 1); /* [Cin, 1+n, B] */
+            buf = snac_snake_named(ctx, w, sb.gf, buf, p, false);
+        }
+        struct ggml_tensor *cols = snac_mm(ctx, W(w, "decoder.block.%d.up.weight", i), buf); /* [2s*Cout, n+1, B] */
         const size_t half = (size_t)(s * Cout) * sizeof(float);
         struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, n, B, cols->nb[1], cols->nb[2], cols->nb[1]);
         struct ggml_tensor *hi = ggml_view_3d(ctx, cols, s * Cout, n, B, cols->nb[1], cols->nb[2], half);
@@ -722,30 +827,51 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
         d = d * s + (s + 1) / 2;
         if (hp->noise) {
             struct ggml_tensor *nz = snac_sb_time(&sb, CR_TIME_NOISE, n, r, d, i);
-            struct ggml_tensor *h = ggml_mul_mat(ctx, W(w, "decoder.block.%d.noise.weight", i), x);
+            struct ggml_tensor *h = snac_mm(ctx, W(w, "decoder.block.%d.noise.weight", i), x);
             x = ggml_add(ctx, x, ggml_mul(ctx, h, nz));
         }
         x = snac_sb_mask(&sb, x, r, d);
+        if (tf) {
+            xt = ggml_reshape_3d(ctx, snac_to_tf(ctx, x), n, B, Cout);
+        }
         int dil = 1;
         for (int j = 0; j < 3; j++, dil *= 3) {
             const int P = 3 * dil;
+            d += P;
+            if (tf) {
+                buf = snac_sb_with_state_tf(&sb, xt, 2 * P); /* [2P+n, B, C] */
+                xt = snac_sb_mask_tf(&sb, snac_res_unit_tf(&sb, buf, i, j, dil), r, d);
+                continue;
+            }
             buf = snac_sb_with_state(&sb, x, 2 * P); /* [C, 2P+n, B] */
-            struct ggml_tensor *y = snac_res_branch(ctx, w, sb.gf, buf, i, j, dil, false, sb.cpu_ops);
+            struct ggml_tensor *y = snac_res_branch(ctx, w, sb.gf, buf, i, j, dil, false, false);
             struct ggml_tensor *xd = ggml_view_3d(ctx, buf, buf->ne[0], n, B, buf->nb[1], buf->nb[2],
                                                   (size_t)P * buf->nb[1]);
-            d += P;
             x = snac_sb_mask(&sb, ggml_add(ctx, xd, y), r, d);
         }
     }
-    buf = snac_sb_with_state(&sb, x, 6);
-    buf = snac_snake_named(ctx, w, sb.gf, buf, "decoder.out_snake", sb.cpu_ops);
-    struct ggml_tensor *wo = W(w, "decoder.out.weight");
-    struct ggml_tensor *zc = ggml_mul_mat(ctx, wo, buf); /* [7, n+6, B] */
     struct ggml_tensor *y = NULL;
-    for (int64_t k = 0; k < SNAC_DW_K; k++) {
-        struct ggml_tensor *v = ggml_view_3d(ctx, zc, 1, n, B, zc->nb[1], zc->nb[2],
-                                             (size_t)k * sizeof(float) + (size_t)k * zc->nb[1]);
-        y = y ? ggml_add(ctx, y, v) : ggml_cont(ctx, v);
+    if (tf) {
+        /* the last conv (C -> 1, k7) as one product buf^T w [(n+6)*B, 7], then
+           its 7 shifted columns summed: out[t, b] = sum_k zc[t + k + (n+6) b, k] */
+        buf = snac_snake_tf_to_cf(&sb, snac_sb_with_state_tf(&sb, xt, 6), "decoder.out_snake"); /* [C, n+6, B] */
+        struct ggml_tensor *zc = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, buf, buf->ne[0], (n + 6) * B),
+                                              W(w, "decoder.out.weight")); /* [(n+6)*B, 7] */
+        for (int64_t k = 0; k < SNAC_DW_K; k++) {
+            struct ggml_tensor *v = ggml_view_2d(ctx, zc, n, B, (size_t)(n + 6) * sizeof(float),
+                                                 (size_t)k * zc->nb[1] + (size_t)k * sizeof(float));
+            y = y ? ggml_add(ctx, y, v) : ggml_cont(ctx, v);
+        }
+        y = ggml_reshape_3d(ctx, y, 1, n, B);
+    } else {
+        buf = snac_sb_with_state(&sb, x, 6);
+        buf = snac_snake_named(ctx, w, sb.gf, buf, "decoder.out_snake", false);
+        struct ggml_tensor *zc = ggml_mul_mat(ctx, W(w, "decoder.out.weight"), buf); /* [7, n+6, B] */
+        for (int64_t k = 0; k < SNAC_DW_K; k++) {
+            struct ggml_tensor *v = ggml_view_3d(ctx, zc, 1, n, B, zc->nb[1], zc->nb[2],
+                                                 (size_t)k * sizeof(float) + (size_t)k * zc->nb[1]);
+            y = y ? ggml_add(ctx, y, v) : ggml_cont(ctx, v);
+        }
     }
     y = ggml_tanh(ctx, ggml_add(ctx, y, W(w, "decoder.out.bias")));
     d += 3;

@@ -35,6 +35,33 @@ static int fusable_snakes(struct ggml_cgraph *gf) {
     return found;
 }
 
+/*
+ * Products whose second operand is batched ([K, T, B], B > 1) with T <= 16 go
+ * to ggml CUDA's small-batch kernel once per sequence, rereading the weights
+ * B times (1.4 ms of a 20 ms tick on an H200). Every such product must be
+ * taken as one [K, T*B] product instead.
+ */
+static int small_batched_products(struct ggml_cgraph *gf) {
+    int found = 0;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); i++) {
+        const struct ggml_tensor *t = ggml_graph_node(gf, i);
+        if (t->op == GGML_OP_MUL_MAT && t->src[0]->ne[2] == 1 && t->src[1]->ne[2] > 1 && t->src[1]->ne[1] <= 16) {
+            found++;
+        }
+    }
+    return found;
+}
+
+/* Copies (GGML_OP_CONT) that transpose, or not: each is a pass over a tensor. */
+static int copies(struct ggml_cgraph *gf, bool transposing) {
+    int found = 0;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); i++) {
+        const struct ggml_tensor *t = ggml_graph_node(gf, i);
+        found += t->op == GGML_OP_CONT && (t->src[0]->op == GGML_OP_TRANSPOSE) == transposing;
+    }
+    return found;
+}
+
 static struct ggml_context *graph_ctx(void) {
     struct ggml_init_params ip = {
         .mem_size = ggml_tensor_overhead() * CR_GRAPH_SIZE + ggml_graph_overhead_custom(CR_GRAPH_SIZE, false),
@@ -74,6 +101,20 @@ static void check_model(const cr_model *m, const test_cfg *c) {
         struct ggml_cgraph *gf = m->arch->build_stream(m, ctx, m->weights, &shape, pool, &io);
         const int got = fusable_snakes(gf);
         CHECK(got == want, "%s stream (masked %d): %d fusable Snakes, want %d", c->name, masked, got, want);
+        CHECK(small_batched_products(gf) == 0, "%s stream: %d products per sequence", c->name,
+              small_batched_products(gf));
+        /* the residual stream stays time fastest: per block one transpose into
+           it, one before the upsampling product and one before each unit's 1x1
+           conv, plus the entry, the last conv's and the 3-per-block weight views */
+        const int want_t = 1 + c->n_rates * (2 + 3 + 3) + 1;
+        CHECK(copies(gf, true) == want_t, "%s stream: %d transposes, want %d", c->name, copies(gf, true), want_t);
+        /* the blocks' states go in and out of their pools without copies
+           (get_rows/set_rows); what is left is at the frame rate (the entry
+           conv's state tail; attention's window, state, v and output) and the
+           last conv's first column */
+        const int want_c = c == &k_attn ? 7 : 2;
+        CHECK(copies(gf, false) == want_c, "%s stream: %d other copies, want %d", c->name, copies(gf, false),
+              want_c);
         ggml_free(ctx);
     }
 }
