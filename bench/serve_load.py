@@ -17,6 +17,11 @@ message, paced at the codec's real rate (``--speed`` times it), for
 * server CPU (utime+stime of the server and its worker processes, from /proc, when
   ``--spawn``ed; as cores = CPU seconds / wall seconds).
 
+``--daemons K`` spawns K servers on K ports (several daemon processes on one
+device, as behind the shipped HAProxy config) and deals connections to them in
+turn; ``--client-procs P`` spreads the clients over P processes, so that the
+load generator is not the bottleneck.
+
 Tokens arrive one frame period apart, so gaps are ~85.3 ms by construction; the
 criterion is the p99 gap's *excess* over that nominal spacing: p99 gap - 85.3 ms < 85.3 ms
 (a stream is late by less than one frame). ``--search`` doubles N until that fails or a
@@ -177,16 +182,16 @@ def _cpu_of_tree(pid: int) -> float:
     return total
 
 
-async def run_load(url: str, model: str, n: int, seconds: float, speed: float, per_conn: int,
-                   token: str | None, server_pid: int | None, timeout: float) -> RunResult:
+async def load_part(urls: list[str], model: str, n: int, seconds: float, speed: float, per_conn: int,
+                    token: str | None, timeout: float, part: int = 0, parts: int = 1) -> list[StreamResult]:
+    """The streams of connections part, part + parts, ...: connection ci goes to urls[ci % len(urls)]."""
     n_groups = max(1, int(round(seconds / PERIOD)))
-    rnd = random.Random(n)
+    rnd = random.Random(n * 1000 + part)
     n_conn = -(-n // per_conn)
-    cpu0 = _cpu_of_tree(server_pid) if server_pid else None
-    t0 = time.monotonic()
 
     async def conn_task(ci: int) -> list[StreamResult]:
         k = min(per_conn, n - ci * per_conn)
+        url = urls[ci % len(urls)]
         try:
             async with Client(url, token=token, queue_size=1024) as c:
                 return list(await asyncio.gather(*(
@@ -198,10 +203,30 @@ async def run_load(url: str, model: str, n: int, seconds: float, speed: float, p
             refused = "503" in str(e)
             return [StreamResult(refused=refused, error=type(e).__name__) for _ in range(k)]
 
-    res = await asyncio.wait_for(asyncio.gather(*(conn_task(i) for i in range(n_conn))), timeout)
+    res = await asyncio.wait_for(asyncio.gather(*(conn_task(i) for i in range(part, n_conn, parts))), timeout)
+    return [s for lst in res for s in lst]
+
+
+def _load_part_proc(job: tuple) -> list[StreamResult]:
+    return asyncio.run(load_part(*job))
+
+
+def run_load(urls: list[str], model: str, n: int, seconds: float, speed: float, per_conn: int,
+             token: str | None, server_pids: list[int], timeout: float, procs: int = 1) -> RunResult:
+    cpu0 = sum(_cpu_of_tree(p) for p in server_pids)
+    t0 = time.monotonic()
+    parts = max(1, min(procs, -(-n // per_conn)))
+    jobs = [(urls, model, n, seconds, speed, per_conn, token, timeout, i, parts) for i in range(parts)]
+    if parts == 1:
+        streams = _load_part_proc(jobs[0])
+    else:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(parts) as pool:
+            streams = [s for lst in pool.map(_load_part_proc, jobs) for s in lst]
     wall = time.monotonic() - t0
-    cpu = (_cpu_of_tree(server_pid) - cpu0) if server_pid and cpu0 is not None else None
-    return RunResult(n, [s for lst in res for s in lst], wall, cpu, speed)
+    cpu = sum(_cpu_of_tree(p) for p in server_pids) - cpu0 if server_pids else None
+    return RunResult(n, streams, wall, cpu, speed)
 
 
 def spawn_server(source: str, args) -> tuple[subprocess.Popen, str]:
@@ -262,24 +287,27 @@ def main() -> int:
     ap.add_argument("--per-conn", type=int, default=1, help="streams per connection")
     ap.add_argument("--token", default=os.environ.get("CODECD_TOKEN"))
     ap.add_argument("--startup-timeout", type=float, default=120.0)
+    ap.add_argument("--daemons", type=int, default=1, help="with --spawn: servers to start (one port each)")
+    ap.add_argument("--client-procs", type=int, default=1, help="processes the clients are spread over")
     args = ap.parse_args()
 
-    proc = None
-    url = args.url
-    if args.spawn:
-        proc, url = spawn_server(args.spawn, args)
-    pid = proc.pid if proc else None
+    procs: list[subprocess.Popen] = []
+    urls = [args.url] if args.url else []
     timeout = args.seconds / args.speed + 60.0
     results: list[RunResult] = []
 
     def run(n: int) -> RunResult:
-        r = asyncio.run(run_load(url, args.model, n, args.seconds, args.speed, args.per_conn,
-                                 args.token, pid, timeout))
+        r = run_load(urls, args.model, n, args.seconds, args.speed, args.per_conn, args.token,
+                     [p.pid for p in procs], timeout, args.client_procs)
         results.append(r)
         print(row(r), file=sys.stderr, flush=True)
         return r
 
     try:
+        for _ in range(args.daemons if args.spawn else 0):
+            proc, url = spawn_server(args.spawn, args)
+            procs.append(proc)
+            urls.append(url)
         print(HEADER, file=sys.stderr)
         if not args.search:
             for n in (int(x) for x in args.n.split(",")):
@@ -301,14 +329,16 @@ def main() -> int:
                     bad = mid
             best = good
     finally:
-        if proc is not None:
+        for proc in procs:
             proc.terminate()
+        for proc in procs:
             try:
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
     print(f"\n{args.seconds:g} s utterances of Orpheus ids, 7 tokens per message at "
-          f"{args.speed:g}x real time; frame period {1000 * PERIOD:.1f} ms\n")
+          f"{args.speed:g}x real time; frame period {1000 * PERIOD:.1f} ms; "
+          f"{len(urls)} server(s), clients in {args.client_procs} process(es)\n")
     print(HEADER)
     for r in sorted(results, key=lambda r: r.n):
         print(row(r))
