@@ -837,7 +837,7 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
             buf = snac_snake_tf_to_cf(&sb, snac_sb_with_state_tf(&sb, xt, 1), p); /* [Cin, 1+n, B] */
         } else {
             buf = snac_sb_with_state(&sb, x, 1); /* [Cin, 1+n, B] */
-            buf = snac_snake_named(ctx, w, sb.gf, buf, p, false);
+            buf = snac_snake_named(ctx, w, sb.gf, buf, p, true);
         }
         struct ggml_tensor *cols = snac_mm(ctx, W(w, "decoder.block.%d.up.weight", i), buf); /* [2s*Cout, n+1, B] */
         const size_t half = (size_t)(s * Cout) * sizeof(float);
@@ -867,7 +867,7 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
                 continue;
             }
             buf = snac_sb_with_state(&sb, x, 2 * P); /* [C, 2P+n, B] */
-            struct ggml_tensor *y = snac_res_branch(ctx, w, sb.gf, buf, i, j, dil, false, false);
+            struct ggml_tensor *y = snac_res_branch(ctx, w, sb.gf, buf, i, j, dil, false, true);
             struct ggml_tensor *xd = ggml_view_3d(ctx, buf, buf->ne[0], n, B, buf->nb[1], buf->nb[2],
                                                   (size_t)P * buf->nb[1]);
             x = snac_sb_mask(&sb, ggml_add(ctx, xd, y), r, d);
@@ -888,7 +888,7 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
         y = ggml_reshape_3d(ctx, y, 1, n, B);
     } else {
         buf = snac_sb_with_state(&sb, x, 6);
-        buf = snac_snake_named(ctx, w, sb.gf, buf, "decoder.out_snake", false);
+        buf = snac_snake_named(ctx, w, sb.gf, buf, "decoder.out_snake", true);
         struct ggml_tensor *zc = ggml_mul_mat(ctx, W(w, "decoder.out.weight"), buf); /* [7, n+6, B] */
         for (int64_t k = 0; k < SNAC_DW_K; k++) {
             struct ggml_tensor *v = ggml_view_3d(ctx, zc, 1, n, B, zc->nb[1], zc->nb[2],

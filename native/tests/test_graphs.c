@@ -62,6 +62,14 @@ static int copies(struct ggml_cgraph *gf, bool transposing) {
     return found;
 }
 
+static int count_op(struct ggml_cgraph *gf, enum ggml_op op) {
+    int found = 0;
+    for (int i = 0; i < ggml_graph_n_nodes(gf); i++) {
+        found += ggml_graph_node(gf, i)->op == op;
+    }
+    return found;
+}
+
 static struct ggml_context *graph_ctx(void) {
     struct ggml_init_params ip = {
         .mem_size = ggml_tensor_overhead() * CR_GRAPH_SIZE + ggml_graph_overhead_custom(CR_GRAPH_SIZE, false),
@@ -115,6 +123,22 @@ static void check_model(const cr_model *m, const test_cfg *c) {
         const int want_c = c == &k_attn ? 7 : 2;
         CHECK(copies(gf, false) == want_c, "%s stream: %d other copies, want %d", c->name, copies(gf, false),
               want_c);
+        ggml_free(ctx);
+    }
+    /* the CPU's stream graphs use the fused CPU Snake: no composed sines */
+    for (int masked = 0; masked < 2; masked++) {
+        struct ggml_context *ctx = graph_ctx();
+        struct ggml_tensor *pool[CR_MAX_STATES];
+        for (int s = 0; s < n_states; s++) {
+            pool[s] = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, specs[s].channels * specs[s].frames, 5);
+        }
+        const cr_stream_shape shape = {.chunk = m->info.frame_multiple * 2, .n_batch = 4, .cpu_ops = true,
+                                       .masked = masked};
+        cr_graph_io io;
+        memset(&io, 0, sizeof(io));
+        struct ggml_cgraph *gf = m->arch->build_stream(m, ctx, m->weights, &shape, pool, &io);
+        CHECK(count_op(gf, GGML_OP_SIN) == 0, "%s CPU stream (masked %d): %d composed Snakes", c->name, masked,
+              count_op(gf, GGML_OP_SIN));
         ggml_free(ctx);
     }
 }
