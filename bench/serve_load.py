@@ -15,7 +15,7 @@ message, paced at the codec's real rate (``--speed`` times it), for
   starting at the first frame, no priming; playout restarts after each underrun);
 * busy refusals (``busy`` / ``too_many_streams`` / HTTP 503) and other errors;
 * server CPU (utime+stime of the server and its worker processes, from /proc, when
-  ``--spawn``ed; as cores = CPU seconds / wall seconds).
+  ``--spawn``ed; as cores = CPU seconds / wall seconds), and the workers' part of it.
 
 ``--daemons K`` spawns K servers on K ports (several daemon processes on one
 device, as behind the shipped HAProxy config) and deals connections to them in
@@ -74,6 +74,7 @@ class RunResult:
     wall: float
     cpu_s: float | None
     speed: float = 1.0
+    worker_cpu_s: float | None = None
 
     def _all(self, attr: str) -> np.ndarray:
         return np.array([getattr(s, attr) for s in self.streams if getattr(s, attr) is not None])
@@ -158,8 +159,8 @@ async def one_stream(c: Client, model: str, n_groups: int, speed: float, delay: 
     return r
 
 
-def _cpu_of_tree(pid: int) -> float:
-    """utime+stime (s) of pid and its live descendants."""
+def _cpu_of_tree(pid: int) -> tuple[float, float]:
+    """utime+stime (s) of pid and its live descendants: (all of them, the descendants alone)."""
     tck = os.sysconf("SC_CLK_TCK")
     kids: dict[int, list[int]] = {}
     stats: dict[int, float] = {}
@@ -179,7 +180,7 @@ def _cpu_of_tree(pid: int) -> float:
         p = todo.pop()
         total += stats.get(p, 0.0)
         todo.extend(kids.get(p, []))
-    return total
+    return total, total - stats.get(pid, 0.0)
 
 
 async def load_part(urls: list[str], model: str, n: int, seconds: float, speed: float, per_conn: int,
@@ -213,7 +214,11 @@ def _load_part_proc(job: tuple) -> list[StreamResult]:
 
 def run_load(urls: list[str], model: str, n: int, seconds: float, speed: float, per_conn: int,
              token: str | None, server_pids: list[int], timeout: float, procs: int = 1) -> RunResult:
-    cpu0 = sum(_cpu_of_tree(p) for p in server_pids)
+    def cpu_now() -> tuple[float, float]:
+        trees = [_cpu_of_tree(p) for p in server_pids]
+        return sum(t for t, _ in trees), sum(w for _, w in trees)
+
+    cpu0 = cpu_now()
     t0 = time.monotonic()
     parts = max(1, min(procs, -(-n // per_conn)))
     jobs = [(urls, model, n, seconds, speed, per_conn, token, timeout, i, parts) for i in range(parts)]
@@ -225,8 +230,10 @@ def run_load(urls: list[str], model: str, n: int, seconds: float, speed: float, 
         with multiprocessing.get_context("spawn").Pool(parts) as pool:
             streams = [s for lst in pool.map(_load_part_proc, jobs) for s in lst]
     wall = time.monotonic() - t0
-    cpu = sum(_cpu_of_tree(p) for p in server_pids) - cpu0 if server_pids else None
-    return RunResult(n, streams, wall, cpu, speed)
+    cpu1 = cpu_now()
+    if not server_pids:
+        return RunResult(n, streams, wall, None, speed)
+    return RunResult(n, streams, wall, cpu1[0] - cpu0[0], speed, cpu1[1] - cpu0[1])
 
 
 def spawn_server(source: str, args) -> tuple[subprocess.Popen, str]:
@@ -260,6 +267,8 @@ def spawn_server(source: str, args) -> tuple[subprocess.Popen, str]:
 
 def row(r: RunResult) -> str:
     cpu = f"{r.cpu_s / r.wall:.2f}" if r.cpu_s is not None else "-"
+    if r.worker_cpu_s is not None:
+        cpu += f" ({r.worker_cpu_s / r.wall:.2f} workers)"
     return (f"| {r.n} | {1000 * r.ttfa(50):.1f} | {1000 * r.ttfa(99):.1f} | "
             f"{1000 * r.gap_p99():.1f} | {r.underruns} | {r.refused} | {r.errors} | {cpu} | "
             f"{'yes' if r.ok else 'no'} |")
