@@ -679,7 +679,9 @@ static struct ggml_tensor *snac_sb_mask(snac_sb *sb, struct ggml_tensor *x, int3
 
 /*
  * The slot list [B] repeated for each of C channels, [B, C] I32: a get_rows of
- * its one row by C zero indices, made once per channel count.
+ * its one row by C zero indices, made once per channel count. (A stride-0 view
+ * of the slot list would be cheaper but breaks ggml's scheduler, which copies
+ * split inputs as if they were dense: it aborted on CUDA.)
  */
 static struct ggml_tensor *snac_sb_slots_by_c(snac_sb *sb, int64_t C) {
     struct ggml_tensor **cache = sb->slots_by_c;
@@ -704,7 +706,11 @@ static struct ggml_tensor *snac_sb_slots_by_c(snac_sb *sb, int64_t C) {
  * [S, slots+1, C]: a plane of slot rows per channel, so one get_rows reads the
  * states straight into [S, B, C] and one set_rows (its slot list broadcast
  * over the channels) writes the tail back from its view of buf, with no
- * copies in between.
+ * copies in between. The price: the read gathers B*C rows of only S floats,
+ * and ggml CUDA's get_rows spends 2.3 ms of a 256-stream tick on that, where
+ * whole [S, C] rows per slot and one small reorder took 1.1 ms (profiles in
+ * docs/benchmarks.md). Whole-row reads with these copy-free writes are the
+ * next step (commit b28cf11, reverted unmeasured).
  */
 static struct ggml_tensor *snac_sb_with_state_tf(snac_sb *sb, struct ggml_tensor *x, int64_t S) {
     struct ggml_context *ctx = sb->ctx;
