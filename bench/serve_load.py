@@ -15,7 +15,9 @@ message, paced at the codec's real rate (``--speed`` times it), for
   starting at the first frame, no priming; playout restarts after each underrun);
 * busy refusals (``busy`` / ``too_many_streams`` / HTTP 503) and other errors;
 * server CPU (utime+stime of the server and its worker processes, from /proc, when
-  ``--spawn``ed; as cores = CPU seconds / wall seconds), and the workers' part of it.
+  ``--spawn``ed; as cores = CPU seconds / wall seconds), and the workers' part of it;
+* the workers' ticks (from the servers' ``/metrics``): ticks per second, the mean
+  batch and the mean tick time of recent ticks: how full the batches were.
 
 ``--daemons K`` spawns K servers on K ports (several daemon processes on one
 device, as behind the shipped HAProxy config) and deals connections to them in
@@ -75,6 +77,7 @@ class RunResult:
     cpu_s: float | None
     speed: float = 1.0
     worker_cpu_s: float | None = None
+    ticks: dict[str, float] | None = None  # from /metrics: per_s, batch, tick_ms
 
     def _all(self, attr: str) -> np.ndarray:
         return np.array([getattr(s, attr) for s in self.streams if getattr(s, attr) is not None])
@@ -212,6 +215,30 @@ def _load_part_proc(job: tuple) -> list[StreamResult]:
     return asyncio.run(load_part(*job))
 
 
+def scrape_ticks(urls: list[str], token: str | None) -> tuple[float, float, float] | None:
+    """(ticks so far, mean recent batch, mean recent tick ms) over the servers' /metrics, or None."""
+    total, batches, times = 0.0, [], []
+    for url in urls:
+        req = urllib.request.Request(url.replace("ws://", "http://", 1).rstrip("/") + "/metrics")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            name, _, value = line.rpartition(" ")
+            if name.startswith("codecd_ticks_total{"):
+                total += float(value)
+            elif name.startswith("codecd_batch_size_recent{"):
+                batches.append(float(value))
+            elif name.startswith("codecd_tick_seconds_mean{"):
+                times.append(1e3 * float(value))
+    return (total, sum(batches) / len(batches) if batches else 0.0,
+            sum(times) / len(times) if times else 0.0)
+
+
 def run_load(urls: list[str], model: str, n: int, seconds: float, speed: float, per_conn: int,
              token: str | None, server_pids: list[int], timeout: float, procs: int = 1) -> RunResult:
     def cpu_now() -> tuple[float, float]:
@@ -219,6 +246,7 @@ def run_load(urls: list[str], model: str, n: int, seconds: float, speed: float, 
         return sum(t for t, _ in trees), sum(w for _, w in trees)
 
     cpu0 = cpu_now()
+    tick0 = scrape_ticks(urls, token)
     t0 = time.monotonic()
     parts = max(1, min(procs, -(-n // per_conn)))
     jobs = [(urls, model, n, seconds, speed, per_conn, token, timeout, i, parts) for i in range(parts)]
@@ -231,9 +259,13 @@ def run_load(urls: list[str], model: str, n: int, seconds: float, speed: float, 
             streams = [s for lst in pool.map(_load_part_proc, jobs) for s in lst]
     wall = time.monotonic() - t0
     cpu1 = cpu_now()
+    tick1 = scrape_ticks(urls, token)
+    ticks = None
+    if tick0 is not None and tick1 is not None:
+        ticks = {"per_s": (tick1[0] - tick0[0]) / wall, "batch": tick1[1], "tick_ms": tick1[2]}
     if not server_pids:
-        return RunResult(n, streams, wall, None, speed)
-    return RunResult(n, streams, wall, cpu1[0] - cpu0[0], speed, cpu1[1] - cpu0[1])
+        return RunResult(n, streams, wall, None, speed, None, ticks)
+    return RunResult(n, streams, wall, cpu1[0] - cpu0[0], speed, cpu1[1] - cpu0[1], ticks)
 
 
 def spawn_server(source: str, args) -> tuple[subprocess.Popen, str]:
@@ -269,13 +301,16 @@ def row(r: RunResult) -> str:
     cpu = f"{r.cpu_s / r.wall:.2f}" if r.cpu_s is not None else "-"
     if r.worker_cpu_s is not None:
         cpu += f" ({r.worker_cpu_s / r.wall:.2f} workers)"
+    t = r.ticks
+    ticks = f"{t['per_s']:.0f} / {t['batch']:.1f} / {t['tick_ms']:.1f}" if t else "-"
     return (f"| {r.n} | {1000 * r.ttfa(50):.1f} | {1000 * r.ttfa(99):.1f} | "
-            f"{1000 * r.gap_p99():.1f} | {r.underruns} | {r.refused} | {r.errors} | {cpu} | "
+            f"{1000 * r.gap_p99():.1f} | {r.underruns} | {r.refused} | {r.errors} | {cpu} | {ticks} | "
             f"{'yes' if r.ok else 'no'} |")
 
 
 HEADER = ("| N | TTFA p50 ms | TTFA p99 ms | gap p99 ms | underruns | busy | errors | "
-          "server CPU cores | p99 excess < 85.3 ms |\n|---|---|---|---|---|---|---|---|---|")
+          "server CPU cores | ticks/s / batch / tick ms | p99 excess < 85.3 ms |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main() -> int:
