@@ -2,16 +2,8 @@
 # GPU call after the fusable-Snake graphs and CUDA graphs: build, every GPU
 # test, the tick profile, SNAC stream capacity (4- and 16-frame ticks, CUDA
 # graphs on and off), and capacity through the daemon on loopback.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/codecd-gpu-out}
-ulimit -n 65536
-bash bench/gpu/run.sh build || { tail -40 "$OUT/build.log"; exit 1; }
-export PYTHONPATH="/tmp/codecd-site/codecd:/tmp/codecd-site/deps${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-stage() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%T)" | tee -a "$OUT/report.txt"; }
-stage "GPU tests (TF32 on)"
-CODECD_TEST_GPU=1 timeout 150 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_gpu.py 2>&1 \
-    | tee "$OUT/gpu_tests.txt" | grep -E "S3Gen|SNAC|passed|failed|Error|10k" | tee -a "$OUT/report.txt"
+source "$(dirname "$0")/prelude.sh"
+gpu_tests
 stage "capacity, 4-frame ticks"
 timeout 100 python3 bench/gpu_capacity.py --batches "" --chunk 4 --streams 768,1024 --ticks 12 2>&1 \
     | tee -a "$OUT/capacity.md" | tee -a "$OUT/report.txt"

@@ -3,16 +3,8 @@
 # every GPU test, the tick profile, SNAC stream capacity around 1,000 streams,
 # and capacity through the daemon: one daemon with the clients spread over
 # four processes, then several daemons on the one GPU.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/codecd-gpu-out}
-ulimit -n 65536
-bash bench/gpu/run.sh build || { tail -40 "$OUT/build.log"; exit 1; }
-export PYTHONPATH="/tmp/codecd-site/codecd:/tmp/codecd-site/deps${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-stage() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%T)" | tee -a "$OUT/report.txt"; }
-stage "GPU tests (TF32 on)"
-CODECD_TEST_GPU=1 timeout 150 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_gpu.py 2>&1 \
-    | tee "$OUT/gpu_tests.txt" | grep -E "S3Gen|SNAC|passed|failed|Error|10k" | tee -a "$OUT/report.txt"
+source "$(dirname "$0")/prelude.sh"
+gpu_tests
 stage "profile"
 timeout 60 python3 bench/gpu/profile_tick.py --streams 256 --chunks 4 --ticks 5 --top 16 2>&1 \
     | grep -v Warn | tee -a "$OUT/report.txt"

@@ -80,6 +80,20 @@ static struct ggml_context *graph_ctx(void) {
     return ctx;
 }
 
+/* m's stream graph for a 4-stream tick of two chunks, in ctx with its state pools. */
+static struct ggml_cgraph *stream_graph(struct ggml_context *ctx, const cr_model *m, const cr_state_spec *specs,
+                                        int n_states, bool cpu_ops, bool masked) {
+    struct ggml_tensor *pool[CR_MAX_STATES];
+    for (int s = 0; s < n_states; s++) {
+        pool[s] = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, specs[s].channels * specs[s].frames, 5);
+    }
+    const cr_stream_shape shape = {.chunk = m->info.frame_multiple * 2, .n_batch = 4, .cpu_ops = cpu_ops,
+                                   .masked = masked};
+    cr_graph_io io;
+    memset(&io, 0, sizeof(io));
+    return m->arch->build_stream(m, ctx, m->weights, &shape, pool, &io);
+}
+
 static void check_model(const cr_model *m, const test_cfg *c) {
     const int want = c->n_rates * 7 + 1; /* per block: its Snake and 3 units of 2; the output Snake */
     for (int masked = 0; masked < 2; masked++) {
@@ -98,15 +112,7 @@ static void check_model(const cr_model *m, const test_cfg *c) {
     CHECK(n_states <= CR_MAX_STATES, "states");
     for (int masked = 0; masked < 2; masked++) {
         struct ggml_context *ctx = graph_ctx();
-        struct ggml_tensor *pool[CR_MAX_STATES];
-        for (int s = 0; s < n_states; s++) {
-            pool[s] = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, specs[s].channels * specs[s].frames, 5);
-        }
-        const cr_stream_shape shape = {.chunk = m->info.frame_multiple * 2, .n_batch = 4, .cpu_ops = false,
-                                       .masked = masked};
-        cr_graph_io io;
-        memset(&io, 0, sizeof(io));
-        struct ggml_cgraph *gf = m->arch->build_stream(m, ctx, m->weights, &shape, pool, &io);
+        struct ggml_cgraph *gf = stream_graph(ctx, m, specs, n_states, false, masked);
         const int got = fusable_snakes(gf);
         CHECK(got == want, "%s stream (masked %d): %d fusable Snakes, want %d", c->name, masked, got, want);
         CHECK(small_batched_products(gf) == 0, "%s stream: %d products per sequence", c->name,
@@ -128,15 +134,7 @@ static void check_model(const cr_model *m, const test_cfg *c) {
     /* the CPU's stream graphs use the fused CPU Snake: no composed sines */
     for (int masked = 0; masked < 2; masked++) {
         struct ggml_context *ctx = graph_ctx();
-        struct ggml_tensor *pool[CR_MAX_STATES];
-        for (int s = 0; s < n_states; s++) {
-            pool[s] = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, specs[s].channels * specs[s].frames, 5);
-        }
-        const cr_stream_shape shape = {.chunk = m->info.frame_multiple * 2, .n_batch = 4, .cpu_ops = true,
-                                       .masked = masked};
-        cr_graph_io io;
-        memset(&io, 0, sizeof(io));
-        struct ggml_cgraph *gf = m->arch->build_stream(m, ctx, m->weights, &shape, pool, &io);
+        struct ggml_cgraph *gf = stream_graph(ctx, m, specs, n_states, true, masked);
         CHECK(count_op(gf, GGML_OP_SIN) == 0, "%s CPU stream (masked %d): %d composed Snakes", c->name, masked,
               count_op(gf, GGML_OP_SIN));
         ggml_free(ctx);
