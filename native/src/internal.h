@@ -128,7 +128,6 @@ typedef struct cr_graph_io {
     struct ggml_tensor *slot_read;    /* I32 [B] */
     struct ggml_tensor *slot_write;   /* I32 [B] */
     struct ggml_tensor *keep;         /* F32 [1, 1, B]: 0 on a stream's first tick */
-    struct ggml_tensor *zeros;        /* I32 [n] of 0, or NULL: an index helper (repeats a row) */
     struct ggml_tensor *codes[CODECRT_MAX_LEVELS]; /* I32 [chunk / stride_l * B] */
 } cr_graph_io;
 

@@ -633,8 +633,6 @@ typedef struct snac_sb {
     int64_t B;
     bool cpu_ops;
     bool masked;
-    /* time-fastest path: the slot list repeated per channel, [B, C], by C */
-    struct ggml_tensor *slots_by_c[SNAC_MAX_BLOCKS + 2];
 } snac_sb;
 
 static struct ggml_tensor *snac_sb_with_state(snac_sb *sb, struct ggml_tensor *x, int64_t S) {
@@ -678,52 +676,29 @@ static struct ggml_tensor *snac_sb_mask(snac_sb *sb, struct ggml_tensor *x, int3
  */
 
 /*
- * The slot list [B] repeated for each of C channels, [B, C] I32: a get_rows of
- * its one row by C zero indices, made once per channel count. (A stride-0 view
- * of the slot list would be cheaper but breaks ggml's scheduler, which copies
- * split inputs as if they were dense: it aborted on CUDA.)
- */
-static struct ggml_tensor *snac_sb_slots_by_c(snac_sb *sb, int64_t C) {
-    struct ggml_tensor **cache = sb->slots_by_c;
-    const int n = (int)(sizeof(sb->slots_by_c) / sizeof(sb->slots_by_c[0]));
-    int i = 0;
-    for (; i < n && cache[i]; i++) {
-        if (cache[i]->ne[1] == C) {
-            return cache[i];
-        }
-    }
-    struct ggml_tensor *row = ggml_reshape_2d(sb->ctx, sb->io->slot_read, sb->B, 1);
-    struct ggml_tensor *t = ggml_get_rows(sb->ctx, row, ggml_view_1d(sb->ctx, sb->io->zeros, C, 0));
-    if (i < n) {
-        cache[i] = t;
-    }
-    return t;
-}
-
-/*
  * x [n, B, C] -> concat(state [S, B, C], x) [S+n, B, C]; the last S frames
- * become the state. On this path a state pool [S*C, slots+1] holds
- * [S, slots+1, C]: a plane of slot rows per channel, so one get_rows reads the
- * states straight into [S, B, C] and one set_rows (its slot list broadcast
- * over the channels) writes the tail back from its view of buf, with no
- * copies in between. The price: the read gathers B*C rows of only S floats,
- * and ggml CUDA's get_rows spends 2.3 ms of a 256-stream tick on that, where
- * whole [S, C] rows per slot and one small reorder took 1.1 ms (profiles in
- * docs/benchmarks.md). Whole-row reads with these copy-free writes are the
- * next step (commit b28cf11, reverted unmeasured).
+ * become the state. A state pool [S*C, slots+1] holds one [S, C] (time
+ * fastest) row per slot: get_rows reads whole rows (a per-channel gather of
+ * S-float rows measured 10x slower on CUDA) and one small copy reorders them
+ * to [S, B, C]; the tail goes back without a copy, by set_rows into the pool
+ * viewed as [S, slots+1, C] (rows strided by S*C, channels by S), its slot
+ * list broadcast over the channels.
  */
 static struct ggml_tensor *snac_sb_with_state_tf(snac_sb *sb, struct ggml_tensor *x, int64_t S) {
     struct ggml_context *ctx = sb->ctx;
     const int64_t n = x->ne[0], B = x->ne[1], C = x->ne[2];
-    struct ggml_tensor *pool = sb->pool[sb->next_state++];
-    struct ggml_tensor *planes = ggml_reshape_3d(ctx, pool, S, pool->ne[1], C);    /* [S, slots+1, C] */
-    struct ggml_tensor *st = ggml_get_rows(ctx, planes, snac_sb_slots_by_c(sb, C)); /* [S, B, C] */
+    struct ggml_tensor *pool = sb->pool[sb->next_state++];                 /* [S*C, slots+1] */
+    struct ggml_tensor *st = ggml_get_rows(ctx, pool, sb->io->slot_read); /* [S*C, B] */
+    st = ggml_permute(ctx, ggml_reshape_3d(ctx, st, S, C, B), 0, 2, 1, 3);  /* [S, B, C] view */
     if (sb->io->keep) {
         st = ggml_mul(ctx, st, ggml_reshape_3d(ctx, sb->io->keep, 1, B, 1));
+    } else {
+        st = ggml_cont(ctx, st);
     }
     struct ggml_tensor *buf = ggml_concat(ctx, st, x, 0); /* [S+n, B, C] */
     struct ggml_tensor *tail = ggml_view_3d(ctx, buf, S, B, C, buf->nb[1], buf->nb[2], (size_t)n * sizeof(float));
-    ggml_build_forward_expand(sb->gf, ggml_set_rows(ctx, planes, tail, sb->io->slot_write));
+    struct ggml_tensor *rows = ggml_view_3d(ctx, pool, S, pool->ne[1], C, pool->nb[1], (size_t)S * sizeof(float), 0);
+    ggml_build_forward_expand(sb->gf, ggml_set_rows(ctx, rows, tail, sb->io->slot_write));
     return buf;
 }
 
@@ -788,11 +763,6 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
     if (shape->masked) {
         io->keep = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, 1, B);
         ggml_set_input(io->keep);
-    }
-    if (!shape->cpu_ops) {
-        /* as many zeros as the widest block has channels */
-        io->zeros = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, hp->decoder_dim);
-        ggml_set_input(io->zeros);
     }
 
     struct ggml_tensor *z = NULL;

@@ -421,10 +421,6 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
         const size_t sz = (size_t)ggml_nelements(io->codes[l]);
         need = sz > need ? sz : need;
     }
-    if (io->zeros) {
-        const size_t sz = (size_t)ggml_nelements(io->zeros);
-        need = sz > need ? sz : need;
-    }
     /* the output's host copy too: grown now, a failure leaves every stream as it was */
     const size_t out = (size_t)ggml_nelements(io->out);
     need = out > need ? out : need;
@@ -440,10 +436,6 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
     }
     ggml_backend_tensor_set(io->slot_read, iv, 0, (size_t)B * sizeof(int32_t));
     ggml_backend_tensor_set(io->slot_write, iv, 0, (size_t)B * sizeof(int32_t));
-    if (io->zeros) {
-        memset(iv, 0, (size_t)ggml_nelements(io->zeros) * sizeof(int32_t));
-        ggml_backend_tensor_set(io->zeros, iv, 0, (size_t)ggml_nbytes(io->zeros));
-    }
     if (io->keep) {
         for (int32_t b = 0; b < B; b++) {
             f[b] = b < n && ready[b]->ticks > 0 ? 1.0f : 0.0f;
