@@ -235,6 +235,16 @@ void cr_model_release(cr_model *m);
 struct ggml_tensor *cr_snake_cpu(struct ggml_context *ctx, struct ggml_tensor *x,
                                  struct ggml_tensor *alpha, struct ggml_tensor *inv_alpha);
 
+/*
+ * Softmax attention with scale 1/8 over every key, per head of 64 channels:
+ * q, k, v [H*64, T, B] contiguous F32 (head h in channels 64h .. 64h+63) ->
+ * [H*64, T, B]. A fused CPU kernel (ops_cpu_attn.c), only where
+ * cr_attention_cpu_available() (x86-64 with AVX-512); CPU backend only.
+ */
+bool cr_attention_cpu_available(void);
+struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
+                                     struct ggml_tensor *v);
+
 /* ------------------------------------------------------------------- noise */
 
 /* Standard normal sample for (seed, stream, position): the same triple always

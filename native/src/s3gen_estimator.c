@@ -350,16 +350,23 @@ static struct ggml_tensor *est_heads(const est_graph *g, struct ggml_tensor *x) 
 /*
  * diffusers Attention (AttnProcessor2_0: scaled_dot_product_attention, scale
  * 1/8, no q/k/v bias; the reference's bias is 0 with its all-ones mask) on
- * x [256, T, B] (normed) -> [256, T, B]. On the CPU ggml's tiled F32 flash
- * attention; elsewhere two products around a softmax.
+ * x [256, T, B] (normed) -> [256, T, B]. On CPUs with AVX-512 our fused
+ * kernel (ops_cpu_attn.c, 2.6x ggml's there), on other CPUs ggml's tiled F32
+ * flash attention; elsewhere two products around a softmax.
  */
 static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor *x, const char *p) {
     const int64_t T = x->ne[1], B = x->ne[2];
     const float scale = 1.0f / sqrtf((float)EST_HEAD_DIM);
-    struct ggml_tensor *q = est_heads(g, est_linear(g, x, s3_w(g->w, "%s.to_q.weight", p), NULL));
-    struct ggml_tensor *k = est_heads(g, est_linear(g, x, s3_w(g->w, "%s.to_k.weight", p), NULL));
+    struct ggml_tensor *q = est_linear(g, x, s3_w(g->w, "%s.to_q.weight", p), NULL); /* [512, T, B] */
+    struct ggml_tensor *k = est_linear(g, x, s3_w(g->w, "%s.to_k.weight", p), NULL);
     struct ggml_tensor *v = est_linear(g, x, s3_w(g->w, "%s.to_v.weight", p), NULL);
     struct ggml_tensor *o;
+    if (g->cpu && cr_attention_cpu_available()) {
+        o = cr_attention_cpu(g->ctx, q, k, v); /* [512, T, B] */
+        return est_linear(g, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p));
+    }
+    q = est_heads(g, q);
+    k = est_heads(g, k);
     if (g->cpu) {
         o = ggml_flash_attn_ext(g->ctx, q, k, est_heads(g, v), NULL, scale, 0.0f, 0.0f); /* [64, 8, T, B] */
     } else {

@@ -1,0 +1,104 @@
+/*
+ * test_ops_cpu.c: the fused CPU kernels against references computed here in
+ * double precision, on shapes that exercise every remainder of their tiling
+ * (query blocks of 48 in register tiles of 6 rows, keys in tiles of 64 and 16).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+
+#include "ggml-cpu.h"
+#include "ggml.h"
+#include "internal.h"
+#include "test_common.h"
+
+static float lcg_uniform(unsigned *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffff) / 65536.0f - 0.5f;
+}
+
+static void fill(struct ggml_tensor *t, float amp, unsigned *seed) {
+    float *p = (float *)t->data;
+    for (int64_t i = 0; i < ggml_nelements(t); i++) {
+        p[i] = amp * lcg_uniform(seed);
+    }
+}
+
+/* Relative L2 of o against softmax(q k^T / 8) v per head, in double. */
+static double attention_error(const float *q, const float *k, const float *v, const float *o, int64_t H, int64_t T,
+                              int64_t B) {
+    const int64_t ld = H * 64;
+    double err = 0, norm = 0;
+    double *s = malloc(sizeof(double) * (size_t)T);
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t h = 0; h < H; h++) {
+            for (int64_t i = 0; i < T; i++) {
+                const float *qi = q + (b * T + i) * ld + h * 64;
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < T; j++) {
+                    const float *kj = k + (b * T + j) * ld + h * 64;
+                    double d = 0;
+                    for (int c = 0; c < 64; c++) {
+                        d += (double)qi[c] * kj[c];
+                    }
+                    s[j] = d / 8.0;
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int64_t j = 0; j < T; j++) {
+                    s[j] = exp(s[j] - mx);
+                    sum += s[j];
+                }
+                for (int c = 0; c < 64; c++) {
+                    double ref = 0;
+                    for (int64_t j = 0; j < T; j++) {
+                        ref += s[j] * v[(b * T + j) * ld + h * 64 + c];
+                    }
+                    ref /= sum;
+                    const double got = o[(b * T + i) * ld + h * 64 + c];
+                    err += (got - ref) * (got - ref);
+                    norm += ref * ref;
+                }
+            }
+        }
+    }
+    free(s);
+    return sqrt(err / norm);
+}
+
+static void check_attention(int64_t H, int64_t T, int64_t B, int threads) {
+    struct ggml_init_params ip = {(size_t)(3 * H * 64 * T * B * 2 * sizeof(float)) + (16u << 20), NULL, false};
+    struct ggml_context *ctx = ggml_init(ip);
+    unsigned seed = (unsigned)(H * 1000 + T * 10 + B);
+    struct ggml_tensor *q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, H * 64, T, B);
+    struct ggml_tensor *k = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, H * 64, T, B);
+    struct ggml_tensor *v = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, H * 64, T, B);
+    /* scores of a few units, as in a trained model: a peaked softmax */
+    fill(q, 6.0f, &seed);
+    fill(k, 6.0f, &seed);
+    fill(v, 2.0f, &seed);
+    struct ggml_tensor *o = cr_attention_cpu(ctx, q, k, v);
+    CHECK(ggml_are_same_shape(o, q), "attention output shape");
+    struct ggml_cgraph *gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, o);
+    CHECK(ggml_graph_compute_with_ctx(ctx, gf, threads) == GGML_STATUS_SUCCESS, "compute");
+    const double e = attention_error(q->data, k->data, v->data, o->data, H, T, B);
+    /* F32 products of 64 and of T terms: a few ulps per output */
+    CHECK(e < 2e-6, "attention H=%lld T=%lld B=%lld threads=%d: relative L2 %.3g", (long long)H, (long long)T,
+          (long long)B, threads, e);
+    ggml_free(ctx);
+}
+
+int main(void) {
+    if (!cr_attention_cpu_available()) {
+        printf("test_ops_cpu: no AVX-512 on this CPU, the attention kernel is not used; skipped\n");
+        return 0;
+    }
+    const int64_t Ts[] = {1, 5, 6, 7, 16, 17, 47, 48, 49, 64, 65, 97, 130, 333};
+    for (size_t i = 0; i < sizeof(Ts) / sizeof(Ts[0]); i++) {
+        check_attention(2, Ts[i], 1, 1);
+        check_attention(1, Ts[i], 3, 3);
+    }
+    check_attention(8, 650, 2, 2);
+    printf("test_ops_cpu: %d checks, %d failures\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}
