@@ -238,12 +238,21 @@ struct ggml_tensor *cr_snake_cpu(struct ggml_context *ctx, struct ggml_tensor *x
 /*
  * Softmax attention with scale 1/8 over every key, per head of 64 channels:
  * q, k, v [H*64, T, B] contiguous F32 (head h in channels 64h .. 64h+63) ->
- * [H*64, T, B]. A fused CPU kernel (ops_cpu_attn.c), only where
+ * [H*64, T, B]. A fused CPU kernel (ops_cpu_avx512.c), only where
  * cr_attention_cpu_available() (x86-64 with AVX-512); CPU backend only.
  */
 bool cr_attention_cpu_available(void);
 struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
                                      struct ggml_tensor *v);
+
+/*
+ * y = W x (+ b) for F32 x [K, ...] contiguous, W [K, M] F32 contiguous with M a
+ * multiple of 16, b [M] or NULL -> [M, ...]: the fused kernel of
+ * ops_cpu_avx512.c, bias in the product's epilogue. NULL where it does not
+ * apply (other CPUs, other types or shapes): then use ggml_mul_mat. CPU only.
+ */
+struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                  struct ggml_tensor *b);
 
 /* ------------------------------------------------------------------- noise */
 

@@ -279,6 +279,10 @@ typedef struct est_graph {
 /* y = W x (+ b): x [in, ...], W ne [in, out] -> [out, ...]. b may be NULL. */
 static struct ggml_tensor *est_linear(const est_graph *g, struct ggml_tensor *x, struct ggml_tensor *w,
                                       struct ggml_tensor *b) {
+    struct ggml_tensor *fused = g->cpu ? cr_linear_cpu(g->ctx, x, w, b) : NULL; /* AVX-512 CPUs */
+    if (fused) {
+        return fused;
+    }
     struct ggml_tensor *y = ggml_mul_mat(g->ctx, w, x);
     return b ? ggml_add(g->ctx, y, b) : y;
 }
@@ -351,7 +355,7 @@ static struct ggml_tensor *est_heads(const est_graph *g, struct ggml_tensor *x) 
  * diffusers Attention (AttnProcessor2_0: scaled_dot_product_attention, scale
  * 1/8, no q/k/v bias; the reference's bias is 0 with its all-ones mask) on
  * x [256, T, B] (normed) -> [256, T, B]. On CPUs with AVX-512 our fused
- * kernel (ops_cpu_attn.c, 2.6x ggml's there), on other CPUs ggml's tiled F32
+ * kernel (ops_cpu_avx512.c, 2.6x ggml's there), on other CPUs ggml's tiled F32
  * flash attention; elsewhere two products around a softmax.
  */
 static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor *x, const char *p) {
@@ -440,7 +444,7 @@ struct ggml_tensor *s3_estimator_build(struct ggml_context *ctx, struct ggml_con
     if (hp->meanflow) {
         struct ggml_tensor *et = ggml_view_2d(ctx, temb, EST_TIME, B, temb->nb[1], 0);
         struct ggml_tensor *er = ggml_view_2d(ctx, temb, EST_TIME, B, temb->nb[1], (size_t)B * temb->nb[1]);
-        temb = ggml_mul_mat(ctx, s3_w(w, "est.time_embed_mixer.weight"), ggml_concat(ctx, et, er, 0));
+        temb = est_linear(&g, ggml_concat(ctx, et, er, 0), s3_w(w, "est.time_embed_mixer.weight"), NULL);
     }
     g.tm = est_mish(&g, temb); /* every resnet's mlp starts with Mish */
 

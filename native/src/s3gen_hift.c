@@ -126,16 +126,30 @@ static struct ggml_tensor *hift_transpose(struct ggml_context *ctx, struct ggml_
 }
 
 /*
+ * W x (+ b) for x [K, ...] and w2 [K, M] -> [M, ...]: on the CPU backend the
+ * fused AVX-512 kernel where it applies (bias in its epilogue, about twice
+ * ggml's F32 product on this model's shapes), else ggml's product.
+ */
+static struct ggml_tensor *hift_product(struct ggml_context *ctx, struct ggml_tensor *w2, struct ggml_tensor *x,
+                                        struct ggml_tensor *b, bool cpu_ops) {
+    struct ggml_tensor *y = cpu_ops ? cr_linear_cpu(ctx, x, w2, b) : NULL;
+    if (y) {
+        return y;
+    }
+    y = ggml_mul_mat(ctx, w2, x);
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+/*
  * Conv1d of a time-fastest xt [T, Cin, B] with w ne [K, Cin, Cout] (PyTorch
  * (Cout, Cin, K)) and b [Cout] -> [Cout, T_out, B]. The im2col rows are
  * ic*K + k, the order of the kernel flattened to [K*Cin, Cout].
  */
 static struct ggml_tensor *hift_conv_t(struct ggml_context *ctx, struct ggml_tensor *xt, struct ggml_tensor *w,
-                                       struct ggml_tensor *b, int stride, int pad, int dilation) {
+                                       struct ggml_tensor *b, int stride, int pad, int dilation, bool cpu_ops) {
     const int64_t K = w->ne[0], cin = w->ne[1], cout = w->ne[2];
     struct ggml_tensor *cols = ggml_im2col(ctx, w, xt, stride, 0, pad, 0, dilation, 0, false, GGML_TYPE_F32);
-    struct ggml_tensor *y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, K * cin, cout), cols);
-    return ggml_add(ctx, y, b);
+    return hift_product(ctx, ggml_reshape_2d(ctx, w, K * cin, cout), cols, b, cpu_ops);
 }
 
 /*
@@ -174,13 +188,12 @@ static struct ggml_tensor *hift_conv(struct ggml_context *ctx, struct ggml_tenso
     const int64_t K = w->ne[0], cin = w->ne[1], cout = w->ne[2];
     if (!cpu_ops || K > HIFT_IM2COL_MAX_K) {
         const int pad = dilation * (int)(K - 1) / 2;
-        return hift_conv_t(ctx, hift_transpose(ctx, x), w, b, 1, pad, dilation);
+        return hift_conv_t(ctx, hift_transpose(ctx, x), w, b, 1, pad, dilation, cpu_ops);
     }
     struct ggml_tensor *args[1] = {x};
     struct ggml_tensor *cols = ggml_custom_4d(ctx, GGML_TYPE_F32, K * cin, x->ne[1], x->ne[2], 1, args, 1,
                                               hift_im2col_kernel, GGML_N_TASKS_MAX, (void *)(intptr_t)dilation);
-    struct ggml_tensor *y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, K * cin, cout), cols);
-    return ggml_add(ctx, y, b);
+    return hift_product(ctx, ggml_reshape_2d(ctx, w, K * cin, cout), cols, b, true);
 }
 
 /*
@@ -224,10 +237,10 @@ static struct ggml_tensor *hift_resblock(struct ggml_context *ctx, struct ggml_c
  * col2im takes matrices, so the batch runs one sequence at a time.
  */
 static struct ggml_tensor *hift_upconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                       int u, int p, int pad_left) {
+                                       int u, int p, int pad_left, bool cpu_ops) {
     const int64_t K = w->ne[0], cout = w->ne[1], cin = w->ne[2], L = x->ne[1], B = x->ne[2];
     struct ggml_tensor *wt = hift_transpose(ctx, ggml_reshape_2d(ctx, w, K * cout, cin)); /* [Cin, K*Cout] */
-    struct ggml_tensor *cols = ggml_mul_mat(ctx, wt, x);                                   /* [K*Cout, L, B] */
+    struct ggml_tensor *cols = hift_product(ctx, wt, x, NULL, cpu_ops);                   /* [K*Cout, L, B] */
     struct ggml_tensor *y = NULL;
     for (int64_t b = 0; b < B; b++) {
         struct ggml_tensor *cb = ggml_view_2d(ctx, cols, K * cout, L, cols->nb[1], (size_t)b * cols->nb[2]);
@@ -246,10 +259,10 @@ static struct ggml_tensor *hift_source_branch(struct ggml_context *ctx, struct g
     struct ggml_tensor *wd = s3_w(w, "hift.source_downs.%d.weight", i), *bd = s3_w(w, "hift.source_downs.%d.bias", i);
     struct ggml_tensor *y;
     if (wd->ne[0] == 1) { /* 1x1: a plain product on the channels-fastest spectrum */
-        y = ggml_add(ctx, ggml_mul_mat(ctx, ggml_reshape_2d(ctx, wd, wd->ne[1], wd->ne[2]), s), bd);
+        y = hift_product(ctx, ggml_reshape_2d(ctx, wd, wd->ne[1], wd->ne[2]), s, bd, cpu_ops);
     } else { /* kernel 2u, stride u, padding u/2: 120T+1 frames -> 120T/u */
         const int u = (int)(wd->ne[0] / 2);
-        y = hift_conv_t(ctx, st, wd, bd, u, u / 2, 1);
+        y = hift_conv_t(ctx, st, wd, bd, u, u / 2, 1, cpu_ops);
     }
     char prefix[GGML_MAX_NAME];
     snprintf(prefix, sizeof(prefix), "hift.source_resblocks.%d", i);
@@ -272,7 +285,7 @@ struct ggml_tensor *s3_f0_build(struct ggml_context *ctx, struct ggml_context *w
     io->mel = hift_input(ctx, T, S3_MEL, B, "hift.f0.mel");
     /* 5 x (conv k3 pad 1 + ELU) -> [512, T, B] */
     struct ggml_tensor *x = hift_conv_t(ctx, io->mel, s3_w(w, "hift.f0_predictor.condnet.0.weight"),
-                                        s3_w(w, "hift.f0_predictor.condnet.0.bias"), 1, 1, 1);
+                                        s3_w(w, "hift.f0_predictor.condnet.0.bias"), 1, 1, 1, false);
     x = ggml_elu(ctx, x);
     for (int l = 1; l < HIFT_F0_LAYERS; l++) {
         x = hift_conv(ctx, x, s3_w(w, "hift.f0_predictor.condnet.%d.weight", 2 * l),
@@ -363,11 +376,12 @@ struct ggml_tensor *s3_hift_build(struct ggml_context *ctx, struct ggml_context 
     struct ggml_tensor *st = hift_transpose(ctx, s);          /* [F, 18, B] */
 
     struct ggml_tensor *x = hift_conv_t(ctx, io->mel, s3_w(w, "hift.conv_pre.weight"), s3_w(w, "hift.conv_pre.bias"),
-                                        1, 3, 1); /* [512, T, B] */
+                                        1, 3, 1, cpu_ops); /* [512, T, B] */
     for (int i = 0; i < HIFT_STAGES; i++) {
         const int u = hift_up_rate[i], last = i + 1 == HIFT_STAGES;
         x = ggml_leaky_relu(ctx, x, 0.1f, false);
-        x = hift_upconv(ctx, x, s3_w(w, "hift.ups.%d.weight", i), u, (hift_up_kernel[i] - u) / 2, last ? 1 : 0);
+        x = hift_upconv(ctx, x, s3_w(w, "hift.ups.%d.weight", i), u, (hift_up_kernel[i] - u) / 2, last ? 1 : 0,
+                        cpu_ops);
         x = ggml_add(ctx, hift_transpose(ctx, x), s3_w(w, "hift.ups.%d.bias", i)); /* [C_i, L_i, B] */
         x = ggml_add(ctx, x, hift_source_branch(ctx, w, s, st, i, cpu_ops));
         struct ggml_tensor *xs = NULL;

@@ -88,6 +88,47 @@ static void check_attention(int64_t H, int64_t T, int64_t B, int threads) {
     ggml_free(ctx);
 }
 
+/* cr_linear_cpu against x W^T + b in double, x [K, N1, N2]. */
+static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias, int threads) {
+    struct ggml_init_params ip = {(size_t)((K * N1 * N2 + K * M + M + M * N1 * N2) * sizeof(float)) + (1u << 20),
+                                  NULL, false};
+    struct ggml_context *ctx = ggml_init(ip);
+    unsigned seed = (unsigned)(K * 7 + M * 13 + N1 * 17 + N2);
+    struct ggml_tensor *x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, K, N1, N2);
+    struct ggml_tensor *w = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, M);
+    struct ggml_tensor *b = bias ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, M) : NULL;
+    fill(x, 2.0f, &seed);
+    fill(w, 2.0f, &seed);
+    if (b) {
+        fill(b, 2.0f, &seed);
+    }
+    struct ggml_tensor *y = cr_linear_cpu(ctx, x, w, b);
+    CHECK(y && y->ne[0] == M && y->ne[1] == N1 && y->ne[2] == N2, "linear output shape");
+    if (!y) {
+        ggml_free(ctx);
+        return;
+    }
+    struct ggml_cgraph *gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, y);
+    CHECK(ggml_graph_compute_with_ctx(ctx, gf, threads) == GGML_STATUS_SUCCESS, "compute");
+    const float *xd = x->data, *wd = w->data, *yd = y->data;
+    double err = 0, norm = 0;
+    for (int64_t n = 0; n < N1 * N2; n++) {
+        for (int64_t m = 0; m < M; m++) {
+            double ref = b ? ((const float *)b->data)[m] : 0.0;
+            for (int64_t k = 0; k < K; k++) {
+                ref += (double)xd[n * K + k] * wd[m * K + k];
+            }
+            err += (yd[n * M + m] - ref) * (yd[n * M + m] - ref);
+            norm += ref * ref;
+        }
+    }
+    const double e = sqrt(err / (norm > 0 ? norm : 1));
+    CHECK(e < 1e-6, "linear K=%lld M=%lld N=%lldx%lld bias=%d threads=%d: relative L2 %.3g", (long long)K,
+          (long long)M, (long long)N1, (long long)N2, (int)bias, threads, e);
+    ggml_free(ctx);
+}
+
 int main(void) {
     if (!cr_attention_cpu_available()) {
         printf("test_ops_cpu: no AVX-512 on this CPU, the attention kernel is not used; skipped\n");
@@ -99,6 +140,27 @@ int main(void) {
         check_attention(1, Ts[i], 3, 3);
     }
     check_attention(8, 650, 2, 2);
+
+    const int64_t Ks[] = {1, 3, 64, 250}, Ms[] = {16, 48, 64, 80, 272}, Ns[] = {1, 5, 7, 96, 97, 200};
+    for (size_t i = 0; i < 4; i++) {
+        for (size_t j = 0; j < 5; j++) {
+            for (size_t n = 0; n < 6; n++) {
+                check_linear(Ks[i], Ms[j], Ns[n], 1, (i + j + n) % 2 == 0, 1 + (int)((i + n) % 3));
+            }
+        }
+    }
+    check_linear(256, 512, 650, 2, true, 2);
+    check_linear(1024, 256, 33, 3, false, 2);
+    /* shapes the kernel does not take come back NULL (the caller uses ggml_mul_mat) */
+    struct ggml_init_params ip = {1u << 20, NULL, true};
+    struct ggml_context *ctx = ggml_init(ip);
+    CHECK(!cr_linear_cpu(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 4), ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 20),
+                         NULL),
+          "M not a multiple of 16");
+    CHECK(!cr_linear_cpu(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 4), ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 8, 16),
+                         NULL),
+          "F16 weights");
+    ggml_free(ctx);
     printf("test_ops_cpu: %d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }

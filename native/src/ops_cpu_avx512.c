@@ -1,6 +1,10 @@
 /*
- * ops_cpu_attn.c: multi-head self-attention for the CPU backend, F32, on x86-64
- * CPUs with AVX-512. The S3Gen flow estimator spends about half of its time in
+ * ops_cpu_avx512.c: the S3Gen decoders' products for the CPU backend, F32, on
+ * x86-64 CPUs with AVX-512: multi-head self-attention and linear layers (and
+ * the convolutions' im2col products), both on one register-tiled FMA loop.
+ *
+ * Attention. The S3Gen flow estimator spends about half of its time in
+ * attention The S3Gen flow estimator spends about half of its time in
  * attention (56 blocks of 8 heads over every frame of prompt and speech, with
  * guidance a batch of 2); ggml's tiled CPU flash attention reaches about 60
  * GFLOP/s on this shape on 2 Zen 4 cores and a composition of ggml products
@@ -17,7 +21,12 @@
  * Each thread packs KT once per head it visits and holds KT and S in a scratch
  * of (64 + 48) * Tp floats, about 300 KB at T = 650: in L2.
  *
- * Elsewhere (other CPUs, other backends) the estimator uses ggml's attention;
+ * Linear layers. ggml's F32 products (llamafile's tinyBLAS) reach 80 to 108
+ * GFLOP/s on these shapes here; the same register tile on a packed weight panel
+ * reaches about 150 (bench: native/tests/test_ops_cpu.c prints both), with the
+ * bias added in the tile's epilogue instead of in a pass of its own.
+ *
+ * Elsewhere (other CPUs, other backends) the graphs use ggml's ops;
  * cr_attention_cpu_available() says which.
  */
 #include <math.h>
@@ -34,6 +43,8 @@
 #define AT_D 64  /* head dim */
 #define AT_QB 48 /* queries per block: 8 tiles of 6 rows */
 #define AT_R 6   /* rows per register tile: 6 x 4 accumulators of 16 floats */
+#define LN_PANEL 64 /* linear: output columns per packed weight panel */
+#define LN_NB 96    /* linear: rows of x per work item (16 register tiles) */
 
 /*
  * Plain path for the one case the fast path cannot take: no scratch memory.
@@ -97,39 +108,49 @@ AT_INLINE __m512 at_exp(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* S[r][0, 16*NC) = scale * sum_d Q[r][d] KT[d][.] for R rows (R <= 6, NC <= 4):
-   per d, NC loads of KT, R broadcasts of Q, R*NC FMAs into registers. */
-AT_INLINE void at_qk_tile(int R, int NC, const float *q, int64_t ldq, const float *kt, int64_t ldk, float *s,
-                          int64_t lds, float scale) {
+/*
+ * The register tile both kernels are built on, C = A B for R rows (R <= 6) and
+ * 16*NC columns (NC <= 4): per k, NC loads of B's row, R broadcasts of A, R*NC
+ * FMAs into 24 of the 32 vector registers. A [R, K] rows lda apart; B [K, 16*NC]
+ * rows ldb apart (packed, so that its 16*NC columns are contiguous); C[r][c] =
+ * scale * acc + bias[c] (bias may be NULL).
+ */
+AT_INLINE void at_tile(int R, int NC, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t K, float *c,
+                       int64_t ldc, float scale, const float *bias) {
     __m512 acc[AT_R][4];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++) {
 #pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) {
-            acc[r][c] = _mm512_setzero_ps();
+        for (int j = 0; j < NC; j++) {
+            acc[r][j] = _mm512_setzero_ps();
         }
     }
-    for (int d = 0; d < AT_D; d++) {
-        __m512 kv[4];
+    for (int64_t k = 0; k < K; k++) {
+        __m512 bv[4];
 #pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) {
-            kv[c] = _mm512_loadu_ps(kt + d * ldk + 16 * c);
+        for (int j = 0; j < NC; j++) {
+            bv[j] = _mm512_loadu_ps(b + k * ldb + 16 * j);
         }
 #pragma GCC unroll 6
         for (int r = 0; r < R; r++) {
-            const __m512 qb = _mm512_set1_ps(q[r * ldq + d]);
+            const __m512 ab = _mm512_set1_ps(a[r * lda + k]);
 #pragma GCC unroll 4
-            for (int c = 0; c < NC; c++) {
-                acc[r][c] = _mm512_fmadd_ps(qb, kv[c], acc[r][c]);
+            for (int j = 0; j < NC; j++) {
+                acc[r][j] = _mm512_fmadd_ps(ab, bv[j], acc[r][j]);
             }
         }
     }
     const __m512 sc = _mm512_set1_ps(scale);
+    __m512 bs[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; j++) {
+        bs[j] = bias ? _mm512_loadu_ps(bias + 16 * j) : _mm512_setzero_ps();
+    }
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++) {
 #pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) {
-            _mm512_storeu_ps(s + r * lds + 16 * c, _mm512_mul_ps(acc[r][c], sc));
+        for (int j = 0; j < NC; j++) {
+            _mm512_storeu_ps(c + r * ldc + 16 * j, _mm512_fmadd_ps(acc[r][j], sc, bs[j]));
         }
     }
 }
@@ -176,10 +197,10 @@ AT_INLINE void at_pv_tile(int R, const float *p, int64_t ldp, const float *v, in
     do {                                                                                                             \
         int64_t j = 0;                                                                                               \
         for (; j + 64 <= Tp; j += 64) {                                                                              \
-            at_qk_tile(R, 4, qr, ld, kt + j, Tp, sr + j, Tp, scale);                                                 \
+            at_tile(R, 4, qr, ld, kt + j, Tp, AT_D, sr + j, Tp, scale, NULL);                                      \
         }                                                                                                            \
         for (; j < Tp; j += 16) {                                                                                    \
-            at_qk_tile(R, 1, qr, ld, kt + j, Tp, sr + j, Tp, scale);                                                 \
+            at_tile(R, 1, qr, ld, kt + j, Tp, AT_D, sr + j, Tp, scale, NULL);                                      \
         }                                                                                                            \
     } while (0)
 
@@ -254,6 +275,35 @@ AT_AVX512 static void at_block(const float *q, const float *k, const float *v, f
     }
 }
 
+
+/* One register-tile row group of the linear op: NC (1..4) vectors of columns. */
+#define LN_COLS(R)                                                                                                   \
+    do {                                                                                                             \
+        switch (nc) {                                                                                                \
+        case 4: at_tile(R, 4, a, K, wp, LN_PANEL, K, c, M, 1.0f, bias); break;                                       \
+        case 3: at_tile(R, 3, a, K, wp, LN_PANEL, K, c, M, 1.0f, bias); break;                                       \
+        case 2: at_tile(R, 2, a, K, wp, LN_PANEL, K, c, M, 1.0f, bias); break;                                       \
+        default: at_tile(R, 1, a, K, wp, LN_PANEL, K, c, M, 1.0f, bias); break;                                      \
+        }                                                                                                            \
+    } while (0)
+
+/* y rows n0 .. n1 of columns m0 .. m0+16*nc from a packed panel wp [K, 64]. */
+AT_AVX512 static void ln_rows(const float *x, const float *wp, const float *bias, float *y, int64_t K, int64_t M,
+                              int64_t m0, int nc, int64_t n0, int64_t n1) {
+    for (int64_t r0 = n0; r0 < n1; r0 += AT_R) {
+        const float *a = x + r0 * K;
+        float *c = y + r0 * M + m0;
+        switch (n1 - r0 < AT_R ? (int)(n1 - r0) : AT_R) {
+        case 6: LN_COLS(6); break;
+        case 5: LN_COLS(5); break;
+        case 4: LN_COLS(4); break;
+        case 3: LN_COLS(3); break;
+        case 2: LN_COLS(2); break;
+        default: LN_COLS(1); break;
+        }
+    }
+}
+
 #endif /* CR_ATTN_AVX512 */
 
 bool cr_attention_cpu_available(void) {
@@ -300,4 +350,71 @@ static void cr_attention_kernel(struct ggml_tensor *dst, const struct ggml_tenso
 struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
                                      struct ggml_tensor *v) {
     return ggml_map_custom3(ctx, q, k, v, cr_attention_kernel, GGML_N_TASKS_MAX, NULL);
+}
+
+/* ------------------------------------------------------------------ linear */
+
+/*
+ * y = x W^T + b: x [K, N] (rows of K), W [K, M] in ggml's layout (M rows of K),
+ * b [M] or absent -> y [M, N]. Work items are (panel of 64 output columns,
+ * block of 96 rows); a thread packs each panel it visits once, as [K, 64]
+ * (columns contiguous, K*256 bytes: in L2 for K <= 2048), then sweeps its rows.
+ */
+static void cr_linear_kernel(struct ggml_tensor *dst, int ith, int nth, void *user) {
+    (void)user;
+    const struct ggml_tensor *x = dst->src[0], *w = dst->src[1], *b = dst->src[2];
+    const int64_t K = x->ne[0], N = ggml_nrows(x), M = w->ne[1];
+    const int64_t P = (M + LN_PANEL - 1) / LN_PANEL, NB = (N + LN_NB - 1) / LN_NB, n = P * NB;
+    const int64_t it0 = n * ith / nth, it1 = n * (ith + 1) / nth;
+    const float *xd = (const float *)x->data, *wd = (const float *)w->data;
+    const float *bd = b ? (const float *)b->data : NULL;
+    float *yd = (float *)dst->data;
+    float *wp = NULL;
+#ifdef CR_ATTN_AVX512
+    wp = (float *)aligned_alloc(64, (size_t)(K * LN_PANEL) * sizeof(float));
+#endif
+    int64_t packed = -1;
+    for (int64_t it = it0; it < it1; it++) {
+        const int64_t p = it / NB, m0 = p * LN_PANEL, n0 = (it % NB) * LN_NB;
+        const int64_t width = M - m0 < LN_PANEL ? M - m0 : LN_PANEL, n1 = N - n0 < LN_NB ? N : n0 + LN_NB;
+#ifdef CR_ATTN_AVX512
+        if (wp) {
+            if (packed != p) {
+                for (int64_t j = 0; j < width; j++) {
+                    const float *wr = wd + (m0 + j) * K;
+                    for (int64_t k = 0; k < K; k++) {
+                        wp[k * LN_PANEL + j] = wr[k];
+                    }
+                }
+                packed = p;
+            }
+            ln_rows(xd, wp, bd ? bd + m0 : NULL, yd, K, M, m0, (int)(width / 16), n0, n1);
+            continue;
+        }
+#endif
+        for (int64_t r = n0; r < n1; r++) {
+            for (int64_t j = m0; j < m0 + width; j++) {
+                float acc = 0.0f;
+                for (int64_t k = 0; k < K; k++) {
+                    acc += xd[r * K + k] * wd[j * K + k];
+                }
+                yd[r * M + j] = acc + (bd ? bd[j] : 0.0f);
+            }
+        }
+    }
+    free(wp);
+}
+
+struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                  struct ggml_tensor *b) {
+    const bool ok = cr_attention_cpu_available() && x->type == GGML_TYPE_F32 && w->type == GGML_TYPE_F32 &&
+                    ggml_is_contiguous(x) && ggml_is_contiguous(w) && w->ne[2] == 1 && w->ne[3] == 1 &&
+                    w->ne[0] == x->ne[0] && w->ne[1] % 16 == 0 &&
+                    (!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == w->ne[1]));
+    if (!ok) {
+        return NULL;
+    }
+    struct ggml_tensor *args[3] = {x, w, b};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], x->ne[3], args, b ? 3 : 2,
+                          cr_linear_kernel, GGML_N_TASKS_MAX, NULL);
 }
