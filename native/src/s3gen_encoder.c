@@ -119,8 +119,9 @@ static struct ggml_tensor *enc_norm(struct ggml_context *ctx, struct ggml_tensor
 
 /* Linear: w [Cin, Cout], x [Cin, T, B], b [Cout] -> [Cout, T, B]. */
 static struct ggml_tensor *enc_linear(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                      struct ggml_tensor *b) {
-    return ggml_add(ctx, ggml_mul_mat(ctx, w, x), b);
+                                      struct ggml_tensor *b, bool cpu) {
+    struct ggml_tensor *y = cpu ? cr_linear_cpu(ctx, x, w, b) : NULL; /* AVX-512 CPUs */
+    return y ? y : ggml_add(ctx, ggml_mul_mat(ctx, w, x), b);
 }
 
 /*
@@ -130,19 +131,18 @@ static struct ggml_tensor *enc_linear(struct ggml_context *ctx, struct ggml_tens
  * kernel's memory order, and the product comes out channels fastest again.
  */
 static struct ggml_tensor *enc_conv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                    struct ggml_tensor *b, int pl, int pr) {
+                                    struct ggml_tensor *b, int pl, int pr, bool cpu) {
     const int64_t K = w->ne[0], Cin = w->ne[1], Cout = w->ne[2];
     struct ggml_tensor *xt = ggml_cont(ctx, ggml_transpose(ctx, x));         /* [T, Cin, B] */
     xt = ggml_pad_ext(ctx, xt, pl, pr, 0, 0, 0, 0, 0, 0);                    /* [T+pl+pr, Cin, B] */
     struct ggml_tensor *col = ggml_im2col(ctx, w, xt, 1, 0, 0, 0, 1, 0, false, GGML_TYPE_F32); /* [Cin*K, T', B] */
-    struct ggml_tensor *y = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, w, K * Cin, Cout), col);  /* [Cout, T', B] */
-    return ggml_add(ctx, y, b);
+    return enc_linear(ctx, col, ggml_reshape_2d(ctx, w, K * Cin, Cout), b, cpu); /* [Cout, T', B] */
 }
 
 /* LinearNoSubsampling + EspnetRelPositionalEncoding's scaling: x [512, T, B]. */
 static struct ggml_tensor *enc_embed(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                     const char *name) {
-    x = enc_linear(ctx, x, s3_w(w, "enc.%s.out.0.weight", name), s3_w(w, "enc.%s.out.0.bias", name));
+                                     const char *name, bool cpu) {
+    x = enc_linear(ctx, x, s3_w(w, "enc.%s.out.0.weight", name), s3_w(w, "enc.%s.out.0.bias", name), cpu);
     x = enc_norm(ctx, x, s3_w(w, "enc.%s.out.1.weight", name), s3_w(w, "enc.%s.out.1.bias", name), ENC_EMB_EPS);
     return ggml_scale(ctx, x, sqrtf((float)S3_D_MODEL));
 }
@@ -180,11 +180,14 @@ static struct ggml_tensor *enc_heads(struct ggml_context *ctx, struct ggml_tenso
  * n-1 .. -(n-1), mask: [n8, n], 0 for keys < n, -inf after. Returns [512, n, B].
  */
 static struct ggml_tensor *enc_attention(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                         struct ggml_tensor *pos, struct ggml_tensor *mask, const char *pre) {
+                                         struct ggml_tensor *pos, struct ggml_tensor *mask, const char *pre, bool cpu) {
     const int64_t D = S3_D_MODEL, n = x->ne[1], B = x->ne[2], L = pos->ne[1], n8 = enc_keys(n);
-    struct ggml_tensor *q = enc_linear(ctx, x, s3_w(w, "%s.linear_q.weight", pre), s3_w(w, "%s.linear_q.bias", pre));
-    struct ggml_tensor *k = enc_linear(ctx, x, s3_w(w, "%s.linear_k.weight", pre), s3_w(w, "%s.linear_k.bias", pre));
-    struct ggml_tensor *v = enc_linear(ctx, x, s3_w(w, "%s.linear_v.weight", pre), s3_w(w, "%s.linear_v.bias", pre));
+    struct ggml_tensor *q =
+        enc_linear(ctx, x, s3_w(w, "%s.linear_q.weight", pre), s3_w(w, "%s.linear_q.bias", pre), cpu);
+    struct ggml_tensor *k =
+        enc_linear(ctx, x, s3_w(w, "%s.linear_k.weight", pre), s3_w(w, "%s.linear_k.bias", pre), cpu);
+    struct ggml_tensor *v =
+        enc_linear(ctx, x, s3_w(w, "%s.linear_v.weight", pre), s3_w(w, "%s.linear_v.bias", pre), cpu);
     struct ggml_tensor *p = ggml_mul_mat(ctx, s3_w(w, "%s.linear_pos.weight", pre), pos); /* [512, L] */
     k = ggml_pad_ext(ctx, k, 0, 0, 0, (int)(n8 - n), 0, 0, 0, 0);                        /* [512, n8, B] */
     v = ggml_pad_ext(ctx, v, 0, 0, 0, (int)(n8 - n), 0, 0, 0, 0);
@@ -211,44 +214,47 @@ static struct ggml_tensor *enc_attention(struct ggml_context *ctx, struct ggml_c
     struct ggml_tensor *o = ggml_mul_mat(ctx, v, att);
     o = ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3)); /* [64, 8, n, B] */
     o = ggml_reshape_3d(ctx, o, D, n, B);
-    return enc_linear(ctx, o, s3_w(w, "%s.linear_out.weight", pre), s3_w(w, "%s.linear_out.bias", pre));
+    return enc_linear(ctx, o, s3_w(w, "%s.linear_out.weight", pre), s3_w(w, "%s.linear_out.bias", pre), cpu);
 }
 
 /* ConformerEncoderLayer, normalize_before, no macaron, no conv module. */
 static struct ggml_tensor *enc_layer(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                     struct ggml_tensor *pos, struct ggml_tensor *mask, const char *stack, int i) {
+                                     struct ggml_tensor *pos, struct ggml_tensor *mask, const char *stack, int i,
+                                     bool cpu) {
     char pre[GGML_MAX_NAME];
     snprintf(pre, sizeof(pre), "enc.%s.%d.self_attn", stack, i);
     struct ggml_tensor *h = enc_norm(ctx, x, s3_w(w, "enc.%s.%d.norm_mha.weight", stack, i),
                                      s3_w(w, "enc.%s.%d.norm_mha.bias", stack, i), ENC_LN_EPS);
-    x = ggml_add(ctx, x, enc_attention(ctx, w, h, pos, mask, pre));
+    x = ggml_add(ctx, x, enc_attention(ctx, w, h, pos, mask, pre, cpu));
     h = enc_norm(ctx, x, s3_w(w, "enc.%s.%d.norm_ff.weight", stack, i), s3_w(w, "enc.%s.%d.norm_ff.bias", stack, i),
                  ENC_LN_EPS);
     h = enc_linear(ctx, h, s3_w(w, "enc.%s.%d.feed_forward.w_1.weight", stack, i),
-                   s3_w(w, "enc.%s.%d.feed_forward.w_1.bias", stack, i)); /* [2048, n, B] */
+                   s3_w(w, "enc.%s.%d.feed_forward.w_1.bias", stack, i), cpu); /* [2048, n, B] */
     h = ggml_silu(ctx, h);
     h = enc_linear(ctx, h, s3_w(w, "enc.%s.%d.feed_forward.w_2.weight", stack, i),
-                   s3_w(w, "enc.%s.%d.feed_forward.w_2.bias", stack, i));
+                   s3_w(w, "enc.%s.%d.feed_forward.w_2.bias", stack, i), cpu);
     return ggml_add(ctx, x, h);
 }
 
 /* PreLookaheadLayer: each token sees the next 3. x: [512, T, B]. */
-static struct ggml_tensor *enc_lookahead(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x) {
+static struct ggml_tensor *enc_lookahead(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
+                                         bool cpu) {
     struct ggml_tensor *h = enc_conv(ctx, x, s3_w(w, "enc.pre_lookahead_layer.conv1.weight"),
-                                     s3_w(w, "enc.pre_lookahead_layer.conv1.bias"), 0, S3_LOOKAHEAD);
+                                     s3_w(w, "enc.pre_lookahead_layer.conv1.bias"), 0, S3_LOOKAHEAD, cpu);
     h = ggml_leaky_relu(ctx, h, 0.01f, false);
     h = enc_conv(ctx, h, s3_w(w, "enc.pre_lookahead_layer.conv2.weight"),
-                 s3_w(w, "enc.pre_lookahead_layer.conv2.bias"), 2, 0);
+                 s3_w(w, "enc.pre_lookahead_layer.conv2.bias"), 2, 0, cpu);
     return ggml_add(ctx, x, h);
 }
 
 /* Upsample1D: nearest x2 (each frame twice), left pad 4, conv k5. [512, T, B] -> [512, 2T, B]. */
-static struct ggml_tensor *enc_upsample(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x) {
+static struct ggml_tensor *enc_upsample(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
+                                        bool cpu) {
     const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2];
     x = ggml_repeat_4d(ctx, ggml_reshape_4d(ctx, x, C, 1, T, B), C, ENC_UP, T, B);
     x = ggml_reshape_3d(ctx, x, C, ENC_UP * T, B);
     return enc_conv(ctx, x, s3_w(w, "enc.up_layer.conv.weight"), s3_w(w, "enc.up_layer.conv.bias"),
-                    2 * ENC_UP, 0);
+                    2 * ENC_UP, 0, cpu);
 }
 
 /* [n8, n] score mask of one stage from its row (0 for the n keys, -inf for the padding) */
@@ -260,7 +266,7 @@ static struct ggml_tensor *enc_mask(struct ggml_context *ctx, struct ggml_tensor
 struct ggml_tensor *s3_encoder_build(struct ggml_context *ctx, struct ggml_context *w, const s3gen_hparams *hp,
                                      int64_t T, int64_t B, bool cpu_ops, s3_encoder_io *io) {
     (void)hp;
-    (void)cpu_ops; /* plain ggml ops only */
+    const bool cpu = cpu_ops; /* the fused linear op where it applies, else ggml's */
     const int64_t D = S3_D_MODEL, T2 = ENC_UP * T; /* frames after upsampling */
     io->tokens = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, T, B);
     ggml_set_name(io->tokens, "tokens");
@@ -282,18 +288,19 @@ struct ggml_tensor *s3_encoder_build(struct ggml_context *ctx, struct ggml_conte
     struct ggml_tensor *x = ggml_get_rows(ctx, s3_w(w, "flow.input_embedding.weight"),
                                           ggml_reshape_1d(ctx, io->tokens, T * B)); /* [512, T*B] */
     x = ggml_reshape_3d(ctx, x, D, T, B);
-    x = enc_embed(ctx, w, x, "embed");
-    x = enc_lookahead(ctx, w, x);
+    x = enc_embed(ctx, w, x, "embed", cpu);
+    x = enc_lookahead(ctx, w, x, cpu);
     for (int i = 0; i < ENC_BLOCKS; i++) {
-        x = enc_layer(ctx, w, x, pos1, mask1, "encoders", i);
+        x = enc_layer(ctx, w, x, pos1, mask1, "encoders", i, cpu);
     }
-    x = enc_upsample(ctx, w, x); /* [512, 2T, B] */
-    x = enc_embed(ctx, w, x, "up_embed");
+    x = enc_upsample(ctx, w, x, cpu); /* [512, 2T, B] */
+    x = enc_embed(ctx, w, x, "up_embed", cpu);
     for (int i = 0; i < ENC_UP_BLOCKS; i++) {
-        x = enc_layer(ctx, w, x, pos2, mask2, "up_encoders", i);
+        x = enc_layer(ctx, w, x, pos2, mask2, "up_encoders", i, cpu);
     }
     x = enc_norm(ctx, x, s3_w(w, "enc.after_norm.weight"), s3_w(w, "enc.after_norm.bias"), ENC_EMB_EPS);
-    x = enc_linear(ctx, x, s3_w(w, "flow.encoder_proj.weight"), s3_w(w, "flow.encoder_proj.bias")); /* [80, 2T, B] */
+    x = enc_linear(ctx, x, s3_w(w, "flow.encoder_proj.weight"), s3_w(w, "flow.encoder_proj.bias"),
+                   cpu); /* [80, 2T, B] */
     return ggml_cont(ctx, ggml_transpose(ctx, x)); /* [2T, 80, B] */
 }
 

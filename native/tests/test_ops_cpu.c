@@ -154,12 +154,12 @@ int main(void) {
     /* shapes the kernel does not take come back NULL (the caller uses ggml_mul_mat) */
     struct ggml_init_params ip = {1u << 20, NULL, true};
     struct ggml_context *ctx = ggml_init(ip);
-    CHECK(!cr_linear_cpu(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 4), ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 20),
-                         NULL),
-          "M not a multiple of 16");
-    CHECK(!cr_linear_cpu(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 4), ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 8, 16),
-                         NULL),
-          "F16 weights");
+    struct ggml_tensor *x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 4);
+    CHECK(!cr_linear_cpu(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 20), NULL), "M not a multiple of 16");
+    CHECK(!cr_linear_cpu(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 8, 16), NULL), "F16 weights");
+    CHECK(!cr_linear_cpu(ctx, ggml_transpose(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8)),
+                         ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 16), NULL),
+          "non-contiguous x");
     ggml_free(ctx);
     printf("test_ops_cpu: %d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
