@@ -254,6 +254,16 @@ struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tenso
 struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
                                   struct ggml_tensor *b);
 
+/*
+ * Conv1d at stride 1 with zero padding: x [C, T, B] F32 contiguous (channels
+ * fastest), w ne [K, C, M] F32 (PyTorch (M, C, K)) with M a multiple of 16,
+ * b [M] or NULL -> [M, T + pad_left + pad_right - dilation (K-1), B]. The fused
+ * kernel of ops_cpu_avx512.c, with no im2col matrix; NULL where it does not
+ * apply (then use im2col and a product). CPU only.
+ */
+struct ggml_tensor *cr_conv1d_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                  struct ggml_tensor *b, int dilation, int pad_left, int pad_right);
+
 /* ------------------------------------------------------------------- noise */
 
 /* Standard normal sample for (seed, stream, position): the same triple always

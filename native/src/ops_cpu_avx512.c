@@ -304,6 +304,79 @@ AT_AVX512 static void ln_rows(const float *x, const float *wp, const float *bias
     }
 }
 
+
+/*
+ * Implicit-im2col convolution tile: like at_tile, with the product summed over
+ * `taps` shifted copies of A. xs holds consecutive input frames of C floats;
+ * output row r, tap k reads frame r + k*d. wp [taps][C][64] is the packed
+ * kernel panel. No column matrix is ever written.
+ */
+AT_INLINE void at_conv_tile(int R, int NC, const float *xs, int64_t C, int64_t taps, int64_t d, const float *wp,
+                            float *c, int64_t ldc, const float *bias) {
+    __m512 acc[AT_R][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; j++) {
+            acc[r][j] = _mm512_setzero_ps();
+        }
+    }
+    for (int64_t tap = 0; tap < taps; tap++) {
+        const float *a = xs + tap * d * C, *b = wp + tap * C * LN_PANEL;
+        for (int64_t k = 0; k < C; k++) {
+            __m512 bv[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < NC; j++) {
+                bv[j] = _mm512_loadu_ps(b + k * LN_PANEL + 16 * j);
+            }
+#pragma GCC unroll 6
+            for (int r = 0; r < R; r++) {
+                const __m512 ab = _mm512_set1_ps(a[r * C + k]);
+#pragma GCC unroll 4
+                for (int j = 0; j < NC; j++) {
+                    acc[r][j] = _mm512_fmadd_ps(ab, bv[j], acc[r][j]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; j++) {
+            const __m512 bs = bias ? _mm512_loadu_ps(bias + 16 * j) : _mm512_setzero_ps();
+            _mm512_storeu_ps(c + r * ldc + 16 * j, _mm512_add_ps(acc[r][j], bs));
+        }
+    }
+}
+
+#define CV_COLS(R)                                                                                                   \
+    do {                                                                                                             \
+        switch (nc) {                                                                                                \
+        case 4: at_conv_tile(R, 4, a, C, taps, d, wp, c, M, bias); break;                                            \
+        case 3: at_conv_tile(R, 3, a, C, taps, d, wp, c, M, bias); break;                                            \
+        case 2: at_conv_tile(R, 2, a, C, taps, d, wp, c, M, bias); break;                                            \
+        default: at_conv_tile(R, 1, a, C, taps, d, wp, c, M, bias); break;                                           \
+        }                                                                                                            \
+    } while (0)
+
+/* Output rows 0 .. n of columns m0 .. m0+16*nc; xs holds frames from the first
+   row's first tap on. */
+AT_AVX512 static void cv_rows(const float *xs, const float *wp, const float *bias, float *y, int64_t C, int64_t M,
+                              int64_t taps, int64_t d, int nc, int64_t n) {
+    for (int64_t r0 = 0; r0 < n; r0 += AT_R) {
+        const float *a = xs + r0 * C;
+        float *c = y + r0 * M;
+        switch (n - r0 < AT_R ? (int)(n - r0) : AT_R) {
+        case 6: CV_COLS(6); break;
+        case 5: CV_COLS(5); break;
+        case 4: CV_COLS(4); break;
+        case 3: CV_COLS(3); break;
+        case 2: CV_COLS(2); break;
+        default: CV_COLS(1); break;
+        }
+    }
+}
+
 #endif /* CR_ATTN_AVX512 */
 
 bool cr_attention_cpu_available(void) {
@@ -417,4 +490,101 @@ struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *
     struct ggml_tensor *args[3] = {x, w, b};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], x->ne[3], args, b ? 3 : 2,
                           cr_linear_kernel, GGML_N_TASKS_MAX, NULL);
+}
+
+/* ------------------------------------------------------------ convolution */
+
+/*
+ * Conv1d, stride 1: x [C, T, B] channels fastest, w ne [K, C, M] (PyTorch
+ * (M, C, K)), b [M] or absent, dilation d, pad_left zero frames before x (and
+ * as many after as the output length implies) -> y [M, T_out, B]. Work items
+ * are (panel of 64 output channels, sequence, block of 96 output frames); each
+ * copies its input window (96 + d(K-1) frames, zeros outside x) into scratch,
+ * so taps never test bounds, and runs the implicit-im2col tile over it. This
+ * replaces the im2col matrix (K copies of the input, several GB per HiFT
+ * decode) with one copy of a window.
+ */
+static void cr_conv1d_kernel(struct ggml_tensor *dst, int ith, int nth, void *user) {
+    const struct ggml_tensor *x = dst->src[0], *w = dst->src[1], *b = dst->src[2];
+    const int64_t d = (int64_t)((uintptr_t)user & 0xffff), pl = (int64_t)((uintptr_t)user >> 16);
+    const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], taps = w->ne[0], M = w->ne[2], To = dst->ne[1];
+    const int64_t span = d * (taps - 1);
+    const int64_t P = (M + LN_PANEL - 1) / LN_PANEL, NB = (To + LN_NB - 1) / LN_NB, n = P * B * NB;
+    const int64_t it0 = n * ith / nth, it1 = n * (ith + 1) / nth;
+    const float *xd = (const float *)x->data, *wd = (const float *)w->data;
+    const float *bd = b ? (const float *)b->data : NULL;
+    float *yd = (float *)dst->data;
+    float *wp = NULL;
+#ifdef CR_ATTN_AVX512
+    const size_t wfl = (size_t)(taps * C * LN_PANEL), xfl = (size_t)((LN_NB + span) * C);
+    wp = (float *)aligned_alloc(64, ((wfl + xfl) * sizeof(float) + 63) & ~(size_t)63);
+#endif
+    int64_t packed = -1;
+    for (int64_t it = it0; it < it1; it++) {
+        const int64_t p = it / (B * NB), bb = (it / NB) % B, t0 = (it % NB) * LN_NB;
+        const int64_t m0 = p * LN_PANEL, width = M - m0 < LN_PANEL ? M - m0 : LN_PANEL;
+        const int64_t nrow = To - t0 < LN_NB ? To - t0 : LN_NB;
+        const float *xb = xd + bb * T * C;
+        float *yb = yd + bb * To * M;
+#ifdef CR_ATTN_AVX512
+        if (wp) {
+            float *xs = wp + wfl;
+            if (packed != p) {
+                /* wp[tap][c][j] = w[m0 + j][c][tap] */
+                for (int64_t j = 0; j < width; j++) {
+                    for (int64_t c = 0; c < C; c++) {
+                        const float *wr = wd + ((m0 + j) * C + c) * taps;
+                        for (int64_t tap = 0; tap < taps; tap++) {
+                            wp[(tap * C + c) * LN_PANEL + j] = wr[tap];
+                        }
+                    }
+                }
+                packed = p;
+            }
+            for (int64_t i = 0; i < nrow + span; i++) {
+                const int64_t sf = t0 + i - pl;
+                if (sf >= 0 && sf < T) {
+                    memcpy(xs + i * C, xb + sf * C, (size_t)C * sizeof(float));
+                } else {
+                    memset(xs + i * C, 0, (size_t)C * sizeof(float));
+                }
+            }
+            cv_rows(xs, wp, bd ? bd + m0 : NULL, yb + t0 * M + m0, C, M, taps, d, (int)(width / 16), nrow);
+            continue;
+        }
+#endif
+        for (int64_t t = t0; t < t0 + nrow; t++) {
+            for (int64_t j = m0; j < m0 + width; j++) {
+                float acc = 0.0f;
+                for (int64_t tap = 0; tap < taps; tap++) {
+                    const int64_t sf = t + tap * d - pl;
+                    if (sf < 0 || sf >= T) {
+                        continue;
+                    }
+                    for (int64_t c = 0; c < C; c++) {
+                        acc += xb[sf * C + c] * wd[(j * C + c) * taps + tap];
+                    }
+                }
+                yb[t * M + j] = acc + (bd ? bd[j] : 0.0f);
+            }
+        }
+    }
+    free(wp);
+}
+
+struct ggml_tensor *cr_conv1d_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                  struct ggml_tensor *b, int dilation, int pad_left, int pad_right) {
+    const int64_t To = x->ne[1] + pad_left + pad_right - (int64_t)dilation * (w->ne[0] - 1);
+    const bool ok = cr_attention_cpu_available() && x->type == GGML_TYPE_F32 && w->type == GGML_TYPE_F32 &&
+                    ggml_is_contiguous(x) && ggml_is_contiguous(w) && x->ne[3] == 1 && w->ne[3] == 1 &&
+                    w->ne[1] == x->ne[0] && w->ne[2] % 16 == 0 && dilation >= 1 && dilation < 0x10000 &&
+                    pad_left >= 0 && pad_left < 0x10000 && pad_right >= 0 && To >= 1 &&
+                    (!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == w->ne[2]));
+    if (!ok) {
+        return NULL;
+    }
+    struct ggml_tensor *args[3] = {x, w, b};
+    void *params = (void *)(((uintptr_t)pad_left << 16) | (uintptr_t)dilation);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[2], To, x->ne[2], 1, args, b ? 3 : 2, cr_conv1d_kernel,
+                          GGML_N_TASKS_MAX, params);
 }

@@ -316,6 +316,10 @@ static struct ggml_tensor *est_norm(const est_graph *g, struct ggml_tensor *x, c
 static struct ggml_tensor *est_causal_conv(const est_graph *g, struct ggml_tensor *x, const char *p) {
     struct ggml_tensor *k = s3_w(g->w, "%s.weight", p);
     const int64_t Cin = k->ne[1], Cout = k->ne[2];
+    struct ggml_tensor *y = g->cpu ? cr_conv1d_cpu(g->ctx, x, k, s3_w(g->w, "%s.bias", p), 1, EST_K - 1, 0) : NULL;
+    if (y) { /* AVX-512 CPUs: the fused convolution, no transpose, pad or column matrix */
+        return y;
+    }
     struct ggml_tensor *xt = ggml_pad_ext(g->ctx, ggml_transpose(g->ctx, x), EST_K - 1, 0, 0, 0, 0, 0, 0, 0);
     struct ggml_tensor *col = ggml_im2col(g->ctx, k, xt, 1, 0, 0, 0, 1, 0, false, GGML_TYPE_F32); /* [3Cin, T, B] */
     return est_linear(g, col, ggml_reshape_2d(g->ctx, k, EST_K * Cin, Cout), s3_w(g->w, "%s.bias", p));

@@ -182,13 +182,18 @@ static void hift_im2col_kernel(struct ggml_tensor *dst, int ith, int nth, void *
 }
 
 /* Stride-1 "same" Conv1d of a channels-fastest x [Cin, T, B] -> [Cout, T, B]:
-   on the CPU backend through hift_im2col_kernel, elsewhere transpose + im2col. */
+   on the CPU backend the fused convolution (AVX-512 CPUs) or hift_im2col_kernel
+   and a product, elsewhere transpose + im2col. */
 static struct ggml_tensor *hift_conv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
                                      struct ggml_tensor *b, int dilation, bool cpu_ops) {
     const int64_t K = w->ne[0], cin = w->ne[1], cout = w->ne[2];
+    const int pad = dilation * (int)(K - 1) / 2;
     if (!cpu_ops || K > HIFT_IM2COL_MAX_K) {
-        const int pad = dilation * (int)(K - 1) / 2;
         return hift_conv_t(ctx, hift_transpose(ctx, x), w, b, 1, pad, dilation, cpu_ops);
+    }
+    struct ggml_tensor *y = cr_conv1d_cpu(ctx, x, w, b, dilation, pad, pad); /* AVX-512 CPUs: no column matrix */
+    if (y) {
+        return y;
     }
     struct ggml_tensor *args[1] = {x};
     struct ggml_tensor *cols = ggml_custom_4d(ctx, GGML_TYPE_F32, K * cin, x->ne[1], x->ne[2], 1, args, 1,

@@ -129,6 +129,56 @@ static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias
     ggml_free(ctx);
 }
 
+/* cr_conv1d_cpu against the direct sum in double, x [C, T, B], w [K, C, M]. */
+static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, int d, int pl, int pr, bool bias,
+                       int threads) {
+    struct ggml_init_params ip = {(size_t)((C * T * B + K * C * M + M + M * (T + pl + pr) * B) * sizeof(float)) +
+                                      (1u << 20),
+                                  NULL, false};
+    struct ggml_context *ctx = ggml_init(ip);
+    unsigned seed = (unsigned)(C * 3 + T * 5 + K * 7 + M * 11 + d);
+    struct ggml_tensor *x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, C, T, B);
+    struct ggml_tensor *w = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, K, C, M);
+    struct ggml_tensor *b = bias ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, M) : NULL;
+    fill(x, 2.0f, &seed);
+    fill(w, 2.0f, &seed);
+    if (b) {
+        fill(b, 2.0f, &seed);
+    }
+    const int64_t To = T + pl + pr - (int64_t)d * (K - 1);
+    struct ggml_tensor *y = cr_conv1d_cpu(ctx, x, w, b, d, pl, pr);
+    CHECK(y && y->ne[0] == M && y->ne[1] == To && y->ne[2] == B, "conv output shape");
+    if (!y) {
+        ggml_free(ctx);
+        return;
+    }
+    struct ggml_cgraph *gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, y);
+    CHECK(ggml_graph_compute_with_ctx(ctx, gf, threads) == GGML_STATUS_SUCCESS, "compute");
+    const float *xd = x->data, *wd = w->data, *yd = y->data;
+    double err = 0, norm = 0;
+    for (int64_t bb = 0; bb < B; bb++) {
+        for (int64_t t = 0; t < To; t++) {
+            for (int64_t m = 0; m < M; m++) {
+                double ref = b ? ((const float *)b->data)[m] : 0.0;
+                for (int64_t k = 0; k < K; k++) {
+                    const int64_t s = t + k * d - pl;
+                    for (int64_t c = 0; s >= 0 && s < T && c < C; c++) {
+                        ref += (double)xd[(bb * T + s) * C + c] * wd[(m * C + c) * K + k];
+                    }
+                }
+                const double got = yd[(bb * To + t) * M + m];
+                err += (got - ref) * (got - ref);
+                norm += ref * ref;
+            }
+        }
+    }
+    const double e = sqrt(err / (norm > 0 ? norm : 1));
+    CHECK(e < 1e-6, "conv C=%lld T=%lld B=%lld K=%lld M=%lld d=%d pad %d/%d: relative L2 %.3g", (long long)C,
+          (long long)T, (long long)B, (long long)K, (long long)M, d, pl, pr, e);
+    ggml_free(ctx);
+}
+
 int main(void) {
     if (!cr_attention_cpu_available()) {
         printf("test_ops_cpu: no AVX-512 on this CPU, the attention kernel is not used; skipped\n");
@@ -151,6 +201,16 @@ int main(void) {
     }
     check_linear(256, 512, 650, 2, true, 2);
     check_linear(1024, 256, 33, 3, false, 2);
+    /* "same" convolutions as the vocoder's, causal ones as the estimator's,
+       lengths around the 96-frame blocks and shorter than the kernel */
+    const int64_t Tc[] = {1, 2, 7, 95, 96, 97, 200};
+    for (size_t i = 0; i < sizeof(Tc) / sizeof(Tc[0]); i++) {
+        check_conv(5, Tc[i], 2, 3, 16, 1, 1, 1, true, 2);
+        check_conv(8, Tc[i], 1, 11, 48, 5, 25, 25, i % 2 == 0, 3);
+        check_conv(16, Tc[i], 3, 3, 80, 1, 2, 0, true, 1);
+        check_conv(3, Tc[i], 1, 7, 64, 3, 9, 9, false, 2);
+    }
+    check_conv(256, 300, 2, 7, 256, 3, 9, 9, true, 2);
     /* shapes the kernel does not take come back NULL (the caller uses ggml_mul_mat) */
     struct ggml_init_params ip = {1u << 20, NULL, true};
     struct ggml_context *ctx = ggml_init(ip);
