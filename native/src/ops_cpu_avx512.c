@@ -1,7 +1,7 @@
 /*
  * ops_cpu_avx512.c: the S3Gen decoders' products for the CPU backend, F32, on
- * x86-64 CPUs with AVX-512: multi-head self-attention and linear layers (and
- * the convolutions' im2col products), both on one register-tiled FMA loop.
+ * x86-64 CPUs with AVX-512: multi-head self-attention, linear layers and
+ * stride-1 convolutions, all on one register-tiled FMA loop.
  *
  * Attention. The S3Gen flow estimator spends about half of its time in
  * attention The S3Gen flow estimator spends about half of its time in
