@@ -239,7 +239,8 @@ struct ggml_tensor *cr_snake_cpu(struct ggml_context *ctx, struct ggml_tensor *x
  * Softmax attention with scale 1/8 over every key, per head of 64 channels:
  * q, k, v [H*64, T, B] contiguous F32 (head h in channels 64h .. 64h+63) ->
  * [H*64, T, B]. A fused CPU kernel (ops_cpu_avx512.c), only where
- * cr_attention_cpu_available() (x86-64 with AVX-512); CPU backend only.
+ * cr_attention_cpu_available() (x86-64 with AVX-512); NULL where it does not
+ * apply (then use ggml's attention). CPU backend only.
  */
 bool cr_attention_cpu_available(void);
 struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,

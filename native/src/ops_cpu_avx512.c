@@ -422,6 +422,13 @@ static void cr_attention_kernel(struct ggml_tensor *dst, const struct ggml_tenso
 
 struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
                                      struct ggml_tensor *v) {
+    const bool ok = cr_attention_cpu_available() && q->type == GGML_TYPE_F32 && k->type == GGML_TYPE_F32 &&
+                    v->type == GGML_TYPE_F32 && ggml_is_contiguous(q) && ggml_is_contiguous(k) &&
+                    ggml_is_contiguous(v) && ggml_are_same_shape(q, k) && ggml_are_same_shape(q, v) &&
+                    q->ne[0] > 0 && q->ne[0] % AT_D == 0 && q->ne[3] == 1;
+    if (!ok) {
+        return NULL;
+    }
     return ggml_map_custom3(ctx, q, k, v, cr_attention_kernel, GGML_N_TASKS_MAX, NULL);
 }
 

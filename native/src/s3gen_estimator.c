@@ -368,9 +368,8 @@ static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor 
     struct ggml_tensor *q = est_linear(g, x, s3_w(g->w, "%s.to_q.weight", p), NULL); /* [512, T, B] */
     struct ggml_tensor *k = est_linear(g, x, s3_w(g->w, "%s.to_k.weight", p), NULL);
     struct ggml_tensor *v = est_linear(g, x, s3_w(g->w, "%s.to_v.weight", p), NULL);
-    struct ggml_tensor *o;
-    if (g->cpu && cr_attention_cpu_available()) {
-        o = cr_attention_cpu(g->ctx, q, k, v); /* [512, T, B] */
+    struct ggml_tensor *o = g->cpu ? cr_attention_cpu(g->ctx, q, k, v) : NULL; /* [512, T, B]; AVX-512 CPUs */
+    if (o) {
         return est_linear(g, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p));
     }
     q = est_heads(g, q);

@@ -77,7 +77,11 @@ static void check_attention(int64_t H, int64_t T, int64_t B, int threads) {
     fill(k, 6.0f, &seed);
     fill(v, 2.0f, &seed);
     struct ggml_tensor *o = cr_attention_cpu(ctx, q, k, v);
-    CHECK(ggml_are_same_shape(o, q), "attention output shape");
+    CHECK(o && ggml_are_same_shape(o, q), "attention output shape");
+    if (!o) {
+        ggml_free(ctx);
+        return;
+    }
     struct ggml_cgraph *gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, o);
     CHECK(ggml_graph_compute_with_ctx(ctx, gf, threads) == GGML_STATUS_SUCCESS, "compute");
@@ -216,6 +220,16 @@ int main(void) {
     struct ggml_context *ctx = ggml_init(ip);
     struct ggml_tensor *x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 4);
     CHECK(!cr_linear_cpu(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 20), NULL), "M not a multiple of 16");
+    struct ggml_tensor *h = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 5, 2);
+    CHECK(!cr_attention_cpu(ctx, h, h, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 6, 2)), "attention shapes differ");
+    CHECK(!cr_attention_cpu(ctx, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 48, 5, 2),
+                            ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 48, 5, 2),
+                            ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 48, 5, 2)),
+          "attention width not a multiple of 64");
+    CHECK(!cr_conv1d_cpu(ctx, x, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 3, 8, 18), NULL, 1, 1, 1),
+          "conv output channels not a multiple of 16");
+    CHECK(!cr_conv1d_cpu(ctx, x, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 9, 8, 16), NULL, 1, 0, 0),
+          "conv kernel longer than its padded input");
     CHECK(!cr_linear_cpu(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 8, 16), NULL), "F16 weights");
     CHECK(!cr_linear_cpu(ctx, ggml_transpose(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8)),
                          ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 16), NULL),
