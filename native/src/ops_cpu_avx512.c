@@ -36,7 +36,7 @@
 #include "internal.h"
 
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
-#define CR_ATTN_AVX512 1
+#define CR_OPS_AVX512 1
 #include <immintrin.h>
 #endif
 
@@ -83,7 +83,7 @@ static void at_rows_plain(const float *q, const float *k, const float *v, float 
     }
 }
 
-#ifdef CR_ATTN_AVX512
+#ifdef CR_OPS_AVX512
 
 #define AT_AVX512 __attribute__((target("avx512f,fma")))
 #define AT_INLINE static inline __attribute__((always_inline)) AT_AVX512
@@ -109,14 +109,16 @@ AT_INLINE __m512 at_exp(__m512 x) {
 }
 
 /*
- * The register tile both kernels are built on, C = A B for R rows (R <= 6) and
- * 16*NC columns (NC <= 4): per k, NC loads of B's row, R broadcasts of A, R*NC
- * FMAs into 24 of the 32 vector registers. A [R, K] rows lda apart; B [K, 16*NC]
- * rows ldb apart (packed, so that its 16*NC columns are contiguous); C[r][c] =
+ * The register tile every kernel here is built on: C = sum over taps of A_t B_t
+ * for R rows (R <= 6) and 16*NC columns (NC <= 4). Per k, NC loads of B's row,
+ * R broadcasts of A, R*NC FMAs into 24 of the 32 vector registers. A [R, K]
+ * rows lda apart, B [K, 16*NC] rows ldb apart (packed: its 16*NC columns
+ * contiguous); tap t reads A + t*atap and B + t*btap (a convolution's taps: the
+ * input shifted by the dilation, the kernel's next slice). C[r][c] =
  * scale * acc + bias[c] (bias may be NULL).
  */
-AT_INLINE void at_tile(int R, int NC, const float *a, int64_t lda, const float *b, int64_t ldb, int64_t K, float *c,
-                       int64_t ldc, float scale, const float *bias) {
+AT_INLINE void at_tile(int R, int NC, const float *a, int64_t lda, int64_t atap, const float *b, int64_t ldb,
+                       int64_t btap, int64_t K, int64_t taps, float *c, int64_t ldc, float scale, const float *bias) {
     __m512 acc[AT_R][4];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++) {
@@ -125,18 +127,21 @@ AT_INLINE void at_tile(int R, int NC, const float *a, int64_t lda, const float *
             acc[r][j] = _mm512_setzero_ps();
         }
     }
-    for (int64_t k = 0; k < K; k++) {
-        __m512 bv[4];
-#pragma GCC unroll 4
-        for (int j = 0; j < NC; j++) {
-            bv[j] = _mm512_loadu_ps(b + k * ldb + 16 * j);
-        }
-#pragma GCC unroll 6
-        for (int r = 0; r < R; r++) {
-            const __m512 ab = _mm512_set1_ps(a[r * lda + k]);
+    for (int64_t t = 0; t < taps; t++) {
+        const float *at = a + t * atap, *bt = b + t * btap;
+        for (int64_t k = 0; k < K; k++) {
+            __m512 bv[4];
 #pragma GCC unroll 4
             for (int j = 0; j < NC; j++) {
-                acc[r][j] = _mm512_fmadd_ps(ab, bv[j], acc[r][j]);
+                bv[j] = _mm512_loadu_ps(bt + k * ldb + 16 * j);
+            }
+#pragma GCC unroll 6
+            for (int r = 0; r < R; r++) {
+                const __m512 ab = _mm512_set1_ps(at[r * lda + k]);
+#pragma GCC unroll 4
+                for (int j = 0; j < NC; j++) {
+                    acc[r][j] = _mm512_fmadd_ps(ab, bv[j], acc[r][j]);
+                }
             }
         }
     }
@@ -197,10 +202,10 @@ AT_INLINE void at_pv_tile(int R, const float *p, int64_t ldp, const float *v, in
     do {                                                                                                             \
         int64_t j = 0;                                                                                               \
         for (; j + 64 <= Tp; j += 64) {                                                                              \
-            at_tile(R, 4, qr, ld, kt + j, Tp, AT_D, sr + j, Tp, scale, NULL);                                      \
+            at_tile(R, 4, qr, ld, 0, kt + j, Tp, 0, AT_D, 1, sr + j, Tp, scale, NULL);                             \
         }                                                                                                            \
         for (; j < Tp; j += 16) {                                                                                    \
-            at_tile(R, 1, qr, ld, kt + j, Tp, AT_D, sr + j, Tp, scale, NULL);                                      \
+            at_tile(R, 1, qr, ld, 0, kt + j, Tp, 0, AT_D, 1, sr + j, Tp, scale, NULL);                             \
         }                                                                                                            \
     } while (0)
 
@@ -276,111 +281,56 @@ AT_AVX512 static void at_block(const float *q, const float *k, const float *v, f
 }
 
 
-/* One register-tile row group of the linear op: NC (1..4) vectors of columns. */
-#define LN_COLS(R)                                                                                                   \
+/* One row group of a panel product: NC (1..4) vectors of columns. */
+#define PN_COLS(R)                                                                                                   \
     do {                                                                                                             \
         switch (nc) {                                                                                                \
-        case 4: at_tile(R, 4, a, K, wp, LN_PANEL, K, c, M, 1.0f, bias); break;                                       \
-        case 3: at_tile(R, 3, a, K, wp, LN_PANEL, K, c, M, 1.0f, bias); break;                                       \
-        case 2: at_tile(R, 2, a, K, wp, LN_PANEL, K, c, M, 1.0f, bias); break;                                       \
-        default: at_tile(R, 1, a, K, wp, LN_PANEL, K, c, M, 1.0f, bias); break;                                      \
+        case 4: at_tile(R, 4, a, lda, atap, wp, LN_PANEL, K * LN_PANEL, K, taps, c, ldc, 1.0f, bias); break;         \
+        case 3: at_tile(R, 3, a, lda, atap, wp, LN_PANEL, K * LN_PANEL, K, taps, c, ldc, 1.0f, bias); break;         \
+        case 2: at_tile(R, 2, a, lda, atap, wp, LN_PANEL, K * LN_PANEL, K, taps, c, ldc, 1.0f, bias); break;         \
+        default: at_tile(R, 1, a, lda, atap, wp, LN_PANEL, K * LN_PANEL, K, taps, c, ldc, 1.0f, bias); break;        \
         }                                                                                                            \
     } while (0)
-
-/* y rows n0 .. n1 of columns m0 .. m0+16*nc from a packed panel wp [K, 64]. */
-AT_AVX512 static void ln_rows(const float *x, const float *wp, const float *bias, float *y, int64_t K, int64_t M,
-                              int64_t m0, int nc, int64_t n0, int64_t n1) {
-    for (int64_t r0 = n0; r0 < n1; r0 += AT_R) {
-        const float *a = x + r0 * K;
-        float *c = y + r0 * M + m0;
-        switch (n1 - r0 < AT_R ? (int)(n1 - r0) : AT_R) {
-        case 6: LN_COLS(6); break;
-        case 5: LN_COLS(5); break;
-        case 4: LN_COLS(4); break;
-        case 3: LN_COLS(3); break;
-        case 2: LN_COLS(2); break;
-        default: LN_COLS(1); break;
-        }
-    }
-}
-
 
 /*
- * Implicit-im2col convolution tile: like at_tile, with the product summed over
- * `taps` shifted copies of A. xs holds consecutive input frames of C floats;
- * output row r, tap k reads frame r + k*d. wp [taps][C][64] is the packed
- * kernel panel. No column matrix is ever written.
+ * n output rows (ldc apart) of 16*nc columns from a packed panel wp [taps][K][64]:
+ * row r, tap t reads K floats at x + r*lda + t*atap. A linear layer is one tap;
+ * a convolution's taps read its input window shifted by the dilation, so no
+ * column matrix is ever written.
  */
-AT_INLINE void at_conv_tile(int R, int NC, const float *xs, int64_t C, int64_t taps, int64_t d, const float *wp,
-                            float *c, int64_t ldc, const float *bias) {
-    __m512 acc[AT_R][4];
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++) {
-#pragma GCC unroll 4
-        for (int j = 0; j < NC; j++) {
-            acc[r][j] = _mm512_setzero_ps();
-        }
-    }
-    for (int64_t tap = 0; tap < taps; tap++) {
-        const float *a = xs + tap * d * C, *b = wp + tap * C * LN_PANEL;
-        for (int64_t k = 0; k < C; k++) {
-            __m512 bv[4];
-#pragma GCC unroll 4
-            for (int j = 0; j < NC; j++) {
-                bv[j] = _mm512_loadu_ps(b + k * LN_PANEL + 16 * j);
-            }
-#pragma GCC unroll 6
-            for (int r = 0; r < R; r++) {
-                const __m512 ab = _mm512_set1_ps(a[r * C + k]);
-#pragma GCC unroll 4
-                for (int j = 0; j < NC; j++) {
-                    acc[r][j] = _mm512_fmadd_ps(ab, bv[j], acc[r][j]);
-                }
-            }
-        }
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < R; r++) {
-#pragma GCC unroll 4
-        for (int j = 0; j < NC; j++) {
-            const __m512 bs = bias ? _mm512_loadu_ps(bias + 16 * j) : _mm512_setzero_ps();
-            _mm512_storeu_ps(c + r * ldc + 16 * j, _mm512_add_ps(acc[r][j], bs));
-        }
-    }
-}
-
-#define CV_COLS(R)                                                                                                   \
-    do {                                                                                                             \
-        switch (nc) {                                                                                                \
-        case 4: at_conv_tile(R, 4, a, C, taps, d, wp, c, M, bias); break;                                            \
-        case 3: at_conv_tile(R, 3, a, C, taps, d, wp, c, M, bias); break;                                            \
-        case 2: at_conv_tile(R, 2, a, C, taps, d, wp, c, M, bias); break;                                            \
-        default: at_conv_tile(R, 1, a, C, taps, d, wp, c, M, bias); break;                                           \
-        }                                                                                                            \
-    } while (0)
-
-/* Output rows 0 .. n of columns m0 .. m0+16*nc; xs holds frames from the first
-   row's first tap on. */
-AT_AVX512 static void cv_rows(const float *xs, const float *wp, const float *bias, float *y, int64_t C, int64_t M,
-                              int64_t taps, int64_t d, int nc, int64_t n) {
+AT_AVX512 static void at_panel_rows(const float *x, int64_t lda, int64_t atap, const float *wp, int64_t K,
+                                    int64_t taps, const float *bias, float *y, int64_t ldc, int nc, int64_t n) {
     for (int64_t r0 = 0; r0 < n; r0 += AT_R) {
-        const float *a = xs + r0 * C;
-        float *c = y + r0 * M;
+        const float *a = x + r0 * lda;
+        float *c = y + r0 * ldc;
         switch (n - r0 < AT_R ? (int)(n - r0) : AT_R) {
-        case 6: CV_COLS(6); break;
-        case 5: CV_COLS(5); break;
-        case 4: CV_COLS(4); break;
-        case 3: CV_COLS(3); break;
-        case 2: CV_COLS(2); break;
-        default: CV_COLS(1); break;
+        case 6: PN_COLS(6); break;
+        case 5: PN_COLS(5); break;
+        case 4: PN_COLS(4); break;
+        case 3: PN_COLS(3); break;
+        case 2: PN_COLS(2); break;
+        default: PN_COLS(1); break;
         }
     }
 }
 
-#endif /* CR_ATTN_AVX512 */
+/* wp[t][c][j] = w[m0 + j][c][t] for j < width: the panel of output columns
+   m0 .. m0+width of w [M][C][taps] (a linear layer's W [M][C] is one tap). */
+static void at_pack_panel(float *wp, const float *w, int64_t m0, int64_t width, int64_t C, int64_t taps) {
+    for (int64_t j = 0; j < width; j++) {
+        for (int64_t c = 0; c < C; c++) {
+            const float *wr = w + ((m0 + j) * C + c) * taps;
+            for (int64_t t = 0; t < taps; t++) {
+                wp[(t * C + c) * LN_PANEL + j] = wr[t];
+            }
+        }
+    }
+}
+
+#endif /* CR_OPS_AVX512 */
 
 bool cr_attention_cpu_available(void) {
-#ifdef CR_ATTN_AVX512
+#ifdef CR_OPS_AVX512
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") != 0;
 #else
@@ -399,7 +349,7 @@ static void cr_attention_kernel(struct ggml_tensor *dst, const struct ggml_tenso
     const float *qd = (const float *)q->data, *kd = (const float *)k->data, *vd = (const float *)v->data;
     float *od = (float *)dst->data;
     float *kt = NULL;
-#ifdef CR_ATTN_AVX512
+#ifdef CR_OPS_AVX512
     const int64_t Tp = (T + 15) & ~(int64_t)15;
     kt = (float *)aligned_alloc(64, (size_t)((AT_D + AT_QB) * Tp) * sizeof(float));
 #endif
@@ -408,7 +358,7 @@ static void cr_attention_kernel(struct ggml_tensor *dst, const struct ggml_tenso
         const int64_t bh = it / nblk, blk = it % nblk, b = bh / H, h = bh % H;
         const int64_t off = b * T * ld + h * AT_D;
         const int64_t i0 = blk * AT_QB, nq = T - i0 < AT_QB ? T - i0 : AT_QB;
-#ifdef CR_ATTN_AVX512
+#ifdef CR_OPS_AVX512
         if (kt) {
             at_block(qd + off, kd + off, vd + off, od + off, ld, T, i0, nq, scale, kt, kt + AT_D * Tp, packed != bh);
             packed = bh;
@@ -450,25 +400,21 @@ static void cr_linear_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
     const float *bd = b ? (const float *)b->data : NULL;
     float *yd = (float *)dst->data;
     float *wp = NULL;
-#ifdef CR_ATTN_AVX512
+#ifdef CR_OPS_AVX512
     wp = (float *)aligned_alloc(64, (size_t)(K * LN_PANEL) * sizeof(float));
 #endif
     int64_t packed = -1;
     for (int64_t it = it0; it < it1; it++) {
         const int64_t p = it / NB, m0 = p * LN_PANEL, n0 = (it % NB) * LN_NB;
         const int64_t width = M - m0 < LN_PANEL ? M - m0 : LN_PANEL, n1 = N - n0 < LN_NB ? N : n0 + LN_NB;
-#ifdef CR_ATTN_AVX512
+#ifdef CR_OPS_AVX512
         if (wp) {
             if (packed != p) {
-                for (int64_t j = 0; j < width; j++) {
-                    const float *wr = wd + (m0 + j) * K;
-                    for (int64_t k = 0; k < K; k++) {
-                        wp[k * LN_PANEL + j] = wr[k];
-                    }
-                }
+                at_pack_panel(wp, wd, m0, width, K, 1);
                 packed = p;
             }
-            ln_rows(xd, wp, bd ? bd + m0 : NULL, yd, K, M, m0, (int)(width / 16), n0, n1);
+            at_panel_rows(xd + n0 * K, K, 0, wp, K, 1, bd ? bd + m0 : NULL, yd + n0 * M + m0, M, (int)(width / 16),
+                          n1 - n0);
             continue;
         }
 #endif
@@ -522,7 +468,7 @@ static void cr_conv1d_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
     const float *bd = b ? (const float *)b->data : NULL;
     float *yd = (float *)dst->data;
     float *wp = NULL;
-#ifdef CR_ATTN_AVX512
+#ifdef CR_OPS_AVX512
     const size_t wfl = (size_t)(taps * C * LN_PANEL), xfl = (size_t)((LN_NB + span) * C);
     wp = (float *)aligned_alloc(64, ((wfl + xfl) * sizeof(float) + 63) & ~(size_t)63);
 #endif
@@ -533,19 +479,11 @@ static void cr_conv1d_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
         const int64_t nrow = To - t0 < LN_NB ? To - t0 : LN_NB;
         const float *xb = xd + bb * T * C;
         float *yb = yd + bb * To * M;
-#ifdef CR_ATTN_AVX512
+#ifdef CR_OPS_AVX512
         if (wp) {
             float *xs = wp + wfl;
             if (packed != p) {
-                /* wp[tap][c][j] = w[m0 + j][c][tap] */
-                for (int64_t j = 0; j < width; j++) {
-                    for (int64_t c = 0; c < C; c++) {
-                        const float *wr = wd + ((m0 + j) * C + c) * taps;
-                        for (int64_t tap = 0; tap < taps; tap++) {
-                            wp[(tap * C + c) * LN_PANEL + j] = wr[tap];
-                        }
-                    }
-                }
+                at_pack_panel(wp, wd, m0, width, C, taps);
                 packed = p;
             }
             for (int64_t i = 0; i < nrow + span; i++) {
@@ -556,7 +494,8 @@ static void cr_conv1d_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
                     memset(xs + i * C, 0, (size_t)C * sizeof(float));
                 }
             }
-            cv_rows(xs, wp, bd ? bd + m0 : NULL, yb + t0 * M + m0, C, M, taps, d, (int)(width / 16), nrow);
+            at_panel_rows(xs, C, d * C, wp, C, taps, bd ? bd + m0 : NULL, yb + t0 * M + m0, M, (int)(width / 16),
+                          nrow);
             continue;
         }
 #endif

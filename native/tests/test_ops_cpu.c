@@ -24,11 +24,41 @@ static void fill(struct ggml_tensor *t, float amp, unsigned *seed) {
     }
 }
 
+/* Relative L2 error, accumulated output by output. */
+typedef struct rel_l2 {
+    double err, norm;
+} rel_l2;
+
+static void rel_add(rel_l2 *r, double got, double ref) {
+    r->err += (got - ref) * (got - ref);
+    r->norm += ref * ref;
+}
+
+static double rel_value(const rel_l2 *r) {
+    return sqrt(r->err / (r->norm > 0 ? r->norm : 1));
+}
+
+/* x, w and (if any) b of a product test: uniform in [-1, 1). */
+static void fill_operands(struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b, unsigned *seed) {
+    fill(x, 2.0f, seed);
+    fill(w, 2.0f, seed);
+    if (b) {
+        fill(b, 2.0f, seed);
+    }
+}
+
+/* Computes the graph of out with this many threads. */
+static void compute(struct ggml_context *ctx, struct ggml_tensor *out, int threads) {
+    struct ggml_cgraph *gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    CHECK(ggml_graph_compute_with_ctx(ctx, gf, threads) == GGML_STATUS_SUCCESS, "compute");
+}
+
 /* Relative L2 of o against softmax(q k^T / 8) v per head, in double. */
 static double attention_error(const float *q, const float *k, const float *v, const float *o, int64_t H, int64_t T,
                               int64_t B) {
     const int64_t ld = H * 64;
-    double err = 0, norm = 0;
+    rel_l2 e = {0, 0};
     double *s = malloc(sizeof(double) * (size_t)T);
     for (int64_t b = 0; b < B; b++) {
         for (int64_t h = 0; h < H; h++) {
@@ -53,16 +83,13 @@ static double attention_error(const float *q, const float *k, const float *v, co
                     for (int64_t j = 0; j < T; j++) {
                         ref += s[j] * v[(b * T + j) * ld + h * 64 + c];
                     }
-                    ref /= sum;
-                    const double got = o[(b * T + i) * ld + h * 64 + c];
-                    err += (got - ref) * (got - ref);
-                    norm += ref * ref;
+                    rel_add(&e, o[(b * T + i) * ld + h * 64 + c], ref / sum);
                 }
             }
         }
     }
     free(s);
-    return sqrt(err / norm);
+    return rel_value(&e);
 }
 
 static void check_attention(int64_t H, int64_t T, int64_t B, int threads) {
@@ -82,9 +109,7 @@ static void check_attention(int64_t H, int64_t T, int64_t B, int threads) {
         ggml_free(ctx);
         return;
     }
-    struct ggml_cgraph *gf = ggml_new_graph(ctx);
-    ggml_build_forward_expand(gf, o);
-    CHECK(ggml_graph_compute_with_ctx(ctx, gf, threads) == GGML_STATUS_SUCCESS, "compute");
+    compute(ctx, o, threads);
     const double e = attention_error(q->data, k->data, v->data, o->data, H, T, B);
     /* F32 products of 64 and of T terms: a few ulps per output */
     CHECK(e < 2e-6, "attention H=%lld T=%lld B=%lld threads=%d: relative L2 %.3g", (long long)H, (long long)T,
@@ -101,33 +126,26 @@ static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias
     struct ggml_tensor *x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, K, N1, N2);
     struct ggml_tensor *w = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, M);
     struct ggml_tensor *b = bias ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, M) : NULL;
-    fill(x, 2.0f, &seed);
-    fill(w, 2.0f, &seed);
-    if (b) {
-        fill(b, 2.0f, &seed);
-    }
+    fill_operands(x, w, b, &seed);
     struct ggml_tensor *y = cr_linear_cpu(ctx, x, w, b);
     CHECK(y && y->ne[0] == M && y->ne[1] == N1 && y->ne[2] == N2, "linear output shape");
     if (!y) {
         ggml_free(ctx);
         return;
     }
-    struct ggml_cgraph *gf = ggml_new_graph(ctx);
-    ggml_build_forward_expand(gf, y);
-    CHECK(ggml_graph_compute_with_ctx(ctx, gf, threads) == GGML_STATUS_SUCCESS, "compute");
+    compute(ctx, y, threads);
     const float *xd = x->data, *wd = w->data, *yd = y->data;
-    double err = 0, norm = 0;
+    rel_l2 r = {0, 0};
     for (int64_t n = 0; n < N1 * N2; n++) {
         for (int64_t m = 0; m < M; m++) {
             double ref = b ? ((const float *)b->data)[m] : 0.0;
             for (int64_t k = 0; k < K; k++) {
                 ref += (double)xd[n * K + k] * wd[m * K + k];
             }
-            err += (yd[n * M + m] - ref) * (yd[n * M + m] - ref);
-            norm += ref * ref;
+            rel_add(&r, yd[n * M + m], ref);
         }
     }
-    const double e = sqrt(err / (norm > 0 ? norm : 1));
+    const double e = rel_value(&r);
     CHECK(e < 1e-6, "linear K=%lld M=%lld N=%lldx%lld bias=%d threads=%d: relative L2 %.3g", (long long)K,
           (long long)M, (long long)N1, (long long)N2, (int)bias, threads, e);
     ggml_free(ctx);
@@ -144,11 +162,7 @@ static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, in
     struct ggml_tensor *x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, C, T, B);
     struct ggml_tensor *w = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, K, C, M);
     struct ggml_tensor *b = bias ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, M) : NULL;
-    fill(x, 2.0f, &seed);
-    fill(w, 2.0f, &seed);
-    if (b) {
-        fill(b, 2.0f, &seed);
-    }
+    fill_operands(x, w, b, &seed);
     const int64_t To = T + pl + pr - (int64_t)d * (K - 1);
     struct ggml_tensor *y = cr_conv1d_cpu(ctx, x, w, b, d, pl, pr);
     CHECK(y && y->ne[0] == M && y->ne[1] == To && y->ne[2] == B, "conv output shape");
@@ -156,11 +170,9 @@ static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, in
         ggml_free(ctx);
         return;
     }
-    struct ggml_cgraph *gf = ggml_new_graph(ctx);
-    ggml_build_forward_expand(gf, y);
-    CHECK(ggml_graph_compute_with_ctx(ctx, gf, threads) == GGML_STATUS_SUCCESS, "compute");
+    compute(ctx, y, threads);
     const float *xd = x->data, *wd = w->data, *yd = y->data;
-    double err = 0, norm = 0;
+    rel_l2 r = {0, 0};
     for (int64_t bb = 0; bb < B; bb++) {
         for (int64_t t = 0; t < To; t++) {
             for (int64_t m = 0; m < M; m++) {
@@ -171,13 +183,11 @@ static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, in
                         ref += (double)xd[(bb * T + s) * C + c] * wd[(m * C + c) * K + k];
                     }
                 }
-                const double got = yd[(bb * To + t) * M + m];
-                err += (got - ref) * (got - ref);
-                norm += ref * ref;
+                rel_add(&r, yd[(bb * To + t) * M + m], ref);
             }
         }
     }
-    const double e = sqrt(err / (norm > 0 ? norm : 1));
+    const double e = rel_value(&r);
     CHECK(e < 1e-6, "conv C=%lld T=%lld B=%lld K=%lld M=%lld d=%d pad %d/%d: relative L2 %.3g", (long long)C,
           (long long)T, (long long)B, (long long)K, (long long)M, d, pl, pr, e);
     ggml_free(ctx);
