@@ -1,12 +1,14 @@
 """Chatterbox S3Gen throughput and streaming latency: codecrt against the reference, same run.
 
     python bench/s3gen.py [--threads 2] [--seconds 10] [--prompt 3] [--device cpu] [--repeat 1] [--streams K]
+                          [--precisions f32,bf16]
 
 Random seeded weights (tests/s3ref.py), the original model (10 Euler steps with
 classifier-free guidance) and Turbo (mean flow, 2 steps). Prints, per model,
 the wall time of the flow (tokens to mel) and of the vocoder (mel to PCM) and
-the seconds of audio per second (x real time), for codecrt and for the
-reference (chatterbox-tts, torch with the same thread count); then the time to
+the seconds of audio per second (x real time), for codecrt (in each precision
+of --precisions: F32, and BF16 products where the CPU has AVX512-BF16) and for
+the reference (chatterbox-tts, F32, torch with the same thread count); then the time to
 first audio of a FlowStream (first chunk of 10 tokens plus 3 of lookahead),
 counting compute only and compute plus the wait for 13 tokens at 25 Hz.
 Needs the test extra and the chatterbox-tts reference (see .ci/run).
@@ -77,6 +79,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--models", default="orig,turbo")
     ap.add_argument("--no-reference", action="store_true")
+    ap.add_argument("--precisions", default="f32,bf16",
+                    help="codecrt product precisions to time (bf16 is skipped where the CPU lacks it)")
     ap.add_argument("--streams", type=int, default=0,
                     help="also time K FlowStreams in step: one by one, and batched by codecrt.step_flows")
     ap.add_argument("--random", action="store_true",
@@ -97,37 +101,48 @@ def main() -> None:
     rows = []
     ttfa = []
     streams: list[tuple[str, int, float, float]] = []
+    errors: list[tuple[str, str, float, float]] = []
+    skipped: list[str] = []
     for name in args.models.split(","):
         meanflow = name == "turbo"
         model = codecrt.Model(random_gguf(meanflow) if args.random else s3ref.gguf(meanflow))
-        ctx = codecrt.Context(model, device=args.device, n_threads=args.threads)
         voice = codecrt.Voice(model, **voice_data)
         steps = model.info.default_steps
-        # warm-up: graph construction and reservation of these shapes
-        mel = ctx.flow(tokens, voice, seed=1)
-        ctx.vocode(mel, seed=1)
-        t_flow, mel = timed(lambda c=ctx, v=voice: c.flow(tokens, v, seed=1), args.repeat)
-        t_voc, _ = timed(lambda c=ctx, x=mel: c.vocode(x, seed=1), args.repeat)
-        rows.append((name, f"codecrt {ctx.device}", steps, t_flow, t_voc))
+        outputs = {}
+        for prec in args.precisions.split(","):
+            try:
+                ctx = codecrt.Context(model, device=args.device, n_threads=args.threads, precision=prec)
+            except codecrt.UnsupportedError as e:
+                skipped.append(f"{name} {prec}: {e}")
+                continue
+            # warm-up: graph construction and reservation of these shapes
+            mel = ctx.flow(tokens, voice, seed=1)
+            ctx.vocode(mel, seed=1)
+            t_flow, mel = timed(lambda c=ctx, v=voice: c.flow(tokens, v, seed=1), args.repeat)
+            t_voc, pcm = timed(lambda c=ctx, x=mel: c.vocode(x, seed=1), args.repeat)
+            outputs[prec] = (mel, pcm)
+            rows.append((name, f"codecrt {ctx.device} {prec}", steps, t_flow, t_voc))
+            # time to first audio of a stream: the first chunk's compute
+            for _ in range(2):  # the second run is the warm one
+                fs = codecrt.FlowStream(ctx, voice, seed=1, first_chunk=10, chunk=25)
+                fs.push(tokens[:13])
+                t0 = time.perf_counter()
+                fs.step()
+                first = fs.pull()
+                dt = time.perf_counter() - t0
+            ttfa.append((f"{name} {prec}", dt, first.size))
+            if args.streams > 0:
+                seq, bat = (time_streams(ctx, voice, tokens, args.streams, batched) for batched in (False, True))
+                streams.append((f"{name} {prec}", args.streams, seq, bat))
+            ctx.close()
         if not args.no_reference:
             ref = s3ref.reference(meanflow)
             t_rflow, rmel = timed(lambda r=ref, n=steps: s3ref.ref_mel(r, tokens, voice_data, 1, n), args.repeat)
-            t_rvoc, _ = timed(lambda r=ref, x=rmel: s3ref.ref_wav(r, x, 1), args.repeat)
+            t_rvoc, rpcm = timed(lambda r=ref, x=rmel: s3ref.ref_wav(r, x, 1), args.repeat)
             rows.append((name, "reference torch cpu", steps, t_rflow, t_rvoc))
-        # time to first audio of a stream: the first chunk's compute
-        for _ in range(2):  # the second run is the warm one
-            fs = codecrt.FlowStream(ctx, voice, seed=1, first_chunk=10, chunk=25)
-            fs.push(tokens[:13])
-            t0 = time.perf_counter()
-            fs.step()
-            first = fs.pull()
-            dt = time.perf_counter() - t0
-        ttfa.append((name, dt, first.size))
-        if args.streams > 0:
-            seq, bat = (time_streams(ctx, voice, tokens, args.streams, batched) for batched in (False, True))
-            streams.append((name, args.streams, seq, bat))
+            for prec, (mel, pcm) in outputs.items():
+                errors.append((name, prec, s3ref.rel_l2(mel, rmel), s3ref.rel_l2(pcm[: rpcm.size], rpcm)))
         voice.close()
-        ctx.close()
         model.close()
 
     print(f"# S3Gen, random weights, {audio_s:.1f} s of audio ({n_tok} tokens) after a {args.prompt:.1f} s prompt;"
@@ -136,18 +151,25 @@ def main() -> None:
     for name, eng, steps, tf, tv in rows:
         print(f"{name:<6} {eng:<22} {steps:>5} {tf:>8.2f} {tv:>8.2f} {tf + tv:>8.2f} {audio_s / (tf + tv):>7.2f}")
     if not args.no_reference:
-        for i in range(0, len(rows), 2):
-            ours, theirs = rows[i], rows[i + 1]
-            print(f"{ours[0]}: codecrt / reference speed = {(theirs[3] + theirs[4]) / (ours[3] + ours[4]):.2f}x")
+        refs = {r[0]: r for r in rows if r[1].startswith("reference")}
+        for ours in rows:
+            theirs = refs.get(ours[0])
+            if theirs is not None and ours is not theirs:
+                print(f"{ours[0]}: {ours[1]} / reference speed = "
+                      f"{(theirs[3] + theirs[4]) / (ours[3] + ours[4]):.2f}x")
+        for name, prec, e_mel, e_pcm in errors:
+            print(f"{name}: codecrt {prec} vs reference: mel rel L2 {e_mel:.2e}, PCM rel L2 {e_pcm:.2e}")
+    for line in skipped:
+        print(f"skipped: {line}")
     print()
-    print(f"{'model':<6} {'first chunk compute ms':>24} {'+ 13 tokens at 25 Hz ms':>26} {'first audio samples':>20}")
+    print(f"{'model':<11} {'first chunk compute ms':>24} {'+ 13 tokens at 25 Hz ms':>26} {'first audio samples':>20}")
     for name, dt, n in ttfa:
-        print(f"{name:<6} {dt * 1e3:>24.1f} {dt * 1e3 + 13 * 40:>26.1f} {n:>20}")
+        print(f"{name:<11} {dt * 1e3:>24.1f} {dt * 1e3 + 13 * 40:>26.1f} {n:>20}")
     if streams:
         print()
-        print(f"{'model':<6} {'streams in step':>16} {'one by one s':>13} {'step_flows s':>13} {'speed-up':>9}")
+        print(f"{'model':<11} {'streams in step':>16} {'one by one s':>13} {'step_flows s':>13} {'speed-up':>9}")
         for name, k, seq, bat in streams:
-            print(f"{name:<6} {k:>16} {seq:>13.2f} {bat:>13.2f} {seq / bat:>9.2f}")
+            print(f"{name:<11} {k:>16} {seq:>13.2f} {bat:>13.2f} {seq / bat:>9.2f}")
 
 
 if __name__ == "__main__":

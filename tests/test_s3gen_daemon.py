@@ -54,11 +54,11 @@ def s3env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def serving(env: dict[str, Any]) -> AsyncIterator[Server]:
+async def serving(env: dict[str, Any], precision: str = "f32") -> AsyncIterator[Server]:
     cfg = Config(listen="127.0.0.1:0", models=[ModelSource("s3", str(env["model"]))], devices=["cpu"],
                  threads=2, max_ahead_s=0.0, send_timeout_s=5.0, drain_timeout_s=2.0,
                  voices_dir=str(env["voices"]), flow_first_chunk=FIRST, flow_chunk=CHUNK,
-                 flow_steps=STEPS)
+                 flow_steps=STEPS, flow_precision=precision)
     assert not cfg.validate()
     srv = Server(cfg, {"s3": str(env["model"])}, engine_overrides={"start_timeout_s": 120.0})
     await srv.start()
@@ -68,10 +68,11 @@ async def serving(env: dict[str, Any]) -> AsyncIterator[Server]:
         await srv.close()
 
 
-def direct(env: dict[str, Any], voice: str, tokens: np.ndarray, seed: int) -> np.ndarray:
+def direct(env: dict[str, Any], voice: str, tokens: np.ndarray, seed: int, precision: str = "f32") -> np.ndarray:
     import codecrt
 
-    with codecrt.Model(env["model"]) as m, codecrt.Context(m, device="cpu", n_threads=2) as ctx, \
+    with codecrt.Model(env["model"]) as m, \
+            codecrt.Context(m, device="cpu", n_threads=2, precision=precision) as ctx, \
             codecrt.Voice(m, **env["arrays"][voice]) as v:
         fs = codecrt.FlowStream(ctx, v, seed=seed, first_chunk=FIRST, chunk=CHUNK, n_steps=STEPS)
         fs.push(tokens)
@@ -135,6 +136,33 @@ def test_voices_layouts_and_errors(s3env: dict[str, Any]) -> None:
     asyncio.run(main())
 
 
+def test_bf16_precision_reaches_the_worker(s3env: dict[str, Any]) -> None:
+    """flow_precision = bf16: hello says so, and the stream equals a BF16 FlowStream run directly."""
+    from test_s3gen_bf16 import HAS_BF16
+
+    if not HAS_BF16:
+        pytest.skip("this CPU has no AVX512-BF16")
+    t = np.random.default_rng(9).integers(0, 6561, 13).astype(np.int32)
+
+    async def main() -> np.ndarray:
+        async with serving(s3env, precision="bf16") as srv:
+            c = await Client.open(srv.port)
+            (spec,) = [m for m in c.hello["models"] if m["name"] == "s3"]
+            assert spec["precision"] == "bf16"
+            await c.send(start("a", voice="alice", seed=2))
+            await c.send({"type": "tokens", "stream_id": "a", "levels": [t.tolist()]})
+            await c.send({"type": "end", "stream_id": "a"})
+            assert (await c.terminal("a", 120))["type"] == "done"
+            got = np.frombuffer(bytes(c.rec("a")["audio"]), "<f4")
+            await c.close()
+            return got
+
+    got = asyncio.run(main())
+    want, f32 = direct(s3env, "alice", t, 2, "bf16"), direct(s3env, "alice", t, 2)
+    np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
+    assert not np.allclose(got, f32, atol=1e-5, rtol=0)  # BF16 really ran
+
+
 def test_model_spec_of_s3gen_info():
     """The session's spec of an S3Gen model: levels and chatterbox_ids, its voices, a voice required."""
     from codecd.server import model_spec
@@ -156,6 +184,8 @@ def test_config_flow_settings(tmp_path: Path) -> None:
                     '[[models]]\nname = "s3"\nsource = "demo"\n')
     cfg = load_config(str(toml), env={"CODECD_FLOW_CHUNK": "30"}, args={"flow_steps": 4})
     assert (cfg.voices_dir, cfg.flow_first_chunk, cfg.flow_chunk, cfg.flow_steps) == ("/v", 5, 30, 4)
-    for env in ({"CODECD_FLOW_STEPS": "101"}, {"CODECD_FLOW_CHUNK": "0"}):
+    assert cfg.flow_precision == "f32"
+    assert load_config(str(toml), env={"CODECD_FLOW_PRECISION": "BF16"}).flow_precision == "bf16"
+    for env in ({"CODECD_FLOW_STEPS": "101"}, {"CODECD_FLOW_CHUNK": "0"}, {"CODECD_FLOW_PRECISION": "fp16"}):
         with pytest.raises(ConfigError, match="flow_"):
             load_config(str(toml), env=env)

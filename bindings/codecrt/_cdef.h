@@ -51,6 +51,11 @@ typedef enum codecrt_weight_type {
     CODECRT_WEIGHT_F16 = 1
 } codecrt_weight_type;
 
+typedef enum codecrt_precision {
+    CODECRT_PRECISION_F32 = 0,
+    CODECRT_PRECISION_BF16 = 1
+} codecrt_precision;
+
 typedef struct codecrt_model codecrt_model;
 typedef struct codecrt_context codecrt_context;
 
@@ -94,6 +99,7 @@ typedef struct codecrt_context_params {
     int32_t batch_bucket;
     int32_t stream_chunk_frames;
     int32_t max_streams;
+    int32_t precision;
 } codecrt_context_params;
 
 codecrt_context_params codecrt_context_default_params(void);

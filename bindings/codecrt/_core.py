@@ -57,6 +57,10 @@ _WEIGHT_TYPES: dict[int, str] = {
     int(lib.CODECRT_WEIGHT_F16): "f16",
 }
 
+# codecrt_precision by value: products in F32, or with bfloat16 operands
+PRECISIONS: tuple[str, ...] = ("f32", "bf16")
+assert PRECISIONS.index("bf16") == int(lib.CODECRT_PRECISION_BF16)
+
 GraphKind = Literal["decode", "stream", "stream_edge", "encode", "flow_step", "f0", "vocode"] | int
 
 
@@ -338,6 +342,7 @@ class Context:
         batch_bucket: bool = False,
         stream_chunk_frames: int = 0,
         max_streams: int | None = None,
+        precision: str = "f32",
     ) -> None:
         self._lock = threading.RLock()
         if not isinstance(model, Model):
@@ -363,6 +368,9 @@ class Context:
                                               _INT32_MIN, _INT32_MAX)
         if max_streams is not None:
             params.max_streams = _int_arg("max_streams", max_streams, _INT32_MIN, _INT32_MAX)
+        if precision not in PRECISIONS:
+            _fail(E_INVALID_ARGUMENT, f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+        params.precision = PRECISIONS.index(precision)
 
         out = ffi.new("codecrt_context **")
         err = ffi.new("char[]", _ERR_SIZE)
@@ -376,6 +384,7 @@ class Context:
         self._max_frames = int(params.max_frames)
         self._max_batch = int(params.max_batch)
         self._device = _str(lib.codecrt_context_device(self._ptr))
+        self._precision = precision
 
     # ------------------------------------------------------------ helpers
 
@@ -395,6 +404,11 @@ class Context:
     def device(self) -> str:
         """Name of the device actually used ("CPU", "CUDA0", ...)."""
         return self._device
+
+    @property
+    def precision(self) -> str:
+        """``"f32"``, or ``"bf16"``: products with bfloat16 operands (S3Gen on AVX512-BF16 CPUs)."""
+        return self._precision
 
     @property
     def model_info(self) -> ModelInfo:

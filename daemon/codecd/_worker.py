@@ -97,6 +97,7 @@ class WorkerConfig:
     flow_first_chunk: int = 10  # tokens of a flow stream's first chunk
     flow_chunk: int = 25  # tokens of its later chunks
     flow_steps: int = 0  # flow steps per chunk (0: the model's default)
+    flow_precision: str = "f32"  # products of flow models' contexts: "f32" or "bf16"
 
 
 def default_buckets(max_batch: int, max_streams: int, batch_bucket: bool) -> list[int]:
@@ -269,7 +270,8 @@ class Worker:
             ctx = codecrt.Context(model, device=self.cfg.device, n_threads=self.cfg.n_threads,
                                   max_batch=self.cfg.max_batch, batch_bucket=self.cfg.batch_bucket,
                                   stream_chunk_frames=self.cfg.stream_chunk_frames,
-                                  max_streams=self.cfg.max_streams)
+                                  max_streams=self.cfg.max_streams,
+                                  precision=self.cfg.flow_precision if model.info.needs_voice else "f32")
             m = _Model(name, model, ctx, model.info.sample_rate)
             self.models[name] = m
             if model.info.needs_voice:
@@ -345,6 +347,7 @@ class Worker:
         return {
             "path": m.model.path,
             "device": m.ctx.device,
+            "precision": m.ctx.precision,
             "arch": info.arch,
             "sample_rate": info.sample_rate,
             "hop_length": info.hop_length,

@@ -43,6 +43,7 @@ SECRET_FIELDS = ("auth_token",)
 ENV_PREFIX = "CODECD_"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+FLOW_PRECISIONS = ("f32", "bf16")  # codecrt.Context(precision=...)
 
 
 class ConfigError(ValueError):
@@ -119,6 +120,9 @@ class Config:
     flow_first_chunk: int = _f(10, "S3Gen streams: tokens in the first chunk (time to first audio)")
     flow_chunk: int = _f(25, "S3Gen streams: tokens in each later chunk")
     flow_steps: int = _f(0, "S3Gen streams: flow (Euler) steps per chunk (0: the model's default)")
+    flow_precision: str = _f("f32", "S3Gen models: precision of their products, f32 or bf16 "
+                             "(bf16: CPU workers on x86-64 with AVX512-BF16 only; about 1.6x "
+                             "faster, relative error about 1e-2; see docs/runtime.md)")
 
     # ------------------------------------------------------------- derived
 
@@ -142,6 +146,9 @@ class Config:
                         "each must be in 1..4096")
         if not 0 <= self.flow_steps <= 100:
             errs.append(f"flow_steps = {self.flow_steps}: must be in 0..100 (0: the model's default)")
+        if self.flow_precision not in FLOW_PRECISIONS:
+            errs.append(f"flow_precision: one of {', '.join(FLOW_PRECISIONS)}, "
+                        f"got {self.flow_precision!r}")
         names = [m.name for m in self.models]
         if not self.models:
             errs.append("models: none configured (e.g. --model snac_24khz=/path/model.gguf, "
@@ -251,7 +258,7 @@ def _coerce(name: str, v: Any, where: str) -> Any:
             return None
         if not isinstance(v, str):
             raise ValueError("expected a string")
-        return v.lower() if name in ("log_format", "log_level") else v
+        return v.lower() if name in ("log_format", "log_level", "flow_precision") else v
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {name}: {e} (got {v!r})") from None
 

@@ -129,6 +129,7 @@ class EngineConfig:
     flow_first_chunk: int = 10  # S3Gen streams: tokens of the first chunk (time to first audio)
     flow_chunk: int = 25  # S3Gen streams: tokens per later chunk
     flow_steps: int = 0  # S3Gen streams: flow steps per chunk (0: the model's default)
+    flow_precision: str = "f32"  # S3Gen models: "f32" or "bf16" products (codecrt.Context)
 
 
 # ------------------------------------------------------------------------ events
@@ -414,7 +415,7 @@ class Engine:
                             gather_ms=c.gather_ms, parent_pid=os.getpid(), index=self.index,
                             debug_commands=c.debug_commands, voices=dict(c.voices),
                             flow_first_chunk=c.flow_first_chunk, flow_chunk=c.flow_chunk,
-                            flow_steps=c.flow_steps)
+                            flow_steps=c.flow_steps, flow_precision=c.flow_precision)
 
     async def _spawn_and_wait(self) -> None:
         loop = self._loop

@@ -181,7 +181,8 @@ def model_spec(name: str, info: dict[str, Any]) -> ModelSpec:
                      codebook_sizes=sizes, level_strides=strides, layouts=layouts,
                      latency_samples=int(info.get("latency_samples", 0)),
                      low_latency_samples=None if needs_voice else _low_latency(info),
-                     voices=tuple(info.get("voices", ())), needs_voice=needs_voice)
+                     voices=tuple(info.get("voices", ())), needs_voice=needs_voice,
+                     precision=str(info.get("precision", "f32")))
 
 
 def _low_latency(info: dict[str, Any]) -> int | None:
@@ -398,7 +399,7 @@ class Server:
                                    warm_buckets=tuple(cfg.batch_buckets) or None,
                                    voices=voice_files(cfg.voices_dir),
                                    flow_first_chunk=cfg.flow_first_chunk, flow_chunk=cfg.flow_chunk,
-                                   flow_steps=cfg.flow_steps)
+                                   flow_steps=cfg.flow_steps, flow_precision=cfg.flow_precision)
         ekw.update(self._engine_overrides)
         self.pool = EnginePool(EngineConfig(**ekw), cfg.devices, on_event=self._on_event)
         kw: dict[str, Any] = dict(process_request=self._process_request, compression=None,

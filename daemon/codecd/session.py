@@ -112,6 +112,7 @@ class ModelSpec:
     low_latency_samples: int | None = None
     voices: tuple[str, ...] = ()
     needs_voice: bool = False  # every start must name one of ``voices`` (S3Gen)
+    precision: str = "f32"  # of the model's products: "f32", or "bf16" (flow_precision)
 
     def __post_init__(self) -> None:
         if len(self.codebook_sizes) != self.n_levels or len(self.level_strides) != self.n_levels:
@@ -138,7 +139,7 @@ class ModelSpec:
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "arch": self.arch, "sample_rate": self.sample_rate,
                 "n_levels": self.n_levels, "layouts": list(self.layouts),
-                "voices": list(self.voices)}
+                "voices": list(self.voices), "precision": self.precision}
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,21 @@ int64_t codecrt_model_samples_for_frames(const codecrt_model *model, int64_t n_f
 
 /* ---------------------------------------------------------------- context */
 
+/*
+ * Precision of a context's products (linear layers, convolutions, attention).
+ * BF16 rounds both operands of each product to bfloat16 (8 bits of mantissa,
+ * round to nearest even) and sums in F32: about twice the F32 product rate on
+ * CPUs with AVX512-BF16, at a relative error of about 1e-2 on S3Gen's mel
+ * (docs/runtime.md gives the measured figures). It is implemented for S3Gen
+ * on the CPU backend of x86-64 CPUs with AVX512-BF16; elsewhere (another
+ * model, a GPU, a CPU without the instructions) codecrt_context_init fails
+ * with CODECRT_E_UNSUPPORTED, never silently falls back.
+ */
+typedef enum codecrt_precision {
+    CODECRT_PRECISION_F32 = 0, /* the default: F32 throughout */
+    CODECRT_PRECISION_BF16 = 1
+} codecrt_precision;
+
 typedef struct codecrt_context_params {
     /* "cpu", "cuda", "cuda:N", "metal", "vulkan", "vulkan:N" or "auto" (a GPU if
        present, else the CPU). NULL means "auto". Copied by init. */
@@ -155,6 +170,7 @@ typedef struct codecrt_context_params {
        state memory is allocated when the first stream is created. */
     int32_t stream_chunk_frames;
     int32_t max_streams;
+    int32_t precision;    /* codecrt_precision; CODECRT_PRECISION_F32 by default */
 } codecrt_context_params;
 
 codecrt_context_params codecrt_context_default_params(void);

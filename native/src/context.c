@@ -29,6 +29,7 @@ codecrt_context_params codecrt_context_default_params(void) {
         .batch_bucket = 0,
         .stream_chunk_frames = 0,
         .max_streams = 64,
+        .precision = CODECRT_PRECISION_F32,
     };
     return p;
 }
@@ -168,6 +169,9 @@ static codecrt_status cr_check_params(const codecrt_context_params *p, cr_err *e
         return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "stream_chunk_frames = %d, max_streams = %d out of range",
                        p->stream_chunk_frames, p->max_streams);
     }
+    if (p->precision != CODECRT_PRECISION_F32 && p->precision != CODECRT_PRECISION_BF16) {
+        return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "precision = %d is not a codecrt_precision", p->precision);
+    }
     return CODECRT_OK;
 }
 
@@ -218,6 +222,27 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
     }
     const char *portable = getenv("CODECRT_PORTABLE_OPS");
     ctx->cpu_ops = ctx->backend == ctx->cpu && !(portable && *portable && strcmp(portable, "0") != 0);
+    ctx->precision = params->precision;
+    if (ctx->precision == CODECRT_PRECISION_BF16) {
+        /* refused rather than ignored: a caller asking for the speed of BF16
+           must not get F32's silently, nor BF16's rounding where it is untested */
+        if (!model->arch->bf16_products) {
+            return cr_fail(err, CODECRT_E_UNSUPPORTED, "precision bf16 is not implemented for %s models",
+                           model->arch->name);
+        }
+        if (ctx->backend != ctx->cpu) {
+            return cr_fail(err, CODECRT_E_UNSUPPORTED, "precision bf16 is implemented for the CPU only, not %s",
+                           ctx->device_name);
+        }
+        if (!ctx->cpu_ops) {
+            return cr_fail(err, CODECRT_E_UNSUPPORTED,
+                           "precision bf16 needs the fused CPU kernels, which CODECRT_PORTABLE_OPS turns off");
+        }
+        if (!cr_bf16_cpu_available()) {
+            return cr_fail(err, CODECRT_E_UNSUPPORTED,
+                           "precision bf16 needs an x86-64 CPU with AVX512-BF16, which this one lacks");
+        }
+    }
     cr_graphs_init(&ctx->graphs, backends, n_backends, CR_GRAPH_SIZE);
     return CODECRT_OK;
 }

@@ -140,6 +140,11 @@ typedef struct cr_state_spec {
     int64_t frames;
 } cr_state_spec;
 
+/* The CPU kernels a graph may use: none (another backend, or
+   CODECRT_PORTABLE_OPS), the fused ops of ops_cpu*.c in F32, or those ops in
+   their BF16 product mode (CODECRT_PRECISION_BF16). */
+typedef enum cr_ops { CR_OPS_GGML = 0, CR_OPS_F32 = 1, CR_OPS_BF16 = 2 } cr_ops;
+
 /* Streaming graph shape. */
 typedef struct cr_stream_shape {
     int32_t chunk;       /* frames per tick */
@@ -170,6 +175,8 @@ typedef struct cr_decode_inputs {
 
 typedef struct cr_arch {
     const char *name;
+    /* its CPU graphs have a BF16 product mode (CODECRT_PRECISION_BF16) */
+    bool bf16_products;
     size_t hparams_size;
     /* Read and check hyperparameters from the GGUF metadata into hp. */
     codecrt_status (*read_hparams)(const struct gguf_context *gguf, void *hp, cr_err *err);
@@ -244,7 +251,15 @@ struct ggml_tensor *cr_snake_cpu(struct ggml_context *ctx, struct ggml_tensor *x
  */
 bool cr_attention_cpu_available(void);
 struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
-                                     struct ggml_tensor *v);
+                                     struct ggml_tensor *v, bool bf16);
+
+/*
+ * The BF16 product mode of these kernels (bf16 = true; CODECRT_PRECISION_BF16):
+ * operands rounded to bfloat16, products summed in F32 (vdpbf16ps, twice the
+ * multiply-adds of an F32 FMA per instruction). Needs AVX512-BF16 (with F, BW
+ * and VL): cr_bf16_cpu_available(); the ops return NULL without it.
+ */
+bool cr_bf16_cpu_available(void);
 
 /*
  * y = W x (+ b) for F32 x [K, ...] contiguous, W [K, M] F32 contiguous with M a
@@ -253,7 +268,7 @@ struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tenso
  * apply (other CPUs, other types or shapes): then use ggml_mul_mat. CPU only.
  */
 struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                  struct ggml_tensor *b);
+                                  struct ggml_tensor *b, bool bf16);
 
 /*
  * Conv1d at stride 1 with zero padding: x [C, T, B] F32 contiguous (channels
@@ -263,7 +278,7 @@ struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *
  * apply (then use im2col and a product). CPU only.
  */
 struct ggml_tensor *cr_conv1d_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                  struct ggml_tensor *b, int dilation, int pad_left, int pad_right);
+                                  struct ggml_tensor *b, int dilation, int pad_left, int pad_right, bool bf16);
 
 /* ------------------------------------------------------------------- noise */
 
@@ -398,6 +413,7 @@ struct codecrt_context {
     bool cpu_ops;                    /* graphs may use the fused CPU custom ops: the backend is the CPU and
                                         CODECRT_PORTABLE_OPS is unset (tests set it to check, on the CPU,
                                         the graphs that GPUs run) */
+    int32_t precision;               /* codecrt_precision: BF16 only with cpu_ops on an AVX512-BF16 CPU */
     struct ggml_context *weights;    /* model->weights on CPU, device copy otherwise */
     struct ggml_context *dev_weights_ctx;
     ggml_backend_buffer_t dev_weights_buf;

@@ -327,6 +327,225 @@ static void at_pack_panel(float *wp, const float *w, int64_t m0, int64_t width, 
     }
 }
 
+
+/* ------------------------------------------------------------------- BF16 */
+
+/*
+ * The BF16 product mode (CODECRT_PRECISION_BF16): the same tiles with both
+ * operands rounded to bfloat16 (round to nearest even) and products summed in
+ * F32 by vdpbf16ps, which does two multiply-adds per lane where vfmadd231ps
+ * does one. Operands are packed as pairs along the summed dimension: a uint32
+ * holds elements 2i (low half) and 2i+1 (high half); an odd length ends in a
+ * zero. Both sides of every product are converted by the same code whatever the
+ * batch or thread count, so batch invariance holds in this mode too.
+ */
+#define BF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
+#define BF_INLINE static inline __attribute__((always_inline)) BF_AVX512
+
+/* n floats -> ceil(n/2) pairs, the odd tail padded with a zero. */
+BF_AVX512 static void bf_convert_row(uint32_t *dst, const float *src, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        _mm256_storeu_si256((__m256i *)((uint16_t *)dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        const __m256i h = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
+        const int64_t pairs = (n - i + 1) / 2; /* the zero-padded tail's pairs */
+        _mm256_mask_storeu_epi32((uint16_t *)dst + i, (__mmask8)((1u << pairs) - 1u), h);
+    }
+}
+
+/*
+ * bf_tile: at_tile on pair-packed operands. A [R][K2] pairs, rows lda apart; B
+ * [K2][16*NC] pairs, rows ldb apart; tap t reads A + t*atap and B + t*btap.
+ * Per pair of k: NC loads of B, R broadcasts of A's pair, R*NC vdpbf16ps.
+ */
+BF_INLINE void bf_tile(int R, int NC, const uint32_t *a, int64_t lda, int64_t atap, const uint32_t *b,
+                       int64_t ldb, int64_t btap, int64_t K2, int64_t taps, float *c, int64_t ldc, float scale,
+                       const float *bias) {
+    __m512 acc[AT_R][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; j++) {
+            acc[r][j] = _mm512_setzero_ps();
+        }
+    }
+    for (int64_t t = 0; t < taps; t++) {
+        const uint32_t *at = a + t * atap, *bt = b + t * btap;
+        for (int64_t k = 0; k < K2; k++) {
+            __m512bh bv[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < NC; j++) {
+                bv[j] = (__m512bh)_mm512_loadu_si512(bt + k * ldb + 16 * j);
+            }
+#pragma GCC unroll 6
+            for (int r = 0; r < R; r++) {
+                const __m512bh ab = (__m512bh)_mm512_set1_epi32((int)at[r * lda + k]);
+#pragma GCC unroll 4
+                for (int j = 0; j < NC; j++) {
+                    acc[r][j] = _mm512_dpbf16_ps(acc[r][j], ab, bv[j]);
+                }
+            }
+        }
+    }
+    const __m512 sc = _mm512_set1_ps(scale);
+    __m512 bs[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; j++) {
+        bs[j] = bias ? _mm512_loadu_ps(bias + 16 * j) : _mm512_setzero_ps();
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; j++) {
+            _mm512_storeu_ps(c + r * ldc + 16 * j, _mm512_fmadd_ps(acc[r][j], sc, bs[j]));
+        }
+    }
+}
+
+#define BF_COLS(R)                                                                                                   \
+    do {                                                                                                             \
+        switch (nc) {                                                                                                \
+        case 4: bf_tile(R, 4, a, lda, atap, wp, LN_PANEL, K2 * LN_PANEL, K2, taps, c, ldc, 1.0f, bias); break;       \
+        case 3: bf_tile(R, 3, a, lda, atap, wp, LN_PANEL, K2 * LN_PANEL, K2, taps, c, ldc, 1.0f, bias); break;       \
+        case 2: bf_tile(R, 2, a, lda, atap, wp, LN_PANEL, K2 * LN_PANEL, K2, taps, c, ldc, 1.0f, bias); break;       \
+        default: bf_tile(R, 1, a, lda, atap, wp, LN_PANEL, K2 * LN_PANEL, K2, taps, c, ldc, 1.0f, bias); break;      \
+        }                                                                                                            \
+    } while (0)
+
+/* at_panel_rows for pair-packed x (rows lda pairs apart) and panel wp [taps][K2][64]. */
+BF_AVX512 static void bf_panel_rows(const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *wp, int64_t K2,
+                                    int64_t taps, const float *bias, float *y, int64_t ldc, int nc, int64_t n) {
+    for (int64_t r0 = 0; r0 < n; r0 += AT_R) {
+        const uint32_t *a = x + r0 * lda;
+        float *c = y + r0 * ldc;
+        switch (n - r0 < AT_R ? (int)(n - r0) : AT_R) {
+        case 6: BF_COLS(6); break;
+        case 5: BF_COLS(5); break;
+        case 4: BF_COLS(4); break;
+        case 3: BF_COLS(3); break;
+        case 2: BF_COLS(2); break;
+        default: BF_COLS(1); break;
+        }
+    }
+}
+
+/* wp[t][c2][j] = pair(w[m0+j][2c2][t], w[m0+j][2c2+1][t]) for j < width:
+   at_pack_panel in pairs. Each output channel's C*taps weights are rounded by
+   the vector converter into row (C*taps + 1 halves), then paired. */
+BF_AVX512 static void bf_pack_panel(uint32_t *wp, uint16_t *row, const float *w, int64_t m0, int64_t width, int64_t C,
+                                    int64_t taps) {
+    const int64_t C2 = (C + 1) / 2, n = C * taps;
+    for (int64_t j = 0; j < width; j++) {
+        bf_convert_row((uint32_t *)row, w + (m0 + j) * n, n);
+        if (taps == 1) {
+            const uint32_t *pairs = (const uint32_t *)row; /* odd C: the converter's zero ends the last pair */
+            for (int64_t c2 = 0; c2 < C2; c2++) {
+                wp[c2 * LN_PANEL + j] = pairs[c2];
+            }
+            continue;
+        }
+        for (int64_t c2 = 0; c2 < C2; c2++) {
+            const uint16_t *lo = row + 2 * c2 * taps, *hi = lo + taps;
+            const bool has_hi = 2 * c2 + 1 < C;
+            for (int64_t t = 0; t < taps; t++) {
+                wp[(t * C2 + c2) * LN_PANEL + j] = (uint32_t)lo[t] | (has_hi ? (uint32_t)hi[t] << 16 : 0u);
+            }
+        }
+    }
+}
+
+/*
+ * Attention on one head and block of queries, BF16 products. kt [32][Tp] and vp
+ * [Tp/2][64] hold this head's keys and values in pairs (packed by the caller
+ * when pack is set); qs [48][32], s [48][Tp] (F32 scores) and ps [48][Tp/2] are
+ * scratch. The softmax is normalized before P is rounded, so that P V needs no
+ * per-row scale.
+ */
+BF_AVX512 static void bf_block(const float *q, const float *k, const float *v, float *o, int64_t ld, int64_t T,
+                               int64_t i0, int64_t nq, float scale, uint32_t *kt, uint32_t *vp, uint32_t *qs,
+                               float *s, uint32_t *ps, int pack) {
+    const int64_t Tp = (T + 15) & ~(int64_t)15, T2 = Tp / 2;
+    if (pack) {
+        uint32_t row[AT_D / 2];
+        for (int64_t j = 0; j < Tp; j++) {
+            if (j < T) {
+                bf_convert_row(row, k + j * ld, AT_D);
+            } else {
+                memset(row, 0, sizeof row);
+            }
+            for (int d = 0; d < AT_D / 2; d++) {
+                kt[d * Tp + j] = row[d];
+            }
+        }
+        /* vp[j2][c] = pair(v[2 j2][c], v[2 j2 + 1][c]): interleave two rows, then round */
+        const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+        for (int64_t j2 = 0; j2 < T2; j2++) {
+            const int64_t j = 2 * j2;
+            for (int c = 0; c < AT_D; c += 16) {
+                const __m512 v0 = j < T ? _mm512_loadu_ps(v + j * ld + c) : _mm512_setzero_ps();
+                const __m512 v1 = j + 1 < T ? _mm512_loadu_ps(v + (j + 1) * ld + c) : _mm512_setzero_ps();
+                const __m512 a = _mm512_permutex2var_ps(v0, lo, v1), b = _mm512_permutex2var_ps(v0, hi, v1);
+                _mm512_storeu_si512(vp + j2 * AT_D + c, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+            }
+        }
+    }
+    for (int64_t r = 0; r < nq; r++) {
+        bf_convert_row(qs + r * (AT_D / 2), q + (i0 + r) * ld, AT_D);
+    }
+    for (int64_t r0 = 0; r0 < nq; r0 += AT_R) {
+        const int R = nq - r0 < AT_R ? (int)(nq - r0) : AT_R;
+        const uint32_t *qr = qs + r0 * (AT_D / 2);
+        float *sr = s + r0 * Tp;
+        int64_t j = 0;
+        for (; j + 64 <= Tp; j += 64) {
+            switch (R) {
+            case 6: bf_tile(6, 4, qr, AT_D / 2, 0, kt + j, Tp, 0, AT_D / 2, 1, sr + j, Tp, scale, NULL); break;
+            case 5: bf_tile(5, 4, qr, AT_D / 2, 0, kt + j, Tp, 0, AT_D / 2, 1, sr + j, Tp, scale, NULL); break;
+            case 4: bf_tile(4, 4, qr, AT_D / 2, 0, kt + j, Tp, 0, AT_D / 2, 1, sr + j, Tp, scale, NULL); break;
+            case 3: bf_tile(3, 4, qr, AT_D / 2, 0, kt + j, Tp, 0, AT_D / 2, 1, sr + j, Tp, scale, NULL); break;
+            case 2: bf_tile(2, 4, qr, AT_D / 2, 0, kt + j, Tp, 0, AT_D / 2, 1, sr + j, Tp, scale, NULL); break;
+            default: bf_tile(1, 4, qr, AT_D / 2, 0, kt + j, Tp, 0, AT_D / 2, 1, sr + j, Tp, scale, NULL); break;
+            }
+        }
+        for (; j < Tp; j += 16) {
+            switch (R) {
+            case 6: bf_tile(6, 1, qr, AT_D / 2, 0, kt + j, Tp, 0, AT_D / 2, 1, sr + j, Tp, scale, NULL); break;
+            case 5: bf_tile(5, 1, qr, AT_D / 2, 0, kt + j, Tp, 0, AT_D / 2, 1, sr + j, Tp, scale, NULL); break;
+            case 4: bf_tile(4, 1, qr, AT_D / 2, 0, kt + j, Tp, 0, AT_D / 2, 1, sr + j, Tp, scale, NULL); break;
+            case 3: bf_tile(3, 1, qr, AT_D / 2, 0, kt + j, Tp, 0, AT_D / 2, 1, sr + j, Tp, scale, NULL); break;
+            case 2: bf_tile(2, 1, qr, AT_D / 2, 0, kt + j, Tp, 0, AT_D / 2, 1, sr + j, Tp, scale, NULL); break;
+            default: bf_tile(1, 1, qr, AT_D / 2, 0, kt + j, Tp, 0, AT_D / 2, 1, sr + j, Tp, scale, NULL); break;
+            }
+        }
+    }
+    float inv[AT_QB];
+    at_softmax(s, Tp, T, nq, inv);
+    for (int64_t r = 0; r < nq; r++) {
+        float *sr = s + r * Tp;
+        const __m512 sc = _mm512_set1_ps(inv[r]);
+        for (int64_t j = 0; j < Tp; j += 16) {
+            _mm512_storeu_ps(sr + j, _mm512_mul_ps(_mm512_loadu_ps(sr + j), sc));
+        }
+        bf_convert_row(ps + r * T2, sr, Tp);
+    }
+    for (int64_t r0 = 0; r0 < nq; r0 += AT_R) {
+        const uint32_t *pr = ps + r0 * T2;
+        float *orow = o + (i0 + r0) * ld;
+        switch (nq - r0 < AT_R ? (int)(nq - r0) : AT_R) {
+        case 6: bf_tile(6, 4, pr, T2, 0, vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL); break;
+        case 5: bf_tile(5, 4, pr, T2, 0, vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL); break;
+        case 4: bf_tile(4, 4, pr, T2, 0, vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL); break;
+        case 3: bf_tile(3, 4, pr, T2, 0, vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL); break;
+        case 2: bf_tile(2, 4, pr, T2, 0, vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL); break;
+        default: bf_tile(1, 4, pr, T2, 0, vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL); break;
+        }
+    }
+}
+
 #endif /* CR_OPS_AVX512 */
 
 bool cr_attention_cpu_available(void) {
@@ -338,10 +557,20 @@ bool cr_attention_cpu_available(void) {
 #endif
 }
 
+bool cr_bf16_cpu_available(void) {
+#ifdef CR_OPS_AVX512
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+#else
+    return false;
+#endif
+}
+
 /* dst, q, k, v: [H*64, T, B] contiguous F32; scale 1/sqrt(64). */
 static void cr_attention_kernel(struct ggml_tensor *dst, const struct ggml_tensor *q, const struct ggml_tensor *k,
                                 const struct ggml_tensor *v, int ith, int nth, void *user) {
-    (void)user;
+    const bool bf16 = user != NULL;
     const float scale = 0.125f;
     const int64_t ld = q->ne[0], H = ld / AT_D, T = q->ne[1], B = q->ne[2];
     const int64_t nblk = (T + AT_QB - 1) / AT_QB, n = B * H * nblk;
@@ -351,7 +580,11 @@ static void cr_attention_kernel(struct ggml_tensor *dst, const struct ggml_tenso
     float *kt = NULL;
 #ifdef CR_OPS_AVX512
     const int64_t Tp = (T + 15) & ~(int64_t)15;
-    kt = (float *)aligned_alloc(64, (size_t)((AT_D + AT_QB) * Tp) * sizeof(float));
+    /* F32: KT [64, Tp] and S [48, Tp]. BF16: KT [32, Tp] and V [Tp/2, 64] in
+       pairs, Q [48, 32] pairs, S [48, Tp] and P [48, Tp/2] pairs. */
+    const size_t words = bf16 ? (size_t)(AT_D * Tp + AT_QB * AT_D / 2 + AT_QB * Tp + AT_QB * Tp / 2)
+                              : (size_t)((AT_D + AT_QB) * Tp);
+    kt = (float *)aligned_alloc(64, (words * sizeof(float) + 63) & ~(size_t)63);
 #endif
     int64_t packed = -1;
     for (int64_t it = it0; it < it1; it++) {
@@ -359,6 +592,14 @@ static void cr_attention_kernel(struct ggml_tensor *dst, const struct ggml_tenso
         const int64_t off = b * T * ld + h * AT_D;
         const int64_t i0 = blk * AT_QB, nq = T - i0 < AT_QB ? T - i0 : AT_QB;
 #ifdef CR_OPS_AVX512
+        if (kt && bf16) {
+            uint32_t *kb = (uint32_t *)kt, *vb = kb + AT_D / 2 * Tp, *qb = vb + AT_D / 2 * Tp;
+            float *sb = (float *)(qb + AT_QB * AT_D / 2);
+            bf_block(qd + off, kd + off, vd + off, od + off, ld, T, i0, nq, scale, kb, vb, qb, sb,
+                     (uint32_t *)(sb + AT_QB * Tp), packed != bh);
+            packed = bh;
+            continue;
+        }
         if (kt) {
             at_block(qd + off, kd + off, vd + off, od + off, ld, T, i0, nq, scale, kt, kt + AT_D * Tp, packed != bh);
             packed = bh;
@@ -371,15 +612,15 @@ static void cr_attention_kernel(struct ggml_tensor *dst, const struct ggml_tenso
 }
 
 struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
-                                     struct ggml_tensor *v) {
-    const bool ok = cr_attention_cpu_available() && q->type == GGML_TYPE_F32 && k->type == GGML_TYPE_F32 &&
+                                     struct ggml_tensor *v, bool bf16) {
+    const bool ok = cr_attention_cpu_available() && (!bf16 || cr_bf16_cpu_available()) && q->type == GGML_TYPE_F32 && k->type == GGML_TYPE_F32 &&
                     v->type == GGML_TYPE_F32 && ggml_is_contiguous(q) && ggml_is_contiguous(k) &&
                     ggml_is_contiguous(v) && ggml_are_same_shape(q, k) && ggml_are_same_shape(q, v) &&
                     q->ne[0] > 0 && q->ne[0] % AT_D == 0 && q->ne[3] == 1;
     if (!ok) {
         return NULL;
     }
-    return ggml_map_custom3(ctx, q, k, v, cr_attention_kernel, GGML_N_TASKS_MAX, NULL);
+    return ggml_map_custom3(ctx, q, k, v, cr_attention_kernel, GGML_N_TASKS_MAX, bf16 ? (void *)1 : NULL);
 }
 
 /* ------------------------------------------------------------------ linear */
@@ -391,9 +632,9 @@ struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tenso
  * (columns contiguous, K*256 bytes: in L2 for K <= 2048), then sweeps its rows.
  */
 static void cr_linear_kernel(struct ggml_tensor *dst, int ith, int nth, void *user) {
-    (void)user;
+    const bool bf16 = user != NULL;
     const struct ggml_tensor *x = dst->src[0], *w = dst->src[1], *b = dst->src[2];
-    const int64_t K = x->ne[0], N = ggml_nrows(x), M = w->ne[1];
+    const int64_t K = x->ne[0], N = ggml_nrows(x), M = w->ne[1], K2 = (K + 1) / 2;
     const int64_t P = (M + LN_PANEL - 1) / LN_PANEL, NB = (N + LN_NB - 1) / LN_NB, n = P * NB;
     const int64_t it0 = n * ith / nth, it1 = n * (ith + 1) / nth;
     const float *xd = (const float *)x->data, *wd = (const float *)w->data;
@@ -401,13 +642,32 @@ static void cr_linear_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
     float *yd = (float *)dst->data;
     float *wp = NULL;
 #ifdef CR_OPS_AVX512
-    wp = (float *)aligned_alloc(64, (size_t)(K * LN_PANEL) * sizeof(float));
+    /* F32: the panel [K, 64]. BF16: the panel [K2, 64] and the block's rows [96, K2], in pairs. */
+    /* (+ K2 + 8 words: one weight row rounded, for the packer) */
+    wp = (float *)aligned_alloc(
+        64, (size_t)((bf16 ? K2 * (LN_PANEL + LN_NB + 1) + 16 : K * LN_PANEL) * sizeof(float)));
 #endif
-    int64_t packed = -1;
+    int64_t packed = -1, converted = -1;
     for (int64_t it = it0; it < it1; it++) {
         const int64_t p = it / NB, m0 = p * LN_PANEL, n0 = (it % NB) * LN_NB;
         const int64_t width = M - m0 < LN_PANEL ? M - m0 : LN_PANEL, n1 = N - n0 < LN_NB ? N : n0 + LN_NB;
 #ifdef CR_OPS_AVX512
+        if (wp && bf16) {
+            uint32_t *pw = (uint32_t *)wp, *px = pw + K2 * LN_PANEL;
+            if (packed != p) {
+                bf_pack_panel(pw, (uint16_t *)(px + K2 * LN_NB), wd, m0, width, K, 1);
+                packed = p;
+            }
+            if (converted != n0) {
+                for (int64_t r = n0; r < n1; r++) {
+                    bf_convert_row(px + (r - n0) * K2, xd + r * K, K);
+                }
+                converted = n0;
+            }
+            bf_panel_rows(px, K2, 0, pw, K2, 1, bd ? bd + m0 : NULL, yd + n0 * M + m0, M, (int)(width / 16),
+                          n1 - n0);
+            continue;
+        }
         if (wp) {
             if (packed != p) {
                 at_pack_panel(wp, wd, m0, width, K, 1);
@@ -432,8 +692,8 @@ static void cr_linear_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
 }
 
 struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                  struct ggml_tensor *b) {
-    const bool ok = cr_attention_cpu_available() && x->type == GGML_TYPE_F32 && w->type == GGML_TYPE_F32 &&
+                                  struct ggml_tensor *b, bool bf16) {
+    const bool ok = cr_attention_cpu_available() && (!bf16 || cr_bf16_cpu_available()) && x->type == GGML_TYPE_F32 && w->type == GGML_TYPE_F32 &&
                     ggml_is_contiguous(x) && ggml_is_contiguous(w) && w->ne[2] == 1 && w->ne[3] == 1 &&
                     w->ne[0] == x->ne[0] && w->ne[1] % 16 == 0 &&
                     (!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == w->ne[1]));
@@ -442,7 +702,7 @@ struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *
     }
     struct ggml_tensor *args[3] = {x, w, b};
     return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], x->ne[3], args, b ? 3 : 2,
-                          cr_linear_kernel, GGML_N_TASKS_MAX, NULL);
+                          cr_linear_kernel, GGML_N_TASKS_MAX, bf16 ? (void *)1 : NULL);
 }
 
 /* ------------------------------------------------------------ convolution */
@@ -459,8 +719,11 @@ struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *
  */
 static void cr_conv1d_kernel(struct ggml_tensor *dst, int ith, int nth, void *user) {
     const struct ggml_tensor *x = dst->src[0], *w = dst->src[1], *b = dst->src[2];
-    const int64_t d = (int64_t)((uintptr_t)user & 0xffff), pl = (int64_t)((uintptr_t)user >> 16);
+    /* user: pad_left << 16 | bf16 << 15 | dilation */
+    const int64_t d = (int64_t)((uintptr_t)user & 0x7fff), pl = (int64_t)((uintptr_t)user >> 16);
+    const bool bf16 = ((uintptr_t)user & 0x8000) != 0;
     const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], taps = w->ne[0], M = w->ne[2], To = dst->ne[1];
+    const int64_t C2 = (C + 1) / 2;
     const int64_t span = d * (taps - 1);
     const int64_t P = (M + LN_PANEL - 1) / LN_PANEL, NB = (To + LN_NB - 1) / LN_NB, n = P * B * NB;
     const int64_t it0 = n * ith / nth, it1 = n * (ith + 1) / nth;
@@ -469,8 +732,10 @@ static void cr_conv1d_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
     float *yd = (float *)dst->data;
     float *wp = NULL;
 #ifdef CR_OPS_AVX512
-    const size_t wfl = (size_t)(taps * C * LN_PANEL), xfl = (size_t)((LN_NB + span) * C);
-    wp = (float *)aligned_alloc(64, ((wfl + xfl) * sizeof(float) + 63) & ~(size_t)63);
+    /* the panel [taps, C, 64] and the input window [96 + span, C]; in pairs for BF16 */
+    const size_t wfl = (size_t)(taps * (bf16 ? C2 : C) * LN_PANEL), xfl = (size_t)((LN_NB + span) * (bf16 ? C2 : C));
+    const size_t rfl = bf16 ? (size_t)((C * taps + 1) / 2 + 16) : 0; /* the packer's rounded weight row */
+    wp = (float *)aligned_alloc(64, ((wfl + xfl + rfl) * sizeof(float) + 63) & ~(size_t)63);
 #endif
     int64_t packed = -1;
     for (int64_t it = it0; it < it1; it++) {
@@ -480,6 +745,24 @@ static void cr_conv1d_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
         const float *xb = xd + bb * T * C;
         float *yb = yd + bb * To * M;
 #ifdef CR_OPS_AVX512
+        if (wp && bf16) {
+            uint32_t *pw = (uint32_t *)wp, *xs = pw + wfl;
+            if (packed != p) {
+                bf_pack_panel(pw, (uint16_t *)(xs + xfl), wd, m0, width, C, taps);
+                packed = p;
+            }
+            for (int64_t i = 0; i < nrow + span; i++) {
+                const int64_t sf = t0 + i - pl;
+                if (sf >= 0 && sf < T) {
+                    bf_convert_row(xs + i * C2, xb + sf * C, C);
+                } else {
+                    memset(xs + i * C2, 0, (size_t)C2 * sizeof(uint32_t));
+                }
+            }
+            bf_panel_rows(xs, C2, d * C2, pw, C2, taps, bd ? bd + m0 : NULL, yb + t0 * M + m0, M, (int)(width / 16),
+                          nrow);
+            continue;
+        }
         if (wp) {
             float *xs = wp + wfl;
             if (packed != p) {
@@ -519,18 +802,19 @@ static void cr_conv1d_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
 }
 
 struct ggml_tensor *cr_conv1d_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                  struct ggml_tensor *b, int dilation, int pad_left, int pad_right) {
+                                  struct ggml_tensor *b, int dilation, int pad_left, int pad_right, bool bf16) {
     const int64_t To = x->ne[1] + pad_left + pad_right - (int64_t)dilation * (w->ne[0] - 1);
-    const bool ok = cr_attention_cpu_available() && x->type == GGML_TYPE_F32 && w->type == GGML_TYPE_F32 &&
+    const bool ok = cr_attention_cpu_available() && (!bf16 || cr_bf16_cpu_available()) &&
+                    x->type == GGML_TYPE_F32 && w->type == GGML_TYPE_F32 &&
                     ggml_is_contiguous(x) && ggml_is_contiguous(w) && x->ne[3] == 1 && w->ne[3] == 1 &&
-                    w->ne[1] == x->ne[0] && w->ne[2] % 16 == 0 && dilation >= 1 && dilation < 0x10000 &&
+                    w->ne[1] == x->ne[0] && w->ne[2] % 16 == 0 && dilation >= 1 && dilation < 0x8000 &&
                     pad_left >= 0 && pad_left < 0x10000 && pad_right >= 0 && To >= 1 &&
                     (!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == w->ne[2]));
     if (!ok) {
         return NULL;
     }
     struct ggml_tensor *args[3] = {x, w, b};
-    void *params = (void *)(((uintptr_t)pad_left << 16) | (uintptr_t)dilation);
+    void *params = (void *)(((uintptr_t)pad_left << 16) | (bf16 ? 0x8000u : 0u) | (uintptr_t)dilation);
     return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[2], To, x->ne[2], 1, args, b ? 3 : 2, cr_conv1d_kernel,
                           GGML_N_TASKS_MAX, params);
 }

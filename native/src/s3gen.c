@@ -209,7 +209,9 @@ typedef struct s3_build {
 
 static const s3gen_hparams *s3_hp(const codecrt_context *ctx) { return ctx->model->hparams; }
 
-static bool s3_cpu_ops(const codecrt_context *ctx) { return ctx->cpu_ops; }
+static cr_ops s3_cpu_ops(const codecrt_context *ctx) {
+    return !ctx->cpu_ops ? CR_OPS_GGML : ctx->precision == CODECRT_PRECISION_BF16 ? CR_OPS_BF16 : CR_OPS_F32;
+}
 
 #define S3_IO_STORE(io, x)                                                                         \
     do {                                                                                           \
@@ -913,6 +915,7 @@ static int64_t s3_max_tensor_elements(const cr_model *model, int64_t n_frames, i
 
 const cr_arch cr_arch_s3gen = {
     .name = "s3gen",
+    .bf16_products = true,
     .hparams_size = sizeof(s3gen_hparams),
     .read_hparams = s3_read_hparams,
     .fill_info = s3_fill_info,

@@ -119,8 +119,8 @@ static struct ggml_tensor *enc_norm(struct ggml_context *ctx, struct ggml_tensor
 
 /* Linear: w [Cin, Cout], x [Cin, T, B], b [Cout] -> [Cout, T, B]. */
 static struct ggml_tensor *enc_linear(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                      struct ggml_tensor *b, bool cpu) {
-    struct ggml_tensor *y = cpu ? cr_linear_cpu(ctx, x, w, b) : NULL; /* AVX-512 CPUs */
+                                      struct ggml_tensor *b, cr_ops cpu) {
+    struct ggml_tensor *y = cpu ? cr_linear_cpu(ctx, x, w, b, cpu == CR_OPS_BF16) : NULL; /* AVX-512 CPUs */
     return y ? y : ggml_add(ctx, ggml_mul_mat(ctx, w, x), b);
 }
 
@@ -131,7 +131,7 @@ static struct ggml_tensor *enc_linear(struct ggml_context *ctx, struct ggml_tens
  * kernel's memory order, and the product comes out channels fastest again.
  */
 static struct ggml_tensor *enc_conv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                    struct ggml_tensor *b, int pl, int pr, bool cpu) {
+                                    struct ggml_tensor *b, int pl, int pr, cr_ops cpu) {
     const int64_t K = w->ne[0], Cin = w->ne[1], Cout = w->ne[2];
     struct ggml_tensor *xt = ggml_cont(ctx, ggml_transpose(ctx, x));         /* [T, Cin, B] */
     xt = ggml_pad_ext(ctx, xt, pl, pr, 0, 0, 0, 0, 0, 0);                    /* [T+pl+pr, Cin, B] */
@@ -141,7 +141,7 @@ static struct ggml_tensor *enc_conv(struct ggml_context *ctx, struct ggml_tensor
 
 /* LinearNoSubsampling + EspnetRelPositionalEncoding's scaling: x [512, T, B]. */
 static struct ggml_tensor *enc_embed(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                     const char *name, bool cpu) {
+                                     const char *name, cr_ops cpu) {
     x = enc_linear(ctx, x, s3_w(w, "enc.%s.out.0.weight", name), s3_w(w, "enc.%s.out.0.bias", name), cpu);
     x = enc_norm(ctx, x, s3_w(w, "enc.%s.out.1.weight", name), s3_w(w, "enc.%s.out.1.bias", name), ENC_EMB_EPS);
     return ggml_scale(ctx, x, sqrtf((float)S3_D_MODEL));
@@ -180,7 +180,7 @@ static struct ggml_tensor *enc_heads(struct ggml_context *ctx, struct ggml_tenso
  * n-1 .. -(n-1), mask: [n8, n], 0 for keys < n, -inf after. Returns [512, n, B].
  */
 static struct ggml_tensor *enc_attention(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                         struct ggml_tensor *pos, struct ggml_tensor *mask, const char *pre, bool cpu) {
+                                         struct ggml_tensor *pos, struct ggml_tensor *mask, const char *pre, cr_ops cpu) {
     const int64_t D = S3_D_MODEL, n = x->ne[1], B = x->ne[2], L = pos->ne[1], n8 = enc_keys(n);
     struct ggml_tensor *q =
         enc_linear(ctx, x, s3_w(w, "%s.linear_q.weight", pre), s3_w(w, "%s.linear_q.bias", pre), cpu);
@@ -220,7 +220,7 @@ static struct ggml_tensor *enc_attention(struct ggml_context *ctx, struct ggml_c
 /* ConformerEncoderLayer, normalize_before, no macaron, no conv module. */
 static struct ggml_tensor *enc_layer(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
                                      struct ggml_tensor *pos, struct ggml_tensor *mask, const char *stack, int i,
-                                     bool cpu) {
+                                     cr_ops cpu) {
     char pre[GGML_MAX_NAME];
     snprintf(pre, sizeof(pre), "enc.%s.%d.self_attn", stack, i);
     struct ggml_tensor *h = enc_norm(ctx, x, s3_w(w, "enc.%s.%d.norm_mha.weight", stack, i),
@@ -238,7 +238,7 @@ static struct ggml_tensor *enc_layer(struct ggml_context *ctx, struct ggml_conte
 
 /* PreLookaheadLayer: each token sees the next 3. x: [512, T, B]. */
 static struct ggml_tensor *enc_lookahead(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                         bool cpu) {
+                                         cr_ops cpu) {
     struct ggml_tensor *h = enc_conv(ctx, x, s3_w(w, "enc.pre_lookahead_layer.conv1.weight"),
                                      s3_w(w, "enc.pre_lookahead_layer.conv1.bias"), 0, S3_LOOKAHEAD, cpu);
     h = ggml_leaky_relu(ctx, h, 0.01f, false);
@@ -249,7 +249,7 @@ static struct ggml_tensor *enc_lookahead(struct ggml_context *ctx, struct ggml_c
 
 /* Upsample1D: nearest x2 (each frame twice), left pad 4, conv k5. [512, T, B] -> [512, 2T, B]. */
 static struct ggml_tensor *enc_upsample(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                        bool cpu) {
+                                        cr_ops cpu) {
     const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2];
     x = ggml_repeat_4d(ctx, ggml_reshape_4d(ctx, x, C, 1, T, B), C, ENC_UP, T, B);
     x = ggml_reshape_3d(ctx, x, C, ENC_UP * T, B);
@@ -264,9 +264,9 @@ static struct ggml_tensor *enc_mask(struct ggml_context *ctx, struct ggml_tensor
 }
 
 struct ggml_tensor *s3_encoder_build(struct ggml_context *ctx, struct ggml_context *w, const s3gen_hparams *hp,
-                                     int64_t T, int64_t B, bool cpu_ops, s3_encoder_io *io) {
+                                     int64_t T, int64_t B, cr_ops cpu_ops, s3_encoder_io *io) {
     (void)hp;
-    const bool cpu = cpu_ops; /* the fused linear op where it applies, else ggml's */
+    const cr_ops cpu = cpu_ops; /* the fused linear op where it applies, else ggml's */
     const int64_t D = S3_D_MODEL, T2 = ENC_UP * T; /* frames after upsampling */
     io->tokens = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, T, B);
     ggml_set_name(io->tokens, "tokens");

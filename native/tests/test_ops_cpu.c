@@ -24,6 +24,21 @@ static void fill(struct ggml_tensor *t, float amp, unsigned *seed) {
     }
 }
 
+/* x rounded to bfloat16 (nearest even), as the BF16 mode rounds its operands. */
+static double bfr(double x) {
+    union {
+        float f;
+        uint32_t u;
+    } v = {(float)x};
+    v.u = (v.u + 0x7fffu + ((v.u >> 16) & 1u)) & 0xffff0000u;
+    return v.f;
+}
+
+/* An operand as the kernel under test sees it: itself, or rounded in BF16 mode. */
+static double op(float x, bool bf16) {
+    return bf16 ? bfr(x) : (double)x;
+}
+
 /* Relative L2 error, accumulated output by output. */
 typedef struct rel_l2 {
     double err, norm;
@@ -54,9 +69,10 @@ static void compute(struct ggml_context *ctx, struct ggml_tensor *out, int threa
     CHECK(ggml_graph_compute_with_ctx(ctx, gf, threads) == GGML_STATUS_SUCCESS, "compute");
 }
 
-/* Relative L2 of o against softmax(q k^T / 8) v per head, in double. */
+/* Relative L2 of o against softmax(q k^T / 8) v per head, in double; with
+   bf16, of the BF16 mode's operands (q, k, v and the normalized softmax rounded). */
 static double attention_error(const float *q, const float *k, const float *v, const float *o, int64_t H, int64_t T,
-                              int64_t B) {
+                              int64_t B, bool bf16) {
     const int64_t ld = H * 64;
     rel_l2 e = {0, 0};
     double *s = malloc(sizeof(double) * (size_t)T);
@@ -69,7 +85,7 @@ static double attention_error(const float *q, const float *k, const float *v, co
                     const float *kj = k + (b * T + j) * ld + h * 64;
                     double d = 0;
                     for (int c = 0; c < 64; c++) {
-                        d += (double)qi[c] * kj[c];
+                        d += op(qi[c], bf16) * op(kj[c], bf16);
                     }
                     s[j] = d / 8.0;
                     mx = s[j] > mx ? s[j] : mx;
@@ -81,9 +97,10 @@ static double attention_error(const float *q, const float *k, const float *v, co
                 for (int c = 0; c < 64; c++) {
                     double ref = 0;
                     for (int64_t j = 0; j < T; j++) {
-                        ref += s[j] * v[(b * T + j) * ld + h * 64 + c];
+                        const double p = bf16 ? bfr(s[j] / sum) : s[j] / sum;
+                        ref += p * op(v[(b * T + j) * ld + h * 64 + c], bf16);
                     }
-                    rel_add(&e, o[(b * T + i) * ld + h * 64 + c], ref / sum);
+                    rel_add(&e, o[(b * T + i) * ld + h * 64 + c], ref);
                 }
             }
         }
@@ -92,7 +109,7 @@ static double attention_error(const float *q, const float *k, const float *v, co
     return rel_value(&e);
 }
 
-static void check_attention(int64_t H, int64_t T, int64_t B, int threads) {
+static void check_attention(int64_t H, int64_t T, int64_t B, int threads, bool bf16) {
     struct ggml_init_params ip = {(size_t)(3 * H * 64 * T * B * 2 * sizeof(float)) + (16u << 20), NULL, false};
     struct ggml_context *ctx = ggml_init(ip);
     unsigned seed = (unsigned)(H * 1000 + T * 10 + B);
@@ -103,22 +120,30 @@ static void check_attention(int64_t H, int64_t T, int64_t B, int threads) {
     fill(q, 6.0f, &seed);
     fill(k, 6.0f, &seed);
     fill(v, 2.0f, &seed);
-    struct ggml_tensor *o = cr_attention_cpu(ctx, q, k, v);
+    struct ggml_tensor *o = cr_attention_cpu(ctx, q, k, v, bf16);
     CHECK(o && ggml_are_same_shape(o, q), "attention output shape");
     if (!o) {
         ggml_free(ctx);
         return;
     }
     compute(ctx, o, threads);
-    const double e = attention_error(q->data, k->data, v->data, o->data, H, T, B);
-    /* F32 products of 64 and of T terms: a few ulps per output */
-    CHECK(e < 2e-6, "attention H=%lld T=%lld B=%lld threads=%d: relative L2 %.3g", (long long)H, (long long)T,
-          (long long)B, threads, e);
+    const double e = attention_error(q->data, k->data, v->data, o->data, H, T, B, bf16);
+    /* F32 products of 64 and of T terms: a few ulps per output. BF16: against
+       its own rounded operands the same, but for the odd softmax weight whose
+       F32 and double values round to neighbouring bfloat16s. */
+    CHECK(e < (bf16 ? 1e-4 : 2e-6), "attention%s H=%lld T=%lld B=%lld threads=%d: relative L2 %.3g",
+          bf16 ? " bf16" : "", (long long)H, (long long)T, (long long)B, threads, e);
+    if (bf16 && T >= 16) {
+        /* and against the exact result it is as far as bfloat16's rounding puts it */
+        const double ex = attention_error(q->data, k->data, v->data, o->data, H, T, B, false);
+        CHECK(ex > 3e-4 && ex < 2e-2, "attention bf16 H=%lld T=%lld: relative L2 to the exact result %.3g",
+              (long long)H, (long long)T, ex);
+    }
     ggml_free(ctx);
 }
 
 /* cr_linear_cpu against x W^T + b in double, x [K, N1, N2]. */
-static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias, int threads) {
+static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias, int threads, bool bf16) {
     struct ggml_init_params ip = {(size_t)((K * N1 * N2 + K * M + M + M * N1 * N2) * sizeof(float)) + (1u << 20),
                                   NULL, false};
     struct ggml_context *ctx = ggml_init(ip);
@@ -127,7 +152,7 @@ static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias
     struct ggml_tensor *w = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, M);
     struct ggml_tensor *b = bias ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, M) : NULL;
     fill_operands(x, w, b, &seed);
-    struct ggml_tensor *y = cr_linear_cpu(ctx, x, w, b);
+    struct ggml_tensor *y = cr_linear_cpu(ctx, x, w, b, bf16);
     CHECK(y && y->ne[0] == M && y->ne[1] == N1 && y->ne[2] == N2, "linear output shape");
     if (!y) {
         ggml_free(ctx);
@@ -135,25 +160,29 @@ static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias
     }
     compute(ctx, y, threads);
     const float *xd = x->data, *wd = w->data, *yd = y->data;
-    rel_l2 r = {0, 0};
+    rel_l2 r = {0, 0}, rx = {0, 0}; /* to the product of the operands as rounded, and as given */
     for (int64_t n = 0; n < N1 * N2; n++) {
         for (int64_t m = 0; m < M; m++) {
-            double ref = b ? ((const float *)b->data)[m] : 0.0;
+            double ref = b ? ((const float *)b->data)[m] : 0.0, exact = ref;
             for (int64_t k = 0; k < K; k++) {
-                ref += (double)xd[n * K + k] * wd[m * K + k];
+                ref += op(xd[n * K + k], bf16) * op(wd[m * K + k], bf16);
+                exact += (double)xd[n * K + k] * wd[m * K + k];
             }
             rel_add(&r, yd[n * M + m], ref);
+            rel_add(&rx, yd[n * M + m], exact);
         }
     }
-    const double e = rel_value(&r);
-    CHECK(e < 1e-6, "linear K=%lld M=%lld N=%lldx%lld bias=%d threads=%d: relative L2 %.3g", (long long)K,
-          (long long)M, (long long)N1, (long long)N2, (int)bias, threads, e);
+    const double e = rel_value(&r), ex = rel_value(&rx);
+    CHECK(e < 1e-6, "linear%s K=%lld M=%lld N=%lldx%lld bias=%d threads=%d: relative L2 %.3g", bf16 ? " bf16" : "",
+          (long long)K, (long long)M, (long long)N1, (long long)N2, (int)bias, threads, e);
+    CHECK(!bf16 || K < 16 || (ex > 3e-4 && ex < 2e-2), "linear bf16 K=%lld M=%lld: relative L2 to the exact %.3g",
+          (long long)K, (long long)M, ex);
     ggml_free(ctx);
 }
 
 /* cr_conv1d_cpu against the direct sum in double, x [C, T, B], w [K, C, M]. */
 static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, int d, int pl, int pr, bool bias,
-                       int threads) {
+                       int threads, bool bf16) {
     struct ggml_init_params ip = {(size_t)((C * T * B + K * C * M + M + M * (T + pl + pr) * B) * sizeof(float)) +
                                       (1u << 20),
                                   NULL, false};
@@ -164,7 +193,7 @@ static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, in
     struct ggml_tensor *b = bias ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, M) : NULL;
     fill_operands(x, w, b, &seed);
     const int64_t To = T + pl + pr - (int64_t)d * (K - 1);
-    struct ggml_tensor *y = cr_conv1d_cpu(ctx, x, w, b, d, pl, pr);
+    struct ggml_tensor *y = cr_conv1d_cpu(ctx, x, w, b, d, pl, pr, bf16);
     CHECK(y && y->ne[0] == M && y->ne[1] == To && y->ne[2] == B, "conv output shape");
     if (!y) {
         ggml_free(ctx);
@@ -180,7 +209,7 @@ static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, in
                 for (int64_t k = 0; k < K; k++) {
                     const int64_t s = t + k * d - pl;
                     for (int64_t c = 0; s >= 0 && s < T && c < C; c++) {
-                        ref += (double)xd[(bb * T + s) * C + c] * wd[(m * C + c) * K + k];
+                        ref += op(xd[(bb * T + s) * C + c], bf16) * op(wd[(m * C + c) * K + k], bf16);
                     }
                 }
                 rel_add(&r, yd[(bb * To + t) * M + m], ref);
@@ -188,61 +217,72 @@ static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, in
         }
     }
     const double e = rel_value(&r);
-    CHECK(e < 1e-6, "conv C=%lld T=%lld B=%lld K=%lld M=%lld d=%d pad %d/%d: relative L2 %.3g", (long long)C,
+    CHECK(e < 1e-6, "conv%s C=%lld T=%lld B=%lld K=%lld M=%lld d=%d pad %d/%d: relative L2 %.3g", bf16 ? " bf16" : "", (long long)C,
           (long long)T, (long long)B, (long long)K, (long long)M, d, pl, pr, e);
     ggml_free(ctx);
 }
 
-int main(void) {
-    if (!cr_attention_cpu_available()) {
-        printf("test_ops_cpu: no AVX-512 on this CPU, the attention kernel is not used; skipped\n");
-        return 0;
-    }
+/* Every shape class of the three kernels, in F32 or in the BF16 mode. */
+static void check_all(bool bf16) {
     const int64_t Ts[] = {1, 5, 6, 7, 16, 17, 47, 48, 49, 64, 65, 97, 130, 333};
     for (size_t i = 0; i < sizeof(Ts) / sizeof(Ts[0]); i++) {
-        check_attention(2, Ts[i], 1, 1);
-        check_attention(1, Ts[i], 3, 3);
+        check_attention(2, Ts[i], 1, 1, bf16);
+        check_attention(1, Ts[i], 3, 3, bf16);
     }
-    check_attention(8, 650, 2, 2);
+    check_attention(8, 650, 2, 2, bf16);
 
     const int64_t Ks[] = {1, 3, 64, 250}, Ms[] = {16, 48, 64, 80, 272}, Ns[] = {1, 5, 7, 96, 97, 200};
     for (size_t i = 0; i < 4; i++) {
         for (size_t j = 0; j < 5; j++) {
             for (size_t n = 0; n < 6; n++) {
-                check_linear(Ks[i], Ms[j], Ns[n], 1, (i + j + n) % 2 == 0, 1 + (int)((i + n) % 3));
+                check_linear(Ks[i], Ms[j], Ns[n], 1, (i + j + n) % 2 == 0, 1 + (int)((i + n) % 3), bf16);
             }
         }
     }
-    check_linear(256, 512, 650, 2, true, 2);
-    check_linear(1024, 256, 33, 3, false, 2);
+    check_linear(256, 512, 650, 2, true, 2, bf16);
+    check_linear(1024, 256, 33, 3, false, 2, bf16);
     /* "same" convolutions as the vocoder's, causal ones as the estimator's,
-       lengths around the 96-frame blocks and shorter than the kernel */
+       lengths around the 96-frame blocks and shorter than the kernel; odd
+       channel counts end their pairs with a zero in the BF16 mode */
     const int64_t Tc[] = {1, 2, 7, 95, 96, 97, 200};
     for (size_t i = 0; i < sizeof(Tc) / sizeof(Tc[0]); i++) {
-        check_conv(5, Tc[i], 2, 3, 16, 1, 1, 1, true, 2);
-        check_conv(8, Tc[i], 1, 11, 48, 5, 25, 25, i % 2 == 0, 3);
-        check_conv(16, Tc[i], 3, 3, 80, 1, 2, 0, true, 1);
-        check_conv(3, Tc[i], 1, 7, 64, 3, 9, 9, false, 2);
+        check_conv(5, Tc[i], 2, 3, 16, 1, 1, 1, true, 2, bf16);
+        check_conv(8, Tc[i], 1, 11, 48, 5, 25, 25, i % 2 == 0, 3, bf16);
+        check_conv(16, Tc[i], 3, 3, 80, 1, 2, 0, true, 1, bf16);
+        check_conv(3, Tc[i], 1, 7, 64, 3, 9, 9, false, 2, bf16);
     }
-    check_conv(256, 300, 2, 7, 256, 3, 9, 9, true, 2);
+    check_conv(256, 300, 2, 7, 256, 3, 9, 9, true, 2, bf16);
+}
+
+int main(void) {
+    if (!cr_attention_cpu_available()) {
+        printf("test_ops_cpu: no AVX-512 on this CPU, the fused kernels are not used; skipped\n");
+        return 0;
+    }
+    check_all(false);
+    if (cr_bf16_cpu_available()) {
+        check_all(true);
+    } else {
+        printf("test_ops_cpu: no AVX512-BF16 on this CPU, the BF16 mode is not checked\n");
+    }
     /* shapes the kernel does not take come back NULL (the caller uses ggml_mul_mat) */
     struct ggml_init_params ip = {1u << 20, NULL, true};
     struct ggml_context *ctx = ggml_init(ip);
     struct ggml_tensor *x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 4);
-    CHECK(!cr_linear_cpu(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 20), NULL), "M not a multiple of 16");
+    CHECK(!cr_linear_cpu(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 20), NULL, false), "M not a multiple of 16");
     struct ggml_tensor *h = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 5, 2);
-    CHECK(!cr_attention_cpu(ctx, h, h, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 6, 2)), "attention shapes differ");
+    CHECK(!cr_attention_cpu(ctx, h, h, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 6, 2), false), "attention shapes differ");
     CHECK(!cr_attention_cpu(ctx, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 48, 5, 2),
                             ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 48, 5, 2),
-                            ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 48, 5, 2)),
+                            ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 48, 5, 2), false),
           "attention width not a multiple of 64");
-    CHECK(!cr_conv1d_cpu(ctx, x, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 3, 8, 18), NULL, 1, 1, 1),
+    CHECK(!cr_conv1d_cpu(ctx, x, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 3, 8, 18), NULL, 1, 1, 1, false),
           "conv output channels not a multiple of 16");
-    CHECK(!cr_conv1d_cpu(ctx, x, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 9, 8, 16), NULL, 1, 0, 0),
+    CHECK(!cr_conv1d_cpu(ctx, x, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 9, 8, 16), NULL, 1, 0, 0, false),
           "conv kernel longer than its padded input");
-    CHECK(!cr_linear_cpu(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 8, 16), NULL), "F16 weights");
+    CHECK(!cr_linear_cpu(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 8, 16), NULL, false), "F16 weights");
     CHECK(!cr_linear_cpu(ctx, ggml_transpose(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8)),
-                         ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 16), NULL),
+                         ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 16), NULL, false),
           "non-contiguous x");
     ggml_free(ctx);
     printf("test_ops_cpu: %d checks, %d failures\n", g_checks, g_failures);
