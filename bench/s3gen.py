@@ -1,14 +1,15 @@
 """Chatterbox S3Gen throughput and streaming latency: codecrt against the reference, same run.
 
     python bench/s3gen.py [--threads 2] [--seconds 10] [--prompt 3] [--device cpu] [--repeat 1] [--streams K]
-                          [--precisions f32,bf16]
+                          [--precisions f32,bf16] [--reference-bf16]
 
 Random seeded weights (tests/s3ref.py), the original model (10 Euler steps with
 classifier-free guidance) and Turbo (mean flow, 2 steps). Prints, per model,
 the wall time of the flow (tokens to mel) and of the vocoder (mel to PCM) and
 the seconds of audio per second (x real time), for codecrt (in each precision
 of --precisions: F32, and BF16 products where the CPU has AVX512-BF16) and for
-the reference (chatterbox-tts, F32, torch with the same thread count); then the time to
+the reference (chatterbox-tts, F32, torch with the same thread count; with
+--reference-bf16 also under torch.autocast to bfloat16); then the time to
 first audio of a FlowStream (first chunk of 10 tokens plus 3 of lookahead),
 counting compute only and compute plus the wait for 13 tokens at 25 Hz.
 Needs the test extra and the chatterbox-tts reference (see .ci/run).
@@ -79,6 +80,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--models", default="orig,turbo")
     ap.add_argument("--no-reference", action="store_true")
+    ap.add_argument("--reference-bf16", action="store_true",
+                    help="also time the reference under torch.autocast(cpu, bfloat16)")
     ap.add_argument("--precisions", default="f32,bf16",
                     help="codecrt product precisions to time (bf16 is skipped where the CPU lacks it)")
     ap.add_argument("--streams", type=int, default=0,
@@ -140,6 +143,14 @@ def main() -> None:
             t_rflow, rmel = timed(lambda r=ref, n=steps: s3ref.ref_mel(r, tokens, voice_data, 1, n), args.repeat)
             t_rvoc, rpcm = timed(lambda r=ref, x=rmel: s3ref.ref_wav(r, x, 1), args.repeat)
             rows.append((name, "reference torch cpu", steps, t_rflow, t_rvoc))
+            if args.reference_bf16:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    t_bflow, bmel = timed(lambda r=ref, n=steps: s3ref.ref_mel(r, tokens, voice_data, 1, n),
+                                          args.repeat)
+                    t_bvoc, bpcm = timed(lambda r=ref, x=bmel: s3ref.ref_wav(r, x, 1), args.repeat)
+                rows.append((name, "reference bf16 autocast", steps, t_bflow, t_bvoc))
+                errors.append((name, "(reference bf16 autocast)", s3ref.rel_l2(bmel, rmel),
+                               s3ref.rel_l2(bpcm[: rpcm.size], rpcm)))
             for prec, (mel, pcm) in outputs.items():
                 errors.append((name, prec, s3ref.rel_l2(mel, rmel), s3ref.rel_l2(pcm[: rpcm.size], rpcm)))
         voice.close()
@@ -151,14 +162,14 @@ def main() -> None:
     for name, eng, steps, tf, tv in rows:
         print(f"{name:<6} {eng:<22} {steps:>5} {tf:>8.2f} {tv:>8.2f} {tf + tv:>8.2f} {audio_s / (tf + tv):>7.2f}")
     if not args.no_reference:
-        refs = {r[0]: r for r in rows if r[1].startswith("reference")}
+        refs = {r[0]: r for r in rows if r[1] == "reference torch cpu"}
         for ours in rows:
             theirs = refs.get(ours[0])
             if theirs is not None and ours is not theirs:
                 print(f"{ours[0]}: {ours[1]} / reference speed = "
                       f"{(theirs[3] + theirs[4]) / (ours[3] + ours[4]):.2f}x")
         for name, prec, e_mel, e_pcm in errors:
-            print(f"{name}: codecrt {prec} vs reference: mel rel L2 {e_mel:.2e}, PCM rel L2 {e_pcm:.2e}")
+            print(f"{name}: {'codecrt ' if not prec.startswith('(') else ''}{prec} vs reference: mel rel L2 {e_mel:.2e}, PCM rel L2 {e_pcm:.2e}")
     for line in skipped:
         print(f"skipped: {line}")
     print()

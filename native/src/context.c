@@ -242,6 +242,10 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
             return cr_fail(err, CODECRT_E_UNSUPPORTED,
                            "precision bf16 needs an x86-64 CPU with AVX512-BF16, which this one lacks");
         }
+        ctx->fused.bf16 = true;
+        if (!(ctx->fused.packs = cr_packs_new())) {
+            return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+        }
     }
     cr_graphs_init(&ctx->graphs, backends, n_backends, CR_GRAPH_SIZE);
     return CODECRT_OK;
@@ -282,6 +286,7 @@ void codecrt_context_free(codecrt_context *ctx) {
     /* graphs first (they point into the weights and the state pool), then the
        pool, the weights, the backends */
     cr_graphs_free(&ctx->graphs);
+    cr_packs_free(ctx->fused.packs); /* the graphs' kernels read them */
     cr_pool_free(&ctx->pool);
     if (ctx->dev_weights_buf) {
         ggml_backend_buffer_free(ctx->dev_weights_buf);

@@ -140,10 +140,20 @@ typedef struct cr_state_spec {
     int64_t frames;
 } cr_state_spec;
 
-/* The CPU kernels a graph may use: none (another backend, or
-   CODECRT_PORTABLE_OPS), the fused ops of ops_cpu*.c in F32, or those ops in
-   their BF16 product mode (CODECRT_PRECISION_BF16). */
-typedef enum cr_ops { CR_OPS_GGML = 0, CR_OPS_F32 = 1, CR_OPS_BF16 = 2 } cr_ops;
+/* Weights packed once for the BF16 kernels of ops_cpu_avx512.c, owned by the
+   context whose graphs use them (freed after its graphs). */
+typedef struct cr_packs cr_packs;
+cr_packs *cr_packs_new(void);
+void cr_packs_free(cr_packs *packs);
+
+/* The fused CPU kernels a graph may use, passed as a pointer: NULL for none
+   (another backend, or CODECRT_PORTABLE_OPS). bf16: the BF16 product mode
+   (CODECRT_PRECISION_BF16), with its weights packed into packs (NULL: packed
+   per call). */
+typedef struct cr_cpu_ops {
+    bool bf16;
+    cr_packs *packs;
+} cr_cpu_ops;
 
 /* Streaming graph shape. */
 typedef struct cr_stream_shape {
@@ -251,13 +261,28 @@ struct ggml_tensor *cr_snake_cpu(struct ggml_context *ctx, struct ggml_tensor *x
  */
 bool cr_attention_cpu_available(void);
 struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
-                                     struct ggml_tensor *v, bool bf16);
+                                     struct ggml_tensor *v, const cr_cpu_ops *ops);
 
 /*
- * The BF16 product mode of these kernels (bf16 = true; CODECRT_PRECISION_BF16):
- * operands rounded to bfloat16, products summed in F32 (vdpbf16ps, twice the
- * multiply-adds of an F32 FMA per instruction). Needs AVX512-BF16 (with F, BW
- * and VL): cr_bf16_cpu_available(); the ops return NULL without it.
+ * The S3Gen encoder's relative-position attention, the same kernel with a
+ * second score term: softmax over j of ((q_i + u) k_j + (q_i + bv) p_{T-1-i+j}) / 8,
+ * per head of 64 channels. q, k, v [H*64, T, B], p [H*64, >= 2T-1] (its rows
+ * the relative positions T-1 .. -(T-1), shared by the batch), u, bv [H*64]
+ * (pos_bias_u, pos_bias_v), all F32 contiguous -> [H*64, T, B]; every key is
+ * attended (no mask). NULL where it does not apply. CPU backend only.
+ */
+struct ggml_tensor *cr_relpos_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
+                                            struct ggml_tensor *v, struct ggml_tensor *p, struct ggml_tensor *u,
+                                            struct ggml_tensor *bv, const cr_cpu_ops *ops);
+
+/*
+ * ops (of the four ops here): NULL or !ops->bf16 for F32. ops->bf16 is their
+ * BF16 product mode (CODECRT_PRECISION_BF16): operands rounded to bfloat16,
+ * products summed in F32 (vdpbf16ps, twice the multiply-adds of an F32 FMA per
+ * instruction); it needs AVX512-BF16 (with F, BW and VL):
+ * cr_bf16_cpu_available(), and the ops return NULL without it. With
+ * ops->packs, the linear and convolution ops pack their (host) weights into it
+ * once, when the graph is built, instead of at every compute.
  */
 bool cr_bf16_cpu_available(void);
 
@@ -268,7 +293,7 @@ bool cr_bf16_cpu_available(void);
  * apply (other CPUs, other types or shapes): then use ggml_mul_mat. CPU only.
  */
 struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                  struct ggml_tensor *b, bool bf16);
+                                  struct ggml_tensor *b, const cr_cpu_ops *ops);
 
 /*
  * Conv1d at stride 1 with zero padding: x [C, T, B] F32 contiguous (channels
@@ -278,7 +303,8 @@ struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *
  * apply (then use im2col and a product). CPU only.
  */
 struct ggml_tensor *cr_conv1d_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                  struct ggml_tensor *b, int dilation, int pad_left, int pad_right, bool bf16);
+                                  struct ggml_tensor *b, int dilation, int pad_left, int pad_right,
+                                  const cr_cpu_ops *ops);
 
 /* ------------------------------------------------------------------- noise */
 
@@ -414,6 +440,7 @@ struct codecrt_context {
                                         CODECRT_PORTABLE_OPS is unset (tests set it to check, on the CPU,
                                         the graphs that GPUs run) */
     int32_t precision;               /* codecrt_precision: BF16 only with cpu_ops on an AVX512-BF16 CPU */
+    cr_cpu_ops fused;                /* what cpu_ops graphs use: precision, and the BF16 weight packs */
     struct ggml_context *weights;    /* model->weights on CPU, device copy otherwise */
     struct ggml_context *dev_weights_ctx;
     ggml_backend_buffer_t dev_weights_buf;

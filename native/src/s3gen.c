@@ -209,9 +209,7 @@ typedef struct s3_build {
 
 static const s3gen_hparams *s3_hp(const codecrt_context *ctx) { return ctx->model->hparams; }
 
-static cr_ops s3_cpu_ops(const codecrt_context *ctx) {
-    return !ctx->cpu_ops ? CR_OPS_GGML : ctx->precision == CODECRT_PRECISION_BF16 ? CR_OPS_BF16 : CR_OPS_F32;
-}
+static const cr_cpu_ops *s3_cpu_ops(const codecrt_context *ctx) { return ctx->cpu_ops ? &ctx->fused : NULL; }
 
 #define S3_IO_STORE(io, x)                                                                         \
     do {                                                                                           \

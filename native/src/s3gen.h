@@ -69,7 +69,7 @@ void s3_encoder_specs(const s3gen_hparams *hp, cr_spec_list *s);
 /* tokens -> mu = encoder_proj(encoder(embedding(tokens))): F32 ne [2T, 80, B]
    (time fastest), for the whole sequence (finalize semantics: nothing trimmed). */
 struct ggml_tensor *s3_encoder_build(struct ggml_context *ctx, struct ggml_context *w,
-                                     const s3gen_hparams *hp, int64_t T, int64_t B, cr_ops cpu_ops,
+                                     const s3gen_hparams *hp, int64_t T, int64_t B, const cr_cpu_ops *cpu_ops,
                                      s3_encoder_io *io);
 /* Fill io->in[] (not the tokens) after allocation. */
 void s3_encoder_set_inputs(const s3gen_hparams *hp, int64_t T, int64_t B, const s3_encoder_io *io);
@@ -90,7 +90,7 @@ void s3_estimator_specs(const s3gen_hparams *hp, cr_spec_list *s);
 /* One evaluation of the ConditionalDecoder: returns dx/dt F32 [T, 80, B].
    No padding mask: every one of the T frames is valid. */
 struct ggml_tensor *s3_estimator_build(struct ggml_context *ctx, struct ggml_context *w,
-                                       const s3gen_hparams *hp, int64_t T, int64_t B, cr_ops cpu_ops,
+                                       const s3gen_hparams *hp, int64_t T, int64_t B, const cr_cpu_ops *cpu_ops,
                                        s3_estimator_io *io);
 /* Fill io->in[] for flow times t[b] (and r[b], meanflow only; NULL otherwise). */
 void s3_estimator_set_inputs(const s3gen_hparams *hp, int64_t T, int64_t B, const float *t,
@@ -126,7 +126,7 @@ typedef struct s3_hift_io {
 /* mel + source -> PCM F32 [T*480, B], clamped to +-0.99 (HiFTGenerator.decode;
    the 40 ms fade-in is the driver's). */
 struct ggml_tensor *s3_hift_build(struct ggml_context *ctx, struct ggml_context *w,
-                                  const s3gen_hparams *hp, int64_t T, int64_t B, cr_ops cpu_ops,
+                                  const s3gen_hparams *hp, int64_t T, int64_t B, const cr_cpu_ops *cpu_ops,
                                   s3_hift_io *io);
 void s3_hift_set_inputs(const s3gen_hparams *hp, int64_t T, int64_t B, const s3_hift_io *io);
 int64_t s3_hift_max_elements(int64_t T, int64_t B);

@@ -117,11 +117,15 @@ static struct ggml_tensor *enc_norm(struct ggml_context *ctx, struct ggml_tensor
     return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, eps), g), b);
 }
 
-/* Linear: w [Cin, Cout], x [Cin, T, B], b [Cout] -> [Cout, T, B]. */
+/* Linear: w [Cin, Cout], x [Cin, T, B], b [Cout] or NULL -> [Cout, T, B]. */
 static struct ggml_tensor *enc_linear(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                      struct ggml_tensor *b, cr_ops cpu) {
-    struct ggml_tensor *y = cpu ? cr_linear_cpu(ctx, x, w, b, cpu == CR_OPS_BF16) : NULL; /* AVX-512 CPUs */
-    return y ? y : ggml_add(ctx, ggml_mul_mat(ctx, w, x), b);
+                                      struct ggml_tensor *b, const cr_cpu_ops *cpu) {
+    struct ggml_tensor *y = cpu ? cr_linear_cpu(ctx, x, w, b, cpu) : NULL; /* AVX-512 CPUs */
+    if (y) {
+        return y;
+    }
+    y = ggml_mul_mat(ctx, w, x);
+    return b ? ggml_add(ctx, y, b) : y;
 }
 
 /*
@@ -131,7 +135,7 @@ static struct ggml_tensor *enc_linear(struct ggml_context *ctx, struct ggml_tens
  * kernel's memory order, and the product comes out channels fastest again.
  */
 static struct ggml_tensor *enc_conv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                    struct ggml_tensor *b, int pl, int pr, cr_ops cpu) {
+                                    struct ggml_tensor *b, int pl, int pr, const cr_cpu_ops *cpu) {
     const int64_t K = w->ne[0], Cin = w->ne[1], Cout = w->ne[2];
     struct ggml_tensor *xt = ggml_cont(ctx, ggml_transpose(ctx, x));         /* [T, Cin, B] */
     xt = ggml_pad_ext(ctx, xt, pl, pr, 0, 0, 0, 0, 0, 0);                    /* [T+pl+pr, Cin, B] */
@@ -141,7 +145,7 @@ static struct ggml_tensor *enc_conv(struct ggml_context *ctx, struct ggml_tensor
 
 /* LinearNoSubsampling + EspnetRelPositionalEncoding's scaling: x [512, T, B]. */
 static struct ggml_tensor *enc_embed(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                     const char *name, cr_ops cpu) {
+                                     const char *name, const cr_cpu_ops *cpu) {
     x = enc_linear(ctx, x, s3_w(w, "enc.%s.out.0.weight", name), s3_w(w, "enc.%s.out.0.bias", name), cpu);
     x = enc_norm(ctx, x, s3_w(w, "enc.%s.out.1.weight", name), s3_w(w, "enc.%s.out.1.bias", name), ENC_EMB_EPS);
     return ggml_scale(ctx, x, sqrtf((float)S3_D_MODEL));
@@ -180,7 +184,7 @@ static struct ggml_tensor *enc_heads(struct ggml_context *ctx, struct ggml_tenso
  * n-1 .. -(n-1), mask: [n8, n], 0 for keys < n, -inf after. Returns [512, n, B].
  */
 static struct ggml_tensor *enc_attention(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                         struct ggml_tensor *pos, struct ggml_tensor *mask, const char *pre, cr_ops cpu) {
+                                         struct ggml_tensor *pos, struct ggml_tensor *mask, const char *pre, const cr_cpu_ops *cpu) {
     const int64_t D = S3_D_MODEL, n = x->ne[1], B = x->ne[2], L = pos->ne[1], n8 = enc_keys(n);
     struct ggml_tensor *q =
         enc_linear(ctx, x, s3_w(w, "%s.linear_q.weight", pre), s3_w(w, "%s.linear_q.bias", pre), cpu);
@@ -188,7 +192,17 @@ static struct ggml_tensor *enc_attention(struct ggml_context *ctx, struct ggml_c
         enc_linear(ctx, x, s3_w(w, "%s.linear_k.weight", pre), s3_w(w, "%s.linear_k.bias", pre), cpu);
     struct ggml_tensor *v =
         enc_linear(ctx, x, s3_w(w, "%s.linear_v.weight", pre), s3_w(w, "%s.linear_v.bias", pre), cpu);
-    struct ggml_tensor *p = ggml_mul_mat(ctx, s3_w(w, "%s.linear_pos.weight", pre), pos); /* [512, L] */
+    struct ggml_tensor *p = enc_linear(ctx, pos, s3_w(w, "%s.linear_pos.weight", pre), NULL, cpu); /* [512, L] */
+    if (cpu) {
+        /* AVX-512 CPUs: the fused kernel takes both score terms, the shift, the
+           softmax and the product with v, over the n real keys (no padding, no mask) */
+        struct ggml_tensor *o = cr_relpos_attention_cpu(ctx, q, k, v, p, s3_w(w, "%s.pos_bias_u", pre),
+                                                        s3_w(w, "%s.pos_bias_v", pre), cpu);
+        if (o) {
+            return enc_linear(ctx, o, s3_w(w, "%s.linear_out.weight", pre), s3_w(w, "%s.linear_out.bias", pre),
+                              cpu);
+        }
+    }
     k = ggml_pad_ext(ctx, k, 0, 0, 0, (int)(n8 - n), 0, 0, 0, 0);                        /* [512, n8, B] */
     v = ggml_pad_ext(ctx, v, 0, 0, 0, (int)(n8 - n), 0, 0, 0, 0);
 
@@ -220,7 +234,7 @@ static struct ggml_tensor *enc_attention(struct ggml_context *ctx, struct ggml_c
 /* ConformerEncoderLayer, normalize_before, no macaron, no conv module. */
 static struct ggml_tensor *enc_layer(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
                                      struct ggml_tensor *pos, struct ggml_tensor *mask, const char *stack, int i,
-                                     cr_ops cpu) {
+                                     const cr_cpu_ops *cpu) {
     char pre[GGML_MAX_NAME];
     snprintf(pre, sizeof(pre), "enc.%s.%d.self_attn", stack, i);
     struct ggml_tensor *h = enc_norm(ctx, x, s3_w(w, "enc.%s.%d.norm_mha.weight", stack, i),
@@ -238,7 +252,7 @@ static struct ggml_tensor *enc_layer(struct ggml_context *ctx, struct ggml_conte
 
 /* PreLookaheadLayer: each token sees the next 3. x: [512, T, B]. */
 static struct ggml_tensor *enc_lookahead(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                         cr_ops cpu) {
+                                         const cr_cpu_ops *cpu) {
     struct ggml_tensor *h = enc_conv(ctx, x, s3_w(w, "enc.pre_lookahead_layer.conv1.weight"),
                                      s3_w(w, "enc.pre_lookahead_layer.conv1.bias"), 0, S3_LOOKAHEAD, cpu);
     h = ggml_leaky_relu(ctx, h, 0.01f, false);
@@ -249,7 +263,7 @@ static struct ggml_tensor *enc_lookahead(struct ggml_context *ctx, struct ggml_c
 
 /* Upsample1D: nearest x2 (each frame twice), left pad 4, conv k5. [512, T, B] -> [512, 2T, B]. */
 static struct ggml_tensor *enc_upsample(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                        cr_ops cpu) {
+                                        const cr_cpu_ops *cpu) {
     const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2];
     x = ggml_repeat_4d(ctx, ggml_reshape_4d(ctx, x, C, 1, T, B), C, ENC_UP, T, B);
     x = ggml_reshape_3d(ctx, x, C, ENC_UP * T, B);
@@ -264,9 +278,9 @@ static struct ggml_tensor *enc_mask(struct ggml_context *ctx, struct ggml_tensor
 }
 
 struct ggml_tensor *s3_encoder_build(struct ggml_context *ctx, struct ggml_context *w, const s3gen_hparams *hp,
-                                     int64_t T, int64_t B, cr_ops cpu_ops, s3_encoder_io *io) {
+                                     int64_t T, int64_t B, const cr_cpu_ops *cpu_ops, s3_encoder_io *io) {
     (void)hp;
-    const cr_ops cpu = cpu_ops; /* the fused linear op where it applies, else ggml's */
+    const cr_cpu_ops *cpu = cpu_ops; /* the fused linear op where it applies, else ggml's */
     const int64_t D = S3_D_MODEL, T2 = ENC_UP * T; /* frames after upsampling */
     io->tokens = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, T, B);
     ggml_set_name(io->tokens, "tokens");
@@ -357,7 +371,9 @@ void s3_encoder_set_inputs(const s3gen_hparams *hp, int64_t T, int64_t B, const 
         }
         ggml_backend_tensor_set(io->in[ENC_IN_POS], buf, (size_t)j0 * sizeof(buf[0]), (size_t)m * sizeof(buf[0]));
     }
-    enc_set_masks(T, io->in[ENC_IN_MASK]);
+    if (io->in[ENC_IN_MASK]->buffer) { /* absent from the graph when every layer runs the fused CPU attention */
+        enc_set_masks(T, io->in[ENC_IN_MASK]);
+    }
 }
 
 /* The up-stage position scores bd [~4T, 2T, 8, B] are the largest tensor

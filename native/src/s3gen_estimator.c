@@ -273,13 +273,13 @@ typedef struct est_graph {
     struct ggml_context *ctx;
     struct ggml_context *w;
     struct ggml_tensor *tm; /* Mish(temb) [1024, B] */
-    cr_ops cpu;
+    const cr_cpu_ops *cpu;
 } est_graph;
 
 /* y = W x (+ b): x [in, ...], W ne [in, out] -> [out, ...]. b may be NULL. */
 static struct ggml_tensor *est_linear(const est_graph *g, struct ggml_tensor *x, struct ggml_tensor *w,
                                       struct ggml_tensor *b) {
-    struct ggml_tensor *fused = g->cpu ? cr_linear_cpu(g->ctx, x, w, b, g->cpu == CR_OPS_BF16) : NULL; /* AVX-512 CPUs */
+    struct ggml_tensor *fused = g->cpu ? cr_linear_cpu(g->ctx, x, w, b, g->cpu) : NULL; /* AVX-512 CPUs */
     if (fused) {
         return fused;
     }
@@ -316,7 +316,7 @@ static struct ggml_tensor *est_norm(const est_graph *g, struct ggml_tensor *x, c
 static struct ggml_tensor *est_causal_conv(const est_graph *g, struct ggml_tensor *x, const char *p) {
     struct ggml_tensor *k = s3_w(g->w, "%s.weight", p);
     const int64_t Cin = k->ne[1], Cout = k->ne[2];
-    struct ggml_tensor *y = g->cpu ? cr_conv1d_cpu(g->ctx, x, k, s3_w(g->w, "%s.bias", p), 1, EST_K - 1, 0, g->cpu == CR_OPS_BF16) : NULL;
+    struct ggml_tensor *y = g->cpu ? cr_conv1d_cpu(g->ctx, x, k, s3_w(g->w, "%s.bias", p), 1, EST_K - 1, 0, g->cpu) : NULL;
     if (y) { /* AVX-512 CPUs: the fused convolution, no transpose, pad or column matrix */
         return y;
     }
@@ -368,7 +368,7 @@ static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor 
     struct ggml_tensor *q = est_linear(g, x, s3_w(g->w, "%s.to_q.weight", p), NULL); /* [512, T, B] */
     struct ggml_tensor *k = est_linear(g, x, s3_w(g->w, "%s.to_k.weight", p), NULL);
     struct ggml_tensor *v = est_linear(g, x, s3_w(g->w, "%s.to_v.weight", p), NULL);
-    struct ggml_tensor *o = g->cpu ? cr_attention_cpu(g->ctx, q, k, v, g->cpu == CR_OPS_BF16) : NULL; /* [512, T, B]; AVX-512 CPUs */
+    struct ggml_tensor *o = g->cpu ? cr_attention_cpu(g->ctx, q, k, v, g->cpu) : NULL; /* [512, T, B]; AVX-512 CPUs */
     if (o) {
         return est_linear(g, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p));
     }
@@ -428,7 +428,7 @@ static struct ggml_tensor *est_time_mlp(const est_graph *g, struct ggml_tensor *
 /* ------------------------------------------------------------------ graph */
 
 struct ggml_tensor *s3_estimator_build(struct ggml_context *ctx, struct ggml_context *w, const s3gen_hparams *hp,
-                                       int64_t T, int64_t B, cr_ops cpu_ops, s3_estimator_io *io) {
+                                       int64_t T, int64_t B, const cr_cpu_ops *cpu_ops, s3_estimator_io *io) {
     const int64_t n_times = hp->meanflow ? 2 : 1;
     io->x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, T, S3_MEL, B);
     io->mu = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, T, S3_MEL, B);

@@ -131,8 +131,8 @@ static struct ggml_tensor *hift_transpose(struct ggml_context *ctx, struct ggml_
  * ggml's F32 product on this model's shapes), else ggml's product.
  */
 static struct ggml_tensor *hift_product(struct ggml_context *ctx, struct ggml_tensor *w2, struct ggml_tensor *x,
-                                        struct ggml_tensor *b, cr_ops cpu_ops) {
-    struct ggml_tensor *y = cpu_ops ? cr_linear_cpu(ctx, x, w2, b, cpu_ops == CR_OPS_BF16) : NULL;
+                                        struct ggml_tensor *b, const cr_cpu_ops *cpu_ops) {
+    struct ggml_tensor *y = cpu_ops ? cr_linear_cpu(ctx, x, w2, b, cpu_ops) : NULL;
     if (y) {
         return y;
     }
@@ -146,7 +146,7 @@ static struct ggml_tensor *hift_product(struct ggml_context *ctx, struct ggml_te
  * ic*K + k, the order of the kernel flattened to [K*Cin, Cout].
  */
 static struct ggml_tensor *hift_conv_t(struct ggml_context *ctx, struct ggml_tensor *xt, struct ggml_tensor *w,
-                                       struct ggml_tensor *b, int stride, int pad, int dilation, cr_ops cpu_ops) {
+                                       struct ggml_tensor *b, int stride, int pad, int dilation, const cr_cpu_ops *cpu_ops) {
     const int64_t K = w->ne[0], cin = w->ne[1], cout = w->ne[2];
     struct ggml_tensor *cols = ggml_im2col(ctx, w, xt, stride, 0, pad, 0, dilation, 0, false, GGML_TYPE_F32);
     return hift_product(ctx, ggml_reshape_2d(ctx, w, K * cin, cout), cols, b, cpu_ops);
@@ -185,20 +185,20 @@ static void hift_im2col_kernel(struct ggml_tensor *dst, int ith, int nth, void *
    on the CPU backend the fused convolution (AVX-512 CPUs) or hift_im2col_kernel
    and a product, elsewhere transpose + im2col. */
 static struct ggml_tensor *hift_conv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                     struct ggml_tensor *b, int dilation, cr_ops cpu_ops) {
+                                     struct ggml_tensor *b, int dilation, const cr_cpu_ops *cpu_ops) {
     const int64_t K = w->ne[0], cin = w->ne[1], cout = w->ne[2];
     const int pad = dilation * (int)(K - 1) / 2;
     if (!cpu_ops || K > HIFT_IM2COL_MAX_K) {
         return hift_conv_t(ctx, hift_transpose(ctx, x), w, b, 1, pad, dilation, cpu_ops);
     }
-    struct ggml_tensor *y = cr_conv1d_cpu(ctx, x, w, b, dilation, pad, pad, cpu_ops == CR_OPS_BF16); /* AVX-512 CPUs: no column matrix */
+    struct ggml_tensor *y = cr_conv1d_cpu(ctx, x, w, b, dilation, pad, pad, cpu_ops); /* AVX-512 CPUs: no column matrix */
     if (y) {
         return y;
     }
     struct ggml_tensor *args[1] = {x};
     struct ggml_tensor *cols = ggml_custom_4d(ctx, GGML_TYPE_F32, K * cin, x->ne[1], x->ne[2], 1, args, 1,
                                               hift_im2col_kernel, GGML_N_TASKS_MAX, (void *)(intptr_t)dilation);
-    return hift_product(ctx, ggml_reshape_2d(ctx, w, K * cin, cout), cols, b, true);
+    return hift_product(ctx, ggml_reshape_2d(ctx, w, K * cin, cout), cols, b, cpu_ops);
 }
 
 /*
@@ -207,7 +207,7 @@ static struct ggml_tensor *hift_conv(struct ggml_context *ctx, struct ggml_tenso
  * C-element op, so it is computed here rather than stored.
  */
 static struct ggml_tensor *hift_snake(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *alpha,
-                                      cr_ops cpu_ops) {
+                                      const cr_cpu_ops *cpu_ops) {
     struct ggml_tensor *one = ggml_scale_bias(ctx, alpha, 0.0f, 1.0f);
     struct ggml_tensor *inv = ggml_div(ctx, one, ggml_scale_bias(ctx, alpha, 1.0f, 1e-9f));
     if (cpu_ops) {
@@ -219,7 +219,7 @@ static struct ggml_tensor *hift_snake(struct ggml_context *ctx, struct ggml_tens
 
 /* HiFiGAN ResBlock with Snakes: for each dilation d, x += conv(Snake(conv_d(Snake(x)))). x [C, T, B]. */
 static struct ggml_tensor *hift_resblock(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                         const char *prefix, cr_ops cpu_ops) {
+                                         const char *prefix, const cr_cpu_ops *cpu_ops) {
     for (int j = 0; j < 3; j++) {
         struct ggml_tensor *y = hift_snake(ctx, x, s3_w(w, "%s.activations1.%d.alpha", prefix, j), cpu_ops);
         y = hift_conv(ctx, y, s3_w(w, "%s.convs1.%d.weight", prefix, j), s3_w(w, "%s.convs1.%d.bias", prefix, j),
@@ -242,7 +242,7 @@ static struct ggml_tensor *hift_resblock(struct ggml_context *ctx, struct ggml_c
  * col2im takes matrices, so the batch runs one sequence at a time.
  */
 static struct ggml_tensor *hift_upconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                       int u, int p, int pad_left, cr_ops cpu_ops) {
+                                       int u, int p, int pad_left, const cr_cpu_ops *cpu_ops) {
     const int64_t K = w->ne[0], cout = w->ne[1], cin = w->ne[2], L = x->ne[1], B = x->ne[2];
     struct ggml_tensor *wt = hift_transpose(ctx, ggml_reshape_2d(ctx, w, K * cout, cin)); /* [Cin, K*Cout] */
     struct ggml_tensor *cols = hift_product(ctx, wt, x, NULL, cpu_ops);                   /* [K*Cout, L, B] */
@@ -260,7 +260,7 @@ static struct ggml_tensor *hift_upconv(struct ggml_context *ctx, struct ggml_ten
 
 /* The source branch of stage i: s [18, F, B], st its transpose -> [C_i, L_i, B]. */
 static struct ggml_tensor *hift_source_branch(struct ggml_context *ctx, struct ggml_context *w,
-                                              struct ggml_tensor *s, struct ggml_tensor *st, int i, cr_ops cpu_ops) {
+                                              struct ggml_tensor *s, struct ggml_tensor *st, int i, const cr_cpu_ops *cpu_ops) {
     struct ggml_tensor *wd = s3_w(w, "hift.source_downs.%d.weight", i), *bd = s3_w(w, "hift.source_downs.%d.bias", i);
     struct ggml_tensor *y;
     if (wd->ne[0] == 1) { /* 1x1: a plain product on the channels-fastest spectrum */
@@ -363,7 +363,7 @@ void s3_source_host(struct ggml_context *w, const float *f0, int64_t T, const fl
 /* ----------------------------------------------------------- decode graph */
 
 struct ggml_tensor *s3_hift_build(struct ggml_context *ctx, struct ggml_context *w, const s3gen_hparams *hp,
-                                  int64_t T, int64_t B, cr_ops cpu_ops, s3_hift_io *io) {
+                                  int64_t T, int64_t B, const cr_cpu_ops *cpu_ops, s3_hift_io *io) {
     (void)hp;
     const int64_t N = T * S3_MEL_HOP, F = T * HIFT_FRAMES_PER_MEL + 1;
     io->mel = hift_input(ctx, T, S3_MEL, B, "hift.mel");

@@ -62,6 +62,14 @@ static void fill_operands(struct ggml_tensor *x, struct ggml_tensor *w, struct g
     }
 }
 
+/* The ops a check runs with: its own packs if ops has any (packs are keyed by
+   the weight's address, which the next check's context may reuse with other
+   values; a context's weights never change while its packs live). */
+static cr_cpu_ops check_ops(const cr_cpu_ops *ops) {
+    cr_cpu_ops o = {ops && ops->bf16, ops && ops->packs ? cr_packs_new() : NULL};
+    return o;
+}
+
 /* Computes the graph of out with this many threads. */
 static void compute(struct ggml_context *ctx, struct ggml_tensor *out, int threads) {
     struct ggml_cgraph *gf = ggml_new_graph(ctx);
@@ -109,7 +117,8 @@ static double attention_error(const float *q, const float *k, const float *v, co
     return rel_value(&e);
 }
 
-static void check_attention(int64_t H, int64_t T, int64_t B, int threads, bool bf16) {
+static void check_attention(int64_t H, int64_t T, int64_t B, int threads, const cr_cpu_ops *ops) {
+    const bool bf16 = ops && ops->bf16;
     struct ggml_init_params ip = {(size_t)(3 * H * 64 * T * B * 2 * sizeof(float)) + (16u << 20), NULL, false};
     struct ggml_context *ctx = ggml_init(ip);
     unsigned seed = (unsigned)(H * 1000 + T * 10 + B);
@@ -120,7 +129,7 @@ static void check_attention(int64_t H, int64_t T, int64_t B, int threads, bool b
     fill(q, 6.0f, &seed);
     fill(k, 6.0f, &seed);
     fill(v, 2.0f, &seed);
-    struct ggml_tensor *o = cr_attention_cpu(ctx, q, k, v, bf16);
+    struct ggml_tensor *o = cr_attention_cpu(ctx, q, k, v, ops);
     CHECK(o && ggml_are_same_shape(o, q), "attention output shape");
     if (!o) {
         ggml_free(ctx);
@@ -135,15 +144,88 @@ static void check_attention(int64_t H, int64_t T, int64_t B, int threads, bool b
           bf16 ? " bf16" : "", (long long)H, (long long)T, (long long)B, threads, e);
     if (bf16 && T >= 16) {
         /* and against the exact result it is as far as bfloat16's rounding puts it */
-        const double ex = attention_error(q->data, k->data, v->data, o->data, H, T, B, false);
+        const double ex = attention_error(q->data, k->data, v->data, o->data, H, T, B, NULL);
         CHECK(ex > 3e-4 && ex < 2e-2, "attention bf16 H=%lld T=%lld: relative L2 to the exact result %.3g",
               (long long)H, (long long)T, ex);
     }
     ggml_free(ctx);
 }
 
+/* cr_relpos_attention_cpu against softmax(((q+u) k^T + (q+bv) p_{T-1-i+j}) / 8) v
+   in double (BF16: the kernel's rounded operands: q+u and q+bv are rounded
+   after the F32 add, the normalized softmax after it is computed). */
+static void check_relpos(int64_t H, int64_t T, int64_t B, int64_t extra, int threads, const cr_cpu_ops *ops) {
+    const bool bf16 = ops && ops->bf16;
+    const int64_t D = H * 64, L = 2 * T - 1 + extra;
+    struct ggml_init_params ip = {(size_t)((4 * D * T * B + D * L + 2 * D) * sizeof(float)) + (16u << 20), NULL,
+                                  false};
+    struct ggml_context *ctx = ggml_init(ip);
+    unsigned seed = (unsigned)(H * 100 + T * 7 + B + extra);
+    struct ggml_tensor *q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, T, B);
+    struct ggml_tensor *k = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, T, B);
+    struct ggml_tensor *v = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, T, B);
+    struct ggml_tensor *p = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D, L);
+    struct ggml_tensor *u = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 64, H);
+    struct ggml_tensor *bv = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 64, H);
+    fill(q, 4.0f, &seed);
+    fill(k, 4.0f, &seed);
+    fill(v, 2.0f, &seed);
+    fill(p, 4.0f, &seed);
+    fill(u, 1.0f, &seed);
+    fill(bv, 1.0f, &seed);
+    struct ggml_tensor *o = cr_relpos_attention_cpu(ctx, q, k, v, p, u, bv, ops);
+    CHECK(o && ggml_are_same_shape(o, q), "relpos output shape");
+    if (!o) {
+        ggml_free(ctx);
+        return;
+    }
+    compute(ctx, o, threads);
+    const float *qd = q->data, *kd = k->data, *vd = v->data, *pd = p->data, *ud = u->data, *bd = bv->data;
+    const float *od = o->data;
+    double *sc = malloc(sizeof(double) * (size_t)T);
+    rel_l2 e = {0, 0};
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t h = 0; h < H; h++) {
+            for (int64_t i = 0; i < T; i++) {
+                const float *qi = qd + (b * T + i) * D + h * 64;
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < T; j++) {
+                    const float *kj = kd + (b * T + j) * D + h * 64, *pm = pd + (T - 1 - i + j) * D + h * 64;
+                    double d = 0;
+                    for (int c = 0; c < 64; c++) {
+                        d += op(qi[c] + ud[h * 64 + c], bf16) * op(kj[c], bf16) +
+                             op(qi[c] + bd[h * 64 + c], bf16) * op(pm[c], bf16);
+                    }
+                    sc[j] = d / 8.0;
+                    mx = sc[j] > mx ? sc[j] : mx;
+                }
+                for (int64_t j = 0; j < T; j++) {
+                    sc[j] = exp(sc[j] - mx);
+                    sum += sc[j];
+                }
+                for (int c = 0; c < 64; c++) {
+                    double ref = 0;
+                    for (int64_t j = 0; j < T; j++) {
+                        const double pj = bf16 ? bfr(sc[j] / sum) : sc[j] / sum;
+                        ref += pj * op(vd[(b * T + j) * D + h * 64 + c], bf16);
+                    }
+                    rel_add(&e, od[(b * T + i) * D + h * 64 + c], ref);
+                }
+            }
+        }
+    }
+    free(sc);
+    const double err = rel_value(&e);
+    CHECK(err < (bf16 ? 1e-4 : 2e-6), "relpos attention%s H=%lld T=%lld B=%lld: relative L2 %.3g",
+          bf16 ? " bf16" : "", (long long)H, (long long)T, (long long)B, err);
+    ggml_free(ctx);
+}
+
 /* cr_linear_cpu against x W^T + b in double, x [K, N1, N2]. */
-static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias, int threads, bool bf16) {
+static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias, int threads,
+                         const cr_cpu_ops *ops) {
+    const bool bf16 = ops && ops->bf16;
+    cr_cpu_ops own = check_ops(ops);
     struct ggml_init_params ip = {(size_t)((K * N1 * N2 + K * M + M + M * N1 * N2) * sizeof(float)) + (1u << 20),
                                   NULL, false};
     struct ggml_context *ctx = ggml_init(ip);
@@ -152,9 +234,10 @@ static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias
     struct ggml_tensor *w = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, M);
     struct ggml_tensor *b = bias ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, M) : NULL;
     fill_operands(x, w, b, &seed);
-    struct ggml_tensor *y = cr_linear_cpu(ctx, x, w, b, bf16);
+    struct ggml_tensor *y = cr_linear_cpu(ctx, x, w, b, &own);
     CHECK(y && y->ne[0] == M && y->ne[1] == N1 && y->ne[2] == N2, "linear output shape");
     if (!y) {
+        cr_packs_free(own.packs);
         ggml_free(ctx);
         return;
     }
@@ -177,12 +260,15 @@ static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias
           (long long)K, (long long)M, (long long)N1, (long long)N2, (int)bias, threads, e);
     CHECK(!bf16 || K < 16 || (ex > 3e-4 && ex < 2e-2), "linear bf16 K=%lld M=%lld: relative L2 to the exact %.3g",
           (long long)K, (long long)M, ex);
+    cr_packs_free(own.packs);
     ggml_free(ctx);
 }
 
 /* cr_conv1d_cpu against the direct sum in double, x [C, T, B], w [K, C, M]. */
 static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, int d, int pl, int pr, bool bias,
-                       int threads, bool bf16) {
+                       int threads, const cr_cpu_ops *ops) {
+    const bool bf16 = ops && ops->bf16;
+    cr_cpu_ops own = check_ops(ops);
     struct ggml_init_params ip = {(size_t)((C * T * B + K * C * M + M + M * (T + pl + pr) * B) * sizeof(float)) +
                                       (1u << 20),
                                   NULL, false};
@@ -193,9 +279,10 @@ static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, in
     struct ggml_tensor *b = bias ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, M) : NULL;
     fill_operands(x, w, b, &seed);
     const int64_t To = T + pl + pr - (int64_t)d * (K - 1);
-    struct ggml_tensor *y = cr_conv1d_cpu(ctx, x, w, b, d, pl, pr, bf16);
+    struct ggml_tensor *y = cr_conv1d_cpu(ctx, x, w, b, d, pl, pr, &own);
     CHECK(y && y->ne[0] == M && y->ne[1] == To && y->ne[2] == B, "conv output shape");
     if (!y) {
+        cr_packs_free(own.packs);
         ggml_free(ctx);
         return;
     }
@@ -219,17 +306,26 @@ static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, in
     const double e = rel_value(&r);
     CHECK(e < 1e-6, "conv%s C=%lld T=%lld B=%lld K=%lld M=%lld d=%d pad %d/%d: relative L2 %.3g", bf16 ? " bf16" : "", (long long)C,
           (long long)T, (long long)B, (long long)K, (long long)M, d, pl, pr, e);
+    cr_packs_free(own.packs);
     ggml_free(ctx);
 }
 
-/* Every shape class of the three kernels, in F32 or in the BF16 mode. */
-static void check_all(bool bf16) {
+/* Every shape class of the kernels, in F32 (ops NULL) or in the BF16 mode
+   (with weights packed per call, or once into ops->packs). */
+static void check_all(const cr_cpu_ops *bf16) {
     const int64_t Ts[] = {1, 5, 6, 7, 16, 17, 47, 48, 49, 64, 65, 97, 130, 333};
     for (size_t i = 0; i < sizeof(Ts) / sizeof(Ts[0]); i++) {
         check_attention(2, Ts[i], 1, 1, bf16);
         check_attention(1, Ts[i], 3, 3, bf16);
     }
     check_attention(8, 650, 2, 2, bf16);
+    /* relative positions: every block position against the band of the table,
+       a table longer than 2T-1 (the encoder's is padded) */
+    const int64_t Tr[] = {1, 2, 5, 47, 48, 49, 97, 130};
+    for (size_t i = 0; i < sizeof(Tr) / sizeof(Tr[0]); i++) {
+        check_relpos(2, Tr[i], 2, (int64_t)(i % 3) * 5, 1 + (int)(i % 2), bf16);
+    }
+    check_relpos(8, 325, 1, 3, 2, bf16);
 
     const int64_t Ks[] = {1, 3, 64, 250}, Ms[] = {16, 48, 64, 80, 272}, Ns[] = {1, 5, 7, 96, 97, 200};
     for (size_t i = 0; i < 4; i++) {
@@ -259,9 +355,13 @@ int main(void) {
         printf("test_ops_cpu: no AVX-512 on this CPU, the fused kernels are not used; skipped\n");
         return 0;
     }
-    check_all(false);
+    check_all(NULL);
     if (cr_bf16_cpu_available()) {
-        check_all(true);
+        const cr_cpu_ops per_call = {true, NULL};
+        cr_cpu_ops packed = {true, cr_packs_new()};
+        check_all(&per_call);
+        check_all(&packed);
+        cr_packs_free(packed.packs);
     } else {
         printf("test_ops_cpu: no AVX512-BF16 on this CPU, the BF16 mode is not checked\n");
     }
@@ -269,20 +369,26 @@ int main(void) {
     struct ggml_init_params ip = {1u << 20, NULL, true};
     struct ggml_context *ctx = ggml_init(ip);
     struct ggml_tensor *x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 4);
-    CHECK(!cr_linear_cpu(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 20), NULL, false), "M not a multiple of 16");
+    CHECK(!cr_linear_cpu(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 20), NULL, NULL), "M not a multiple of 16");
     struct ggml_tensor *h = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 5, 2);
-    CHECK(!cr_attention_cpu(ctx, h, h, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 6, 2), false), "attention shapes differ");
+    CHECK(!cr_relpos_attention_cpu(ctx, h, h, h, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 64, 9), h, h, NULL),
+          "relpos: biases of the wrong size");
+    CHECK(!cr_relpos_attention_cpu(ctx, h, h, h, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 64, 8),
+                                   ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 64),
+                                   ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 64), NULL),
+          "relpos: a position table shorter than 2T-1");
+    CHECK(!cr_attention_cpu(ctx, h, h, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 6, 2), NULL), "attention shapes differ");
     CHECK(!cr_attention_cpu(ctx, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 48, 5, 2),
                             ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 48, 5, 2),
-                            ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 48, 5, 2), false),
+                            ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 48, 5, 2), NULL),
           "attention width not a multiple of 64");
-    CHECK(!cr_conv1d_cpu(ctx, x, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 3, 8, 18), NULL, 1, 1, 1, false),
+    CHECK(!cr_conv1d_cpu(ctx, x, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 3, 8, 18), NULL, 1, 1, 1, NULL),
           "conv output channels not a multiple of 16");
-    CHECK(!cr_conv1d_cpu(ctx, x, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 9, 8, 16), NULL, 1, 0, 0, false),
+    CHECK(!cr_conv1d_cpu(ctx, x, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 9, 8, 16), NULL, 1, 0, 0, NULL),
           "conv kernel longer than its padded input");
-    CHECK(!cr_linear_cpu(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 8, 16), NULL, false), "F16 weights");
+    CHECK(!cr_linear_cpu(ctx, x, ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 8, 16), NULL, NULL), "F16 weights");
     CHECK(!cr_linear_cpu(ctx, ggml_transpose(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4, 8)),
-                         ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 16), NULL, false),
+                         ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 16), NULL, NULL),
           "non-contiguous x");
     ggml_free(ctx);
     printf("test_ops_cpu: %d checks, %d failures\n", g_checks, g_failures);
