@@ -179,6 +179,13 @@ def test_s3gen_cuda_matches_cpu(codecrt, s3gen_gguf):
         assert e_mel < S3_TOL and e_voc < S3_TOL and e_pcm < 5 * S3_TOL
 
 
+def test_s3gen_bf16_refused_on_gpu(codecrt, s3gen_gguf):
+    """The BF16 product mode is a CPU mode: a GPU context refuses it by name, never runs F32 silently."""
+    with codecrt.Model(s3gen_gguf) as m:
+        with pytest.raises(codecrt.UnsupportedError, match="CPU only"):
+            codecrt.Context(m, device=GPU, precision="bf16")
+
+
 def test_s3gen_seed_check_largest_graph(codecrt, s3gen_gguf):
     """The seed's check on CUDA for S3Gen's largest graphs (10 s after a 3 s prompt), recreate policy on."""
     tokens = np.random.default_rng(5).integers(0, 6561, 250).astype(np.int32)
