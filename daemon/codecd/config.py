@@ -121,8 +121,8 @@ class Config:
     flow_chunk: int = _f(25, "S3Gen streams: tokens in each later chunk")
     flow_steps: int = _f(0, "S3Gen streams: flow (Euler) steps per chunk (0: the model's default)")
     flow_precision: str = _f("f32", "S3Gen models: precision of their products, f32 or bf16 "
-                             "(bf16: CPU workers on x86-64 with AVX512-BF16 only; about 1.6x "
-                             "faster, relative error about 1e-2; see docs/runtime.md)")
+                             "(bf16: CPU workers on x86-64 with AVX512-BF16 only; 1.5-1.9x "
+                             "faster, relative error below 1e-2; see docs/runtime.md)")
 
     # ------------------------------------------------------------- derived
 

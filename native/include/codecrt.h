@@ -140,7 +140,7 @@ int64_t codecrt_model_samples_for_frames(const codecrt_model *model, int64_t n_f
  * Precision of a context's products (linear layers, convolutions, attention).
  * BF16 rounds both operands of each product to bfloat16 (8 bits of mantissa,
  * round to nearest even) and sums in F32: about twice the F32 product rate on
- * CPUs with AVX512-BF16, at a relative error of about 1e-2 on S3Gen's mel
+ * CPUs with AVX512-BF16, at a relative error below 1e-2 on S3Gen's mel
  * (docs/runtime.md gives the measured figures). It is implemented for S3Gen
  * on the CPU backend of x86-64 CPUs with AVX512-BF16; elsewhere (another
  * model, a GPU, a CPU without the instructions) codecrt_context_init fails
