@@ -129,6 +129,20 @@ def test_seed_check_and_batch_invariance(s3):
     assert np.array_equal(both[1], ctx.decode([t[1]], voice=voice, seed=4))
 
 
+def test_packs_counted_and_reused(s3):
+    """The weights packed for BF16 count in weight_bytes (about half the F32 weights, once per
+    context, not per graph); an F32 context on the CPU holds none."""
+    _, model, ctx, f32 = s3
+    _, voice = _voice(model)
+    ctx.decode([_tokens(12, 6)], voice=voice, seed=1)
+    packed = ctx.stats.weight_bytes
+    assert 0.4 * model.info.weight_bytes < packed < 0.55 * model.info.weight_bytes
+    ctx.decode([_tokens(13, 23)], voice=voice, seed=1)  # new shapes, new graphs: the same packs
+    assert ctx.stats.weight_bytes == packed
+    f32.decode([_tokens(12, 6)], voice=voice, seed=1)
+    assert f32.stats.weight_bytes == 0
+
+
 def test_stream_against_offline(s3):
     """A chunked BF16 stream is as close to the BF16 offline decode as F32's are to F32's."""
     meanflow, model, ctx, f32 = s3

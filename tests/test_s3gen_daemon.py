@@ -185,7 +185,9 @@ def test_config_flow_settings(tmp_path: Path) -> None:
     cfg = load_config(str(toml), env={"CODECD_FLOW_CHUNK": "30"}, args={"flow_steps": 4})
     assert (cfg.voices_dir, cfg.flow_first_chunk, cfg.flow_chunk, cfg.flow_steps) == ("/v", 5, 30, 4)
     assert cfg.flow_precision == "f32"
-    assert load_config(str(toml), env={"CODECD_FLOW_PRECISION": "BF16"}).flow_precision == "bf16"
-    for env in ({"CODECD_FLOW_STEPS": "101"}, {"CODECD_FLOW_CHUNK": "0"}, {"CODECD_FLOW_PRECISION": "fp16"}):
+    bf16 = load_config(str(toml), env={"CODECD_FLOW_PRECISION": "BF16", "CODECD_DEVICES": "cpu"})
+    assert (bf16.flow_precision, bf16.devices) == ("bf16", ["cpu"])
+    for env in ({"CODECD_FLOW_STEPS": "101"}, {"CODECD_FLOW_CHUNK": "0"}, {"CODECD_FLOW_PRECISION": "fp16"},
+                {"CODECD_FLOW_PRECISION": "bf16"}, {"CODECD_FLOW_PRECISION": "bf16", "CODECD_DEVICES": "cpu,cuda:0"}):
         with pytest.raises(ConfigError, match="flow_"):
             load_config(str(toml), env=env)

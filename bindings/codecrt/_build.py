@@ -21,7 +21,7 @@ ffi.cdef((_HERE / "_cdef.h").read_text(encoding="utf-8"))
 ffi.set_source(
     "codecrt._native",
     '#include "codecrt.h"\n'
-    "_Static_assert(CODECRT_API_VERSION == 2, \"_cdef.h mirrors API version 2\");\n"
+    "_Static_assert(CODECRT_API_VERSION == 3, \"_cdef.h mirrors API version 3\");\n"
     "_Static_assert(CODECRT_MAX_LEVELS == 16, \"_cdef.h: CODECRT_MAX_LEVELS\");\n"
     "_Static_assert(CODECRT_MAX_BACKENDS == 4, \"_cdef.h: CODECRT_MAX_BACKENDS\");\n",
 )

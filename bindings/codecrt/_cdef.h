@@ -8,7 +8,7 @@
  * exactly as in the header, in the same order.
  */
 
-#define CODECRT_API_VERSION 2
+#define CODECRT_API_VERSION 3
 #define CODECRT_MAX_LEVELS 16
 #define CODECRT_MAX_BACKENDS 4
 #define CODECRT_MAX_FLOW_BATCH 64

@@ -149,6 +149,10 @@ class Config:
         if self.flow_precision not in FLOW_PRECISIONS:
             errs.append(f"flow_precision: one of {', '.join(FLOW_PRECISIONS)}, "
                         f"got {self.flow_precision!r}")
+        elif self.flow_precision == "bf16" and any(d != "cpu" for d in self.devices):
+            # caught here rather than by each worker at load ("auto" may be a GPU)
+            errs.append(f"flow_precision = bf16 runs on CPU workers only: devices must all be "
+                        f"cpu, got {','.join(self.devices)}")
         names = [m.name for m in self.models]
         if not self.models:
             errs.append("models: none configured (e.g. --model snac_24khz=/path/model.gguf, "

@@ -44,7 +44,7 @@
 extern "C" {
 #endif
 
-#define CODECRT_API_VERSION 2
+#define CODECRT_API_VERSION 3 /* 3: codecrt_context_params.precision */
 #define CODECRT_MAX_LEVELS 16
 #define CODECRT_MAX_BACKENDS 4
 
@@ -456,7 +456,8 @@ typedef struct codecrt_stats {
     int32_t n_backends;
     char backend_names[CODECRT_MAX_BACKENDS][32];
     uint64_t compute_buffer_bytes[CODECRT_MAX_BACKENDS]; /* summed over graph kinds */
-    uint64_t weight_bytes;       /* device copy of the weights (0 when used in place) */
+    uint64_t weight_bytes;       /* weights this context holds besides the model's: a device copy,
+                                    or the BF16 packs (0 when the model's are used in place) */
     uint64_t state_bytes;        /* stream slot pool */
     int32_t streams_active;
     int32_t graph_splits;        /* most backend splits of a live graph (1 = all on one device) */

@@ -191,6 +191,29 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
     if ((st = cr_pick_device(params->device ? params->device : "auto", &dev, err)) != CODECRT_OK) {
         return st;
     }
+    const char *portable = getenv("CODECRT_PORTABLE_OPS");
+    const bool portable_ops = portable && *portable && strcmp(portable, "0") != 0;
+    if (params->precision == CODECRT_PRECISION_BF16) {
+        /* refused rather than ignored (a caller asking for the speed of BF16
+           must not get F32's silently, nor BF16's rounding where it is
+           untested), and before any weight is uploaded */
+        if (!model->arch->bf16_products) {
+            return cr_fail(err, CODECRT_E_UNSUPPORTED, "precision bf16 is not implemented for %s models",
+                           model->arch->name);
+        }
+        if (ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
+            return cr_fail(err, CODECRT_E_UNSUPPORTED, "precision bf16 is implemented for the CPU only, not %s",
+                           ggml_backend_dev_name(dev));
+        }
+        if (portable_ops) {
+            return cr_fail(err, CODECRT_E_UNSUPPORTED,
+                           "precision bf16 needs the fused CPU kernels, which CODECRT_PORTABLE_OPS turns off");
+        }
+        if (!cr_bf16_cpu_available()) {
+            return cr_fail(err, CODECRT_E_UNSUPPORTED,
+                           "precision bf16 needs an x86-64 CPU with AVX512-BF16, which this one lacks");
+        }
+    }
     snprintf(ctx->device_name, sizeof(ctx->device_name), "%s", ggml_backend_dev_name(dev));
     ctx->cpu = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, NULL);
     if (!ctx->cpu) {
@@ -220,28 +243,9 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
         backends[n_backends++] = ctx->backend;
         backends[n_backends++] = ctx->cpu;
     }
-    const char *portable = getenv("CODECRT_PORTABLE_OPS");
-    ctx->cpu_ops = ctx->backend == ctx->cpu && !(portable && *portable && strcmp(portable, "0") != 0);
+    ctx->cpu_ops = ctx->backend == ctx->cpu && !portable_ops;
     ctx->precision = params->precision;
     if (ctx->precision == CODECRT_PRECISION_BF16) {
-        /* refused rather than ignored: a caller asking for the speed of BF16
-           must not get F32's silently, nor BF16's rounding where it is untested */
-        if (!model->arch->bf16_products) {
-            return cr_fail(err, CODECRT_E_UNSUPPORTED, "precision bf16 is not implemented for %s models",
-                           model->arch->name);
-        }
-        if (ctx->backend != ctx->cpu) {
-            return cr_fail(err, CODECRT_E_UNSUPPORTED, "precision bf16 is implemented for the CPU only, not %s",
-                           ctx->device_name);
-        }
-        if (!ctx->cpu_ops) {
-            return cr_fail(err, CODECRT_E_UNSUPPORTED,
-                           "precision bf16 needs the fused CPU kernels, which CODECRT_PORTABLE_OPS turns off");
-        }
-        if (!cr_bf16_cpu_available()) {
-            return cr_fail(err, CODECRT_E_UNSUPPORTED,
-                           "precision bf16 needs an x86-64 CPU with AVX512-BF16, which this one lacks");
-        }
         ctx->fused.bf16 = true;
         if (!(ctx->fused.packs = cr_packs_new())) {
             return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
@@ -576,7 +580,8 @@ codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_sta
         snprintf(stats->backend_names[i], sizeof(stats->backend_names[i]), "%s", ggml_backend_name(g->backends[i]));
         stats->compute_buffer_bytes[i] = cr_graphs_buffer_size(g, i);
     }
-    stats->weight_bytes = ctx->dev_weights_buf ? ggml_backend_buffer_get_size(ctx->dev_weights_buf) : 0;
+    stats->weight_bytes = (ctx->dev_weights_buf ? ggml_backend_buffer_get_size(ctx->dev_weights_buf) : 0) +
+                          cr_packs_bytes(ctx->fused.packs);
     stats->last_compute_ms = g->last_compute_ms;
     stats->state_bytes = ctx->pool.buffer ? ggml_backend_buffer_get_size(ctx->pool.buffer) : 0;
     stats->streams_active = ctx->pool.n_active;

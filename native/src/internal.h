@@ -145,6 +145,7 @@ typedef struct cr_state_spec {
 typedef struct cr_packs cr_packs;
 cr_packs *cr_packs_new(void);
 void cr_packs_free(cr_packs *packs);
+size_t cr_packs_bytes(const cr_packs *packs); /* 0 for NULL */
 
 /* The fused CPU kernels a graph may use, passed as a pointer: NULL for none
    (another backend, or CODECRT_PORTABLE_OPS). bf16: the BF16 product mode

@@ -40,7 +40,7 @@
 
 #include "internal.h"
 
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(CODECRT_NO_AVX512)
 #define CR_OPS_AVX512 1
 #include <immintrin.h>
 #endif
@@ -117,10 +117,10 @@ typedef struct at_scratch {
     uint32_t *qs, *qs2, *ps; /* BF16: those (or q) [48, 32] in pairs; P [48, Tp/2] */
 } at_scratch;
 
-static int64_t at_round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+static inline int64_t at_round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 /* Columns of a head's packed position table: the band of block rows reads up
    to column 2T + 14 (see at_block). */
-static int64_t at_pos_cols(int64_t T) { return at_round16(2 * T + 15); }
+static inline int64_t at_pos_cols(int64_t T) { return at_round16(2 * T + 15); }
 
 #ifdef CR_OPS_AVX512
 
@@ -703,7 +703,10 @@ typedef struct cr_packed {
 struct cr_packs {
     cr_packed **items;
     size_t n, cap;
+    size_t bytes; /* of the panels */
 };
+
+size_t cr_packs_bytes(const cr_packs *packs) { return packs ? packs->bytes : 0; }
 
 cr_packs *cr_packs_new(void) { return (cr_packs *)calloc(1, sizeof(cr_packs)); }
 
@@ -763,6 +766,7 @@ static const cr_packed *cr_packs_get(cr_packs *packs, const struct ggml_tensor *
     free(row);
     *e = (cr_packed){w->data, C, taps, M, dilation, pad_left, panels};
     packs->items[packs->n++] = e;
+    packs->bytes += (size_t)(P * panel) * sizeof(uint32_t);
     return e;
 #else
     (void)packs, (void)w, (void)C, (void)taps, (void)M, (void)dilation, (void)pad_left;
@@ -809,6 +813,9 @@ static void cr_attention_run(float *od, const float *qd, const float *kd, const 
     }
 #endif
     int64_t packed = -1;
+#ifndef CR_OPS_AVX512
+    (void)w, (void)bf16, (void)packed;
+#endif
     for (int64_t it = it0; it < it1; it++) {
         const int64_t bh = it / nblk, blk = it % nblk, b = bh / H, h = bh % H;
         const int64_t off = b * T * ld + h * AT_D;
@@ -909,6 +916,9 @@ static void cr_linear_run(struct ggml_tensor *dst, int ith, int nth, bool bf16, 
     wp = (float *)aligned_alloc(64, (words * sizeof(float) + 63) & ~(size_t)63);
 #endif
     int64_t packed = -1, converted = -1;
+#ifndef CR_OPS_AVX512
+    (void)bf16, (void)K2, (void)packed, (void)converted;
+#endif
     for (int64_t it = it0; it < it1; it++) {
         const int64_t p = pk ? it % P : it / NB, m0 = p * LN_PANEL, n0 = (pk ? it / P : it % NB) * LN_NB;
         const int64_t width = M - m0 < LN_PANEL ? M - m0 : LN_PANEL, n1 = N - n0 < LN_NB ? N : n0 + LN_NB;
@@ -1014,6 +1024,9 @@ static void cr_conv1d_run(struct ggml_tensor *dst, int ith, int nth, int64_t d, 
     wp = (float *)aligned_alloc(64, ((wfl + xfl + rfl) * sizeof(float) + 63) & ~(size_t)63);
 #endif
     int64_t packed = -1, window = -1;
+#ifndef CR_OPS_AVX512
+    (void)bf16, (void)C2, (void)span, (void)packed, (void)window;
+#endif
     for (int64_t it = it0; it < it1; it++) {
         /* per call: (panel, sequence, block of frames); packed: (sequence, block, panel) */
         const int64_t p = pk ? it % P : it / (B * NB), bb = pk ? it / (P * NB) : (it / NB) % B;
