@@ -283,7 +283,9 @@ struct ggml_tensor *cr_relpos_attention_cpu(struct ggml_context *ctx, struct ggm
  * instruction); it needs AVX512-BF16 (with F, BW and VL):
  * cr_bf16_cpu_available(), and the ops return NULL without it. With
  * ops->packs, the linear and convolution ops pack their (host) weights into it
- * once, when the graph is built, instead of at every compute.
+ * once, when the graph is built, instead of at every compute: the weights must
+ * hold their values by then and keep them while the packs live (a context's
+ * weights do: they are the model's, loaded before any graph).
  */
 bool cr_bf16_cpu_available(void);
 

@@ -26,10 +26,12 @@
  * masks are all ones here (no padding; static_chunk_size 0 makes the
  * attention bias (1 - mask) * -1e10 = 0), so every "* mask" is dropped.
  *
- * On the CPU (cpu_ops) attention is ggml's tiled F32 flash attention (no
- * [T, T, 8, B] score tensor, and faster), and the element-wise chains around
- * LayerNorm, Mish and GELU are fused kernels of this file; other backends get
- * the same arithmetic composed from ggml ops.
+ * On the CPU (cpu_ops) the products and the attention are the fused kernels
+ * of ops_cpu_avx512.c on AVX-512 CPUs (F32, or BF16 in a BF16 context; no
+ * [T, T, 8, B] score tensor) and ggml's tiled F32 flash attention elsewhere,
+ * and the element-wise chains around LayerNorm, Mish and GELU are fused
+ * kernels of this file; other backends get the same arithmetic composed from
+ * ggml ops.
  */
 #include <math.h>
 #include <stdarg.h>
