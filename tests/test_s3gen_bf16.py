@@ -20,6 +20,7 @@ import pytest
 
 import codecrt
 import s3ref
+from test_s3gen import _tokens, _voice
 
 # Measured with random weights (docs/runtime.md): mel 6.4e-3 / 6.7e-3 and PCM
 # 1.6e-3 / 3.2e-3 against F32 (original / Turbo) on 10 s of audio.
@@ -54,15 +55,6 @@ def s3(request):
     f32.close()
     ctx.close()
     model.close()
-
-
-def _voice(model, seed: int = 1, n: int = 8):
-    data = s3ref.random_voice(seed, n)
-    return data, codecrt.Voice(model, **data)
-
-
-def _tokens(seed: int, n: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 6561, n).astype(np.int32)
 
 
 def test_refused_where_it_cannot_run(snac_cases):

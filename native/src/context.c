@@ -244,8 +244,7 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
         backends[n_backends++] = ctx->cpu;
     }
     ctx->cpu_ops = ctx->backend == ctx->cpu && !portable_ops;
-    ctx->precision = params->precision;
-    if (ctx->precision == CODECRT_PRECISION_BF16) {
+    if (params->precision == CODECRT_PRECISION_BF16) {
         ctx->fused.bf16 = true;
         if (!(ctx->fused.packs = cr_packs_new())) {
             return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");

@@ -442,8 +442,8 @@ struct codecrt_context {
     bool cpu_ops;                    /* graphs may use the fused CPU custom ops: the backend is the CPU and
                                         CODECRT_PORTABLE_OPS is unset (tests set it to check, on the CPU,
                                         the graphs that GPUs run) */
-    int32_t precision;               /* codecrt_precision: BF16 only with cpu_ops on an AVX512-BF16 CPU */
-    cr_cpu_ops fused;                /* what cpu_ops graphs use: precision, and the BF16 weight packs */
+    cr_cpu_ops fused;                /* what cpu_ops graphs use: BF16 products (params.precision, checked
+                                        at init) and their weight packs */
     struct ggml_context *weights;    /* model->weights on CPU, device copy otherwise */
     struct ggml_context *dev_weights_ctx;
     ggml_backend_buffer_t dev_weights_buf;

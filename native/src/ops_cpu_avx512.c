@@ -127,6 +127,20 @@ static inline int64_t at_pos_cols(int64_t T) { return at_round16(2 * T + 15); }
 #define AT_AVX512 __attribute__((target("avx512f,fma")))
 #define AT_INLINE static inline __attribute__((always_inline)) AT_AVX512
 
+/* CALL(R) for R = min(n, AT_R), a constant in each branch: the tiles unroll on
+   their row count, so each remainder of a row loop gets its own instance. */
+#define AT_ROWS(n, CALL)                                                                                             \
+    do {                                                                                                             \
+        switch ((n) < AT_R ? (int)(n) : AT_R) {                                                                      \
+        case 6: CALL(6); break;                                                                                      \
+        case 5: CALL(5); break;                                                                                      \
+        case 4: CALL(4); break;                                                                                      \
+        case 3: CALL(3); break;                                                                                      \
+        case 2: CALL(2); break;                                                                                      \
+        default: CALL(1); break;                                                                                     \
+        }                                                                                                            \
+    } while (0)
+
 /* e^x for x <= 0 (softmax arguments; below -87 it returns about 1e-38):
    Cody-Waite reduction by ln 2, Taylor polynomial of degree 7 on |r| <= 0.35
    (truncation below 2e-8 relative), scaled by 2^n. */
@@ -255,14 +269,7 @@ AT_AVX512 static void at_scores(const float *a, int64_t lda, const float *b, int
     for (int64_t r0 = 0; r0 < nq; r0 += AT_R) {
         const float *ar = a + r0 * lda;
         float *sr = s + r0 * lds;
-        switch (nq - r0 < AT_R ? (int)(nq - r0) : AT_R) {
-        case 6: AT_SCORE_ROWS(6); break;
-        case 5: AT_SCORE_ROWS(5); break;
-        case 4: AT_SCORE_ROWS(4); break;
-        case 3: AT_SCORE_ROWS(3); break;
-        case 2: AT_SCORE_ROWS(2); break;
-        default: AT_SCORE_ROWS(1); break;
-        }
+        AT_ROWS(nq - r0, AT_SCORE_ROWS);
     }
 }
 
@@ -317,22 +324,28 @@ static void at_add_band(float *s, int64_t Tp, const float *bd, int64_t Wp, int64
     }
 }
 
+/* qa, qb [nq, 64] = the block's queries plus u, plus bv (added in F32, as the reference does). */
+static void at_biased_queries(const at_head *h, int64_t i0, int64_t nq, float *qa, float *qb) {
+    for (int64_t r = 0; r < nq; r++) {
+        const float *qi = h->q + (i0 + r) * h->ld;
+        for (int d = 0; d < AT_D; d++) {
+            qa[r * AT_D + d] = qi[d] + h->u[d];
+            qb[r * AT_D + d] = qi[d] + h->bv[d];
+        }
+    }
+}
+
 /* Softmax of S's rows over the first T columns, then O's rows = P V. */
 AT_AVX512 static void at_finish(float *s, int64_t Tp, int64_t T, int64_t nq, const float *v, int64_t ld, float *o) {
     float inv[AT_QB];
     at_softmax(s, Tp, T, nq, inv);
+#define AT_PV_ROWS(R) at_pv_tile(R, pr, Tp, v, ld, T, orow, ld, inv + r0)
     for (int64_t r0 = 0; r0 < nq; r0 += AT_R) {
         const float *pr = s + r0 * Tp;
         float *orow = o + r0 * ld;
-        switch (nq - r0 < AT_R ? (int)(nq - r0) : AT_R) {
-        case 6: at_pv_tile(6, pr, Tp, v, ld, T, orow, ld, inv + r0); break;
-        case 5: at_pv_tile(5, pr, Tp, v, ld, T, orow, ld, inv + r0); break;
-        case 4: at_pv_tile(4, pr, Tp, v, ld, T, orow, ld, inv + r0); break;
-        case 3: at_pv_tile(3, pr, Tp, v, ld, T, orow, ld, inv + r0); break;
-        case 2: at_pv_tile(2, pr, Tp, v, ld, T, orow, ld, inv + r0); break;
-        default: at_pv_tile(1, pr, Tp, v, ld, T, orow, ld, inv + r0); break;
-        }
+        AT_ROWS(nq - r0, AT_PV_ROWS);
     }
+#undef AT_PV_ROWS
 }
 
 
@@ -356,13 +369,7 @@ AT_AVX512 static void at_block(const at_head *h, int64_t i0, int64_t nq, float s
         at_scores(h->q + i0 * ld, ld, w->kt, Tp, Tp, nq, w->s, Tp, scale);
     } else {
         const int64_t Lp = at_pos_cols(T), Wp = at_round16(T + nq - 1), m0 = T - i0 - nq;
-        for (int64_t r = 0; r < nq; r++) {
-            const float *qi = h->q + (i0 + r) * ld;
-            for (int d = 0; d < AT_D; d++) {
-                w->qa[r * AT_D + d] = qi[d] + h->u[d];
-                w->qb[r * AT_D + d] = qi[d] + h->bv[d];
-            }
-        }
+        at_biased_queries(h, i0, nq, w->qa, w->qb);
         at_scores(w->qa, AT_D, w->kt, Tp, Tp, nq, w->s, Tp, scale);
         at_scores(w->qb, AT_D, w->pt + m0, Lp, Wp, nq, w->bd, Wp, scale);
         at_add_band(w->s, Tp, w->bd, Wp, T, nq);
@@ -393,14 +400,7 @@ AT_AVX512 static void at_panel_rows(const float *x, int64_t lda, int64_t atap, c
     for (int64_t r0 = 0; r0 < n; r0 += AT_R) {
         const float *a = x + r0 * lda;
         float *c = y + r0 * ldc;
-        switch (n - r0 < AT_R ? (int)(n - r0) : AT_R) {
-        case 6: PN_COLS(6); break;
-        case 5: PN_COLS(5); break;
-        case 4: PN_COLS(4); break;
-        case 3: PN_COLS(3); break;
-        case 2: PN_COLS(2); break;
-        default: PN_COLS(1); break;
-        }
+        AT_ROWS(n - r0, PN_COLS);
     }
 }
 
@@ -511,14 +511,7 @@ BF_AVX512 static void bf_panel_rows(const uint32_t *x, int64_t lda, int64_t atap
     for (int64_t r0 = 0; r0 < n; r0 += AT_R) {
         const uint32_t *a = x + r0 * lda;
         float *c = y + r0 * ldc;
-        switch (n - r0 < AT_R ? (int)(n - r0) : AT_R) {
-        case 6: BF_COLS(6); break;
-        case 5: BF_COLS(5); break;
-        case 4: BF_COLS(4); break;
-        case 3: BF_COLS(3); break;
-        case 2: BF_COLS(2); break;
-        default: BF_COLS(1); break;
-        }
+        AT_ROWS(n - r0, BF_COLS);
     }
 }
 
@@ -595,14 +588,7 @@ BF_AVX512 static void bf_scores(const uint32_t *a, int64_t lda, const uint32_t *
     for (int64_t r0 = 0; r0 < nq; r0 += AT_R) {
         const uint32_t *ar = a + r0 * lda;
         float *sr = s + r0 * lds;
-        switch (nq - r0 < AT_R ? (int)(nq - r0) : AT_R) {
-        case 6: BF_SCORE_ROWS(6); break;
-        case 5: BF_SCORE_ROWS(5); break;
-        case 4: BF_SCORE_ROWS(4); break;
-        case 3: BF_SCORE_ROWS(3); break;
-        case 2: BF_SCORE_ROWS(2); break;
-        default: BF_SCORE_ROWS(1); break;
-        }
+        AT_ROWS(nq - r0, BF_SCORE_ROWS);
     }
 }
 
@@ -629,12 +615,8 @@ BF_AVX512 static void bf_block(const at_head *h, int64_t i0, int64_t nq, float s
         bf_scores(w->qs, AT_D / 2, kt, Tp, Tp, nq, w->s, Tp, scale);
     } else {
         const int64_t Lp = at_pos_cols(T), Wp = at_round16(T + nq - 1), m0 = T - i0 - nq;
+        at_biased_queries(h, i0, nq, w->qa, w->qb);
         for (int64_t r = 0; r < nq; r++) {
-            const float *qi = h->q + (i0 + r) * ld;
-            for (int d = 0; d < AT_D; d++) {
-                w->qa[r * AT_D + d] = qi[d] + h->u[d];
-                w->qb[r * AT_D + d] = qi[d] + h->bv[d];
-            }
             bf_convert_row(w->qs + r * (AT_D / 2), w->qa + r * AT_D, AT_D);
             bf_convert_row(w->qs2 + r * (AT_D / 2), w->qb + r * AT_D, AT_D);
         }
@@ -652,18 +634,13 @@ BF_AVX512 static void bf_block(const at_head *h, int64_t i0, int64_t nq, float s
         }
         bf_convert_row(w->ps + r * T2, sr, Tp);
     }
+#define BF_PV_ROWS(R) bf_tile(R, 4, pr, T2, 0, w->vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL)
     for (int64_t r0 = 0; r0 < nq; r0 += AT_R) {
         const uint32_t *pr = w->ps + r0 * T2;
         float *orow = h->o + (i0 + r0) * ld;
-        switch (nq - r0 < AT_R ? (int)(nq - r0) : AT_R) {
-        case 6: bf_tile(6, 4, pr, T2, 0, w->vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL); break;
-        case 5: bf_tile(5, 4, pr, T2, 0, w->vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL); break;
-        case 4: bf_tile(4, 4, pr, T2, 0, w->vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL); break;
-        case 3: bf_tile(3, 4, pr, T2, 0, w->vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL); break;
-        case 2: bf_tile(2, 4, pr, T2, 0, w->vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL); break;
-        default: bf_tile(1, 4, pr, T2, 0, w->vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL); break;
-        }
+        AT_ROWS(nq - r0, BF_PV_ROWS);
     }
+#undef BF_PV_ROWS
 }
 
 #endif /* CR_OPS_AVX512 */

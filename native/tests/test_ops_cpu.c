@@ -77,10 +77,12 @@ static void compute(struct ggml_context *ctx, struct ggml_tensor *out, int threa
     CHECK(ggml_graph_compute_with_ctx(ctx, gf, threads) == GGML_STATUS_SUCCESS, "compute");
 }
 
-/* Relative L2 of o against softmax(q k^T / 8) v per head, in double; with
-   bf16, of the BF16 mode's operands (q, k, v and the normalized softmax rounded). */
+/* Relative L2 of o against softmax(q k^T / 8) v per head, in double, or with
+   a position table p, softmax(((q+u) k^T + (q+bv) p_{T-1-i+j}) / 8) v (p, u and
+   bv NULL: plain). With bf16, of the BF16 mode's operands: q, k, v, p rounded
+   (q+u and q+bv after the F32 add), and the normalized softmax. */
 static double attention_error(const float *q, const float *k, const float *v, const float *o, int64_t H, int64_t T,
-                              int64_t B, bool bf16) {
+                              int64_t B, bool bf16, const float *p, const float *u, const float *bv) {
     const int64_t ld = H * 64;
     rel_l2 e = {0, 0};
     double *s = malloc(sizeof(double) * (size_t)T);
@@ -91,9 +93,15 @@ static double attention_error(const float *q, const float *k, const float *v, co
                 double mx = -INFINITY, sum = 0;
                 for (int64_t j = 0; j < T; j++) {
                     const float *kj = k + (b * T + j) * ld + h * 64;
+                    const float *pm = p ? p + (T - 1 - i + j) * ld + h * 64 : NULL;
                     double d = 0;
                     for (int c = 0; c < 64; c++) {
-                        d += op(qi[c], bf16) * op(kj[c], bf16);
+                        if (!p) {
+                            d += op(qi[c], bf16) * op(kj[c], bf16);
+                        } else {
+                            d += op(qi[c] + u[h * 64 + c], bf16) * op(kj[c], bf16) +
+                                 op(qi[c] + bv[h * 64 + c], bf16) * op(pm[c], bf16);
+                        }
                     }
                     s[j] = d / 8.0;
                     mx = s[j] > mx ? s[j] : mx;
@@ -136,7 +144,7 @@ static void check_attention(int64_t H, int64_t T, int64_t B, int threads, const 
         return;
     }
     compute(ctx, o, threads);
-    const double e = attention_error(q->data, k->data, v->data, o->data, H, T, B, bf16);
+    const double e = attention_error(q->data, k->data, v->data, o->data, H, T, B, bf16, NULL, NULL, NULL);
     /* F32 products of 64 and of T terms: a few ulps per output. BF16: against
        its own rounded operands the same, but for the odd softmax weight whose
        F32 and double values round to neighbouring bfloat16s. */
@@ -144,16 +152,14 @@ static void check_attention(int64_t H, int64_t T, int64_t B, int threads, const 
           bf16 ? " bf16" : "", (long long)H, (long long)T, (long long)B, threads, e);
     if (bf16 && T >= 16) {
         /* and against the exact result it is as far as bfloat16's rounding puts it */
-        const double ex = attention_error(q->data, k->data, v->data, o->data, H, T, B, NULL);
+        const double ex = attention_error(q->data, k->data, v->data, o->data, H, T, B, false, NULL, NULL, NULL);
         CHECK(ex > 3e-4 && ex < 2e-2, "attention bf16 H=%lld T=%lld: relative L2 to the exact result %.3g",
               (long long)H, (long long)T, ex);
     }
     ggml_free(ctx);
 }
 
-/* cr_relpos_attention_cpu against softmax(((q+u) k^T + (q+bv) p_{T-1-i+j}) / 8) v
-   in double (BF16: the kernel's rounded operands: q+u and q+bv are rounded
-   after the F32 add, the normalized softmax after it is computed). */
+/* cr_relpos_attention_cpu against attention_error's reference with positions. */
 static void check_relpos(int64_t H, int64_t T, int64_t B, int64_t extra, int threads, const cr_cpu_ops *ops) {
     const bool bf16 = ops && ops->bf16;
     const int64_t D = H * 64, L = 2 * T - 1 + extra;
@@ -180,42 +186,7 @@ static void check_relpos(int64_t H, int64_t T, int64_t B, int64_t extra, int thr
         return;
     }
     compute(ctx, o, threads);
-    const float *qd = q->data, *kd = k->data, *vd = v->data, *pd = p->data, *ud = u->data, *bd = bv->data;
-    const float *od = o->data;
-    double *sc = malloc(sizeof(double) * (size_t)T);
-    rel_l2 e = {0, 0};
-    for (int64_t b = 0; b < B; b++) {
-        for (int64_t h = 0; h < H; h++) {
-            for (int64_t i = 0; i < T; i++) {
-                const float *qi = qd + (b * T + i) * D + h * 64;
-                double mx = -INFINITY, sum = 0;
-                for (int64_t j = 0; j < T; j++) {
-                    const float *kj = kd + (b * T + j) * D + h * 64, *pm = pd + (T - 1 - i + j) * D + h * 64;
-                    double d = 0;
-                    for (int c = 0; c < 64; c++) {
-                        d += op(qi[c] + ud[h * 64 + c], bf16) * op(kj[c], bf16) +
-                             op(qi[c] + bd[h * 64 + c], bf16) * op(pm[c], bf16);
-                    }
-                    sc[j] = d / 8.0;
-                    mx = sc[j] > mx ? sc[j] : mx;
-                }
-                for (int64_t j = 0; j < T; j++) {
-                    sc[j] = exp(sc[j] - mx);
-                    sum += sc[j];
-                }
-                for (int c = 0; c < 64; c++) {
-                    double ref = 0;
-                    for (int64_t j = 0; j < T; j++) {
-                        const double pj = bf16 ? bfr(sc[j] / sum) : sc[j] / sum;
-                        ref += pj * op(vd[(b * T + j) * D + h * 64 + c], bf16);
-                    }
-                    rel_add(&e, od[(b * T + i) * D + h * 64 + c], ref);
-                }
-            }
-        }
-    }
-    free(sc);
-    const double err = rel_value(&e);
+    const double err = attention_error(q->data, k->data, v->data, o->data, H, T, B, bf16, p->data, u->data, bv->data);
     CHECK(err < (bf16 ? 1e-4 : 2e-6), "relpos attention%s H=%lld T=%lld B=%lld: relative L2 %.3g",
           bf16 ? " bf16" : "", (long long)H, (long long)T, (long long)B, err);
     ggml_free(ctx);
