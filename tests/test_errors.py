@@ -227,9 +227,12 @@ def test_unknown_device(codecrt, gguf24):
             codecrt.Context(m, device="cuda:7")
 
 
-def test_tensor_too_large_refused_before_ggml(codecrt, gguf24):
-    """A decode whose largest tensor would pass 2^31 elements raises TooLargeError (ggml's CUDA kernels assert)."""
+def test_tensor_too_large_planned_before_ggml(codecrt, gguf24):
+    """A decode whose one graph would pass 2^31 elements (ggml's CUDA kernels assert) is planned in
+    pieces before ggml sees it: here the output capacity is checked, and refused, before any compute.
+    (The shape guard's refusals, for what cannot be split, are in test_long_decode.)"""
     with codecrt.Model(gguf24) as m, codecrt.Context(m, device="cpu", max_frames=4096, max_batch=64) as c:
         lv = reference.random_codes(m.info, 4096, 64, np.random.default_rng(2))
-        with pytest.raises(codecrt.TooLargeError, match="elements"):
+        with pytest.raises(codecrt.BufferTooSmallError, match="decode needs"):
             c.decode(lv, out=np.empty(1, np.float32))
+        assert c.stats.computes == 0

@@ -142,6 +142,65 @@ def test_streaming_on_gpu_equals_offline(codecrt, snac_cases, name):
         assert d < STREAM_TOL
 
 
+# ------------------------------------------------------ long decodes (issue 24)
+
+
+def _frames(info, seconds):
+    n = int(seconds * info.sample_rate / info.hop_length)
+    return max(info.frame_multiple, n - n % info.frame_multiple)
+
+
+@pytest.mark.parametrize("name", ["24khz", "32khz", "44khz"])
+def test_long_offline_decodes_on_gpu(codecrt, snac_cases, name):
+    """Offline decodes past CUDA's launch grid (65,536 samples and more, up to 300 s), batch 1 and 16: no
+    abort, the CPU's samples within the GPU tolerance, and equal to the same decode in finer pieces."""
+    case = snac_cases(name)
+    rng = np.random.default_rng(9)
+    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device=GPU) as gpu, \
+            codecrt.Context(m, device="cpu") as cpu:
+        for seconds, batch in [(2.73, 1), (2.73, 16), (10, 16), (60, 1), (300, 1)]:
+            n = _frames(m.info, seconds)
+            levels = reference.random_codes(m.info, n, batch, rng)
+            y = gpu.decode(levels, noise=True, seed=5)
+            assert y.shape == (batch, n * m.info.hop_length)
+            msg = f"SNAC {name} GPU {seconds} s x {batch}:"
+            if seconds <= 60:
+                e = rel_l2(y[0], cpu.decode([lv[0] for lv in levels], noise=True, seed=5))
+                msg += f" vs CPU {e:.2e}"
+                assert e <= TOL
+            os.environ["CODECRT_PIECE_ELEMENTS"] = str(1 << 24)
+            try:
+                with codecrt.Context(m, device=GPU) as fine:
+                    z = fine.decode(levels, noise=True, seed=5)
+                    k = fine.stats.computes
+            finally:
+                del os.environ["CODECRT_PIECE_ELEMENTS"]
+            e = rel_l2(z, y)
+            print(f"\n{msg} vs {k} finer pieces {e:.2e}")
+            assert e <= TOL
+
+
+def test_cli_decodes_300s_on_gpu(codecrt, snac_cases, tmp_path):
+    """``codecd decode --device cuda`` writes a 300 s WAV (the decode that aborted from 2.73 s)."""
+    import sys
+    import wave
+
+    case = snac_cases("24khz")
+    with codecrt.Model(case.gguf) as m:
+        n = _frames(m.info, 300)
+        levels = reference.random_codes(m.info, n, None, np.random.default_rng(10))
+    codes = tmp_path / "codes.npz"
+    np.savez(codes, **{f"level{i}": lv for i, lv in enumerate(levels)})
+    out = tmp_path / "out.wav"
+    r = subprocess.run([sys.executable, "-m", "codecd.cli", "decode", "--model", str(case.gguf), str(codes),
+                        "-o", str(out), "--device", GPU], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    with wave.open(str(out)) as w:
+        frames = w.getnframes()
+    print(f"\ncodecd decode --device {GPU}: {frames} samples ({frames / 24000:.1f} s)")
+    assert frames == n * 512
+
+
 # ------------------------------------------------------------------ S3Gen
 
 

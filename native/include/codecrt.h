@@ -156,7 +156,8 @@ typedef struct codecrt_context_params {
        present, else the CPU). NULL means "auto". Copied by init. */
     const char *device;
     int32_t n_threads;    /* CPU threads; 0 = number of online cores */
-    int32_t max_frames;   /* largest n_frames per sequence accepted by a decode */
+    int32_t max_frames;   /* largest n_frames per sequence accepted by a decode (default 2^20: a decode's
+                             memory does not grow with its length, see codecrt_decode) */
     int32_t max_batch;    /* largest batch accepted by a decode */
     /* Shape buckets. Graphs are keyed by (kind, frame bucket, batch bucket):
        frame_bucket > 0 rounds n_frames up to a multiple of it and batch_bucket = 1
@@ -261,6 +262,17 @@ codecrt_decode_params codecrt_decode_default_params(void);
  * (may be NULL) receives the count written. The codes are only read during the
  * call. Validation (levels, lengths, frame alignment, code range, limits,
  * capacity) happens before any computation.
+ *
+ * Any length and batch within max_frames and max_batch decodes in bounded
+ * memory: a decode whose graph would hold a tensor of more than 2^27 elements
+ * runs in overlapping pieces (each with enough context on both sides to cover
+ * the decoder's receptive field, of which only the middle is kept) and, if a
+ * short piece is still too large, in sub-batches. The pieces join exactly: the
+ * output is the samples of one whole-utterance graph (bit-identical on the
+ * CPU). Every graph is checked against the backend's limits (tensor sizes,
+ * GPU launch grids) before ggml sees it; a request that cannot be split to fit
+ * (a model with attention over the whole sequence) fails with
+ * CODECRT_E_TOO_LARGE naming the limit, never an abort.
  */
 codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params *params,
                               const codecrt_codes *codes, float *pcm, size_t pcm_capacity,

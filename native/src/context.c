@@ -23,7 +23,7 @@ codecrt_context_params codecrt_context_default_params(void) {
     codecrt_context_params p = {
         .device = "auto",
         .n_threads = 0,
-        .max_frames = 4096,
+        .max_frames = 1 << 20,
         .max_batch = 64,
         .frame_bucket = 0,
         .batch_bucket = 0,
@@ -305,6 +305,7 @@ void codecrt_context_free(codecrt_context *ctx) {
     }
     free(ctx->scratch);
     free(ctx->seed_scratch);
+    free(ctx->piece_codes);
     cr_model_release(ctx->model);
     free(ctx);
 }
@@ -438,6 +439,76 @@ static cr_graph_key cr_decode_key(const codecrt_context *ctx, int32_t n_frames, 
     return key;
 }
 
+/*
+ * Offline decodes in pieces. A decode runs as one graph when that graph's
+ * largest tensor stays under CR_PIECE_ELEMENTS (and the backend's own limit);
+ * otherwise, for an architecture with a finite receptive field, in pieces of
+ * P frames, each decoded with C frames of context on both sides (fewer at the
+ * utterance's ends, where the graph's own zero padding is the utterance's),
+ * of which only the middle P frames are kept: every kept sample sees exactly
+ * the inputs it sees in the whole decode, so pieces join with nothing missing
+ * or repeated. Position-keyed inputs (noise) take absolute positions. Batches
+ * too wide for even a short piece run in sub-batches. The cost is the 2C
+ * frames of context per piece (P is chosen at least 8C where memory allows).
+ */
+typedef struct cr_plan {
+    int32_t piece;   /* frames kept per piece (== n_frames: one graph) */
+    int32_t context; /* frames of context each side */
+    int32_t batch;   /* sequences per graph */
+} cr_plan;
+
+static int64_t cr_graph_elements(const codecrt_context *ctx, int32_t n_frames, int32_t n_batch) {
+    const cr_graph_key key = cr_decode_key(ctx, n_frames, n_batch, true);
+    return ctx->model->arch->max_tensor_elements(ctx->model, key.n_frames, key.n_batch, 0);
+}
+
+static codecrt_status cr_plan_decode(codecrt_context *ctx, int32_t n_frames, int32_t n_batch, cr_plan *plan,
+                                     cr_err *err) {
+    const cr_model *m = ctx->model;
+    const int64_t budget = ctx->graphs.limits.piece_elements;
+    plan->piece = n_frames;
+    plan->context = 0;
+    plan->batch = n_batch;
+    if (cr_graph_elements(ctx, n_frames, n_batch) <= budget) {
+        return CODECRT_OK;
+    }
+    const int32_t C = m->arch->decode_context_frames ? m->arch->decode_context_frames(m) : 0;
+    const int32_t mult = m->info.frame_multiple;
+    if (C <= 0) {
+        return cr_fail(err, CODECRT_E_TOO_LARGE,
+                       "%d frames x %d sequences needs a tensor of %lld elements (limit %lld) and '%s' cannot be "
+                       "decoded in pieces: decode shorter sequences", n_frames, n_batch,
+                       (long long)cr_graph_elements(ctx, n_frames, n_batch), (long long)budget, m->arch->name);
+    }
+    /* the shortest piece worth its context, then the widest batch that fits it */
+    int32_t want = 8 * C > mult ? 8 * C : mult;
+    want = want < n_frames ? want : n_frames;
+    int32_t b = n_batch;
+    while (b > 1 && cr_graph_elements(ctx, want + 2 * C, b) > budget) {
+        b = (b + 1) / 2;
+    }
+    /* the longest piece (a multiple of mult) that fits b sequences */
+    int32_t lo = 0, hi = n_frames / mult; /* in units of mult */
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo + 1) / 2;
+        if (cr_graph_elements(ctx, mid * mult + 2 * C, b) <= budget) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    if (lo == 0) {
+        return cr_fail(err, CODECRT_E_TOO_LARGE,
+                       "even one sequence of %d frames (a piece of %d frames with %d of context on each side) needs "
+                       "a tensor of %lld elements, above the limit of %lld", mult + 2 * C, mult, C,
+                       (long long)cr_graph_elements(ctx, mult + 2 * C, 1), (long long)budget);
+    }
+    plan->piece = lo * mult;
+    plan->context = C;
+    plan->batch = b;
+    return CODECRT_OK;
+}
+
 codecrt_status codecrt_context_reserve(codecrt_context *ctx, int32_t n_frames, int32_t n_batch) {
     if (!ctx) {
         return CODECRT_E_INVALID_ARGUMENT;
@@ -453,15 +524,101 @@ codecrt_status codecrt_context_reserve(codecrt_context *ctx, int32_t n_frames, i
     }
     const int32_t mult = ctx->model->info.frame_multiple;
     n_frames = (n_frames + mult - 1) / mult * mult;
-    cr_graph_key env = cr_decode_key(ctx, n_frames, n_batch, true);
-    const int64_t elems = ctx->model->arch->max_tensor_elements(ctx->model, env.n_frames, env.n_batch, 0);
-    if (elems > CR_MAX_TENSOR_ELEMENTS) {
-        return cr_fail(&ctx->err, CODECRT_E_TOO_LARGE, "reserve(%d frames, %d sequences) needs a tensor of "
-                       "%lld elements (limit %lld)", n_frames, n_batch, (long long)elems,
-                       (long long)CR_MAX_TENSOR_ELEMENTS);
+    /* the largest graph a decode within (n_frames, n_batch) builds */
+    cr_plan plan;
+    codecrt_status st = cr_plan_decode(ctx, n_frames, n_batch, &plan, &ctx->err);
+    if (st != CODECRT_OK) {
+        return st;
     }
+    const int32_t graph_frames = plan.piece + 2 * plan.context < n_frames ? plan.piece + 2 * plan.context : n_frames;
+    cr_graph_key env = cr_decode_key(ctx, graph_frames, plan.batch, true);
     cr_decode_build b = {ctx};
     return ctx_status(ctx, cr_graphs_reserve(&ctx->graphs, &env, cr_build_decode, &b, &ctx->err));
+}
+
+/*
+ * One graph: sequences [b0, b0 + nb) of codes, frames [g0, g1) of each, decoded
+ * as a graph of (g1 - g0) frames; the samples of frames [k0, k1) (absolute,
+ * within [g0, g1)) go to pcm + b * seq_samples + k0 * hop for each sequence b.
+ */
+static codecrt_status cr_decode_graph(codecrt_context *ctx, const codecrt_decode_params *p,
+                                      const codecrt_codes *codes, int32_t b0, int32_t nb, int32_t g0, int32_t g1,
+                                      int32_t k0, int32_t k1, float *pcm, size_t seq_samples) {
+    const cr_model *m = ctx->model;
+    const codecrt_model_info *info = &m->info;
+    const int32_t n = g1 - g0;
+    const bool whole = g0 == 0 && b0 == 0 && nb == codes->n_batch && codes->lengths[0] * info->level_stride[0] == n;
+    /* the piece's codes: a copy unless the graph decodes all of them */
+    const int32_t *levels[CODECRT_MAX_LEVELS];
+    int64_t lengths[CODECRT_MAX_LEVELS];
+    codecrt_codes piece = {.n_batch = nb, .n_levels = codes->n_levels, .levels = levels, .lengths = lengths};
+    codecrt_status st;
+    if (whole) {
+        piece = *codes;
+    } else {
+        size_t total = 0;
+        for (int l = 0; l < codes->n_levels; l++) {
+            total += (size_t)(n / info->level_stride[l]) * (size_t)nb;
+        }
+        if ((st = cr_grow((void **)&ctx->piece_codes, &ctx->piece_codes_cap, total, sizeof(int32_t), &ctx->err)) !=
+            CODECRT_OK) {
+            return st;
+        }
+        int32_t *dst = ctx->piece_codes;
+        for (int l = 0; l < codes->n_levels; l++) {
+            const int32_t s = info->level_stride[l], len = n / s;
+            for (int32_t b = 0; b < nb; b++) {
+                memcpy(dst + (size_t)b * (size_t)len,
+                       codes->levels[l] + (size_t)(b0 + b) * (size_t)codes->lengths[l] + (size_t)(g0 / s),
+                       (size_t)len * sizeof(int32_t));
+            }
+            levels[l] = dst;
+            lengths[l] = len;
+            dst += (size_t)len * (size_t)nb;
+        }
+    }
+    const cr_graph_key key = cr_decode_key(ctx, n, nb, p->noise != 0);
+    const cr_decode_shape shape = {
+        .n_frames = key.n_frames,
+        .n_batch = key.n_batch,
+        .noise = p->noise != 0,
+        .masked = (key.flags & CR_FLAG_MASKED) != 0,
+        .cpu_ops = ctx->cpu_ops,
+    };
+    if ((st = cr_grow((void **)&ctx->scratch, &ctx->scratch_cap, m->arch->scratch_floats(m, &shape),
+                      sizeof(float), &ctx->err)) != CODECRT_OK ||
+        (st = cr_grow((void **)&ctx->seed_scratch, &ctx->seed_cap, (size_t)nb, sizeof(uint64_t), &ctx->err)) !=
+            CODECRT_OK) {
+        return st;
+    }
+    for (int32_t b = 0; b < nb; b++) {
+        ctx->seed_scratch[b] = p->seeds ? p->seeds[b0 + b] : p->seed;
+    }
+    cr_decode_build build = {ctx};
+    cr_graph_slot *slot = NULL;
+    if ((st = cr_graphs_acquire(&ctx->graphs, &key, cr_build_decode, &build, &slot, &ctx->err)) != CODECRT_OK) {
+        return st;
+    }
+    const cr_decode_inputs in = {
+        .codes = &piece,
+        .n_frames = n,
+        .frame_offset = g0,
+        .seeds = ctx->seed_scratch,
+        .scratch = ctx->scratch,
+    };
+    m->arch->set_decode_inputs(m, &shape, &slot->io, &in);
+    if ((st = cr_graphs_compute(&ctx->graphs, slot, &ctx->err)) != CODECRT_OK) {
+        return st;
+    }
+    /* output [1, T_graph * hop, B_graph]: each sequence's kept frames */
+    struct ggml_tensor *out = slot->io.t[0];
+    const size_t hop = (size_t)info->hop_length, graph_seq = (size_t)key.n_frames * hop;
+    for (int32_t b = 0; b < nb; b++) {
+        ggml_backend_tensor_get(out, pcm + (size_t)(b0 + b) * seq_samples + (size_t)k0 * hop,
+                                ((size_t)b * graph_seq + (size_t)(k0 - g0) * hop) * sizeof(float),
+                                (size_t)(k1 - k0) * hop * sizeof(float));
+    }
+    return CODECRT_OK;
 }
 
 codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params *params,
@@ -480,33 +637,12 @@ codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params 
         return st;
     }
     const cr_model *m = ctx->model;
-    if (m->arch->decode) {
-        const size_t need = (size_t)n_frames * (size_t)m->info.hop_length * (size_t)codes->n_batch;
-        if (!pcm) {
-            return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "pcm must not be NULL");
-        }
-        if (pcm_capacity < need) {
-            return cr_fail(&ctx->err, CODECRT_E_BUFFER_TOO_SMALL,
-                           "output buffer holds %zu samples, decode needs %zu", pcm_capacity, need);
-        }
-        if ((st = m->arch->decode(ctx, p, codes, n_frames, pcm)) != CODECRT_OK) {
-            return st;
-        }
-        if (n_written) {
-            *n_written = need;
-        }
-        return ctx_status(ctx, CODECRT_OK);
-    }
-    const cr_graph_key key = cr_decode_key(ctx, n_frames, codes->n_batch, p->noise != 0);
-    const int64_t elems = m->arch->max_tensor_elements(m, key.n_frames, key.n_batch, 0);
-    if (elems > CR_MAX_TENSOR_ELEMENTS) {
-        return cr_fail(&ctx->err, CODECRT_E_TOO_LARGE,
-                       "%d frames x %d sequences needs a tensor of %lld elements (limit %lld): "
-                       "decode in smaller batches", n_frames, codes->n_batch, (long long)elems,
-                       (long long)CR_MAX_TENSOR_ELEMENTS);
-    }
     const size_t per_seq = (size_t)n_frames * (size_t)m->info.hop_length;
     const size_t need = per_seq * (size_t)codes->n_batch;
+    cr_plan plan = {.piece = n_frames, .context = 0, .batch = codes->n_batch};
+    if (!m->arch->decode && (st = cr_plan_decode(ctx, n_frames, codes->n_batch, &plan, &ctx->err)) != CODECRT_OK) {
+        return st;
+    }
     if (!pcm) {
         return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "pcm must not be NULL");
     }
@@ -514,45 +650,21 @@ codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params 
         return cr_fail(&ctx->err, CODECRT_E_BUFFER_TOO_SMALL, "output buffer holds %zu samples, decode needs %zu",
                        pcm_capacity, need);
     }
-
-    const cr_decode_shape shape = {
-        .n_frames = key.n_frames,
-        .n_batch = key.n_batch,
-        .noise = p->noise != 0,
-        .masked = (key.flags & CR_FLAG_MASKED) != 0,
-        .cpu_ops = ctx->cpu_ops,
-    };
-    if ((st = cr_grow((void **)&ctx->scratch, &ctx->scratch_cap, m->arch->scratch_floats(m, &shape),
-                      sizeof(float), &ctx->err)) != CODECRT_OK ||
-        (st = cr_grow((void **)&ctx->seed_scratch, &ctx->seed_cap, (size_t)codes->n_batch, sizeof(uint64_t),
-                      &ctx->err)) != CODECRT_OK) {
+    if (m->arch->decode) {
+        st = m->arch->decode(ctx, p, codes, n_frames, pcm);
+    } else {
+        for (int32_t b0 = 0; b0 < codes->n_batch && st == CODECRT_OK; b0 += plan.batch) {
+            const int32_t nb = codes->n_batch - b0 < plan.batch ? codes->n_batch - b0 : plan.batch;
+            for (int32_t k0 = 0; k0 < n_frames && st == CODECRT_OK; k0 += plan.piece) {
+                const int32_t k1 = k0 + plan.piece < n_frames ? k0 + plan.piece : n_frames;
+                const int32_t g0 = k0 - plan.context > 0 ? k0 - plan.context : 0;
+                const int32_t g1 = k1 + plan.context < n_frames ? k1 + plan.context : n_frames;
+                st = cr_decode_graph(ctx, p, codes, b0, nb, g0, g1, k0, k1, pcm, per_seq);
+            }
+        }
+    }
+    if (st != CODECRT_OK) {
         return st;
-    }
-    for (int32_t b = 0; b < codes->n_batch; b++) {
-        ctx->seed_scratch[b] = p->seeds ? p->seeds[b] : p->seed;
-    }
-
-    cr_decode_build build = {ctx};
-    cr_graph_slot *slot = NULL;
-    if ((st = cr_graphs_acquire(&ctx->graphs, &key, cr_build_decode, &build, &slot, &ctx->err)) != CODECRT_OK) {
-        return st;
-    }
-    const cr_decode_inputs in = {
-        .codes = codes,
-        .n_frames = n_frames,
-        .seeds = ctx->seed_scratch,
-        .scratch = ctx->scratch,
-    };
-    m->arch->set_decode_inputs(m, &shape, &slot->io, &in);
-    if ((st = cr_graphs_compute(&ctx->graphs, slot, &ctx->err)) != CODECRT_OK) {
-        return st;
-    }
-    /* output [1, T_graph * hop, B_graph]: copy each valid sequence's prefix */
-    struct ggml_tensor *out = slot->io.t[0];
-    const size_t graph_seq = (size_t)key.n_frames * (size_t)m->info.hop_length;
-    for (int32_t b = 0; b < codes->n_batch; b++) {
-        ggml_backend_tensor_get(out, pcm + (size_t)b * per_seq, (size_t)b * graph_seq * sizeof(float),
-                                per_seq * sizeof(float));
     }
     if (n_written) {
         *n_written = need;

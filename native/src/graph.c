@@ -23,6 +23,9 @@
  *  4. A kind may ask for its scheduler to be freed and created again after each
  *     release (the seed's remedy for very large graphs). The new scheduler is
  *     reserved again at its next use.
+ *  5. No graph reaches ggml's allocator or a backend before the shape guard
+ *     (guard.c) has checked every tensor of it against the backends' limits:
+ *     ggml aborts the process on shapes it cannot run.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +40,7 @@ void cr_graphs_init(cr_graphs *g, ggml_backend_t *backends, int n_backends, size
         g->backends[i] = backends[i];
     }
     g->graph_size = graph_size;
+    g->limits = cr_limits_for(g->backends, n_backends);
     g->profile = cr_profile_new_if_enabled();
     for (int k = 0; k < CODECRT_GRAPH_KIND_COUNT; k++) {
         g->slots[k].key.kind = k;
@@ -114,6 +118,8 @@ static codecrt_status cr_reserve_envelope(cr_graphs *g, cr_graph_slot *slot, con
     codecrt_status st = CODECRT_OK;
     if (!worst) {
         st = cr_fail(err, CODECRT_E_COMPUTE, "cannot build the worst-case graph");
+    } else if ((st = cr_guard_graph(&g->limits, worst, err)) != CODECRT_OK) {
+        /* rule 5: refused before the scheduler sees it */
     } else if (!ggml_backend_sched_reserve(slot->sched, worst)) {
         st = cr_fail(err, CODECRT_E_OUT_OF_MEMORY,
                      "cannot reserve compute buffers for %d frames x %d sequences", env->n_frames,
@@ -170,7 +176,16 @@ codecrt_status cr_graphs_acquire(cr_graphs *g, const cr_graph_key *key, cr_build
             env.n_frames = key->n_frames > slot->reserved_frames ? key->n_frames : slot->reserved_frames;
             env.n_batch = key->n_batch > slot->reserved_batch ? key->n_batch : slot->reserved_batch;
         }
-        if ((st = cr_reserve_envelope(g, slot, &env, build, user, err)) != CODECRT_OK) {
+        st = cr_reserve_envelope(g, slot, &env, build, user, err);
+        if (st == CODECRT_E_TOO_LARGE && slot->reserved) {
+            /* the grown envelope (frames of one key, batch of another) breaks a
+               backend limit that this key alone may not: reserve for the key */
+            cr_graphs_drop_reservation(g, key->kind);
+            if ((st = cr_slot_ensure_sched(g, slot, err)) == CODECRT_OK) {
+                st = cr_reserve_envelope(g, slot, key, build, user, err);
+            }
+        }
+        if (st != CODECRT_OK) {
             return st;
         }
     }
@@ -182,6 +197,10 @@ codecrt_status cr_graphs_acquire(cr_graphs *g, const cr_graph_key *key, cr_build
     if (!slot->graph || slot->io.overflow) {
         cr_graphs_release(g, key->kind);
         return cr_fail(err, CODECRT_E_COMPUTE, "cannot build the graph");
+    }
+    if ((st = cr_guard_graph(&g->limits, slot->graph, err)) != CODECRT_OK) {
+        cr_graphs_release(g, key->kind); /* rule 5 */
+        return st;
     }
     /* a fresh graph: the scheduler was reset by the release above */
     if (!ggml_backend_sched_alloc_graph(slot->sched, slot->graph)) {

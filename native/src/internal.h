@@ -8,6 +8,7 @@
  *   snac.c     SNAC: hyperparameters, tensor specs, decode graph
  *   noise.c    counter-based Gaussian noise keyed by (seed, stream, position)
  *   graph.c    the graph lifecycle manager (schedulers, reservation, reuse)
+ *   guard.c    the shape guard: graphs checked against the backends' limits
  *   context.c  devices, weight placement, decode entry point, stats
  */
 #ifndef CODECRT_INTERNAL_H
@@ -30,7 +31,11 @@
 #define CR_MAX_IO 64
 #define CR_MAX_TIMES 64
 #define CR_MAX_STATES 64
-#define CR_MAX_TENSOR_ELEMENTS ((int64_t)1 << 31)
+#define CR_MAX_TENSOR_ELEMENTS ((int64_t)INT32_MAX) /* ggml's CUDA kernels index with int */
+/* An offline decode whose largest tensor would pass this runs in pieces (or
+   sub-batches) under it: bounds a decode's compute buffers (a tensor of 2^27
+   F32 is 512 MiB) whatever its length. S3Gen's batches use the same bound. */
+#define CR_PIECE_ELEMENTS ((int64_t)1 << 27)
 #define CR_GRAPH_SIZE 16384 /* most nodes (and tensors) of one graph */
 
 /* A message buffer travelling with a call; set once, by the first failure. */
@@ -180,6 +185,8 @@ typedef struct cr_decode_shape {
 typedef struct cr_decode_inputs {
     const codecrt_codes *codes;  /* validated */
     int32_t n_frames;            /* valid frames per sequence */
+    int64_t frame_offset;        /* absolute frame of the graph's first frame (a piece of a longer
+                                    decode): position-keyed inputs (noise) use absolute positions */
     const uint64_t *seeds;       /* n_batch seeds (valid sequences) */
     float *scratch;              /* host staging, at least arch->scratch_floats(shape) */
 } cr_decode_inputs;
@@ -215,6 +222,12 @@ typedef struct cr_arch {
     struct ggml_cgraph *(*build_stream)(const struct cr_model *model, struct ggml_context *ctx0,
                                         struct ggml_context *weights, const cr_stream_shape *shape,
                                         struct ggml_tensor *const *pool, cr_graph_io *io);
+    /* Frames of context a piece of an offline decode needs on each side so
+       that its middle equals the same frames of the whole decode (the right
+       and left receptive field, rounded up to stream_chunk_multiple); 0: the
+       architecture cannot be decoded in pieces (any attention over the whole
+       sequence). See codecrt_decode. */
+    int32_t (*decode_context_frames)(const struct cr_model *model);
     /* Multi-stage models (S3Gen) run their own pipeline of graph kinds: the
        context validated the codes (range, lengths) and the output capacity;
        NULL means the single-graph path of build_decode. */
@@ -317,6 +330,23 @@ float cr_noise_normal(uint64_t seed, uint32_t stream, uint64_t position);
 /* Uniform in [0, 1) for the same key scheme. */
 float cr_noise_uniform(uint64_t seed, uint32_t stream, uint64_t position);
 
+/* ------------------------------------------------------------- shape guard */
+
+/* What the backends of a context can run (guard.c). */
+typedef struct cr_limits {
+    int64_t grid_yz;      /* GPU launch grid: most blocks in y and z (0: no GPU rules) */
+    int64_t max_elements; /* most elements of one tensor */
+    int64_t piece_elements; /* an offline decode above this runs in pieces (CR_PIECE_ELEMENTS) */
+} cr_limits;
+
+/* The limits of a backend set (GPU rules if any backend is not the CPU), with
+   the test overrides CODECRT_GUARD_GRID and CODECRT_GUARD_ELEMENTS applied. */
+cr_limits cr_limits_for(ggml_backend_t const *backends, int n_backends);
+/* CODECRT_E_TOO_LARGE, naming the op, shape and limit, if t breaks a limit. */
+codecrt_status cr_guard_node(const cr_limits *lim, const struct ggml_tensor *t, cr_err *err);
+/* Every node of gf and its sources; call before ggml allocates or computes gf. */
+codecrt_status cr_guard_graph(const cr_limits *lim, struct ggml_cgraph *gf, cr_err *err);
+
 /* --------------------------------------------------------- graph lifecycle */
 
 typedef struct cr_graph_key {
@@ -355,6 +385,7 @@ typedef struct cr_graphs {
     int n_backends;
     size_t graph_size;           /* max nodes per graph */
     cr_graph_slot slots[CODECRT_GRAPH_KIND_COUNT];
+    cr_limits limits;            /* every graph is checked against these before allocation */
     uint64_t built, reused, resets, recreations, reservations, computes;
     double last_compute_ms;
     cr_profile *profile;         /* NULL unless CODECRT_PROFILE_OPS is set */
@@ -454,6 +485,8 @@ struct codecrt_context {
     size_t scratch_cap;
     uint64_t *seed_scratch;
     size_t seed_cap;
+    int32_t *piece_codes;            /* the codes of one piece of a long decode */
+    size_t piece_codes_cap;
     cr_err err;
 };
 

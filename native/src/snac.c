@@ -337,6 +337,23 @@ static struct ggml_tensor *snac_res_branch(struct ggml_context *ctx, struct ggml
 }
 
 /*
+ * Zero frames before and after each sequence of x [C, T, B]: [C, l+T+r, B].
+ * Padded as x viewed [C*T, B] along its first dimension: ggml's CUDA pad
+ * kernel puts ne1 into the launch grid's y (at most 65,535 blocks), so a pad
+ * along time with time in ne1 aborts past 65,535 frames (2.73 s at 24 kHz);
+ * in ne0 time is unbounded and ne1 is the batch.
+ */
+static struct ggml_tensor *snac_pad_frames(struct ggml_context *ctx, struct ggml_tensor *x, int l, int r) {
+    const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2];
+    if (!ggml_is_contiguous(x)) {
+        x = ggml_cont(ctx, x);
+    }
+    struct ggml_tensor *y = ggml_pad_ext(ctx, ggml_reshape_2d(ctx, x, C * T, B), (int)(l * C), (int)(r * C), 0, 0,
+                                         0, 0, 0, 0);
+    return ggml_reshape_3d(ctx, y, C, T + l + r, B);
+}
+
+/*
  * ConvTranspose1d with kernel 2s, stride s, padding ceil(s/2), output padding
  * s % 2, as one matrix product and an overlap of two halves.
  * x: [Cin, T, B], w: [Cin, 2s*Cout] (row k*Cout + oc), b: [Cout] -> [Cout, T*s, B].
@@ -351,7 +368,7 @@ static struct ggml_tensor *snac_upconv(struct ggml_context *ctx, struct ggml_ten
                                        struct ggml_tensor *w, struct ggml_tensor *b, int s) {
     const int64_t T = x->ne[1], B = x->ne[2], Cout = b->ne[0];
     const int p = (s + 1) / 2;
-    struct ggml_tensor *xp = ggml_pad_ext(ctx, x, 0, 0, 1, 1, 0, 0, 0, 0); /* [Cin, T+2, B] */
+    struct ggml_tensor *xp = snac_pad_frames(ctx, x, 1, 1); /* [Cin, T+2, B] */
     struct ggml_tensor *cols = snac_mm(ctx, w, xp);                        /* [2s*Cout, T+2, B] */
     const size_t half = (size_t)(s * Cout) * sizeof(float);
     /* block j = lo at padded frame j+1 + hi at padded frame j, j = 0..T */
@@ -375,7 +392,7 @@ static struct ggml_tensor *snac_conv_small(struct ggml_context *ctx, struct ggml
     const int pad = (int)((K - 1) / 2);
     /* pad the product, K*Cout rows, rather than the Cin-row input */
     struct ggml_tensor *z = snac_mm(ctx, w, x);                   /* [K*Cout, T, B] */
-    z = ggml_pad_ext(ctx, z, 0, 0, pad, pad, 0, 0, 0, 0);          /* [K*Cout, T+2p, B] */
+    z = snac_pad_frames(ctx, z, pad, pad);                         /* [K*Cout, T+2p, B] */
     struct ggml_tensor *y = NULL;
     for (int64_t k = 0; k < K; k++) {
         struct ggml_tensor *v = ggml_view_3d(ctx, z, Cout, T, B, z->nb[1], z->nb[2],
@@ -562,20 +579,22 @@ static void snac_set_inputs(const cr_model *model, const cr_decode_shape *shape,
     if (io[SNAC_IO_POS]) {
         for (int64_t b = 0; b < Bg; b++) {
             for (int64_t t = 0; t < Tg; t++) {
-                iv[b * Tg + t] = (int32_t)(t % hp->window);
+                iv[b * Tg + t] = (int32_t)((in->frame_offset + t) % hp->window);
             }
         }
         ggml_backend_tensor_set(io[SNAC_IO_POS], iv, 0, (size_t)(Tg * Bg) * sizeof(int32_t));
     }
-    int64_t tg = Tg, tv = Tv;
+    int64_t tg = Tg, tv = Tv, t0 = in->frame_offset; /* t0: absolute position of the graph's first point */
     for (int i = 0; i < hp->n_blocks; i++) {
         tg *= hp->rates[i];
         tv *= hp->rates[i];
+        t0 *= hp->rates[i];
         if (io[SNAC_IO_NOISE + i]) {
             for (int64_t b = 0; b < Bg; b++) {
                 const uint64_t seed = b < Bv ? in->seeds[b] : 0;
                 for (int64_t t = 0; t < tg; t++) {
-                    f[b * tg + t] = (b < Bv && t < tv) ? cr_noise_normal(seed, (uint32_t)i, (uint64_t)t) : 0.0f;
+                    f[b * tg + t] =
+                        (b < Bv && t < tv) ? cr_noise_normal(seed, (uint32_t)i, (uint64_t)(t0 + t)) : 0.0f;
                 }
             }
             ggml_backend_tensor_set(io[SNAC_IO_NOISE + i], f, 0, (size_t)(tg * Bg) * sizeof(float));
@@ -884,6 +903,17 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
 
 static int32_t snac_stream_chunk_multiple(const cr_model *model) { return model->info.frame_multiple; }
 
+static int32_t snac_stream_latency(const cr_model *model);
+
+/* The receptive field is symmetric but for the transposed convolutions' one
+   frame of overlap: the stream latency (the right field) in frames, plus two,
+   rounded up to whole attention windows / code groups. */
+static int32_t snac_decode_context_frames(const cr_model *model) {
+    const int32_t hop = model->info.hop_length, mult = model->info.frame_multiple;
+    const int32_t frames = (snac_stream_latency(model) + hop - 1) / hop + 2;
+    return (frames + mult - 1) / mult * mult;
+}
+
 static int snac_stream_states(const cr_model *model, cr_state_spec *s, int max) {
     const snac_hparams *hp = model->hparams;
     int n = 0;
@@ -937,4 +967,5 @@ const cr_arch cr_arch_snac = {
     .stream_states = snac_stream_states,
     .stream_latency = snac_stream_latency,
     .build_stream = snac_build_stream,
+    .decode_context_frames = snac_decode_context_frames,
 };

@@ -142,6 +142,82 @@ static void check_model(const cr_model *m, const test_cfg *c) {
     }
 }
 
+/*
+ * The shape guard, and the graphs GPUs run at lengths past ggml CUDA's launch
+ * grid (65,535 blocks in y and z). A pad along time with time in ne1 is what
+ * aborted decodes of 2.73 s and more at 24 kHz; the guard must see it, and no
+ * graph the runtime builds may contain it, at any length or batch.
+ */
+static const test_cfg k_24k = {"24k", 32, 64, 0, 32, 8, 1, 4, {8, 8, 4, 2}, 3, {4, 2, 1}};
+/* the 32 and 44.1 kHz models: hop 384, local attention in windows of 32 frames */
+static const test_cfg k_44k = {"44k", 32, 64, 32, 32, 8, 1, 4, {8, 8, 3, 2}, 4, {8, 4, 2, 1}};
+
+static void check_guard_refuses(void) {
+    const cr_limits gpu = {.grid_yz = 65535, .max_elements = CR_MAX_TENSOR_ELEMENTS, .piece_elements = 0};
+    const cr_limits cpu = {.grid_yz = 0, .max_elements = CR_MAX_TENSOR_ELEMENTS, .piece_elements = 0};
+    struct ggml_context *ctx = graph_ctx();
+    cr_err err = {{0}};
+    /* [C, T, B] padded along T: ne1 = 70002 goes to grid y */
+    struct ggml_tensor *x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 8, 70000, 1);
+    struct ggml_tensor *p = ggml_pad_ext(ctx, x, 0, 0, 1, 1, 0, 0, 0, 0);
+    CHECK(cr_guard_node(&gpu, p, &err) == CODECRT_E_TOO_LARGE && strstr(err.msg, "ne1 = 70002"),
+          "guard: a pad with ne1 = 70002 passed (%s)", err.msg);
+    CHECK(cr_guard_node(&cpu, p, &err) == CODECRT_OK, "guard: the CPU refused a pad it can run");
+    /* the same pad with time in ne0 passes */
+    struct ggml_tensor *q = ggml_pad_ext(ctx, ggml_reshape_2d(ctx, x, 8 * 70000, 1), 8, 8, 0, 0, 0, 0, 0, 0);
+    CHECK(cr_guard_node(&gpu, q, &err) == CODECRT_OK, "guard: a pad along ne0 was refused: %s", err.msg);
+    /* a softmax over 70000 heads, a norm over 70000 sequences */
+    struct ggml_tensor *s = ggml_soft_max(ctx, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 4, 4, 70000));
+    CHECK(cr_guard_node(&gpu, s, &err) == CODECRT_E_TOO_LARGE, "guard: softmax with ne2 = 70000 passed");
+    struct ggml_tensor *n = ggml_norm(ctx, ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 4, 1, 1, 70000), 1e-5f);
+    CHECK(cr_guard_node(&gpu, n, &err) == CODECRT_E_TOO_LARGE, "guard: norm with ne3 = 70000 passed");
+    /* 2^31 elements: past int indexing, on every backend */
+    struct ggml_tensor *big = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 1 << 16, 1 << 15);
+    CHECK(cr_guard_node(&cpu, big, &err) == CODECRT_E_TOO_LARGE && strstr(err.msg, "2147483648 elements"),
+          "guard: a tensor of 2^31 elements passed (%s)", err.msg);
+    ggml_free(ctx);
+}
+
+/* m's GPU graphs (cpu_ops off) at n_frames x n_batch pass the GPU limits. */
+static void check_gpu_decode_shapes(const cr_model *m, const char *name, int32_t n_frames, int32_t n_batch) {
+    const cr_limits gpu = {.grid_yz = 65535, .max_elements = CR_MAX_TENSOR_ELEMENTS, .piece_elements = 0};
+    for (int masked = 0; masked < 2; masked++) {
+        struct ggml_context *ctx = graph_ctx();
+        const cr_decode_shape shape = {.n_frames = n_frames, .n_batch = n_batch, .noise = true, .masked = masked,
+                                       .cpu_ops = false};
+        cr_graph_io io;
+        memset(&io, 0, sizeof(io));
+        struct ggml_cgraph *gf = m->arch->build_decode(m, ctx, m->weights, &shape, &io);
+        cr_err err = {{0}};
+        const codecrt_status st = cr_guard_graph(&gpu, gf, &err);
+        CHECK(st == CODECRT_OK, "%s GPU decode %d frames x %d (masked %d): %s", name, n_frames, n_batch, masked,
+              err.msg);
+        ggml_free(ctx);
+    }
+}
+
+static void check_gpu_stream_shapes(const cr_model *m, const char *name, int32_t n_batch) {
+    const cr_limits gpu = {.grid_yz = 65535, .max_elements = CR_MAX_TENSOR_ELEMENTS, .piece_elements = 0};
+    cr_state_spec specs[CR_MAX_STATES];
+    const int n_states = m->arch->stream_states(m, specs, CR_MAX_STATES);
+    for (int masked = 0; masked < 2; masked++) {
+        struct ggml_context *ctx = graph_ctx();
+        struct ggml_tensor *pool[CR_MAX_STATES];
+        for (int s = 0; s < n_states; s++) {
+            pool[s] = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, specs[s].channels * specs[s].frames, n_batch + 1);
+        }
+        const cr_stream_shape shape = {.chunk = m->info.frame_multiple, .n_batch = n_batch, .cpu_ops = false,
+                                       .masked = masked};
+        cr_graph_io io;
+        memset(&io, 0, sizeof(io));
+        struct ggml_cgraph *gf = m->arch->build_stream(m, ctx, m->weights, &shape, pool, &io);
+        cr_err err = {{0}};
+        CHECK(cr_guard_graph(&gpu, gf, &err) == CODECRT_OK, "%s GPU stream tick of %d streams (masked %d): %s", name,
+              n_batch, masked, err.msg);
+        ggml_free(ctx);
+    }
+}
+
 int main(void) {
     char dir[] = "/tmp/codecrt-graphs-XXXXXX";
     if (!mkdtemp(dir)) {
@@ -158,6 +234,43 @@ int main(void) {
         CHECK(st == CODECRT_OK, "load %s: %s", cfgs[i]->name, err);
         if (st == CODECRT_OK) {
             check_model(&m->m, cfgs[i]);
+            codecrt_model_free(m);
+        }
+        remove(path);
+    }
+    check_guard_refuses();
+    {
+        /* the 24 kHz model's rates and strides (hop 512), narrow channels: the
+           shapes that matter here are time and batch */
+        char path[512], err[512];
+        snprintf(path, sizeof(path), "%s/24k.gguf", dir);
+        write_model(path, &k_24k, "snac", NULL, NULL);
+        codecrt_model *m = NULL;
+        CHECK_OK(codecrt_model_load(path, &m, err, sizeof(err)));
+        if (m) {
+            /* 124 frames decoded on CUDA, 128 (65,536 samples) aborted; 300 s is 14,064 frames */
+            const int32_t frames[] = {124, 128, 132, 240, 2816, 14064};
+            for (size_t i = 0; i < sizeof(frames) / sizeof(frames[0]); i++) {
+                check_gpu_decode_shapes(&m->m, "24k", frames[i], 1);
+            }
+            check_gpu_decode_shapes(&m->m, "24k", 128, 64);
+            check_gpu_decode_shapes(&m->m, "24k", 2816, 16);
+            check_gpu_stream_shapes(&m->m, "24k", 4096);
+            codecrt_model_free(m);
+        }
+        remove(path);
+        snprintf(path, sizeof(path), "%s/44k.gguf", dir);
+        write_model(path, &k_44k, "snac", NULL, NULL);
+        m = NULL;
+        CHECK_OK(codecrt_model_load(path, &m, err, sizeof(err)));
+        if (m) {
+            /* 44.1 kHz aborted from 1.95 s (224 frames); 300 s is 34,464 frames */
+            const int32_t frames[] = {160, 224, 256, 7008, 34464};
+            for (size_t i = 0; i < sizeof(frames) / sizeof(frames[0]); i++) {
+                check_gpu_decode_shapes(&m->m, "44k", frames[i], 1);
+            }
+            check_gpu_decode_shapes(&m->m, "44k", 224, 64);
+            check_gpu_stream_shapes(&m->m, "44k", 4096);
             codecrt_model_free(m);
         }
         remove(path);
