@@ -113,7 +113,8 @@ def moshi_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def hf_config_json(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config.json`` as kyutai/mimi ships it (transformers 4.x field names)."""
-    out = {"architectures": ["MimiModel"], "model_type": "mimi", "torch_dtype": "float32"}
+    out: dict[str, Any] = {"architectures": ["MimiModel"], "model_type": "mimi",
+                           "torch_dtype": "float32"}
     out.update(config)
     out["frame_rate"] = config["sampling_rate"] / (math.prod(config["upsampling_ratios"]) * 2)
     out["use_cache"] = False
@@ -509,7 +510,7 @@ def reference_decode(model: Any, codes: np.ndarray) -> np.ndarray:
         else:
             y = model.decode(x).audio_values
     y = y[:, 0, :].float().numpy()
-    return y[0] if one else y
+    return np.asarray(y[0] if one else y, dtype=np.float32)
 
 
 def _chunks(n_frames: int, chunking: int | Sequence[int]) -> list[int]:
@@ -547,7 +548,7 @@ def reference_stream(model: Any, codes: np.ndarray, chunking: int | Sequence[int
             outs.append(model.decode(x[:, :, t:t + c])[:, 0, :].float().numpy())
             t += c
     y = np.concatenate(outs, axis=-1)
-    return y[0] if one else y
+    return np.asarray(y[0] if one else y, dtype=np.float32)
 
 
 def random_codes(config: Mapping[str, Any], n_frames: int, n_codebooks: int,
