@@ -103,7 +103,7 @@ def sweep_snac(codecrt, gguf: Path, label: str, args, deadline: float) -> None:
                 computes = gpu.stats.computes
                 first = [lv[0] for lv in levels]
                 e_cpu = ""
-                if b == 1 or secs <= 60:
+                if secs <= 30:
                     e_cpu = f"{rel_l2(y[0], cpu.decode(first, noise=True, seed=3)):.1e}"
                 with Env(CODECRT_PIECE_ELEMENTS=str(1 << 24)), codecrt.Context(m, device=args.device) as fine:
                     z = fine.decode(levels, noise=True, seed=3)
