@@ -202,7 +202,7 @@ def test_busy_when_not_admitted():
 
 
 def test_orpheus_ids_to_levels_matches_layouts(layouts):
-    """Complete groups become per-level codes exactly as codecrt.layouts computes them."""
+    """Complete groups become per-level codes exactly as codecd.families.orpheus computes them."""
     h = Harness()
     h.start("a")
     ids = orpheus_ids(5)

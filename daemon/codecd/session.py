@@ -38,6 +38,8 @@ import numpy.typing as npt
 
 from . import __version__
 from .audio import OutputConverter
+from .families import get_layout, layout_names
+from .families.layout import Assembler, LayoutError
 from .protocol import (
     DEFAULT_LIMITS,
     FORMATS,
@@ -67,23 +69,10 @@ from .protocol import (
 __all__ = [
     "ModelSpec", "SessionLimits", "SessionMetrics", "StreamKey", "Session",
     "EngineOpen", "EnginePush", "EngineFinish", "EngineCancel", "SendText", "SendBinary",
-    "Close", "Action", "ORPHEUS_GROUP", "ORPHEUS_TOKEN_BASE", "ORPHEUS_CODEBOOK_SIZE",
+    "Close", "Action",
 ]
 
 logger = logging.getLogger(__name__)
-
-# Orpheus layout (same constants as codecrt.layouts; kept here to avoid the dependency)
-ORPHEUS_GROUP = 7
-ORPHEUS_TOKEN_BASE = 128266
-ORPHEUS_CODEBOOK_SIZE = 4096
-ORPHEUS_LEVEL_STRIDES = (4, 2, 1)
-_POS_LEVEL = np.array([0, 1, 2, 2, 1, 2, 2], dtype=np.int64)
-_ID_OFFSET = ORPHEUS_TOKEN_BASE + np.arange(ORPHEUS_GROUP, dtype=np.int64) * ORPHEUS_CODEBOOK_SIZE
-_EMPTY = np.zeros(0, dtype=np.int32)
-# Chatterbox T3 LM ids (as codecrt.layouts): speech tokens 0..6560 and two control ids
-CHATTERBOX_VOCAB = 6561
-CHATTERBOX_SOS = 6561
-CHATTERBOX_EOS = 6562
 
 
 # ------------------------------------------------------------------ configuration
@@ -118,18 +107,13 @@ class ModelSpec:
         if len(self.codebook_sizes) != self.n_levels or len(self.level_strides) != self.n_levels:
             raise ValueError(f"{self.name}: codebook_sizes and level_strides need "
                              f"{self.n_levels} entries")
-        bad = set(self.layouts) - set(LAYOUTS)
+        bad = set(self.layouts) - set(layout_names())
         if bad:
             raise ValueError(f"{self.name}: unknown layouts {sorted(bad)}")
-        if set(self.layouts) & {"orpheus", "orpheus_ids"} and (
-                self.n_levels != 3 or tuple(self.level_strides) != ORPHEUS_LEVEL_STRIDES
-                or any(c < ORPHEUS_CODEBOOK_SIZE for c in self.codebook_sizes)):
-            raise ValueError(f"{self.name}: orpheus layouts need 3 levels, strides 4/2/1 and "
-                             f"codebooks of {ORPHEUS_CODEBOOK_SIZE}")
-        if "chatterbox_ids" in self.layouts and (self.n_levels != 1
-                                                 or self.codebook_sizes[0] != CHATTERBOX_VOCAB):
-            raise ValueError(f"{self.name}: the chatterbox_ids layout needs one level of "
-                             f"{CHATTERBOX_VOCAB} codes")
+        for name in self.layouts:
+            problem = get_layout(name).check(self.n_levels, self.codebook_sizes, self.level_strides)
+            if problem:
+                raise ValueError(f"{self.name}: {problem}")
 
     @property
     def codes_per_frame(self) -> float:
@@ -269,15 +253,14 @@ class _Stream:
     converter: OutputConverter
     admitted: bool
     last_input: float
+    assembler: Assembler  # the layout's: tokens -> per-level codes
+    takes_levels: bool  # the layout reads ``levels`` (else ``tokens``) of tokens messages
     state: str = _OPEN
     ended_at: float = 0.0
-    n_tokens: int = 0  # orpheus: audio tokens accepted so far (incl. the partial group)
-    partial: npt.NDArray[np.int32] = field(default_factory=lambda: _EMPTY)
     level_codes: list[int] = field(default_factory=list)  # codes pushed per level
     tokens_accepted: int = 0
     samples_in: int = 0  # model-rate samples from the engine
     seq: int = 0
-    lm_ended: bool = False  # chatterbox_ids: the stop-of-speech id arrived (the stream is ending)
 
     @property
     def stream_id(self) -> str:
@@ -632,8 +615,11 @@ class Session:
             return refuse(ErrorCode.BUSY, "server is at its stream limit; retry later")
 
         key = StreamKey(self.id, next(self._serial), sid)
+        layout = get_layout(m.layout)
         st = _Stream(key=key, start=m, spec=spec, out_rate=out_rate, converter=conv,
-                     admitted=True, last_input=self.clock(), level_codes=[0] * spec.n_levels)
+                     admitted=True, last_input=self.clock(),
+                     assembler=layout.assembler(spec.codebook_sizes, spec.level_strides),
+                     takes_levels=layout.takes_levels, level_codes=[0] * spec.n_levels)
         self._streams[sid] = st
         self._by_key[key] = st
         self._closed_ids.pop(sid, None)
@@ -700,19 +686,20 @@ class Session:
                         f"(limit {self.limits.max_pending_tokens}); send no faster than the "
                         "audio plays out")
         layout = st.start.layout
-        if layout == "levels":
+        if st.takes_levels:
             if m.levels is None:
-                raise _Fail(ErrorCode.BAD_MESSAGE, "stream has layout 'levels': send 'levels' "
+                raise _Fail(ErrorCode.BAD_MESSAGE, f"stream has layout {layout!r}: send 'levels' "
                                                    "(or binary frames with a level index)")
-            levels = self._levels_codes(st, m.levels)
+            payload: Any = m.levels
         else:
             if m.tokens is None:
                 raise _Fail(ErrorCode.BAD_MESSAGE, f"stream has layout {layout!r}: send "
                                                    "'tokens' (or binary level 0xFF)")
-            if layout == "chatterbox_ids":
-                levels = self._chatterbox_codes(st, m.tokens)
-            else:
-                levels = self._orpheus_codes(st, m.tokens)
+            payload = m.tokens
+        try:
+            levels = st.assembler.feed(payload)
+        except LayoutError as e:
+            raise _Fail(ErrorCode(e.code), str(e), **e.details) from None
         st.tokens_accepted += n
         if levels is None:
             return []
@@ -726,95 +713,11 @@ class Session:
         for l, a in enumerate(levels):
             st.level_codes[l] += int(a.size)
         out: list[Action] = [EnginePush(st.key, levels)]
-        if st.lm_ended:  # chatterbox_ids: the stop-of-speech id ends the stream like `end`
+        if st.assembler.ended:  # a stop id (chatterbox_ids) ends the stream like `end`
             st.state = _ENDING
             st.ended_at = self.clock()
             out.append(EngineFinish(st.key))
         return out
-
-    def _chatterbox_codes(self, st: _Stream,
-                          tokens: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int32]] | None:
-        """Chatterbox LM ids: a leading start-of-speech dropped, stop-of-speech ends the stream."""
-        if st.lm_ended:
-            raise _Fail(ErrorCode.BAD_MESSAGE, "tokens after the stop-of-speech id")
-        start = 1 if st.n_tokens == 0 and tokens.size and int(tokens[0]) == CHATTERBOX_SOS else 0
-        stop = np.flatnonzero(tokens == CHATTERBOX_EOS)
-        end = int(stop[0]) if stop.size else tokens.size
-        if stop.size and end + 1 < tokens.size:
-            raise _Fail(ErrorCode.BAD_MESSAGE, f"{tokens.size - end - 1} ids after the "
-                                               f"stop-of-speech id at index {st.n_tokens + end}")
-        body = tokens[start:end]
-        bad = np.flatnonzero((body < 0) | (body >= CHATTERBOX_VOCAB))
-        if bad.size:
-            j = int(bad[0])
-            idx = st.n_tokens + start + j
-            raise _Fail(ErrorCode.TOKEN_RANGE,
-                        f"Chatterbox LM id {int(body[j])} at index {idx} is not a speech token "
-                        f"(0..{CHATTERBOX_VOCAB - 1}; {CHATTERBOX_SOS} starts, {CHATTERBOX_EOS} "
-                        "stops)", index=idx, value=int(body[j]))
-        st.n_tokens += int(tokens.size)
-        st.lm_ended = bool(stop.size)
-        if st.lm_ended and st.level_codes[0] + body.size == 0:
-            raise _Fail(ErrorCode.BAD_MESSAGE, "stop-of-speech before any speech token")
-        return [body.astype(np.int32)] if body.size or st.lm_ended else None
-
-    def _orpheus_codes(self, st: _Stream,
-                       tokens: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int32]] | None:
-        """Validate tokens at their stream positions; whole groups -> per-level codes."""
-        pos = (st.n_tokens + np.arange(tokens.size, dtype=np.int64)) % ORPHEUS_GROUP
-        if st.start.layout == "orpheus_ids":
-            codes = tokens - _ID_OFFSET[pos]
-        else:
-            codes = tokens
-        sizes = np.asarray(st.spec.codebook_sizes, dtype=np.int64)[_POS_LEVEL[pos]]
-        bad = np.flatnonzero((codes < 0) | (codes >= np.minimum(sizes, ORPHEUS_CODEBOOK_SIZE)))
-        if bad.size:
-            j = int(bad[0])
-            idx = st.n_tokens + j
-            p = int(pos[j])
-            if st.start.layout == "orpheus_ids":
-                lo = int(_ID_OFFSET[p])
-                rng = f"[{lo}, {lo + ORPHEUS_CODEBOOK_SIZE})"
-                what = "token id"
-            else:
-                rng = f"[0, {ORPHEUS_CODEBOOK_SIZE})"
-                what = "code"
-            raise _Fail(ErrorCode.TOKEN_RANGE,
-                        f"{what} {int(tokens[j])} at index {idx} (position {p} of its group) is "
-                        f"outside {rng}", index=idx, value=int(tokens[j]))
-        st.n_tokens += int(tokens.size)
-        allc = np.concatenate([st.partial, codes.astype(np.int32)])
-        k = allc.size // ORPHEUS_GROUP
-        st.partial = allc[k * ORPHEUS_GROUP:].copy()
-        if k == 0:
-            return None
-        g = allc[: k * ORPHEUS_GROUP].reshape(k, ORPHEUS_GROUP)
-        return [np.ascontiguousarray(g[:, 0]),
-                np.ascontiguousarray(g[:, [1, 4]].reshape(-1)),
-                np.ascontiguousarray(g[:, [2, 3, 5, 6]].reshape(-1))]
-
-    def _levels_codes(self, st: _Stream, levels: Mapping[int, npt.NDArray[np.int64]]
-                      ) -> list[npt.NDArray[np.int32]] | None:
-        nl = st.spec.n_levels
-        if any(l >= nl for l in levels):
-            raise _Fail(ErrorCode.BAD_MESSAGE,
-                        f"level {max(levels)} out of range: model has {nl} levels")
-        out: list[npt.NDArray[np.int32]] = []
-        for l in range(nl):
-            a = levels.get(l)
-            if a is None or a.size == 0:
-                out.append(_EMPTY)
-                continue
-            cb = st.spec.codebook_sizes[l]
-            bad = np.flatnonzero((a < 0) | (a >= cb))
-            if bad.size:
-                j = int(bad[0])
-                idx = st.level_codes[l] + j
-                raise _Fail(ErrorCode.TOKEN_RANGE,
-                            f"level {l} code {int(a[j])} at index {idx} is outside [0, {cb})",
-                            level=l, index=idx, value=int(a[j]))
-            out.append(a.astype(np.int32))
-        return out if any(a.size for a in out) else None
 
     # ----------------------------------------------------------- end, cancel
 
@@ -823,23 +726,14 @@ class Session:
         if not isinstance(r, _Stream):
             return r
         st = r
-        if st.lm_ended and st.state == _ENDING:
-            return []  # the stop-of-speech id already ended it
+        if st.assembler.ended and st.state == _ENDING:
+            return []  # a stop id already ended it
         if st.state != _OPEN:
             return self._fail(st, ErrorCode.BAD_MESSAGE, "end sent twice")
-        if st.start.layout != "levels":
-            if st.partial.size:
-                return self._fail(st, ErrorCode.BROKEN_GROUP,
-                                  f"end after {st.n_tokens} tokens: the last group has "
-                                  f"{st.partial.size} of {ORPHEUS_GROUP} tokens",
-                                  {"index": st.n_tokens - int(st.partial.size)})
-        else:
-            frames = [c * s for c, s in zip(st.level_codes, st.spec.level_strides)]
-            if len(set(frames)) > 1:
-                desc = ", ".join(f"level {l}: {c} codes = {f} frames" for l, (c, f) in
-                                 enumerate(zip(st.level_codes, frames)))
-                return self._fail(st, ErrorCode.BROKEN_GROUP,
-                                  f"levels cover different numbers of frames at end ({desc})")
+        try:
+            st.assembler.end(st.level_codes)
+        except LayoutError as e:
+            return self._fail(st, ErrorCode(e.code), str(e), e.details or None)
         st.state = _ENDING
         st.ended_at = self.clock()
         return [EngineFinish(st.key)]
