@@ -187,7 +187,7 @@ def model_spec(name: str, info: dict[str, Any]) -> ModelSpec:
 
 def _low_latency(info: dict[str, Any]) -> int | None:
     """Latency of a "low" stream (codecrt.LowLatencyStream in the worker), None if not lower."""
-    from ._worker import low_latency_params
+    from .worker import low_latency_params
 
     exact = int(info.get("latency_samples", 0))
     look, fade = low_latency_params(exact)

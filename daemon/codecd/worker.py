@@ -1,6 +1,6 @@
 """The engine worker: one child process per device that owns the native runtime.
 
-Started by :mod:`codecd.engine` as ``python -c "...; serve_fd(FD)"`` with one
+Started by :mod:`codecd.engine` as ``python -c "import codecd.worker ...; serve_fd(FD)"`` with one
 end of a socketpair as FD (:func:`serve_fd`; the first message carries the
 :class:`WorkerConfig`). Everything that can crash the process (a ggml abort, a
 segfault, a GPU running out of memory inside a kernel) happens here, never in
