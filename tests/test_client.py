@@ -21,8 +21,9 @@ import pytest
 
 from codecd.client import Client, ServerError
 from codecd.engine import child_pythonpath
+from codecd.families import ModelSpec
 from codecd.session import (
-    Close, EngineCancel, EngineFinish, EngineOpen, EnginePush, ModelSpec, SendBinary, SendText,
+    Close, EngineCancel, EngineFinish, EngineOpen, EnginePush, SendBinary, SendText,
     Session, SessionLimits,
 )
 

@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codecd import protocol as P
+from codecd.families import ModelSpec
 from codecd.session import (
     Close,
     EngineCancel,
     EngineFinish,
     EngineOpen,
     EnginePush,
-    ModelSpec,
     SendBinary,
     SendText,
     Session,

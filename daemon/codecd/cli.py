@@ -609,7 +609,7 @@ def _add_voice(sub) -> None:
 
 
 def _cmd_voice_add(args) -> int:
-    from .voices import VoiceError, VoiceStore
+    from .families.voices import VoiceError, VoiceStore
 
     try:
         path = VoiceStore(args.dir).add(args.name, args.file, replace=args.replace)
@@ -620,7 +620,7 @@ def _cmd_voice_add(args) -> int:
 
 
 def _cmd_voice_list(args) -> int:
-    from .voices import VoiceStore
+    from .families.voices import VoiceStore
 
     store = VoiceStore(args.dir)
     ok, bad = store.load_all()

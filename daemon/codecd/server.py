@@ -55,6 +55,7 @@ from websockets.http11 import Request, Response
 from . import __version__
 from .config import Config, resolve_models
 from .engine import Audio, Done, EngineConfig, EngineError, EngineEvent, EnginePool, StreamError
+from .families import engine_options, model_spec
 from .protocol import ErrorCode, Limits
 from .session import (
     Action,
@@ -72,8 +73,7 @@ from .session import (
     StreamKey,
 )
 
-__all__ = ["Server", "run", "systemd_listen_socket", "sd_notify", "setup_logging",
-           "model_spec"]
+__all__ = ["Server", "run", "systemd_listen_socket", "sd_notify", "setup_logging"]
 
 logger = logging.getLogger(__name__)
 
@@ -160,38 +160,10 @@ def setup_logging(fmt: str = "text", level: str = "info") -> None:
 
 def voice_files(root: str) -> dict[str, str]:
     """Voice name -> file of every voice in the voices directory (none if it does not exist)."""
-    from .voices import VoiceStore
+    from .families.voices import VoiceStore
 
     store = VoiceStore(root)
     return {n: str(store.path(n)) for n in store.names()}
-
-
-def model_spec(name: str, info: dict[str, Any]) -> ModelSpec:
-    """The session's view of a model from the worker's model info."""
-    sizes = tuple(int(c) for c in info["codebook_sizes"])
-    strides = tuple(int(s) for s in info["level_strides"])
-    layouts: tuple[str, ...] = ("levels",)
-    needs_voice = bool(info.get("needs_voice", False))
-    if len(strides) == 3 and strides == (4, 2, 1) and min(sizes) >= 4096:
-        layouts = ("orpheus_ids", "orpheus", "levels")
-    elif info.get("arch") == "s3gen":
-        layouts = ("levels", "chatterbox_ids")
-    return ModelSpec(name=name, arch=str(info.get("arch", "")), sample_rate=int(info["sample_rate"]),
-                     hop_length=int(info["hop_length"]), n_levels=len(strides),
-                     codebook_sizes=sizes, level_strides=strides, layouts=layouts,
-                     latency_samples=int(info.get("latency_samples", 0)),
-                     low_latency_samples=None if needs_voice else _low_latency(info),
-                     voices=tuple(info.get("voices", ())), needs_voice=needs_voice,
-                     precision=str(info.get("precision", "f32")))
-
-
-def _low_latency(info: dict[str, Any]) -> int | None:
-    """Latency of a "low" stream (codecrt.LowLatencyStream in the worker), None if not lower."""
-    from .worker import low_latency_params
-
-    exact = int(info.get("latency_samples", 0))
-    look, fade = low_latency_params(exact)
-    return look + fade if look + fade < exact else None
 
 
 def _peer_ip(conn: ServerConnection) -> str:
@@ -398,8 +370,7 @@ class Server:
                                    gather_ms=cfg.gather_ms, max_backlog_frames=cfg.max_queued_frames,
                                    warm_buckets=tuple(cfg.batch_buckets) or None,
                                    voices=voice_files(cfg.voices_dir),
-                                   flow_first_chunk=cfg.flow_first_chunk, flow_chunk=cfg.flow_chunk,
-                                   flow_steps=cfg.flow_steps, flow_precision=cfg.flow_precision)
+                                   family_options=engine_options(cfg))
         ekw.update(self._engine_overrides)
         self.pool = EnginePool(EngineConfig(**ekw), cfg.devices, on_event=self._on_event)
         kw: dict[str, Any] = dict(process_request=self._process_request, compression=None,
@@ -632,7 +603,7 @@ class Server:
             elif isinstance(a, EngineOpen):
                 try:
                     pool.open(a.key, a.model, noise=a.noise, seed=a.seed, latency=a.latency,
-                              voice=a.voice)
+                              voice=a.voice, options=a.options)
                 except EngineError as e:
                     failed_ids.add(a.key.stream_id)
                     followups += sess.on_engine_error(a.key, e.code, str(e))

@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 from . import __version__
 from .audio import OutputConverter
-from .families import get_layout, layout_names
+from .families import ModelSpec, StreamRefused, family_for, get_layout
 from .families.layout import Assembler, LayoutError
 from .protocol import (
     DEFAULT_LIMITS,
@@ -67,7 +67,7 @@ from .protocol import (
 )
 
 __all__ = [
-    "ModelSpec", "SessionLimits", "SessionMetrics", "StreamKey", "Session",
+    "SessionLimits", "SessionMetrics", "StreamKey", "Session",
     "EngineOpen", "EnginePush", "EngineFinish", "EngineCancel", "SendText", "SendBinary",
     "Close", "Action",
 ]
@@ -76,54 +76,6 @@ logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------ configuration
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What the session needs to know of a loaded model.
-
-    ``level_strides[l]`` is the number of finest-level frames per code of level
-    ``l`` (SNAC 24 kHz: 4, 2, 1); one finest frame is ``hop_length`` samples at
-    ``sample_rate``. ``latency_samples`` is the decoder's look-ahead in exact
-    mode, ``low_latency_samples`` in low mode (None: low mode not offered, a
-    ``latency: low`` start gets exact). ``voices`` empty: the model has none.
-    """
-
-    name: str
-    arch: str
-    sample_rate: int
-    hop_length: int
-    n_levels: int
-    codebook_sizes: tuple[int, ...]
-    level_strides: tuple[int, ...]
-    layouts: tuple[str, ...] = ("levels",)
-    latency_samples: int = 0
-    low_latency_samples: int | None = None
-    voices: tuple[str, ...] = ()
-    needs_voice: bool = False  # every start must name one of ``voices`` (S3Gen)
-    precision: str = "f32"  # of the model's products: "f32", or "bf16" (flow_precision)
-
-    def __post_init__(self) -> None:
-        if len(self.codebook_sizes) != self.n_levels or len(self.level_strides) != self.n_levels:
-            raise ValueError(f"{self.name}: codebook_sizes and level_strides need "
-                             f"{self.n_levels} entries")
-        bad = set(self.layouts) - set(layout_names())
-        if bad:
-            raise ValueError(f"{self.name}: unknown layouts {sorted(bad)}")
-        for name in self.layouts:
-            problem = get_layout(name).check(self.n_levels, self.codebook_sizes, self.level_strides)
-            if problem:
-                raise ValueError(f"{self.name}: {problem}")
-
-    @property
-    def codes_per_frame(self) -> float:
-        """Codes of all levels per finest-level frame (Orpheus: 7/4)."""
-        return sum(1.0 / s for s in self.level_strides)
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "arch": self.arch, "sample_rate": self.sample_rate,
-                "n_levels": self.n_levels, "layouts": list(self.layouts),
-                "voices": list(self.voices), "precision": self.precision}
 
 
 @dataclass(frozen=True)
@@ -192,6 +144,8 @@ class EngineOpen:
     seed: int | None = None
     latency: str = "exact"
     voice: str | None = None
+    #: the model family's own options for the stream (its StreamPlan's)
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, eq=False)
@@ -255,6 +209,8 @@ class _Stream:
     last_input: float
     assembler: Assembler  # the layout's: tokens -> per-level codes
     takes_levels: bool  # the layout reads ``levels`` (else ``tokens``) of tokens messages
+    strides: tuple[int, ...]  # of the levels this stream sends (the plan's)
+    codes_per_frame: float
     state: str = _OPEN
     ended_at: float = 0.0
     level_codes: list[int] = field(default_factory=list)  # codes pushed per level
@@ -267,11 +223,11 @@ class _Stream:
         return self.start.stream_id
 
     def frames_pushed(self) -> int:
-        return max((c * s for c, s in zip(self.level_codes, self.spec.level_strides)), default=0)
+        return max((c * s for c, s in zip(self.level_codes, self.strides)), default=0)
 
     def pending_tokens(self) -> float:
         decoded_frames = self.samples_in / self.spec.hop_length
-        return self.tokens_accepted - decoded_frames * self.spec.codes_per_frame
+        return self.tokens_accepted - decoded_frames * self.codes_per_frame
 
 
 class _Fail(Exception):
@@ -331,7 +287,7 @@ class Session:
         pl = self.limits.protocol
         return {
             "server": f"codecd/{__version__}",
-            "models": [m.describe() for m in self.models.values()],
+            "models": [family_for(m.arch, generic=True).describe(m) for m in self.models.values()],
             "formats": list(FORMATS),
             "layouts": list(LAYOUTS),
             "limits": {
@@ -596,14 +552,10 @@ class Session:
         if m.layout not in spec.layouts:
             return refuse(ErrorCode.BAD_LAYOUT, f"model {spec.name!r} takes layouts "
                                                 f"{', '.join(spec.layouts)}, not {m.layout!r}")
-        if m.voice is not None and m.voice not in spec.voices:
-            return refuse(ErrorCode.UNKNOWN_VOICE,
-                          f"model {spec.name!r} has no voice {m.voice!r}; voices: "
-                          f"{', '.join(spec.voices) or 'none'}")
-        if m.voice is None and spec.needs_voice:
-            return refuse(ErrorCode.UNKNOWN_VOICE,
-                          f"model {spec.name!r} needs a voice: start with \"voice\": one of "
-                          f"{', '.join(spec.voices) or 'none (the server has no voices)'}")
+        try:
+            plan = family_for(spec.arch, generic=True).plan_stream(spec, m)
+        except StreamRefused as e:
+            return refuse(ErrorCode(e.code), e.message)
         out_rate = m.sample_rate or (MULAW_DEFAULT_RATE if m.format == "mulaw"
                                      else spec.sample_rate)
         try:
@@ -616,25 +568,25 @@ class Session:
 
         key = StreamKey(self.id, next(self._serial), sid)
         layout = get_layout(m.layout)
+        n = plan.n_levels or spec.n_levels  # the levels this stream sends
+        strides = spec.level_strides[:n]
         st = _Stream(key=key, start=m, spec=spec, out_rate=out_rate, converter=conv,
                      admitted=True, last_input=self.clock(),
-                     assembler=layout.assembler(spec.codebook_sizes, spec.level_strides),
-                     takes_levels=layout.takes_levels, level_codes=[0] * spec.n_levels)
+                     assembler=layout.assembler(spec.codebook_sizes[:n], strides),
+                     takes_levels=layout.takes_levels, strides=strides,
+                     codes_per_frame=sum(1.0 / s for s in strides), level_codes=[0] * n)
         self._streams[sid] = st
         self._by_key[key] = st
         self._closed_ids.pop(sid, None)
         self._drop_bare = False
         self.metrics.streams_started += 1
 
-        latency = m.latency if (m.latency == "exact" or spec.low_latency_samples is not None) \
-            else "exact"
-        lat_in = spec.latency_samples if latency == "exact" else (spec.low_latency_samples or 0)
-        lat_out = int(round(lat_in * out_rate / spec.sample_rate))
+        lat_out = int(round(plan.latency_samples * out_rate / spec.sample_rate))
         logger.debug("session %d: start %s model=%s layout=%s %s@%d", self.id, key, spec.name,
                      m.layout, m.format, out_rate)
-        return [EngineOpen(key, spec.name, noise=m.noise, seed=m.seed, latency=latency,
-                           voice=m.voice),
-                SendText(encode_started(sid, out_rate, m.format, lat_out, latency))]
+        return [EngineOpen(key, spec.name, noise=m.noise, seed=m.seed, latency=plan.latency,
+                           voice=m.voice, options=dict(plan.options)),
+                SendText(encode_started(sid, out_rate, m.format, lat_out, plan.latency))]
 
     # ---------------------------------------------------------------- tokens
 
@@ -704,7 +656,7 @@ class Session:
         if levels is None:
             return []
         frames = max((c + int(a.size)) * s for c, a, s in
-                     zip(st.level_codes, levels, st.spec.level_strides))
+                     zip(st.level_codes, levels, st.strides))
         dur = frames * st.spec.hop_length / st.spec.sample_rate
         if dur > self.limits.max_duration_s:
             raise _Fail(ErrorCode.DURATION_EXCEEDED,

@@ -1,20 +1,22 @@
 """The engine worker: one child process per device that owns the native runtime.
 
-Started by :mod:`codecd.engine` as ``python -c "import codecd.worker ...; serve_fd(FD)"`` with one
-end of a socketpair as FD (:func:`serve_fd`; the first message carries the
-:class:`WorkerConfig`). Everything that can crash the process (a ggml abort, a
-segfault, a GPU running out of memory inside a kernel) happens here, never in
-the daemon.
+Started by :mod:`codecd.engine` as ``python -c "import codecd.worker ...; serve_fd(FD)"``
+with one end of a socketpair as FD (:func:`serve_fd`; the first message carries
+the engine's configuration). Everything that can crash the process (a ggml
+abort, a segfault, a GPU running out of memory inside a kernel) happens here,
+never in the daemon. Each model is loaded by its family (``codecd.families``),
+which opens its streams; every stream speaks the one stream protocol
+(``codecrt.CodecStream``), so this loop steps them all alike.
 
 Wire format (``multiprocessing.connection.Connection``, pickled): every message
 in either direction is a *list* of tuples, so one syscall carries a whole
 batch. Commands (parent -> worker)::
 
-    ("open", sid, model, noise, seed)   ("push", sid, [level arrays])
+    ("open", sid, model, StreamOptions) ("push", sid, [level arrays])
     ("finish", sid)                     ("cancel", sid)
     ("probe", token)                    ("stats", token)
     ("stop",)                           ("_crash", how)   # tests only (debug_commands)
-    ("config", WorkerConfig)            # first message only
+    ("config", EngineConfig JSON, device, index, parent_pid)   # first message only
 
 Events (worker -> parent)::
 
@@ -32,8 +34,8 @@ or finished while the command was in flight) are dropped.
 Loop: block until a command arrives; apply every command that is waiting; when
 a stream became ready while the worker was idle, keep gathering commands for up
 to ``gather_ms`` (so that streams arriving together share a tick), then tick:
-for each model, ``ctx.step`` over its streams that may be ready, one tick per
-model per round, until no stream is ready. Between rounds, waiting commands are
+for each model, ``codecrt.step`` over its streams that may be ready, one tick
+per model per round, until no stream is ready. Between rounds, waiting commands are
 applied first (probes, cancels), so a long backlog never makes the worker deaf.
 """
 
@@ -49,70 +51,21 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
-from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
+from .engine.config import EngineConfig
+from .families import LoadedModel, StreamRefused, family_for
+from .wire import StreamOptions
 
 logger = logging.getLogger(__name__)
 
-#: latency "low": codecrt.LowLatencyStream's lookahead and crossfade as fractions of
-#: the model's exact latency (SNAC 24 kHz: 2046 + 257 samples, 96 ms instead of
-#: 198 ms; relative error about 0.01 against offline, docs/benchmarks.md)
-LOW_LOOKAHEAD_FRACTION = 0.43
-LOW_CROSSFADE_FRACTION = 0.054
-
-
-def low_latency_params(exact_latency: int) -> tuple[int, int]:
-    """(lookahead, crossfade) in samples of a "low" stream for a model's exact latency."""
-    return (int(round(LOW_LOOKAHEAD_FRACTION * exact_latency)),
-            max(1, int(round(LOW_CROSSFADE_FRACTION * exact_latency))))
-
-__all__ = ["WorkerConfig", "main", "serve_fd", "error_code_for", "default_buckets"]
+__all__ = ["Worker", "main", "serve_fd", "error_code_for"]
 
 _PR_SET_PDEATHSIG = 1
 #: exit status of a worker whose start-up failed (bad model, bad device)
 EXIT_START_FAILED = 3
 _RECENT = 128  # ticks kept for the stats' recent batch sizes and tick times
 _MAX_DRAIN = 256  # command messages applied before the worker ticks again
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    """What one worker loads and how it runs (picklable; sent to the child at spawn)."""
-
-    models: dict[str, str]  # name -> GGUF path
-    device: str = "auto"
-    n_threads: int = 0
-    max_streams: int = 64  # per model
-    max_batch: int = 64  # streams per tick (per model)
-    stream_chunk_frames: int = 0  # 0: the model's default
-    batch_bucket: bool = True
-    warm_buckets: tuple[int, ...] | None = None  # None: default_buckets()
-    gather_ms: float = 2.0
-    parent_pid: int = 0
-    index: int = 0
-    debug_commands: bool = False
-    voices: dict[str, str] = field(default_factory=dict)  # name -> voice file (flow models)
-    flow_first_chunk: int = 10  # tokens of a flow stream's first chunk
-    flow_chunk: int = 25  # tokens of its later chunks
-    flow_steps: int = 0  # flow steps per chunk (0: the model's default)
-    flow_precision: str = "f32"  # products of flow models' contexts: "f32" or "bf16"
-
-
-def default_buckets(max_batch: int, max_streams: int, batch_bucket: bool) -> list[int]:
-    """The batch buckets warm-up runs, largest first: the largest one and 1.
-
-    The largest bucket reserves the compute-buffer envelope that covers every
-    smaller batch (later ticks never reserve again); the runtime keeps only one
-    live graph per kind, so warming intermediate buckets buys nothing (the next
-    bucket's graph replaces it) and 1 goes last, the shape of a lone first
-    stream. Rebuilding a graph inside a reserved envelope costs well under a
-    millisecond (graph construction only, no allocation).
-    """
-    del batch_bucket  # the same two buckets either way
-    cap = max(1, min(max_batch, max_streams))
-    return sorted({cap, 1}, reverse=True)
 
 
 def error_code_for(exc: BaseException) -> str:
@@ -175,79 +128,36 @@ class _ForwardHandler(logging.Handler):
 @dataclass(eq=False)
 class _Stream:
     sid: int
-    stream: Any  # codecrt.Stream (for a low-latency stream, its exact inner stream)
+    stream: Any  # a codecrt.CodecStream (exact, low-latency, flow, ...)
     maybe_ready: bool = False
-    low: Any = None  # codecrt.LowLatencyStream when the stream was opened with latency "low"
-
-
-class _FlowAdapter:
-    """A codecrt.FlowStream (S3Gen) behind the part of codecrt.Stream's surface the worker uses.
-
-    A tick steps every ready flow stream by one chunk through
-    codecrt.step_flows, which batches the chunks whose shapes agree (the
-    voice's prompt length and the tokens so far: streams in step) and runs the
-    others on their own.
-    """
-
-    def __init__(self, fs: Any, hop_length: int) -> None:
-        self.fs = fs
-        self.hop = hop_length
-
-    def push(self, levels: Sequence[Any]) -> None:
-        self.fs.push(levels[0] if len(levels) else [])
-
-    def finish(self) -> None:
-        self.fs.finish()
-
-    def pull(self) -> Any:
-        return self.fs.pull()
-
-    def close(self) -> None:
-        self.fs = _ClosedFlow(self.fs)
-
-    @property
-    def info(self) -> SimpleNamespace:
-        fs = self.fs
-        return SimpleNamespace(frames_pushed=fs.n_tokens, frames_decoded=fs.tokens_decoded,
-                               done=fs.done, ready=fs.ready,
-                               total_samples=fs.n_tokens * self.hop if fs.done else -1)
-
-
-class _ClosedFlow:
-    """What a closed flow stream answers: nothing ready, nothing pending."""
-
-    def __init__(self, fs: Any) -> None:
-        self.n_tokens = self.tokens_decoded = fs.n_tokens
-        self.done, self.ready = True, False
 
 
 @dataclass(eq=False)
 class _Model:
+    """A loaded model (its family's LoadedModel) and the worker's bookkeeping of it."""
+
     name: str
-    model: Any  # codecrt.Model
-    ctx: Any  # codecrt.Context
-    sample_rate: int
-    chunk_frames: int = 0
-    latency_samples: int = 0
+    lm: LoadedModel
     streams: dict[int, _Stream] = field(default_factory=dict)
     ticks: int = 0
     stream_ticks: int = 0
     max_batch_seen: int = 0
     batches: deque[int] = field(default_factory=lambda: deque(maxlen=_RECENT))
     tick_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
-    warm: dict[str, Any] = field(default_factory=dict)
     streams_opened: int = 0
     streams_done: int = 0
     streams_failed: int = 0
-    voices: dict[str, Any] | None = None  # flow models: name -> codecrt.Voice; None: not a flow model
 
 
 class Worker:
     """The worker's state and loop (runs in the child; see the module docstring)."""
 
-    def __init__(self, conn: Connection, cfg: WorkerConfig) -> None:
+    def __init__(self, conn: Connection, cfg: EngineConfig, device: str = "auto",
+                 index: int = 0) -> None:
         self.conn = conn
         self.cfg = cfg
+        self.device = device
+        self.index = index
         self.out: list[tuple[Any, ...]] = []
         self.models: dict[str, _Model] = {}
         self.where: dict[int, _Model] = {}  # sid -> its model
@@ -261,160 +171,27 @@ class Worker:
     # ------------------------------------------------------------- start-up
 
     def load(self) -> dict[str, Any]:
-        """Load every model, create its context, warm it up; the ``ready`` info."""
+        """Load every model through its family, warm it up; the ``ready`` info."""
         import codecrt
 
         t0 = time.perf_counter()
         for name, path in self.cfg.models.items():
             model = codecrt.Model(path)
-            ctx = codecrt.Context(model, device=self.cfg.device, n_threads=self.cfg.n_threads,
-                                  max_batch=self.cfg.max_batch, batch_bucket=self.cfg.batch_bucket,
-                                  stream_chunk_frames=self.cfg.stream_chunk_frames,
-                                  max_streams=self.cfg.max_streams,
-                                  precision=self.cfg.flow_precision if model.info.needs_voice else "f32")
-            m = _Model(name, model, ctx, model.info.sample_rate)
-            self.models[name] = m
-            if model.info.needs_voice:
-                m.voices = self._load_voices(m)
-                self._warm_flow(m)
-            else:
-                self._warm(m)
+            try:
+                lm = family_for(model.info.arch).load(name, model, self.cfg, self.device)
+            except BaseException:
+                model.close()
+                raise
+            self.models[name] = _Model(name, lm)
+            lm.warm()
         self.warmup_ms = (time.perf_counter() - t0) * 1e3
         return {
             "pid": os.getpid(),
-            "index": self.cfg.index,
-            "device": self.cfg.device,
+            "index": self.index,
+            "device": self.device,
             "load_ms": round(self.warmup_ms, 3),
-            "models": {name: self._model_info(m) for name, m in self.models.items()},
+            "models": {name: m.lm.describe() for name, m in self.models.items()},
         }
-
-    def _load_voices(self, m: _Model) -> dict[str, Any]:
-        """The configured voices usable with this model (others are logged and skipped)."""
-        import codecrt
-
-        from .voices import VoiceError, read_voice
-
-        out: dict[str, Any] = {}
-        for name, path in sorted(self.cfg.voices.items()):
-            try:
-                d = read_voice(path)
-                if d.model_arch != m.model.info.arch:
-                    raise VoiceError(f"it is a voice for {d.model_arch!r} models")
-                out[name] = codecrt.Voice(m.model, d.prompt_tokens, d.prompt_mel, d.speaker, name=name)
-            except (VoiceError, codecrt.CodecrtError) as e:
-                logger.warning("voice %r (%s) skipped for model %s: %s", name, path, m.name, e)
-        if not out:
-            logger.warning("model %s needs a voice and has none: its streams will be refused "
-                           "(codecd voice add NAME conds.pt)", m.name)
-        return out
-
-    def _warm_flow(self, m: _Model) -> None:
-        """A flow model: one short stream through the first voice (or a silent one).
-
-        Chunk graphs have per-stream shapes, so this only pays the first
-        graph constructions and reservations of the chunk sizes a stream starts with.
-        """
-        import codecrt
-
-        info = m.model.info
-        first, chunk = self.cfg.flow_first_chunk, self.cfg.flow_chunk
-        m.chunk_frames = chunk
-        # the first audio needs first_chunk + lookahead tokens; the last 8 mel
-        # frames of each chunk wait for the next one's crossfade
-        m.latency_samples = (first + 3) * info.hop_length + 8 * info.mel_hop
-        t0 = time.perf_counter()
-        voice = next(iter(m.voices.values()), None) if m.voices else None
-        own = None
-        if voice is None:
-            own = voice = codecrt.Voice(m.model, np.zeros(0, np.int32), np.zeros((0, info.n_mels), np.float32),
-                                        np.ones(192, np.float32))
-        try:
-            fs = codecrt.FlowStream(m.ctx, voice, first_chunk=first, chunk=chunk,
-                                    n_steps=self.cfg.flow_steps)
-            fs.push(np.zeros(first + chunk + 3, dtype=np.int32))
-            fs.finish()
-            fs.decode_all()
-        finally:
-            if own is not None:
-                own.close()
-        st = m.ctx.stats
-        m.warm = {"flow": True, "ms": round((time.perf_counter() - t0) * 1e3, 3),
-                  "graphs_built": st.graphs_built, "reservations": st.reservations,
-                  "compute_buffer_bytes": list(st.compute_buffer_bytes)}
-
-    def _model_info(self, m: _Model) -> dict[str, Any]:
-        info = m.model.info
-        return {
-            "path": m.model.path,
-            "device": m.ctx.device,
-            "precision": m.ctx.precision,
-            "arch": info.arch,
-            "sample_rate": info.sample_rate,
-            "hop_length": info.hop_length,
-            "n_levels": info.n_levels,
-            "codebook_sizes": list(info.codebook_sizes),
-            "level_strides": list(info.level_strides),
-            "frame_multiple": info.frame_multiple,
-            "chunk_frames": m.chunk_frames,
-            "latency_samples": m.latency_samples,
-            "max_streams": self.cfg.max_streams,
-            "warm": dict(m.warm),
-            "needs_voice": bool(info.needs_voice),
-            "voices": sorted(m.voices) if m.voices is not None else [],
-            "batched": True,  # flow streams: where their chunks' shapes agree
-        }
-
-    def _warm(self, m: _Model) -> None:
-        """Reserve the stream graphs: dummy streams through whole utterances, per batch bucket.
-
-        Each bucket's dummies go through every kind of tick a real stream sees
-        (the first ticks inside the decoder's latency, steady ticks, the flush
-        after finish), whatever graphs the runtime uses for each. Largest bucket
-        first: its reservation is the buffer envelope that covers every smaller
-        one, so later ticks never reserve again. The runtime keeps one live graph
-        per kind, so the smallest bucket goes last: a real stream's first tick
-        then reuses that graph as it is.
-        """
-        info = m.model.info
-        buckets = list(self.cfg.warm_buckets or default_buckets(
-            self.cfg.max_batch, self.cfg.max_streams, self.cfg.batch_bucket))
-        buckets = sorted({b for b in buckets if 1 <= b <= min(self.cfg.max_batch,
-                                                             self.cfg.max_streams)}, reverse=True)
-        t0 = time.perf_counter()
-        probe = m.ctx.stream()
-        try:
-            m.chunk_frames = probe.info.chunk_frames
-            m.latency_samples = probe.info.latency_samples
-        finally:
-            probe.close()
-        # enough chunks for the output to get past the latency, then two steady ticks
-        chunk_samples = max(1, m.chunk_frames * info.hop_length)
-        n_chunks = -(-m.latency_samples // chunk_samples) + 2
-        frames = n_chunks * m.chunk_frames
-        codes = [np.zeros(frames // s, dtype=np.int32) for s in info.level_strides]
-        ticks = 0
-        for b in buckets:
-            dummies = [m.ctx.stream() for _ in range(b)]
-            try:
-                for d in dummies:
-                    d.push(codes)
-                while m.ctx.step(dummies):
-                    ticks += 1
-                for d in dummies:
-                    d.finish()
-                while m.ctx.step(dummies):
-                    ticks += 1
-                if not all(d.info.done for d in dummies):
-                    logger.warning("warm-up of %s: bucket %d did not finish", m.name, b)
-            finally:
-                for d in dummies:
-                    d.close()
-        st = m.ctx.stats
-        m.warm = {"buckets": buckets, "ticks": ticks,
-                  "ms": round((time.perf_counter() - t0) * 1e3, 3),
-                  "graphs_built": st.graphs_built, "reservations": st.reservations,
-                  "compute_buffer_bytes": list(st.compute_buffer_bytes),
-                  "state_bytes": st.state_bytes}
 
     # ------------------------------------------------------------- commands
 
@@ -424,8 +201,7 @@ class Worker:
         if op == "push":
             self._push(cmd[1], cmd[2])
         elif op == "open":
-            self._open(cmd[1], cmd[2], bool(cmd[3]), int(cmd[4]),
-                       str(cmd[5]) if len(cmd) > 5 else "exact", cmd[6] if len(cmd) > 6 else None)
+            self._open(cmd[1], cmd[2], cmd[3])
         elif op == "finish":
             self._finish(cmd[1])
         elif op == "cancel":
@@ -448,8 +224,7 @@ class Worker:
         self._close(sid)
         self.out.append(("error", sid, code, message))
 
-    def _open(self, sid: int, model: str, noise: bool, seed: int, latency: str = "exact",
-              voice: str | None = None) -> None:
+    def _open(self, sid: int, model: str, options: StreamOptions) -> None:
         import codecrt
 
         m = self.models.get(model)
@@ -459,47 +234,18 @@ class Worker:
         if sid in self.where:
             self.out.append(("error", sid, "duplicate_stream", f"stream {sid} is already open"))
             return
-        if m.voices is not None:
-            self._open_flow(m, sid, seed, voice)
-            return
-        low = None
         try:
-            if latency == "low":
-                look, fade = low_latency_params(m.latency_samples)
-                low = codecrt.LowLatencyStream(m.ctx, lookahead=look, crossfade=fade,
-                                               noise=noise, seed=seed)
-                s = low.stream
-            else:
-                s = m.ctx.stream(noise=noise, seed=seed)
+            stream, latency = m.lm.open_stream(options)
+        except StreamRefused as e:
+            self.out.append(("error", sid, e.code, e.message))
+            return
         except codecrt.CodecrtError as e:
             self.out.append(("error", sid, error_code_for(e), str(e)))
             return
-        m.streams[sid] = _Stream(sid, s, low=low)
+        m.streams[sid] = _Stream(sid, stream)
         m.streams_opened += 1
         self.where[sid] = m
-        lat = low.latency_samples if low is not None else m.latency_samples
-        self.out.append(("opened", sid, lat, m.sample_rate, m.chunk_frames))
-
-    def _open_flow(self, m: _Model, sid: int, seed: int, voice: str | None) -> None:
-        import codecrt
-
-        assert m.voices is not None
-        v = m.voices.get(voice) if voice is not None else None
-        if v is None:
-            have = ", ".join(m.voices) or "none (codecd voice add NAME conds.pt)"
-            what = f"has no voice {voice!r}" if voice is not None else "needs a voice"
-            self.out.append(("error", sid, "unknown_voice", f"model {m.name!r} {what}; voices: {have}"))
-            return
-        try:
-            fs = codecrt.FlowStream(m.ctx, v, seed=seed, first_chunk=self.cfg.flow_first_chunk,
-                                    chunk=self.cfg.flow_chunk, n_steps=self.cfg.flow_steps)
-        except codecrt.CodecrtError as e:
-            self.out.append(("error", sid, error_code_for(e), str(e)))
-            return
-        m.streams[sid] = _Stream(sid, _FlowAdapter(fs, m.model.info.hop_length))
-        m.streams_opened += 1
-        self.where[sid] = m
-        self.out.append(("opened", sid, m.latency_samples, m.sample_rate, m.chunk_frames))
+        self.out.append(("opened", sid, latency, m.lm.model.info.sample_rate, m.lm.chunk_frames))
 
     def _push(self, sid: int, levels: Sequence[Any]) -> None:
         import codecrt
@@ -510,7 +256,7 @@ class Worker:
             return
         st = m.streams[sid]
         try:
-            (st.low or st.stream).push(levels)
+            st.stream.push(levels)
         except codecrt.CodecrtError as e:
             self._fail(sid, error_code_for(e), str(e))
             return
@@ -524,7 +270,7 @@ class Worker:
             return
         st = m.streams[sid]
         try:
-            (st.low or st.stream).finish()
+            st.stream.finish()
         except codecrt.CodecrtError as e:
             self._fail(sid, error_code_for(e), str(e))
             return
@@ -540,7 +286,8 @@ class Worker:
     # ---------------------------------------------------------------- ticks
 
     def _tick(self, m: _Model) -> int:
-        """One tick of one model over its streams that may be ready; collects their output."""
+        """One step of one model's streams that may be ready (``codecrt.step``: one graph
+        for the streams that can share one); collects their output."""
         import codecrt
 
         cands = [st for st in m.streams.values() if st.maybe_ready]
@@ -551,11 +298,7 @@ class Worker:
             cands = cands[r:] + cands[:r]
         t0 = time.perf_counter()
         try:
-            if m.voices is not None:
-                n, batch = self._step_flows(m, cands)
-                cands = [st for st in cands if st.sid in m.streams]
-            else:
-                n = batch = m.ctx.step([st.stream for st in cands])
+            tick = codecrt.step(m.lm.ctx, [st.stream for st in cands])
         except codecrt.CodecrtError as e:
             # which streams were in the failed graph is not reported: fail all candidates
             logger.warning("tick of %s failed (%d streams): %s", m.name, len(cands), e)
@@ -563,39 +306,34 @@ class Worker:
                 self._fail(st.sid, error_code_for(e), f"decode failed: {e}")
             return 0
         dt = (time.perf_counter() - t0) * 1e3
+        if tick.errors:  # each ended only its own stream's step
+            for i, err in tick.errors.items():
+                st = cands[i]
+                logger.warning("step of %s stream %d failed: %s", m.name, st.sid, err)
+                self._fail(st.sid, error_code_for(err), f"decode failed: {err}")
+            cands = [st for st in cands if st.sid in m.streams]
+        n = tick.stepped
         if n:
             m.ticks += 1
             m.stream_ticks += n
-            m.batches.append(batch)  # flows: the largest batch of the tick
+            m.batches.append(tick.largest_batch)
             m.tick_ms.append(dt)
-            m.max_batch_seen = max(m.max_batch_seen, batch)
+            m.max_batch_seen = max(m.max_batch_seen, tick.largest_batch)
         for st in cands:
             self._collect(m, st)
         return n
 
-    def _step_flows(self, m: _Model, cands: list[_Stream]) -> tuple[int, int]:
-        """Flow streams: one chunk each, batched where shapes agree; a failure ends only its own
-        stream. Returns (streams stepped, the largest batch)."""
-        import codecrt
-
-        tick = codecrt.step_flows(m.ctx, [st.stream.fs for st in cands])
-        for i, e in tick.errors.items():
-            st = cands[i]
-            logger.warning("chunk of %s stream %d failed: %s", m.name, st.sid, e)
-            self._fail(st.sid, error_code_for(e), f"decode failed: {e}")
-        return tick.stepped, tick.largest_batch
-
     def _collect(self, m: _Model, st: _Stream) -> None:
         s = st.stream
-        pcm = st.low.collect() if st.low is not None else s.pull()
+        pcm = s.pull()
         if pcm.size:
             self.out.append(("audio", st.sid, pcm.tobytes()))
-        info = s.info
-        if info.done and (st.low is None or st.low.done):
-            self.out.append(("done", st.sid, info.total_samples))
+        stats = s.stats
+        if stats.done:
+            self.out.append(("done", st.sid, stats.total_samples))
             m.streams_done += 1
             self._close(st.sid)
-        elif not info.ready:
+        elif not stats.ready:
             st.maybe_ready = False
 
     def _busy(self) -> bool:
@@ -658,8 +396,7 @@ class Worker:
             for st in list(m.streams.values()):
                 st.stream.close()
             m.streams.clear()
-            m.ctx.close()
-            m.model.close()
+            m.lm.close()
         self.where.clear()
 
     # ---------------------------------------------------------------- stats
@@ -670,10 +407,10 @@ class Worker:
             ms = list(m.tick_ms)
             pending = 0
             for st in m.streams.values():
-                i = st.stream.info
+                i = st.stream.stats
                 pending += max(0, i.frames_pushed - i.frames_decoded)
             models[name] = {
-                "codecrt": asdict(m.ctx.stats),
+                "codecrt": asdict(m.lm.ctx.stats),
                 "streams_open": len(m.streams),
                 "streams_ready": sum(1 for st in m.streams.values() if st.maybe_ready),
                 "pending_frames": pending,
@@ -687,12 +424,12 @@ class Worker:
                 "tick_ms_last": round(ms[-1], 4) if ms else None,
                 "tick_ms_mean": round(sum(ms) / len(ms), 4) if ms else None,
                 "tick_ms_max": round(max(ms), 4) if ms else None,
-                "chunk_frames": m.chunk_frames,
-                "latency_samples": m.latency_samples,
-                "warm": dict(m.warm),
+                "chunk_frames": m.lm.chunk_frames,
+                "latency_samples": m.lm.latency_samples,
+                "warm": dict(m.lm.warm_info),
                 "batched": True,  # flow streams: where their chunks' shapes agree
             }
-        return {"pid": os.getpid(), "index": self.cfg.index, "device": self.cfg.device,
+        return {"pid": os.getpid(), "index": self.index, "device": self.device,
                 "uptime_s": round(time.monotonic() - self.t_start, 3),
                 "commands": self.commands, "rounds": self.rounds,
                 "load_ms": round(self.warmup_ms, 3), "models": models}
@@ -718,19 +455,21 @@ def serve_fd(fd: int) -> None:
         first = conn.recv()
     except (EOFError, OSError):
         os._exit(EXIT_START_FAILED)
-    if not first or first[0][0] != "config" or not isinstance(first[0][1], WorkerConfig):
+    if not first or first[0][0] != "config" or not isinstance(first[0][1], str):
         os._exit(EXIT_START_FAILED)
-    main(conn, first[0][1], first[1:])
+    _, config, device, index, parent_pid = first[0]
+    main(conn, EngineConfig.from_json(config), device, index, parent_pid, first[1:])
 
 
-def main(conn: Connection, cfg: WorkerConfig, pending: Sequence[Any] = ()) -> None:
+def main(conn: Connection, cfg: EngineConfig, device: str, index: int, parent_pid: int,
+         pending: Sequence[Any] = ()) -> None:
     """Load, warm up, report ready, then run the loop until ``stop`` (or the parent goes)."""
-    _die_with_parent(cfg.parent_pid)
+    _die_with_parent(parent_pid)
     # the daemon decides when we stop: Ctrl-C in a terminal and systemd's SIGTERM to
     # the whole cgroup reach the parent, which stops us with a "stop" command
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    w = Worker(conn, cfg)
+    w = Worker(conn, cfg, device, index)
     root = logging.getLogger()
     root.addHandler(_ForwardHandler(w.out))
     if root.level > logging.WARNING or root.level == logging.NOTSET:

@@ -1,8 +1,18 @@
-"""The engine's configuration: one object for the pool, its engines and their workers."""
+"""The engine's configuration: one object for the pool, its engines and their workers.
+
+The daemon builds one :class:`EngineConfig`; every worker receives it whole
+(serialised once, :meth:`EngineConfig.to_json`), with its device and index
+beside it. Settings that belong to one family of codecs travel in
+``family_options`` under the family's name (``codecd.families``), so the engine
+and the worker carry them without knowing what they mean.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["EngineConfig"]
 
@@ -17,7 +27,8 @@ class EngineConfig:
     max_batch: int = 64  # streams per tick
     stream_chunk_frames: int = 0  # 0: the model's default (its frame_multiple)
     batch_bucket: bool = True
-    #: batch buckets warmed at start-up; None: the largest and 1 (see _worker.default_buckets)
+    #: batch buckets warmed at start-up; None: the largest and 1
+    #: (codecd.families.native.default_buckets)
     warm_buckets: tuple[int, ...] | None = None
     gather_ms: float = 2.0
     #: a push is refused (BackpressureError) when its stream has more than this many
@@ -35,9 +46,26 @@ class EngineConfig:
     debug_commands: bool = False  # tests: allow the worker's "_crash" command
     #: voice name -> voice file, for models that need a voice (S3Gen)
     voices: dict[str, str] = field(default_factory=dict)
-    flow_first_chunk: int = 10  # S3Gen streams: tokens of the first chunk (time to first audio)
-    flow_chunk: int = 25  # S3Gen streams: tokens per later chunk
-    flow_steps: int = 0  # S3Gen streams: flow steps per chunk (0: the model's default)
-    flow_precision: str = "f32"  # S3Gen models: "f32" or "bf16" products (codecrt.Context)
+    #: family name -> that family's settings (JSON-able; Family.engine_options)
+    family_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
 
+    @classmethod
+    def from_json(cls, text: str) -> EngineConfig:
+        """The configuration :meth:`to_json` wrote (tuples restored); ValueError otherwise."""
+        d = json.loads(text)
+        if not isinstance(d, dict):
+            raise ValueError("an engine configuration is a JSON object")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown engine settings {sorted(unknown)}")
+        for k in ("warm_buckets", "restart_backoff_s"):
+            if isinstance(d.get(k), list):
+                d[k] = tuple(d[k])
+        try:
+            return cls(**d)
+        except TypeError as e:
+            raise ValueError(str(e)) from None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy.typing as npt
@@ -67,7 +67,8 @@ class EnginePool:
         return {}
 
     def open(self, key: Hashable, model: str, *, noise: bool = False,
-             seed: int | None = 0, latency: str = "exact", voice: str | None = None) -> int:
+             seed: int | None = 0, latency: str = "exact", voice: str | None = None,
+             options: Mapping[str, Any] | None = None) -> int:
         """Open a stream on the least-loaded serving worker; returns the worker's index."""
         if key in self._where:
             raise DuplicateStreamError(f"stream {key!r} is already open")
@@ -83,7 +84,8 @@ class EnginePool:
         last: EngineError | None = None
         for e in sorted(cands, key=lambda e: e.n_streams):  # stable: round robin among ties
             try:
-                e.open(key, model, noise=noise, seed=seed, latency=latency, voice=voice)
+                e.open(key, model, noise=noise, seed=seed, latency=latency, voice=voice,
+                       options=options)
             except BusyError as err:
                 last = err
                 continue

@@ -69,7 +69,8 @@ class WorkerProcess:
         self.started_at = 0.0
         self.eof = False
 
-    def spawn(self, cfg: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def spawn(self, first: tuple[Any, ...], tag: str, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the worker and send it ``first`` (its configuration) before anything else."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
         env["PYTHONPATH"] = child_pythonpath()
@@ -86,8 +87,7 @@ class WorkerProcess:
         self.conn = Connection(parent.detach())
         self.pid = int(self.proc.pid)
         self.started_at = time.monotonic()
-        self.send(("config", cfg))
-        tag = f"{cfg.index}.{self.generation}"
+        self.send(first)
         self.reader = threading.Thread(target=self._read, args=(loop,), daemon=True,
                                        name=f"codecd-engine-rd-{tag}")
         self.writer = threading.Thread(target=self._write, daemon=True,

@@ -14,13 +14,13 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..worker import WorkerConfig
+from ..wire import StreamOptions
 from .config import EngineConfig
 from .events import (
     ENGINE_RESTARTED,
@@ -108,17 +108,6 @@ class Engine:
         await self._spawn_and_wait()
         self.state = _READY
 
-    def _worker_config(self) -> WorkerConfig:
-        c = self.config
-        return WorkerConfig(models=dict(c.models), device=self.device, n_threads=c.n_threads,
-                            max_streams=c.max_streams, max_batch=c.max_batch,
-                            stream_chunk_frames=c.stream_chunk_frames,
-                            batch_bucket=c.batch_bucket, warm_buckets=c.warm_buckets,
-                            gather_ms=c.gather_ms, parent_pid=os.getpid(), index=self.index,
-                            debug_commands=c.debug_commands, voices=dict(c.voices),
-                            flow_first_chunk=c.flow_first_chunk, flow_chunk=c.flow_chunk,
-                            flow_steps=c.flow_steps, flow_precision=c.flow_precision)
-
     async def _spawn_and_wait(self) -> None:
         loop = self._loop
         assert loop is not None
@@ -126,7 +115,8 @@ class Engine:
         self._ready = loop.create_future()
         self._h = h
         t0 = time.monotonic()
-        h.spawn(self._worker_config(), loop)
+        h.spawn(("config", self.config.to_json(), self.device, self.index, os.getpid()),
+                f"{self.index}.{h.generation}", loop)
         try:
             info = await asyncio.wait_for(asyncio.shield(self._ready),
                                           self.config.start_timeout_s)
@@ -206,11 +196,13 @@ class Engine:
         return mi
 
     def open(self, key: Hashable, model: str, *, noise: bool = False, seed: int | None = 0,
-             latency: str = "exact", voice: str | None = None) -> None:
+             latency: str = "exact", voice: str | None = None,
+             options: Mapping[str, Any] | None = None) -> None:
         """Open a stream; an :class:`Opened` event (or a StreamError) follows.
 
         ``latency``: "exact" (equal to offline) or "low" (a shorter lookahead
-        finalized by a crossfade: codecrt.LowLatencyStream)."""
+        finalized by a crossfade, where the model's family has one); ``voice``: for
+        models that need one; ``options``: the model family's own (its ``StreamPlan``)."""
         if key in self._streams:
             raise DuplicateStreamError(f"stream {key!r} is already open")
         mi = self.model_info(model)
@@ -223,7 +215,8 @@ class Engine:
                             f"of {model!r} are taken")
         rec = self._streams.add(key, model, mi["level_strides"], int(mi["hop_length"]),
                                 int(mi["n_levels"]))
-        h.send(("open", rec.sid, model, bool(noise), int(seed or 0), str(latency), voice))
+        h.send(("open", rec.sid, model, StreamOptions(bool(noise), int(seed or 0), str(latency),
+                                                      voice, dict(options or {}))))
 
     def _rec(self, key: Hashable) -> StreamRecord:
         rec = self._streams.get(key)
