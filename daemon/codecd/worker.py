@@ -8,24 +8,14 @@ never in the daemon. Each model is loaded by its family (``codecd.families``),
 which opens its streams; every stream speaks the one stream protocol
 (``codecrt.CodecStream``), so this loop steps them all alike.
 
-Wire format (``multiprocessing.connection.Connection``, pickled): every message
-in either direction is a *list* of tuples, so one syscall carries a whole
-batch. Commands (parent -> worker)::
-
-    ("open", sid, model, StreamOptions) ("push", sid, [level arrays])
-    ("finish", sid)                     ("cancel", sid)
-    ("probe", token)                    ("stats", token)
-    ("stop",)                           ("_crash", how)   # tests only (debug_commands)
-    ("config", EngineConfig JSON, device, index, parent_pid)   # first message only
-
-Events (worker -> parent)::
-
-    ("ready", info)                     ("failed", message)        # start-up
-    ("opened", sid, latency_samples, sample_rate, chunk_frames)
-    ("audio", sid, pcm_f32_bytes)       ("done", sid, total_samples)
-    ("error", sid, code, message)       # that stream only; its slot is freed
-    ("probe_reply", token)              ("stats", token, dict)
-    ("log", levelno, message)           ("stopped",)
+Wire: :mod:`codecd.wire` packets (typed records with explicit byte layouts, no
+pickle), one batch per syscall each way. The parent's first packet is its hello
+and the configuration (:class:`~codecd.wire.Configure`); this end answers with its
+hello, then ``Ready`` (or ``Failed``). Commands: ``OpenStream``, ``PushCodes``,
+``FinishStream``, ``CancelStream``, ``Probe``, ``StatsRequest``, ``Stop`` (and
+``Crash``, tests only). Events: ``StreamOpened``, ``AudioOut``, ``StreamDone``,
+``StreamFailed`` (that stream only; its slot is freed), ``ProbeReply``, ``Stats``,
+``Log``, ``Stopped``.
 
 ``sid`` is the parent's integer stream id (never reused within a worker), not
 the caller's key. Commands for an unknown ``sid`` (a stream that already failed
@@ -48,13 +38,14 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
 from .engine.config import EngineConfig
 from .families import LoadedModel, StreamRefused, family_for
+from . import wire
 from .wire import StreamOptions
 
 logger = logging.getLogger(__name__)
@@ -111,13 +102,13 @@ def _die_with_parent(parent_pid: int) -> None:
 class _ForwardHandler(logging.Handler):
     """Queues this process's WARNING+ log records as ``log`` events for the parent."""
 
-    def __init__(self, outbox: list[tuple[Any, ...]]) -> None:
+    def __init__(self, outbox: list[wire.Message]) -> None:
         super().__init__(logging.WARNING)
         self.outbox = outbox
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.outbox.append(("log", record.levelno, f"{record.name}: {record.getMessage()}"))
+            self.outbox.append(wire.Log(record.levelno, f"{record.name}: {record.getMessage()}"))
         except Exception:  # never let logging take the worker down
             pass
 
@@ -158,7 +149,12 @@ class Worker:
         self.cfg = cfg
         self.device = device
         self.index = index
-        self.out: list[tuple[Any, ...]] = []
+        self.out: list[wire.Message] = []
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            wire.PushCodes: self._on_push, wire.OpenStream: self._on_open,
+            wire.FinishStream: self._on_finish, wire.CancelStream: self._on_cancel,
+            wire.Probe: self._on_probe, wire.StatsRequest: self._on_stats,
+            wire.Stop: self._on_stop, wire.Crash: self._on_crash}
         self.models: dict[str, _Model] = {}
         self.where: dict[int, _Model] = {}  # sid -> its model
         self.gather_s = max(0.0, cfg.gather_ms) / 1e3
@@ -195,57 +191,73 @@ class Worker:
 
     # ------------------------------------------------------------- commands
 
-    def apply(self, cmd: Sequence[Any]) -> None:
+    def apply(self, cmd: wire.Message) -> None:
         self.commands += 1
-        op = cmd[0]
-        if op == "push":
-            self._push(cmd[1], cmd[2])
-        elif op == "open":
-            self._open(cmd[1], cmd[2], cmd[3])
-        elif op == "finish":
-            self._finish(cmd[1])
-        elif op == "cancel":
-            self._close(cmd[1])
-        elif op == "probe":
-            self.out.append(("probe_reply", cmd[1]))
-        elif op == "stats":
-            self.out.append(("stats", cmd[1], self.stats()))
-        elif op == "stop":
-            self.running = False
-        elif op == "_crash" and self.cfg.debug_commands:
-            _crash(str(cmd[1]))
+        handler = self._handlers.get(type(cmd))
+        if handler is None:
+            logger.warning("unexpected command %s", type(cmd).__name__)
         else:
-            logger.warning("unknown command %r", op)
+            handler(cmd)
+
+    def _on_push(self, m: wire.PushCodes) -> None:
+        self._push(m.sid, m.levels)
+
+    def _on_open(self, m: wire.OpenStream) -> None:
+        self._open(m.sid, m.model, m.options)
+
+    def _on_finish(self, m: wire.FinishStream) -> None:
+        self._finish(m.sid)
+
+    def _on_cancel(self, m: wire.CancelStream) -> None:
+        self._close(m.sid)
+
+    def _on_probe(self, m: wire.Probe) -> None:
+        self.out.append(wire.ProbeReply(m.token))
+
+    def _on_stats(self, m: wire.StatsRequest) -> None:
+        self.out.append(wire.Stats(m.token, self.stats()))
+
+    def _on_stop(self, m: wire.Stop) -> None:
+        self.running = False
+
+    def _on_crash(self, m: wire.Crash) -> None:
+        if self.cfg.debug_commands:
+            _crash(m.how)
+        else:
+            logger.warning("crash command refused (debug_commands is off)")
 
     def _fail(self, sid: int, code: str, message: str) -> None:
         m = self.where.get(sid)
         if m is not None:
             m.streams_failed += 1
         self._close(sid)
-        self.out.append(("error", sid, code, message))
+        self.out.append(wire.StreamFailed(sid, code, message))
 
     def _open(self, sid: int, model: str, options: StreamOptions) -> None:
         import codecrt
 
         m = self.models.get(model)
         if m is None:
-            self.out.append(("error", sid, "unknown_model", f"model {model!r} is not loaded"))
+            self.out.append(wire.StreamFailed(sid, "unknown_model",
+                                              f"model {model!r} is not loaded"))
             return
         if sid in self.where:
-            self.out.append(("error", sid, "duplicate_stream", f"stream {sid} is already open"))
+            self.out.append(wire.StreamFailed(sid, "duplicate_stream",
+                                              f"stream {sid} is already open"))
             return
         try:
             stream, latency = m.lm.open_stream(options)
         except StreamRefused as e:
-            self.out.append(("error", sid, e.code, e.message))
+            self.out.append(wire.StreamFailed(sid, e.code, e.message))
             return
         except codecrt.CodecrtError as e:
-            self.out.append(("error", sid, error_code_for(e), str(e)))
+            self.out.append(wire.StreamFailed(sid, error_code_for(e), str(e)))
             return
         m.streams[sid] = _Stream(sid, stream)
         m.streams_opened += 1
         self.where[sid] = m
-        self.out.append(("opened", sid, latency, m.lm.model.info.sample_rate, m.lm.chunk_frames))
+        self.out.append(wire.StreamOpened(sid, latency, m.lm.model.info.sample_rate,
+                                          m.lm.chunk_frames))
 
     def _push(self, sid: int, levels: Sequence[Any]) -> None:
         import codecrt
@@ -327,10 +339,10 @@ class Worker:
         s = st.stream
         pcm = s.pull()
         if pcm.size:
-            self.out.append(("audio", st.sid, pcm.tobytes()))
+            self.out.append(wire.AudioOut(st.sid, pcm))
         stats = s.stats
         if stats.done:
-            self.out.append(("done", st.sid, stats.total_samples))
+            self.out.append(wire.StreamDone(st.sid, stats.total_samples))
             m.streams_done += 1
             self._close(st.sid)
         elif not stats.ready:
@@ -361,7 +373,7 @@ class Worker:
         for _ in range(_MAX_DRAIN):
             if not self.conn.poll(0):
                 return
-            for cmd in self.conn.recv():
+            for cmd in wire.decode(self.conn.recv_bytes()):
                 self.apply(cmd)
                 if not self.running:
                     return
@@ -369,7 +381,7 @@ class Worker:
     def flush(self) -> None:
         if self.out:
             out, self.out = self.out, []
-            self.conn.send(out)
+            self.conn.send_bytes(wire.encode(out))
 
     def loop(self) -> None:
         while self.running:
@@ -449,20 +461,40 @@ def _crash(how: str) -> None:
 
 
 def serve_fd(fd: int) -> None:
-    """Process entry point: serve the parent on the connected socket ``fd``."""
+    """Process entry point: serve the parent on the connected socket ``fd``.
+
+    The first packet is the parent's hello and the configuration; a parent of another
+    wire version is answered with this end's hello and ``Failed``."""
     conn = Connection(fd)
     try:
-        first = conn.recv()
+        first = wire.decode(conn.recv_bytes())
     except (EOFError, OSError):
         os._exit(EXIT_START_FAILED)
-    if not first or first[0][0] != "config" or not isinstance(first[0][1], str):
+    except wire.WireError as e:
+        _refuse(conn, f"unreadable first packet: {e}")
+    try:
+        rest = wire.check_hello(first)
+    except wire.VersionError as e:
+        _refuse(conn, str(e))
+    if not rest or not isinstance(rest[0], wire.Configure):
+        _refuse(conn, "the first packet has no configuration")
+    c = rest[0]
+    try:
+        cfg = EngineConfig.from_json(c.config)
+    except ValueError as e:
+        _refuse(conn, f"bad engine configuration: {e}")
+    main(conn, cfg, c.device, c.index, c.parent_pid, rest[1:])
+
+
+def _refuse(conn: Connection, message: str) -> NoReturn:
+    try:
+        conn.send_bytes(wire.encode([wire.Hello(), wire.Failed(message)]))
+    finally:
         os._exit(EXIT_START_FAILED)
-    _, config, device, index, parent_pid = first[0]
-    main(conn, EngineConfig.from_json(config), device, index, parent_pid, first[1:])
 
 
 def main(conn: Connection, cfg: EngineConfig, device: str, index: int, parent_pid: int,
-         pending: Sequence[Any] = ()) -> None:
+         pending: Sequence[wire.Message] = ()) -> None:
     """Load, warm up, report ready, then run the loop until ``stop`` (or the parent goes)."""
     _die_with_parent(parent_pid)
     # the daemon decides when we stop: Ctrl-C in a terminal and systemd's SIGTERM to
@@ -470,6 +502,7 @@ def main(conn: Connection, cfg: EngineConfig, device: str, index: int, parent_pi
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     w = Worker(conn, cfg, device, index)
+    w.out.append(wire.Hello())
     root = logging.getLogger()
     root.addHandler(_ForwardHandler(w.out))
     if root.level > logging.WARNING or root.level == logging.NOTSET:
@@ -478,21 +511,26 @@ def main(conn: Connection, cfg: EngineConfig, device: str, index: int, parent_pi
         info = w.load()
     except Exception as e:  # codecrt errors, bad paths, bad device: the parent reports it
         try:
-            conn.send([("failed", f"{type(e).__name__}: {e}")])
+            w.out.append(wire.Failed(f"{type(e).__name__}: {e}"))
+            w.flush()
         finally:
             os._exit(EXIT_START_FAILED)
-    w.out.append(("ready", info))
+    w.out.append(wire.Ready(info))
     w.flush()
     try:
-        for cmd in pending:  # commands that came with the config
+        for cmd in pending:  # commands that came with the configuration
             w.apply(cmd)
         w.flush()
         w.loop()
     except (EOFError, OSError):  # the parent went away
         os._exit(0)
+    except wire.WireError as e:  # the parent's bytes are not a packet: a bug; it restarts us
+        logger.error("unreadable command packet: %s", e)
+        w.flush()
+        os._exit(EXIT_START_FAILED)
     w.close()
     try:
-        conn.send([("stopped",)])
+        conn.send_bytes(wire.encode([wire.Stopped()]))
     except OSError:
         pass
     conn.close()

@@ -7,7 +7,8 @@ CUDA state), and, unlike ``multiprocessing``'s spawn context, no re-import of
 the daemon's ``__main__`` in the child (an unguarded main script would run
 again there), no hidden process bookkeeping, and an explicit argv, environment
 (the parent's ``sys.path`` as PYTHONPATH) and fd. ``Connection`` gives the
-length-prefixed framing; a peer that dies mid-message is an ``EOFError``. The
+length-prefixed framing of :mod:`codecd.wire` packets; a peer that dies mid-packet
+is an ``EOFError``. The
 daemon side never blocks its event loop on the pipe: one reader thread hands
 message batches to the loop with ``call_soon_threadsafe`` and one writer thread
 drains a command queue whose depth the engine bounds.
@@ -28,6 +29,8 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
+
+from .. import wire
 
 __all__ = ["WorkerProcess", "child_pythonpath", "describe_exit"]
 
@@ -50,15 +53,17 @@ def child_pythonpath() -> str:
 class WorkerProcess:
     """One incarnation of a worker process: the process, its pipe and its two threads.
 
-    Message batches from the worker (or None at EOF) go to ``on_messages(self, msgs)``
-    on the event loop, in order."""
+    Commands are :mod:`codecd.wire` messages; the writer thread packs whatever is
+    queued into one packet. Each packet from the worker (its messages, or None at
+    EOF or unreadable bytes) goes to ``on_messages(self, msgs)`` on the event loop,
+    in order; the first must start with the worker's hello of this wire version."""
 
     def __init__(self, generation: int, on_messages: Callable[[WorkerProcess, Any], None]) -> None:
         self.on_messages = on_messages
         self.generation = generation
         self.proc: Any = None
         self.conn: Connection | None = None
-        self.queue: queue.SimpleQueue[list[tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self.queue: queue.SimpleQueue[wire.Message | None] = queue.SimpleQueue()
         # commands put (loop thread) and written (writer thread): each counter has one
         # writer, so their difference is a race-free queue depth
         self.n_put = 0
@@ -68,9 +73,10 @@ class WorkerProcess:
         self.pid = 0
         self.started_at = 0.0
         self.eof = False
+        self.wire_error = ""  # why the worker's bytes were not read (another wire version...)
 
-    def spawn(self, first: tuple[Any, ...], tag: str, loop: asyncio.AbstractEventLoop) -> None:
-        """Start the worker and send it ``first`` (its configuration) before anything else."""
+    def spawn(self, first: list[wire.Message], tag: str, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the worker and send it ``first`` (hello, configuration) before anything else."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
         env["PYTHONPATH"] = child_pythonpath()
@@ -87,7 +93,8 @@ class WorkerProcess:
         self.conn = Connection(parent.detach())
         self.pid = int(self.proc.pid)
         self.started_at = time.monotonic()
-        self.send(first)
+        for m in first:
+            self.send(m)
         self.reader = threading.Thread(target=self._read, args=(loop,), daemon=True,
                                        name=f"codecd-engine-rd-{tag}")
         self.writer = threading.Thread(target=self._write, daemon=True,
@@ -103,18 +110,19 @@ class WorkerProcess:
     def queued(self) -> int:
         return self.n_put - self.n_sent
 
-    def send(self, cmd: tuple[Any, ...]) -> None:
+    def send(self, cmd: wire.Message) -> None:
         self.n_put += 1
-        self.queue.put([cmd])
+        self.queue.put(cmd)
 
     def _write(self) -> None:
         conn = self.conn
         assert conn is not None
         while True:
-            batch = self.queue.get()
-            if batch is None:
+            first = self.queue.get()
+            if first is None:
                 return
-            while True:  # coalesce whatever else is queued into one message
+            batch = [first]
+            while True:  # coalesce whatever else is queued into one packet
                 try:
                     more = self.queue.get_nowait()
                 except queue.Empty:
@@ -122,9 +130,9 @@ class WorkerProcess:
                 if more is None:
                     self.queue.put(None)
                     break
-                batch.extend(more)
+                batch.append(more)
             try:
-                conn.send(batch)
+                conn.send_bytes(wire.encode(batch))
             except (OSError, ValueError):  # worker gone (EPIPE) or pipe closed: reader reports
                 return
             finally:
@@ -133,13 +141,19 @@ class WorkerProcess:
     def _read(self, loop: asyncio.AbstractEventLoop) -> None:
         conn = self.conn
         assert conn is not None
+        hello = False
         while True:
+            msgs: list[wire.Message] | None
             try:
-                msgs = conn.recv()
+                msgs = wire.decode(conn.recv_bytes())
+                if not hello:
+                    msgs, hello = wire.check_hello(msgs), True
             except (EOFError, OSError, ValueError):
                 msgs = None
-            except Exception as e:  # a truncated pickle from a worker killed mid-send
-                logger.debug("worker %d: unreadable message: %s", self.pid, e)
+            except Exception as e:  # another wire version (WireError), a bug: never hang
+                self.wire_error = str(e)
+                logger.warning("worker %d: unreadable packet: %s: %s", self.pid,
+                               type(e).__name__, e)
                 msgs = None
             try:
                 loop.call_soon_threadsafe(self.on_messages, self, msgs)

@@ -12,7 +12,42 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["StreamRecord", "StreamTable"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["StreamRecord", "StreamTable", "CodesError", "int32_levels"]
+
+
+class CodesError(ValueError):
+    """Codes the wire cannot carry; ``code`` is the error code the runtime would report."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def int32_levels(levels: Sequence[npt.ArrayLike]) -> list[npt.NDArray[np.int32]]:
+    """Codes as the wire carries them: one 1-D int32 array per level (no copy when they are).
+    CodesError for codes that are not integers, not 1-D, or do not fit int32."""
+    out = []
+    for i, level in enumerate(levels):
+        a = np.asarray(level)
+        if a.dtype != np.int32:
+            if a.size == 0:
+                a = a.astype(np.int32)
+            elif a.dtype.kind not in "iu":
+                raise CodesError("bad_codes", f"codes level {i}: dtype {a.dtype} is not an "
+                                              "integer dtype")
+            else:
+                lo, hi = int(a.min()), int(a.max())
+                if lo < -(2**31) or hi >= 2**31:
+                    raise CodesError("token_range", f"codes level {i}: code "
+                                     f"{lo if lo < -(2**31) else hi} does not fit int32")
+                a = a.astype(np.int32)
+        if a.ndim != 1:
+            raise CodesError("broken_group", "stream codes must be 1-D arrays, one per level")
+        out.append(a)
+    return out
 
 
 @dataclass(eq=False)

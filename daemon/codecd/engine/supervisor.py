@@ -17,10 +17,9 @@ import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
-from ..wire import StreamOptions
+from .. import wire
 from .config import EngineConfig
 from .events import (
     ENGINE_RESTARTED,
@@ -39,7 +38,7 @@ from .events import (
     UnknownStreamError,
 )
 from .process import WorkerProcess, describe_exit
-from .streams import StreamRecord, StreamTable
+from .streams import CodesError, StreamRecord, StreamTable, int32_levels
 
 __all__ = ["Engine"]
 
@@ -76,6 +75,12 @@ class Engine:
         self._failures = 0  # consecutive failed starts / short lives (backoff index)
         self.info: dict[str, Any] = {}
         self.worker_stats: dict[str, Any] = {}
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            wire.AudioOut: self._on_audio, wire.StreamDone: self._on_done,
+            wire.StreamFailed: self._on_failed, wire.StreamOpened: self._on_opened,
+            wire.ProbeReply: self._on_reply, wire.Stats: self._on_reply, wire.Log: self._on_log,
+            wire.Ready: self._on_ready, wire.Failed: self._on_start_failed,
+            wire.Stopped: lambda m: None}
         # metrics
         self.restarts = 0
         self.last_restart_ms: float | None = None
@@ -115,7 +120,8 @@ class Engine:
         self._ready = loop.create_future()
         self._h = h
         t0 = time.monotonic()
-        h.spawn(("config", self.config.to_json(), self.device, self.index, os.getpid()),
+        h.spawn([wire.Hello(), wire.Configure(self.config.to_json(), self.device, self.index,
+                                              os.getpid())],
                 f"{self.index}.{h.generation}", loop)
         try:
             info = await asyncio.wait_for(asyncio.shield(self._ready),
@@ -167,7 +173,7 @@ class Engine:
         self._fail_all(SHUTTING_DOWN, "the engine is shutting down")
         h = self._h
         if h is not None and h.proc is not None:
-            h.send(("stop",))
+            h.send(wire.Stop())
             code = await self._reap(h, self.config.stop_timeout_s)
             if code not in (0, None):
                 logger.warning("engine %d: worker pid %d exited with %s on stop", self.index,
@@ -215,8 +221,8 @@ class Engine:
                             f"of {model!r} are taken")
         rec = self._streams.add(key, model, mi["level_strides"], int(mi["hop_length"]),
                                 int(mi["n_levels"]))
-        h.send(("open", rec.sid, model, StreamOptions(bool(noise), int(seed or 0), str(latency),
-                                                      voice, dict(options or {}))))
+        h.send(wire.OpenStream(rec.sid, model, wire.StreamOptions(
+            bool(noise), int(seed or 0), str(latency), voice, dict(options or {}))))
 
     def _rec(self, key: Hashable) -> StreamRecord:
         rec = self._streams.get(key)
@@ -237,23 +243,23 @@ class Engine:
             self.backpressure_rejections += 1
             raise BackpressureError(f"stream {key!r}: {rec.backlog_frames()} frames waiting to "
                                     f"be decoded (limit {self.config.max_backlog_frames})")
-        arrs = [np.asarray(a) for a in levels]
+        try:
+            arrs = int32_levels(levels)
+        except CodesError as e:  # fails the stream as the runtime would have, as an event
+            self._streams.forget_sid(rec.sid)
+            h.send(wire.CancelStream(rec.sid))
+            assert self._loop is not None
+            self._loop.call_soon(self._emit, StreamError(key, e.code, str(e)))
+            return
         rec.count_codes(arrs)
-        # codes that fit int32 travel as int32; others as they are, for the runtime to report
-        out = []
-        for a in arrs:
-            if a.dtype != np.int32 and a.dtype.kind in "iu" and a.size and \
-                    -(2**31) <= int(a.min()) and int(a.max()) < 2**31:
-                a = a.astype(np.int32)
-            out.append(a)
-        h.send(("push", rec.sid, out))
+        h.send(wire.PushCodes(rec.sid, arrs))
 
     def finish(self, key: Hashable) -> None:
         """No more codes: the tail is decoded, then :class:`Done`."""
         rec = self._rec(key)
         h = self._check_serving()
         rec.finished = True
-        h.send(("finish", rec.sid))
+        h.send(wire.FinishStream(rec.sid))
 
     def cancel(self, key: Hashable) -> None:
         """Drop the stream now and free its slot; no event follows. No-op for an unknown key."""
@@ -262,7 +268,7 @@ class Engine:
             return
         h = self._h
         if h is not None and self.state == _READY:
-            h.send(("cancel", rec.sid))
+            h.send(wire.CancelStream(rec.sid))
 
     async def probe(self, timeout: float = 1.0) -> bool:
         """True when the worker's loop answers within ``timeout``; a worker that does not is
@@ -272,7 +278,7 @@ class Engine:
             return False
         t0 = time.monotonic()
         try:
-            await self._request(h, "probe", timeout)
+            await self._request(h, wire.Probe, timeout)
         except asyncio.TimeoutError:
             if self._h is h and self.state == _READY:
                 logger.error("engine %d: worker pid %d did not answer a probe within %.2f s%s",
@@ -289,16 +295,16 @@ class Engine:
     async def fetch_stats(self, timeout: float = 2.0) -> dict[str, Any]:
         """The worker's own stats (per model: codecrt stats, batches, tick times, queue)."""
         h = self._check_serving()
-        self.worker_stats = await self._request(h, "stats", timeout)
+        self.worker_stats = await self._request(h, wire.StatsRequest, timeout)
         return self.worker_stats
 
-    async def _request(self, h: WorkerProcess, op: str, timeout: float) -> Any:
+    async def _request(self, h: WorkerProcess, request: type[wire.Probe], timeout: float) -> Any:
         assert self._loop is not None
         token = next(self._tokens)
         fut: asyncio.Future[Any] = self._loop.create_future()
         self._waiters[token] = fut
         try:
-            h.send((op, token))
+            h.send(request(token))
             return await asyncio.wait_for(fut, timeout)
         finally:
             self._waiters.pop(token, None)
@@ -317,7 +323,7 @@ class Engine:
     def _crash(self, how: str) -> None:
         """Tests: make the worker die (``abort``, ``segv``, ``exit``) or wedge (``hang``)."""
         h = self._check_serving()
-        h.send(("_crash", how))
+        h.send(wire.Crash(how))
 
     # ------------------------------------------------------------- events
 
@@ -332,56 +338,62 @@ class Engine:
             logger.exception("engine %d: event callback failed on %s", self.index,
                              type(ev).__name__)
 
-    def _on_messages(self, h: WorkerProcess, msgs: list[tuple[Any, ...]] | None) -> None:
-        """Runs on the loop: one batch of worker events, or None for EOF."""
+    def _on_messages(self, h: WorkerProcess, msgs: list[wire.Message] | None) -> None:
+        """Runs on the loop: one packet of worker messages, or None for EOF."""
         if h is not self._h:
             return  # a previous incarnation
         if msgs is None:
             self._on_eof(h)
             return
+        handlers = self._handlers
         for m in msgs:
             try:
-                self._dispatch(m)
+                handlers[type(m)](m)
+            except KeyError:
+                logger.warning("engine %d: unexpected worker message %s", self.index,
+                               type(m).__name__)
             except Exception:
-                logger.exception("engine %d: bad worker event %r", self.index, m[:2])
+                logger.exception("engine %d: bad worker message %s", self.index,
+                                 type(m).__name__)
 
-    def _dispatch(self, m: tuple[Any, ...]) -> None:
-        kind = m[0]
-        if kind == "audio":
-            rec = self._streams.of_sid(m[1])
-            if rec is not None:
-                pcm = np.frombuffer(m[2], dtype=np.float32)
-                rec.samples += int(pcm.size)
-                self._emit(Audio(rec.key, pcm))
-        elif kind == "done":
-            rec = self._forget(m[1])
-            if rec is not None:
-                self._emit(Done(rec.key, int(m[2])))
-        elif kind == "error":
-            rec = self._forget(m[1])
-            if rec is not None:
-                self._emit(StreamError(rec.key, str(m[2]), str(m[3])))
-        elif kind == "opened":
-            rec = self._streams.of_sid(m[1])
-            if rec is not None:
-                self._emit(Opened(rec.key, self.index, int(m[2]), int(m[3]), int(m[4])))
-        elif kind in ("probe_reply", "stats"):
-            fut = self._waiters.get(m[1])
-            if fut is not None and not fut.done():
-                fut.set_result(m[2] if kind == "stats" else True)
-        elif kind == "log":
-            _worker_log.log(int(m[1]), "worker %d (pid %d): %s", self.index, self.pid, m[2])
-        elif kind == "ready":
-            if self._ready is not None and not self._ready.done():
-                self._ready.set_result(m[1])
-        elif kind == "failed":
-            if self._ready is not None and not self._ready.done():
-                self._ready.set_exception(EngineStartError(
-                    f"worker {self.index} on {self.device} failed to start: {m[1]}"))
-        elif kind == "stopped":
-            pass
-        else:
-            logger.warning("engine %d: unknown worker event %r", self.index, kind)
+    def _on_audio(self, m: wire.AudioOut) -> None:
+        rec = self._streams.of_sid(m.sid)
+        if rec is not None:
+            rec.samples += int(m.pcm.size)
+            self._emit(Audio(rec.key, m.pcm))
+
+    def _on_done(self, m: wire.StreamDone) -> None:
+        rec = self._forget(m.sid)
+        if rec is not None:
+            self._emit(Done(rec.key, m.total_samples))
+
+    def _on_failed(self, m: wire.StreamFailed) -> None:
+        rec = self._forget(m.sid)
+        if rec is not None:
+            self._emit(StreamError(rec.key, m.code, m.message))
+
+    def _on_opened(self, m: wire.StreamOpened) -> None:
+        rec = self._streams.of_sid(m.sid)
+        if rec is not None:
+            self._emit(Opened(rec.key, self.index, m.latency_samples, m.sample_rate,
+                              m.chunk_frames))
+
+    def _on_reply(self, m: wire.ProbeReply | wire.Stats) -> None:
+        fut = self._waiters.get(m.token)
+        if fut is not None and not fut.done():
+            fut.set_result(m.stats if isinstance(m, wire.Stats) else True)
+
+    def _on_log(self, m: wire.Log) -> None:
+        _worker_log.log(m.level, "worker %d (pid %d): %s", self.index, self.pid, m.message)
+
+    def _on_ready(self, m: wire.Ready) -> None:
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_result(m.info)
+
+    def _on_start_failed(self, m: wire.Failed) -> None:
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(EngineStartError(
+                f"worker {self.index} on {self.device} failed to start: {m.message}"))
 
     def _forget(self, sid: int) -> StreamRecord | None:
         return self._streams.forget_sid(sid)
@@ -398,9 +410,10 @@ class Engine:
         if self.state in (_CLOSING, _CLOSED):
             return
         if self._ready is not None and not self._ready.done():
-            # died during start-up: start()/the restart loop sees it
+            # died during start-up (or spoke another wire): start()/the restart loop sees it
+            why = f"failed to start: {h.wire_error}" if h.wire_error else "died during start-up"
             self._ready.set_exception(EngineStartError(
-                f"worker {self.index} on {self.device} died during start-up"))
+                f"worker {self.index} on {self.device} {why}"))
             return
         if self.state != _READY:
             return
