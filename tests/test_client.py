@@ -100,8 +100,9 @@ class FakeServer:
                 elif isinstance(a, Close):
                     await ws.close(a.code, a.reason)
                     return False
-                elif isinstance(a, EngineOpen):
+                elif isinstance(a, EngineOpen):  # this engine opens at once
                     pos[a.key] = 0
+                    queue[:0] = sess.on_opened(a.key)
                 elif isinstance(a, EnginePush):
                     n = int(a.levels[2].size) * HOP
                     if n:

@@ -61,7 +61,12 @@ class Harness:
 
     def start(self, sid: str = "a", model: str = "snac_24khz", layout: str = "orpheus_ids",
               **kw) -> list:
-        return self.text(type="start", stream_id=sid, model=model, layout=layout, **kw)
+        """A start, answered by an engine that opens the stream at once."""
+        acts = self.text(type="start", stream_id=sid, model=model, layout=layout, **kw)
+        for a in list(acts):
+            if isinstance(a, EngineOpen):
+                acts += self.s.on_opened(a.key)
+        return acts
 
     def tokens(self, sid: str, toks) -> list:
         return self.text(type="tokens", stream_id=sid, tokens=[int(t) for t in toks])

@@ -171,14 +171,6 @@ def _peer_ip(conn: ServerConnection) -> str:
     return str(ra[0]) if ra else "?"
 
 
-def _stream_of_text(data: str) -> tuple[str | None, str | None]:
-    try:
-        d = json.loads(data)
-    except ValueError:
-        return None, None
-    return d.get("type"), d.get("stream_id")
-
-
 # ------------------------------------------------------------------ pacing
 
 
@@ -586,16 +578,8 @@ class Server:
         assert pool is not None
         sess = conn.session
         followups: list[Action] = []
-        failed_ids: set[str] = set()
         for a in actions:
-            if isinstance(a, SendBinary):
-                if not conn.closing:
-                    conn.out.put_nowait(a.data)
-            elif isinstance(a, SendText):
-                if failed_ids:
-                    typ, sid = _stream_of_text(a.data)
-                    if typ == "started" and sid in failed_ids:
-                        continue
+            if isinstance(a, (SendBinary, SendText)):
                 if not conn.closing:
                     conn.out.put_nowait(a.data)
             elif isinstance(a, EnginePush):
@@ -604,8 +588,7 @@ class Server:
                 try:
                     pool.open(a.key, a.model, noise=a.noise, seed=a.seed, latency=a.latency,
                               voice=a.voice, options=a.options)
-                except EngineError as e:
-                    failed_ids.add(a.key.stream_id)
+                except EngineError as e:  # refused at once: the error is the only answer
                     followups += sess.on_engine_error(a.key, e.code, str(e))
                     continue
                 spec = self.specs[a.model]
@@ -704,8 +687,8 @@ class Server:
             logger.warning("stream %s: engine error %s: %s", key, ev.code, ev.message,
                            extra={"conn": key.session, "stream_id": key.stream_id})
             acts = sess.on_engine_error(key, ev.code, ev.message)
-        else:  # Opened
-            return
+        else:  # Opened: the session answers the start now
+            acts = sess.on_opened(key)
         self._apply(conn, acts)
 
     async def _ticker(self) -> None:

@@ -3,17 +3,21 @@
 A :class:`Session` is fed what the connection receives (:meth:`Session.receive_text`,
 :meth:`Session.receive_binary`, or already parsed messages with
 :meth:`Session.receive`) and what the decode engine reports
-(:meth:`Session.on_audio`, :meth:`Session.on_done`, :meth:`Session.on_engine_error`),
+(:meth:`Session.on_opened`, :meth:`Session.on_audio`, :meth:`Session.on_done`,
+:meth:`Session.on_engine_error`),
 plus a periodic :meth:`Session.tick`. Every call returns a list of *actions* for
 the server shell to carry out, in order: engine commands (:class:`EngineOpen`,
 :class:`EnginePush`, :class:`EngineFinish`, :class:`EngineCancel`) and
 connection output (:class:`SendText`, :class:`SendBinary`, :class:`Close`).
 Nothing here does I/O, sleeps or imports asyncio.
 
-Stream life cycle: ``start`` -> (``EngineOpen``, ``started``) -> tokens
-(``EnginePush`` of whole groups) -> ``end`` (``EngineFinish``) -> engine
-``on_done`` -> ``done``. Every stream ends with exactly one terminal message to
-the client: ``done``, ``cancelled`` or an ``error`` carrying its ``stream_id``.
+Stream life cycle: ``start`` -> ``EngineOpen`` -> engine ``on_opened`` ->
+``started``; tokens (``EnginePush`` of whole groups, accepted before
+``started`` too) -> ``end`` (``EngineFinish``) -> engine ``on_done`` -> ``done``.
+The session owns the order of what the client hears: ``started`` only once the
+engine has the stream (before any audio), a refusal (``busy``, an engine error)
+instead of it, never both. Every stream ends with exactly one terminal message
+to the client: ``done``, ``cancelled`` or an ``error`` carrying its ``stream_id``.
 After that its id is *closed*: tokens, ``end`` and ``cancel`` for it are dropped
 silently (the client may have had them in flight) until a new ``start`` reuses
 it. Engine keys are unique per (session, stream), so late engine results for
@@ -211,6 +215,8 @@ class _Stream:
     takes_levels: bool  # the layout reads ``levels`` (else ``tokens``) of tokens messages
     strides: tuple[int, ...]  # of the levels this stream sends (the plan's)
     codes_per_frame: float
+    started: str = ""  # the ``started`` message, sent once the engine has opened the stream
+    opened: bool = False
     state: str = _OPEN
     ended_at: float = 0.0
     level_codes: list[int] = field(default_factory=list)  # codes pushed per level
@@ -380,15 +386,24 @@ class Session:
 
     # ---------------------------------------------------------------- engine
 
+    def on_opened(self, key: StreamKey) -> list[Action]:
+        """The engine has opened the stream: now the client hears ``started``."""
+        st = self._by_key.get(key)
+        if st is None or st.opened:
+            return []
+        st.opened = True
+        return [SendText(st.started)]
+
     def on_audio(self, key: StreamKey, pcm_f32: npt.ArrayLike) -> list[Action]:
         """Decoded audio (float32, model rate) for a stream; stale keys are ignored."""
         st = self._by_key.get(key)
         if st is None:
             return []
+        acts = [] if st.opened else self.on_opened(key)  # started always comes first
         pcm = np.asarray(pcm_f32, dtype=np.float32).reshape(-1)
         st.samples_in += int(pcm.size)
         data, n = st.converter.feed(pcm)
-        return self._audio_frame(st, data, n)
+        return acts + self._audio_frame(st, data, n)
 
     def on_done(self, key: StreamKey, total_samples: int) -> list[Action]:
         """The engine finished a stream: flush its converter, send ``done``, free it."""
@@ -397,11 +412,12 @@ class Session:
             return []
         if st.state != _ENDING:
             logger.warning("session %d: engine reported %s done before end", self.id, key)
+        acts = [] if st.opened else self.on_opened(key)
         if total_samples != st.samples_in:
             logger.warning("session %d: %s: engine reports %d samples, %d received", self.id,
                            key, total_samples, st.samples_in)
         data, n = st.converter.flush()
-        acts = self._audio_frame(st, data, n)
+        acts += self._audio_frame(st, data, n)
         out = st.converter.samples_out
         acts.append(SendText(encode_done(st.stream_id, out, st.out_rate)))
         self._free(st)
@@ -582,11 +598,11 @@ class Session:
         self.metrics.streams_started += 1
 
         lat_out = int(round(plan.latency_samples * out_rate / spec.sample_rate))
+        st.started = encode_started(sid, out_rate, m.format, lat_out, plan.latency)
         logger.debug("session %d: start %s model=%s layout=%s %s@%d", self.id, key, spec.name,
                      m.layout, m.format, out_rate)
         return [EngineOpen(key, spec.name, noise=m.noise, seed=m.seed, latency=plan.latency,
-                           voice=m.voice, options=dict(plan.options)),
-                SendText(encode_started(sid, out_rate, m.format, lat_out, plan.latency))]
+                           voice=m.voice, options=dict(plan.options))]
 
     # ---------------------------------------------------------------- tokens
 
