@@ -21,11 +21,11 @@ import pytest
 
 from codecd.client import Client, ServerError
 from codecd.engine import child_pythonpath
-from codecd.families import ModelSpec
-from codecd.session import (
+from codecd.actions import (
     Close, EngineCancel, EngineFinish, EngineOpen, EnginePush, SendBinary, SendText,
-    Session, SessionLimits,
 )
+from codecd.families import ModelSpec
+from codecd.session import Session, SessionLimits
 
 ROOT = Path(__file__).resolve().parent.parent
 HOP = 512

@@ -129,7 +129,8 @@ def test_a_family_with_per_stream_levels_plugs_into_the_session(monkeypatch):
 
     import codecd.families as F
     from codecd.families import Family, StreamPlan
-    from codecd.session import EngineOpen, EnginePush, SendText, Session
+    from codecd.actions import EngineOpen, EnginePush, SendText
+    from codecd.session import Session
 
     class PerStream(Family):
         name = "perstream"

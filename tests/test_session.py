@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codecd import protocol as P
-from codecd.families import ModelSpec
-from codecd.session import (
+from codecd.actions import (
     Close,
     EngineCancel,
     EngineFinish,
@@ -19,10 +18,9 @@ from codecd.session import (
     EnginePush,
     SendBinary,
     SendText,
-    Session,
-    SessionLimits,
-    SessionMetrics,
 )
+from codecd.families import ModelSpec
+from codecd.session import Session, SessionLimits, SessionMetrics
 
 SNAC = ModelSpec("snac_24khz", "snac", 24000, 512, 3, (4096, 4096, 4096), (4, 2, 1),
                  layouts=("orpheus_ids", "orpheus", "levels"), latency_samples=1536)

@@ -16,8 +16,9 @@ import pytest
 from conftest import codecrt_or_skip
 from smallmodel import write_small_snac
 
+from codecd.actions import EngineOpen, SendBinary, SendText
 from codecd.families import ModelSpec
-from codecd.session import EngineOpen, SendBinary, SendText, Session
+from codecd.session import Session
 
 SNAC = ModelSpec("snac_24khz", "snac", 24000, 512, 3, (4096,) * 3, (4, 2, 1),
                  layouts=("orpheus_ids", "orpheus", "levels"), latency_samples=1536)

@@ -560,7 +560,8 @@ def _cmd_serve(args) -> int:
     import asyncio
 
     from .config import ConfigError, load_config
-    from .server import run, setup_logging
+    from .logs import setup_logging
+    from .server import run
 
     try:
         cfg = load_config(args.config, args=args)

@@ -5,10 +5,10 @@ A :class:`Session` is fed what the connection receives (:meth:`Session.receive_t
 :meth:`Session.receive`) and what the decode engine reports
 (:meth:`Session.on_opened`, :meth:`Session.on_audio`, :meth:`Session.on_done`,
 :meth:`Session.on_engine_error`),
-plus a periodic :meth:`Session.tick`. Every call returns a list of *actions* for
-the server shell to carry out, in order: engine commands (:class:`EngineOpen`,
-:class:`EnginePush`, :class:`EngineFinish`, :class:`EngineCancel`) and
-connection output (:class:`SendText`, :class:`SendBinary`, :class:`Close`).
+plus a periodic :meth:`Session.tick`. Every call returns a list of *actions*
+(:mod:`codecd.actions`) for the server shell to carry out, in order: engine
+commands (``EngineOpen``, ``EnginePush``, ``EngineFinish``, ``EngineCancel``) and
+connection output (``SendText``, ``SendBinary``, ``Close``).
 Nothing here does I/O, sleeps or imports asyncio.
 
 Stream life cycle: ``start`` -> ``EngineOpen`` -> engine ``on_opened`` ->
@@ -35,12 +35,23 @@ import logging
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Union
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import numpy.typing as npt
 
 from . import __version__
+from .actions import (
+    Action,
+    Close,
+    EngineCancel,
+    EngineFinish,
+    EngineOpen,
+    EnginePush,
+    SendBinary,
+    SendText,
+    StreamKey,
+)
 from .audio import OutputConverter
 from .families import ModelSpec, StreamRefused, family_for, get_layout
 from .families.layout import Assembler, LayoutError
@@ -70,11 +81,7 @@ from .protocol import (
     truncate_reason,
 )
 
-__all__ = [
-    "SessionLimits", "SessionMetrics", "StreamKey", "Session",
-    "EngineOpen", "EnginePush", "EngineFinish", "EngineCancel", "SendText", "SendBinary",
-    "Close", "Action",
-]
+__all__ = ["SessionLimits", "SessionMetrics", "Session"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,76 +130,6 @@ class SessionMetrics:
 
 
 _session_ids = itertools.count(1)
-
-
-@dataclass(frozen=True)
-class StreamKey:
-    """Opaque engine key of one stream of one session (never reused)."""
-
-    session: int
-    serial: int
-    stream_id: str
-
-    def __str__(self) -> str:
-        return f"{self.session}.{self.serial}:{self.stream_id}"
-
-
-# ------------------------------------------------------------------------ actions
-
-
-@dataclass(frozen=True)
-class EngineOpen:
-    key: StreamKey
-    model: str
-    noise: bool = False
-    seed: int | None = None
-    latency: str = "exact"
-    voice: str | None = None
-    #: the model family's own options for the stream (its StreamPlan's)
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, eq=False)
-class EnginePush:
-    """Codes to decode: one int32 array per level of the model, any lengths (may be empty)."""
-
-    key: StreamKey
-    levels: list[npt.NDArray[np.int32]]
-
-
-@dataclass(frozen=True)
-class EngineFinish:
-    """No more codes: decode the rest, then report ``on_done``."""
-
-    key: StreamKey
-
-
-@dataclass(frozen=True)
-class EngineCancel:
-    """Drop the stream (no ``on_done`` expected). Must be a no-op for a key already gone."""
-
-    key: StreamKey
-
-
-@dataclass(frozen=True)
-class SendText:
-    data: str
-
-
-@dataclass(frozen=True)
-class SendBinary:
-    data: bytes
-
-
-@dataclass(frozen=True)
-class Close:
-    """Close the connection with this websocket close code and reason (<= 123 bytes)."""
-
-    code: int
-    reason: str
-
-
-Action = Union[EngineOpen, EnginePush, EngineFinish, EngineCancel, SendText, SendBinary, Close]
 
 
 # ------------------------------------------------------------------------ streams
