@@ -347,11 +347,13 @@ class Engine:
             return
         handlers = self._handlers
         for m in msgs:
-            try:
-                handlers[type(m)](m)
-            except KeyError:
+            handler = handlers.get(type(m))
+            if handler is None:
                 logger.warning("engine %d: unexpected worker message %s", self.index,
                                type(m).__name__)
+                continue
+            try:
+                handler(m)
             except Exception:
                 logger.exception("engine %d: bad worker message %s", self.index,
                                  type(m).__name__)
