@@ -1,9 +1,8 @@
-"""Shared fixtures: import paths, the layouts module, converted random SNAC models."""
+"""Shared fixtures: import paths, the Orpheus layouts module, converted random SNAC models."""
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -34,16 +33,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 def load_layouts():
-    """``codecrt.layouts``; loaded straight from its file when the native module is not built."""
-    try:
-        return importlib.import_module("codecrt.layouts")
-    except ImportError:
-        path = ROOT / "bindings" / "codecrt" / "layouts.py"
-        spec = importlib.util.spec_from_file_location("codecrt_layouts", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules.setdefault("codecrt_layouts", mod)
-        spec.loader.exec_module(mod)
-        return mod
+    """The Orpheus layout functions and the layout errors (``codecd.families.orpheus``; pure
+    numpy, importable without the native module)."""
+    return importlib.import_module("codecd.families.orpheus")
 
 
 @pytest.fixture(scope="session")

@@ -21,10 +21,11 @@ import pytest
 
 from codecd.client import Client, ServerError
 from codecd.engine import child_pythonpath
-from codecd.session import (
-    Close, EngineCancel, EngineFinish, EngineOpen, EnginePush, ModelSpec, SendBinary, SendText,
-    Session, SessionLimits,
+from codecd.actions import (
+    Close, EngineCancel, EngineFinish, EngineOpen, EnginePush, SendBinary, SendText,
 )
+from codecd.families import ModelSpec
+from codecd.session import Session, SessionLimits
 
 ROOT = Path(__file__).resolve().parent.parent
 HOP = 512
@@ -99,8 +100,9 @@ class FakeServer:
                 elif isinstance(a, Close):
                     await ws.close(a.code, a.reason)
                     return False
-                elif isinstance(a, EngineOpen):
+                elif isinstance(a, EngineOpen):  # this engine opens at once
                     pos[a.key] = 0
+                    queue[:0] = sess.on_opened(a.key)
                 elif isinstance(a, EnginePush):
                     n = int(a.levels[2].size) * HOP
                     if n:

@@ -1,4 +1,4 @@
-"""Orpheus code layouts (codecrt.layouts): round trips, known examples, every error path."""
+"""Orpheus code layouts (codecd.families.orpheus): round trips, known examples, every error path."""
 
 from __future__ import annotations
 
@@ -180,16 +180,19 @@ def test_parse_errors(layouts):
         layouts.parse_orpheus_text("1", kind="tokens")
 
 
-def test_layouts_module_is_pure_numpy():
-    """layouts.py imports neither torch nor the native codecrt module."""
+@pytest.mark.parametrize("module", ["layout", "orpheus", "chatterbox"])
+def test_layouts_module_is_pure_numpy(module):
+    """The layout modules import neither torch nor the native codecrt module: only the standard
+    library's basics, numpy and each other."""
     import ast
     from pathlib import Path
 
-    src = (Path(__file__).resolve().parent.parent / "bindings" / "codecrt" / "layouts.py").read_text()
+    src = (Path(__file__).resolve().parent.parent / "daemon" / "codecd" / "families"
+           / f"{module}.py").read_text()
     names = set()
     for node in ast.walk(ast.parse(src)):
         if isinstance(node, ast.Import):
             names |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             names.add((node.module or "").split(".")[0] if node.level == 0 else "." + (node.module or ""))
-    assert names <= {"__future__", "re", "typing", "numpy"}, names
+    assert names <= {"__future__", "re", "typing", "numpy", "abc", "collections", ".layout"}, names

@@ -49,7 +49,12 @@ def test_exact_when_lookahead_covers_latency(codecrt, setup):
     assert np.abs(got - want).max() < 1e-5
 
 
-@pytest.mark.parametrize("lookahead", [0, 1024, 2048, 3072])
+#: relative L2 error bound per lookahead: measured 0.090, 0.040, 0.010, 0.003 (SNAC 24 kHz
+#: reference weights of seed 11, 96 frames of seed-7 codes, crossfade 256), with margin
+ERROR_BOUND = {0: 0.15, 1024: 0.07, 2048: 0.02, 3072: 0.006}
+
+
+@pytest.mark.parametrize("lookahead", sorted(ERROR_BOUND))
 def test_low_latency_error_and_lag(codecrt, setup, lookahead):
     """Smaller lookahead: exact length, lag bounded by lookahead + crossfade, error reported and bounded."""
     ctx, levels, want = setup
@@ -62,5 +67,5 @@ def test_low_latency_error_and_lag(codecrt, setup, lookahead):
     print(f"\nlookahead {lookahead} samples ({1000 * lookahead / 24000:.0f} ms) + crossfade 256: "
           f"relative L2 error {err:.3f}, provisional {ll.provisional_samples} samples, "
           f"max step {step:.3f} (offline {step_ref:.3f})")
-    assert err < 0.5
+    assert err < ERROR_BOUND[lookahead], err
     assert step <= 1.5 * step_ref + 0.05

@@ -26,7 +26,7 @@ pytest.importorskip("gguf")
 from codecd.config import Config, ModelSource  # noqa: E402
 from codecd.convert.random_s3gen import write_random_s3gen  # noqa: E402
 from codecd.server import Server  # noqa: E402
-from codecd.voices import VoiceData, write_voice  # noqa: E402
+from codecd.families.voices import VoiceData, write_voice  # noqa: E402
 
 FIRST, CHUNK = 4, 6
 STEPS = 2  # fewer flow steps than the model's 10: shorter tests, and the setting reaches the worker
@@ -165,7 +165,7 @@ def test_bf16_precision_reaches_the_worker(s3env: dict[str, Any]) -> None:
 
 def test_model_spec_of_s3gen_info():
     """The session's spec of an S3Gen model: levels and chatterbox_ids, its voices, a voice required."""
-    from codecd.server import model_spec
+    from codecd.families import model_spec
 
     info = {"arch": "s3gen", "sample_rate": 24000, "hop_length": 960, "codebook_sizes": [6561],
             "level_strides": [1], "latency_samples": 16320, "needs_voice": True,

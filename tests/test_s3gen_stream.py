@@ -14,7 +14,7 @@ import pytest
 
 import codecrt
 import s3ref
-from codecrt.layouts import ChatterboxIds
+from codecd.families.chatterbox import ChatterboxIds
 
 HOP = 960
 

@@ -10,19 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from codecd import protocol as P
-from codecd.session import (
+from codecd.actions import (
     Close,
     EngineCancel,
     EngineFinish,
     EngineOpen,
     EnginePush,
-    ModelSpec,
     SendBinary,
     SendText,
-    Session,
-    SessionLimits,
-    SessionMetrics,
 )
+from codecd.families import ModelSpec
+from codecd.session import Session, SessionLimits, SessionMetrics
 
 SNAC = ModelSpec("snac_24khz", "snac", 24000, 512, 3, (4096, 4096, 4096), (4, 2, 1),
                  layouts=("orpheus_ids", "orpheus", "levels"), latency_samples=1536)
@@ -61,7 +59,12 @@ class Harness:
 
     def start(self, sid: str = "a", model: str = "snac_24khz", layout: str = "orpheus_ids",
               **kw) -> list:
-        return self.text(type="start", stream_id=sid, model=model, layout=layout, **kw)
+        """A start, answered by an engine that opens the stream at once."""
+        acts = self.text(type="start", stream_id=sid, model=model, layout=layout, **kw)
+        for a in list(acts):
+            if isinstance(a, EngineOpen):
+                acts += self.s.on_opened(a.key)
+        return acts
 
     def tokens(self, sid: str, toks) -> list:
         return self.text(type="tokens", stream_id=sid, tokens=[int(t) for t in toks])
@@ -202,7 +205,7 @@ def test_busy_when_not_admitted():
 
 
 def test_orpheus_ids_to_levels_matches_layouts(layouts):
-    """Complete groups become per-level codes exactly as codecrt.layouts computes them."""
+    """Complete groups become per-level codes exactly as codecd.families.orpheus computes them."""
     h = Harness()
     h.start("a")
     ids = orpheus_ids(5)

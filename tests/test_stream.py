@@ -78,7 +78,7 @@ def test_snac24_orpheus_one_token_at_a_time(codecrt, snac_cases):
 
 def test_snac24_orpheus_groups_split_randomly_with_noise(codecrt, snac_cases):
     """24 kHz, noise on: Orpheus groups split at random points give the offline decode with the same seed."""
-    from codecrt import layouts
+    from codecd.families import orpheus as layouts
 
     case = snac_cases("24khz")
     rng = np.random.default_rng(2)

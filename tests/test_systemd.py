@@ -118,7 +118,7 @@ def test_notify_ready_watchdog_stopping(tmp_path):
         assert "STATUS=" in pings[-1]
         # wedge the worker (SIGSTOP): its probe times out, so the pings stop until the
         # supervisor has killed it and a new worker serves again
-        worker = int(subprocess.run(["pgrep", "-f", "codecd._worker", "-P", str(p.pid)],
+        worker = int(subprocess.run(["pgrep", "-f", "codecd.worker", "-P", str(p.pid)],
                                     capture_output=True, text=True).stdout.split()[0])
         read_until(lambda m: "WATCHDOG=1" in m, 1.0)
         os.kill(worker, signal.SIGSTOP)

@@ -6,16 +6,31 @@
     with codecrt.Model("snac_24khz.gguf") as m, codecrt.Context(m, device="auto") as ctx:
         pcm = ctx.decode([c0, c1, c2])     # float32 [samples]; [B, T_l] levels -> [B, samples]
 
-Errors are typed (see ``codecrt._errors`` for the tree); each carries ``.status``
-and ``.status_name`` of the native ``codecrt_status``.
+Streams (:class:`Stream`, :class:`LowLatencyStream`, :class:`FlowStream`) share
+one interface, :class:`CodecStream`, and :func:`step` advances any mix of them.
+Errors are typed (see ``codecrt._errors`` for the tree); each carries
+``.status`` and ``.status_name`` of the native ``codecrt_status``.
+
+The modules depend on each other in one direction only (no import cycles)::
+
+    _errors, _args            (no native calls)
+    _runtime                  (loads and checks the extension)
+    _model, _voice
+    _contextlike, _streaming  (protocols)
+    _stream, _twostage
+    _context
+    _lowlatency, _flowstream
 """
 
 from __future__ import annotations
 
-from ._core import Context, Model, ModelInfo, Stats, set_ggml_logging, version
-from ._lowlatency import LowLatencyStream
-from ._stream import Stream, StreamInfo
+from ._runtime import set_ggml_logging, version
+from ._model import Model, ModelInfo
 from ._voice import Voice
+from ._streaming import CodecStream, StreamStats, Tick, step
+from ._stream import Stream, StreamInfo
+from ._context import Context, Stats
+from ._lowlatency import LowLatencyStream
 from ._flowstream import FlowStream, FlowTick, step_flows
 from . import _twostage as diag  # noqa: F401  (codecrt.diag.diag_encode(ctx, tokens), ...)
 from ._twostage import noise
@@ -51,13 +66,13 @@ __all__ = [
     "CodeRangeError",
     "CodeShapeError",
     "CodeTypeError",
+    "CodecStream",
     "CodecrtError",
     "ComputeError",
-    "FlowStream",
-    "FlowTick",
-    "step_flows",
     "Context",
     "CorruptModelError",
+    "FlowStream",
+    "FlowTick",
     "HyperparameterError",
     "InputError",
     "LowLatencyStream",
@@ -72,7 +87,9 @@ __all__ = [
     "StateError",
     "Stream",
     "StreamInfo",
+    "StreamStats",
     "TensorError",
+    "Tick",
     "TooLargeError",
     "TruncatedModelError",
     "UnknownArchitectureError",
@@ -81,5 +98,7 @@ __all__ = [
     "diag",
     "noise",
     "set_ggml_logging",
+    "step",
+    "step_flows",
     "version",
 ]

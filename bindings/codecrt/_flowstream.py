@@ -29,18 +29,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ._errors import E_INVALID_ARGUMENT, E_STATE, CodecrtError, _fail
-
-if TYPE_CHECKING:
-    from ._core import Context
-    from ._voice import Voice
+from ._context import Context
+from ._errors import E_INVALID_ARGUMENT, E_STATE, CodecrtError, CodeRangeError, _fail
+from ._native import lib
+from ._streaming import StreamStats, Tick
+from ._twostage import flow_batch, vocode_batch
+from ._voice import Voice
 
 __all__ = ["FlowStream", "FlowTick", "step_flows"]
+
+#: what :func:`step_flows` did (the stream protocol's :class:`Tick`)
+FlowTick = Tick
 
 LOOKAHEAD = 3      # tokens of right context of the encoder's PreLookahead layer
 MEL_CACHE = 8      # mel frames re-vocoded at each boundary (CosyVoice2: 8)
@@ -72,19 +76,91 @@ def _crossfade(n: int) -> npt.NDArray[np.float32]:
     return (0.5 - 0.5 * np.cos(np.pi * (np.arange(n) + 0.5) / n)).astype(np.float32)
 
 
+def step_flows(ctx: Context, streams: Sequence[FlowStream]) -> Tick:
+    """One chunk for every ready stream of ``streams`` (all on ``ctx``, each once), batched.
+
+    Flows of one shape (prompt length, tokens so far, last chunk or not) run as
+    one batch, and vocoder calls of one length as another (at most the
+    context's ``max_batch`` each), so streams in step share each graph; the
+    result of every stream is that of its own ``step()`` up to float rounding.
+    A failed batch is retried stream by stream, so an error stays with its
+    stream. The stepper of :class:`FlowStream` (see :func:`codecrt.step`).
+    """
+    if len({id(fs) for fs in streams}) != len(streams):
+        _fail(E_INVALID_ARGUMENT, "a stream appears twice")
+    for fs in streams:
+        if fs._ctx is not ctx:
+            _fail(E_INVALID_ARGUMENT, "every stream must belong to ctx")
+    plans = {i: c for i, fs in enumerate(streams) if (c := fs._plan()) is not None}
+    errors: dict[int, CodecrtError] = {}
+    mels: dict[int, npt.NDArray[np.float32]] = {}
+    limit = max(1, min(int(lib.CODECRT_MAX_FLOW_BATCH), ctx.max_batch))
+    largest = 0
+
+    def run(group: list[int], batch: Any, single: Any, into: dict[int, Any]) -> None:
+        nonlocal largest
+        for j in range(0, len(group), limit):
+            part = group[j: j + limit]
+            largest = max(largest, len(part))
+            try:
+                for i, r in zip(part, batch(part)):
+                    into[i] = r
+            except CodecrtError:
+                for i in part:  # find whose input failed; the others still get their chunk
+                    try:
+                        into[i] = single(i)
+                    except CodecrtError as e:
+                        errors[i] = e
+
+    by_flow: dict[tuple[object, ...], list[int]] = {}
+    for i, c in plans.items():
+        by_flow.setdefault(streams[i]._flow_key(c), []).append(i)
+    for group in by_flow.values():
+        fs0 = streams[group[0]]
+        run(group,
+            lambda part, fs0=fs0: flow_batch(ctx, np.stack([plans[i].tokens for i in part]),
+                                             [streams[i]._voice for i in part],
+                                             seeds=[streams[i]._seed for i in part], n_steps=fs0._n_steps,
+                                             cfg_rate=fs0._cfg, finalize=plans[part[0]].last),
+            lambda i: ctx.flow(plans[i].tokens, streams[i]._voice, seed=streams[i]._seed,
+                               n_steps=streams[i]._n_steps, cfg_rate=streams[i]._cfg, finalize=plans[i].last),
+            mels)
+
+    voc = {i: streams[i]._vocoder_input(plans[i], mel) for i, mel in mels.items()}
+    outs: dict[int, tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]] = {}
+    by_len: dict[int, list[int]] = {}
+    for i, (mel, _, _) in voc.items():
+        by_len.setdefault(mel.shape[1], []).append(i)
+    for group in by_len.values():
+        run(group,
+            lambda part: zip(*vocode_batch(ctx, np.stack([voc[i][0] for i in part]),
+                                           seeds=[streams[i]._seed for i in part],
+                                           sample_offsets=[voc[i][1] for i in part],
+                                           cache_sources=[voc[i][2] for i in part], return_source=True)),
+            lambda i: ctx.vocode(voc[i][0], seed=streams[i]._seed, sample_offset=voc[i][1],
+                                 cache_source=voc[i][2], return_source=True),
+            outs)
+    for i, (pcm, source) in outs.items():
+        streams[i]._commit(plans[i], voc[i][0], pcm, source)
+    return Tick(len(outs), errors, largest)
+
+
 class FlowStream:
     """``FlowStream(ctx, voice, seed=0, first_chunk=10, chunk=25)``.
 
     ``push(tokens)`` appends speech token ids (0..6560), ``finish()`` ends the
     utterance, ``step()`` decodes one chunk when one is ready (returns whether
     it did), ``pull()`` returns the new final samples. ``n_steps`` /
-    ``cfg_rate`` as for ``Context.decode``.
+    ``cfg_rate`` as for ``Context.decode``. A :class:`codecrt.CodecStream`: its
+    one level of codes is the tokens, and :func:`step_flows` steps many at once.
     """
+
+    stepper = staticmethod(step_flows)
 
     def __init__(self, ctx: Context, voice: Voice, *, seed: int = 0, first_chunk: int = 10, chunk: int = 25,
                  n_steps: int = 0, cfg_rate: float | None = None) -> None:
         info = ctx.model_info
-        if not info.needs_voice or info.n_mels <= 0:
+        if info.n_mels <= 0:
             _fail(E_INVALID_ARGUMENT, f"model '{info.arch}' is not a flow model (use Context.stream)")
         if not (1 <= int(first_chunk) <= 4096 and 1 <= int(chunk) <= 4096):
             _fail(E_INVALID_ARGUMENT, f"first_chunk={first_chunk} and chunk={chunk} must be in [1, 4096]")
@@ -92,11 +168,13 @@ class FlowStream:
         self._seed, self._n_steps, self._cfg = int(seed), int(n_steps), cfg_rate
         self._first, self._chunk = int(first_chunk), int(chunk)
         self._hop = info.mel_hop
+        self._hop_length = info.hop_length
         self._codebook = info.codebook_sizes[0]
         self._tokens: list[int] = []
         self._offset = 0                 # tokens whose audio is decoded
         self._finished = False
         self._done = False
+        self._closed = False
         self._cache_mel: npt.NDArray[np.float32] | None = None     # [80, MEL_CACHE]
         self._cache_source: npt.NDArray[np.float32] | None = None  # [MEL_CACHE * hop]
         self._held: npt.NDArray[np.float32] | None = None          # held-back tail, to crossfade
@@ -107,15 +185,22 @@ class FlowStream:
 
     # ------------------------------------------------------------- input
 
-    def push(self, tokens: npt.ArrayLike) -> None:
+    def push(self, tokens: npt.ArrayLike | Sequence[npt.ArrayLike]) -> None:
+        """Append speech tokens: a 1-D array, or (as every stream takes codes) a sequence
+        of one level's array."""
+        if self._closed:
+            _fail(E_STATE, "the stream is closed")
         if self._finished:
             _fail(E_STATE, "push after finish")
-        t = np.asarray(tokens).reshape(-1)
+        t = np.asarray(tokens)
+        if t.ndim == 2:  # levels: a flow model has one
+            if t.shape[0] != 1:
+                _fail(E_INVALID_ARGUMENT, f"a flow model takes one level of tokens, not {t.shape[0]}")
+            t = t[0]
+        t = t.reshape(-1)
         if t.size and t.dtype.kind not in "iu":
             _fail(E_INVALID_ARGUMENT, f"tokens must be integers, not {t.dtype}")
         if t.size and (int(t.min()) < 0 or int(t.max()) >= self._codebook):
-            from ._errors import CodeRangeError
-
             bad = int(t.min()) if int(t.min()) < 0 else int(t.max())
             raise CodeRangeError(f"token {bad} is outside [0, {self._codebook})")
         self._tokens.extend(int(x) for x in t)
@@ -145,6 +230,30 @@ class FlowStream:
     @property
     def finished(self) -> bool:
         return self._finished
+
+    @property
+    def stats(self) -> StreamStats:
+        done = self._done
+        return StreamStats(len(self._tokens), self._offset,
+                           len(self._tokens) * self._hop_length if done else -1,
+                           self._finished, self.ready, done)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Drop the tokens, caches and pending samples: nothing is ready afterwards. Idempotent."""
+        self._closed = self._done = True
+        self._tokens.clear()
+        self._ready.clear()
+        self._cache_mel = self._cache_source = self._held = None
+
+    def __enter__(self) -> FlowStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _next_hop(self) -> int:
         return self._first if self._offset == 0 else self._chunk
@@ -237,83 +346,3 @@ class FlowStream:
         while self.step():
             pass
         return self.pull()
-
-
-class FlowTick(NamedTuple):
-    """What :func:`step_flows` did: streams advanced, errors by index, the largest batch run."""
-
-    stepped: int
-    errors: dict[int, CodecrtError]
-    largest_batch: int
-
-
-def step_flows(ctx: Context, streams: Sequence[FlowStream]) -> FlowTick:
-    """One chunk for every ready stream of ``streams`` (all on ``ctx``, each once), batched.
-
-    Flows of one shape (prompt length, tokens so far, last chunk or not) run as
-    one batch, and vocoder calls of one length as another (at most the
-    context's ``max_batch`` each), so streams in step share each graph; the
-    result of every stream is that of its own ``step()`` up to float rounding.
-    A failed batch is retried stream by stream, so an error stays with its
-    stream.
-    """
-    from ._native import lib
-    from ._twostage import flow_batch, vocode_batch
-
-    if len({id(fs) for fs in streams}) != len(streams):
-        _fail(E_INVALID_ARGUMENT, "a stream appears twice")
-    for fs in streams:
-        if fs._ctx is not ctx:
-            _fail(E_INVALID_ARGUMENT, "every stream must belong to ctx")
-    plans = {i: c for i, fs in enumerate(streams) if (c := fs._plan()) is not None}
-    errors: dict[int, CodecrtError] = {}
-    mels: dict[int, npt.NDArray[np.float32]] = {}
-    limit = max(1, min(int(lib.CODECRT_MAX_FLOW_BATCH), ctx.max_batch))
-    largest = 0
-
-    def run(group: list[int], batch: Any, single: Any, into: dict[int, Any]) -> None:
-        nonlocal largest
-        for j in range(0, len(group), limit):
-            part = group[j: j + limit]
-            largest = max(largest, len(part))
-            try:
-                for i, r in zip(part, batch(part)):
-                    into[i] = r
-            except CodecrtError:
-                for i in part:  # find whose input failed; the others still get their chunk
-                    try:
-                        into[i] = single(i)
-                    except CodecrtError as e:
-                        errors[i] = e
-
-    by_flow: dict[tuple[object, ...], list[int]] = {}
-    for i, c in plans.items():
-        by_flow.setdefault(streams[i]._flow_key(c), []).append(i)
-    for group in by_flow.values():
-        fs0 = streams[group[0]]
-        run(group,
-            lambda part, fs0=fs0: flow_batch(ctx, np.stack([plans[i].tokens for i in part]),
-                                             [streams[i]._voice for i in part],
-                                             seeds=[streams[i]._seed for i in part], n_steps=fs0._n_steps,
-                                             cfg_rate=fs0._cfg, finalize=plans[part[0]].last),
-            lambda i: ctx.flow(plans[i].tokens, streams[i]._voice, seed=streams[i]._seed,
-                               n_steps=streams[i]._n_steps, cfg_rate=streams[i]._cfg, finalize=plans[i].last),
-            mels)
-
-    voc = {i: streams[i]._vocoder_input(plans[i], mel) for i, mel in mels.items()}
-    outs: dict[int, tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]] = {}
-    by_len: dict[int, list[int]] = {}
-    for i, (mel, _, _) in voc.items():
-        by_len.setdefault(mel.shape[1], []).append(i)
-    for group in by_len.values():
-        run(group,
-            lambda part: zip(*vocode_batch(ctx, np.stack([voc[i][0] for i in part]),
-                                           seeds=[streams[i]._seed for i in part],
-                                           sample_offsets=[voc[i][1] for i in part],
-                                           cache_sources=[voc[i][2] for i in part], return_source=True)),
-            lambda i: ctx.vocode(voc[i][0], seed=streams[i]._seed, sample_offset=voc[i][1],
-                                 cache_source=voc[i][2], return_source=True),
-            outs)
-    for i, (pcm, source) in outs.items():
-        streams[i]._commit(plans[i], voc[i][0], pcm, source)
-    return FlowTick(len(outs), errors, largest)

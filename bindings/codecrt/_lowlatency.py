@@ -24,22 +24,26 @@ docs/streaming.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
+from ._context import Context
 from ._errors import E_INVALID_ARGUMENT, _fail
-
-if TYPE_CHECKING:
-    from ._core import Context
-    from ._stream import Stream
+from ._stream import Stream, step_exact
+from ._streaming import StreamStats
 
 __all__ = ["LowLatencyStream"]
 
 
 class LowLatencyStream:
-    """An exact :class:`Stream` plus provisional samples for a shorter lookahead."""
+    """An exact :class:`Stream` plus provisional samples for a shorter lookahead.
+
+    A :class:`codecrt.CodecStream`: it steps with the exact streams of its context
+    (its runtime stream is :attr:`native`), and :meth:`pull` emits what is due.
+    """
+
+    stepper = staticmethod(step_exact)
 
     def __init__(self, ctx: Context, *, lookahead: int, crossfade: int = 256,
                  noise: bool = False, seed: int = 0) -> None:
@@ -66,6 +70,11 @@ class LowLatencyStream:
     def latency_samples(self) -> int:
         """Output lag behind the last complete pushed frame."""
         return min(self.lookahead, self._latency) + self.crossfade
+
+    @property
+    def native(self) -> Stream:
+        """The exact runtime stream that a tick advances."""
+        return self.stream
 
     def push(self, levels: Sequence[npt.ArrayLike]) -> None:
         """Append codes, as :meth:`Stream.push`."""
@@ -132,10 +141,24 @@ class LowLatencyStream:
         self._final_start += drop
         return out
 
+    def pull(self) -> npt.NDArray[np.float32]:
+        """The samples emitted since the last pull (after ticks): :meth:`collect`."""
+        return self.collect()
+
     @property
     def done(self) -> bool:
         info = self.stream.info
         return info.done and info.total_samples >= 0 and self.emitted >= info.total_samples
+
+    @property
+    def stats(self) -> StreamStats:
+        st = self.stream.stats
+        done = st.done and st.total_samples >= 0 and self.emitted >= st.total_samples
+        return st._replace(done=done)
+
+    @property
+    def closed(self) -> bool:
+        return self.stream.closed
 
     def close(self) -> None:
         self.stream.close()

@@ -15,19 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ._core import _UINT64_MAX, _as_codes, _int_arg, _str
-from ._errors import E_STATE, CodeShapeError, _check, _fail
+from ._args import UINT64_MAX, as_codes, int_arg
+from ._contextlike import ContextLike
+from ._errors import E_INVALID_ARGUMENT, E_STATE, CodeShapeError, _check, _fail
 from ._native import ffi, lib
+from ._runtime import c_str
+from ._streaming import StreamStats, Tick
 
-if TYPE_CHECKING:
-    from ._core import Context
-
-__all__ = ["Stream", "StreamInfo"]
+__all__ = ["Stream", "StreamInfo", "step_native", "step_exact"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,26 @@ class StreamInfo:
     ready: bool
 
 
+def step_native(ctx: ContextLike, streams: Sequence[Stream]) -> int:
+    """One tick of the runtime over ``streams`` (all on ``ctx``), in one graph; how many advanced."""
+    ptrs = ffi.new("codecrt_stream *[]", max(len(streams), 1))
+    for i, s in enumerate(streams):
+        if s._ctx is not ctx:
+            _fail(E_INVALID_ARGUMENT, f"stream {i} belongs to another context")
+        ptrs[i] = s._handle()
+    n = ffi.new("int32_t *")
+    with ctx._lock:
+        _check(lib.codecrt_context_step(ctx._handle(), ptrs, len(streams), n), ctx._last_error)
+    return int(n[0])
+
+
+def step_exact(ctx: ContextLike, streams: Sequence[Any]) -> Tick:
+    """The stepper of exact streams and of the low-latency streams built on them: their
+    runtime streams (``.native``) advance together in one graph."""
+    n = step_native(ctx, [s.native for s in streams])
+    return Tick(n, {}, n)
+
+
 class Stream:
     """One utterance decoded incrementally on a :class:`Context`.
 
@@ -55,19 +75,26 @@ class Stream:
     """
 
     _ptr: Any = None
+    stepper = staticmethod(step_exact)
 
-    def __init__(self, ctx: Context, *, noise: bool = False, seed: int = 0) -> None:
+    def __init__(self, ctx: ContextLike, *, noise: bool = False, seed: int = 0) -> None:
         self._ctx = ctx
         params = ffi.new("codecrt_stream_params *")
         params[0] = lib.codecrt_stream_default_params()
         params.noise = 1 if noise else 0
-        params.seed = _int_arg("seed", seed, 0, _UINT64_MAX)
+        params.seed = int_arg("seed", seed, 0, UINT64_MAX)
         out = ffi.new("codecrt_stream **")
+        self._cinfo = ffi.new("codecrt_stream_info *")  # reused by every query
         with ctx._lock:
             _check(lib.codecrt_stream_init(ctx._handle(), params, out), ctx._last_error)
             self._ptr = out[0]
             ctx._streams.add(self)
         self._n_levels = ctx.model_info.n_levels
+
+    @property
+    def native(self) -> Stream:
+        """The runtime stream that a tick advances: this one."""
+        return self
 
     def _handle(self) -> Any:
         ptr = self._ptr
@@ -77,14 +104,14 @@ class Stream:
 
     def _last_error(self) -> str:
         ptr = self._ptr
-        return "" if ptr is None else _str(lib.codecrt_stream_last_error(ptr))
+        return "" if ptr is None else c_str(lib.codecrt_stream_last_error(ptr))
 
     def push(self, levels: Sequence[npt.ArrayLike]) -> None:
         """Append codes: one 1-D integer array per level, of any lengths (also 0).
 
         Validated whole first: on error nothing is appended.
         """
-        arrs = [_as_codes(level, i) for i, level in enumerate(levels)]
+        arrs = [as_codes(level, i) for i, level in enumerate(levels)]
         if any(a.ndim != 1 for a in arrs):
             raise CodeShapeError("stream codes must be 1-D arrays, one per level")
         n = max(len(arrs), 1)
@@ -118,7 +145,7 @@ class Stream:
     def pull(self, max_samples: int | None = None) -> npt.NDArray[np.float32]:
         """The final samples not pulled yet (at most ``max_samples``), float32."""
         with self._ctx._lock:
-            ready = self._info_locked().samples_ready
+            ready = int(self._info_c().samples_ready)
             n = ready if max_samples is None else min(ready, max(0, int(max_samples)))
             pcm = np.empty(n, dtype=np.float32)
             got = ffi.new("size_t *")
@@ -129,35 +156,45 @@ class Stream:
     def decode_ready(self) -> int:
         """Step this stream alone until it has nothing ready; returns the ticks taken."""
         ticks = 0
-        while self._ctx.step([self]):
+        while step_native(self._ctx, [self]):
             ticks += 1
         return ticks
 
-    def _info_locked(self) -> StreamInfo:
-        info = ffi.new("codecrt_stream_info *")
-        _check(lib.codecrt_stream_get_info(self._handle(), info), self._last_error)
-        return StreamInfo(
-            frames_pushed=int(info.frames_pushed),
-            frames_decoded=int(info.frames_decoded),
-            samples_ready=int(info.samples_ready),
-            samples_pulled=int(info.samples_pulled),
-            total_samples=int(info.total_samples),
-            chunk_frames=int(info.chunk_frames),
-            latency_samples=int(info.latency_samples),
-            slot=int(info.slot),
-            finished=bool(info.finished),
-            done=bool(info.done),
-            ready=bool(info.ready),
-        )
+    def _info_c(self) -> Any:
+        """The native info struct, filled now (valid until the next query; hold the lock)."""
+        _check(lib.codecrt_stream_get_info(self._handle(), self._cinfo), self._last_error)
+        return self._cinfo
 
     @property
     def info(self) -> StreamInfo:
         with self._ctx._lock:
-            return self._info_locked()
+            info = self._info_c()
+            return StreamInfo(
+                frames_pushed=int(info.frames_pushed),
+                frames_decoded=int(info.frames_decoded),
+                samples_ready=int(info.samples_ready),
+                samples_pulled=int(info.samples_pulled),
+                total_samples=int(info.total_samples),
+                chunk_frames=int(info.chunk_frames),
+                latency_samples=int(info.latency_samples),
+                slot=int(info.slot),
+                finished=bool(info.finished),
+                done=bool(info.done),
+                ready=bool(info.ready),
+            )
+
+    @property
+    def stats(self) -> StreamStats:
+        with self._ctx._lock:
+            info = self._info_c()
+            return StreamStats(int(info.frames_pushed), int(info.frames_decoded),
+                               int(info.total_samples), bool(info.finished), bool(info.ready),
+                               bool(info.done))
 
     @property
     def done(self) -> bool:
-        return self.info.done
+        with self._ctx._lock:
+            return bool(self._info_c().done)
 
     @property
     def closed(self) -> bool:

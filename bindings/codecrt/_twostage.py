@@ -8,17 +8,16 @@ reference (unstable API).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ._errors import E_INVALID_ARGUMENT, _check, _fail
+from ._args import float_arg, int_arg
+from ._contextlike import ContextLike
+from ._errors import E_INVALID_ARGUMENT, CodeRangeError, _check, _fail
 from ._native import ffi, lib
-
-if TYPE_CHECKING:
-    from ._core import Context
-    from ._voice import Voice
+from ._voice import Voice, as_voice
 
 __all__ = ["flow", "flow_batch", "vocode", "vocode_batch", "noise", "diag_encode", "diag_estimate", "diag_f0", "diag_source", "diag_hift"]
 
@@ -34,8 +33,6 @@ def _tokens(a: object) -> npt.NDArray[np.int32]:
     if arr.ndim != 1:
         _fail(E_INVALID_ARGUMENT, f"tokens must be 1-D, got shape {arr.shape}")
     if arr.size and (int(arr.min()) < -(2**31) or int(arr.max()) >= 2**31):
-        from ._errors import CodeRangeError
-
         raise CodeRangeError(f"token {int(arr.max()) if int(arr.max()) >= 2**31 else int(arr.min())} "
                              "does not fit int32")
     return np.ascontiguousarray(arr, dtype=np.int32)
@@ -55,7 +52,7 @@ def _f(a: npt.NDArray[Any], kind: str = "float[]") -> Any:
     return ffi.from_buffer(kind, a, require_writable=kind == "float[]" and a.flags.writeable)
 
 
-def flow(ctx: Context, tokens: npt.ArrayLike, voice: Voice, *, seed: int = 0, n_steps: int = 0,
+def flow(ctx: ContextLike, tokens: npt.ArrayLike, voice: Voice, *, seed: int = 0, n_steps: int = 0,
          cfg_rate: float | None = None, finalize: bool = True) -> npt.NDArray[np.float32]:
     toks = _tokens(tokens)
     mels = flow_batch(ctx, toks[None, :], [voice], seeds=[seed], n_steps=n_steps, cfg_rate=cfg_rate,
@@ -63,13 +60,11 @@ def flow(ctx: Context, tokens: npt.ArrayLike, voice: Voice, *, seed: int = 0, n_
     return np.asarray(mels[0], dtype=np.float32)
 
 
-def flow_batch(ctx: Context, tokens: npt.ArrayLike, voices: Sequence[Voice], *, seeds: Sequence[int],
+def flow_batch(ctx: ContextLike, tokens: npt.ArrayLike, voices: Sequence[Voice], *, seeds: Sequence[int],
                n_steps: int = 0, cfg_rate: float | None = None,
                finalize: bool = True) -> npt.NDArray[np.float32]:
     """n flows of the same shape at once: tokens ``[n, n_tokens]``, one voice and seed each
     (the voices' prompts of one length) -> mel ``[n, n_mels, frames]``."""
-    from ._core import _float_arg, _int_arg, _voice_arg
-
     toks = np.asarray(tokens)
     if toks.ndim != 2:
         _fail(E_INVALID_ARGUMENT, f"tokens must be [n, n_tokens], got shape {toks.shape}")
@@ -83,11 +78,11 @@ def flow_batch(ctx: Context, tokens: npt.ArrayLike, voices: Sequence[Voice], *, 
     p = ffi.new("codecrt_flow_params[]", n)
     for k in range(n):
         p[k] = lib.codecrt_flow_default_params()
-        p[k].voice = _voice_arg(voices[k], ctx)._handle()
-        p[k].seed = _int_arg("seed", seeds[k], 0, 2**64 - 1)
-        p[k].n_steps = _int_arg("n_steps", n_steps, 0, 100)
+        p[k].voice = as_voice(voices[k])._handle()
+        p[k].seed = int_arg("seed", seeds[k], 0, 2**64 - 1)
+        p[k].n_steps = int_arg("n_steps", n_steps, 0, 100)
         if cfg_rate is not None:
-            p[k].cfg_rate = _float_arg("cfg_rate", cfg_rate, 0.0, 10.0)
+            p[k].cfg_rate = float_arg("cfg_rate", cfg_rate, 0.0, 10.0)
         p[k].finalize = 1 if finalize else 0
     mel = np.empty(max(per, 1) * n_mels * n, dtype=np.float32)
     n_frames = ffi.new("int32_t *")
@@ -99,7 +94,7 @@ def flow_batch(ctx: Context, tokens: npt.ArrayLike, voices: Sequence[Voice], *, 
     return mel[: n * n_mels * f].reshape(n, n_mels, f)
 
 
-def vocode(ctx: Context, mel: npt.ArrayLike, *, seed: int = 0, sample_offset: int = 0,
+def vocode(ctx: ContextLike, mel: npt.ArrayLike, *, seed: int = 0, sample_offset: int = 0,
            cache_source: npt.ArrayLike | None = None, return_source: bool = False) -> Any:
     info = ctx.model_info
     m = _floats("mel", mel, (info.n_mels or None, None))
@@ -108,13 +103,11 @@ def vocode(ctx: Context, mel: npt.ArrayLike, *, seed: int = 0, sample_offset: in
     return (out[0][0], out[1][0]) if return_source else out[0]
 
 
-def vocode_batch(ctx: Context, mels: npt.ArrayLike, *, seeds: Sequence[int], sample_offsets: Sequence[int],
+def vocode_batch(ctx: ContextLike, mels: npt.ArrayLike, *, seeds: Sequence[int], sample_offsets: Sequence[int],
                  cache_sources: Sequence[npt.ArrayLike | None] | None = None, return_source: bool = False) -> Any:
     """n vocoder calls of the same length at once: mels ``[n, n_mels, frames]``, one seed,
     sample offset and optional cache source each -> PCM ``[n, frames * mel_hop]`` (and the
     sources used, same shape, with ``return_source``)."""
-    from ._core import _int_arg
-
     info = ctx.model_info
     m = _floats("mels", mels, (None, info.n_mels or None, None))
     n, n_frames = m.shape[0], m.shape[2]
@@ -130,8 +123,8 @@ def vocode_batch(ctx: Context, mels: npt.ArrayLike, *, seeds: Sequence[int], sam
     items = ffi.new("codecrt_vocode_item[]", n)
     keep = []  # the cache arrays must outlive the call
     for k in range(n):
-        items[k].seed = _int_arg("seed", seeds[k], 0, 2**64 - 1)
-        items[k].sample_offset = _int_arg("sample_offset", sample_offsets[k], 0, 2**63 - 1)
+        items[k].seed = int_arg("seed", seeds[k], 0, 2**64 - 1)
+        items[k].sample_offset = int_arg("sample_offset", sample_offsets[k], 0, 2**63 - 1)
         if caches[k] is not None:
             c = _floats("cache_source", caches[k], (None,))
             keep.append(c)
@@ -161,7 +154,7 @@ def noise(seed: int, site: int, start: int, n: int, *, uniform: bool = False) ->
 # ------------------------------------------------------------ diagnostics
 
 
-def diag_encode(ctx: Context, tokens: npt.ArrayLike) -> npt.NDArray[np.float32]:
+def diag_encode(ctx: ContextLike, tokens: npt.ArrayLike) -> npt.NDArray[np.float32]:
     """tokens [n] -> mu [80, 2n] (the encoder graph alone)."""
     toks = _tokens(tokens)
     mu = np.empty(max(toks.size, 1) * 2 * 80, dtype=np.float32)
@@ -172,7 +165,7 @@ def diag_encode(ctx: Context, tokens: npt.ArrayLike) -> npt.NDArray[np.float32]:
     return mu[: toks.size * 160].reshape(80, 2 * toks.size)
 
 
-def diag_estimate(ctx: Context, x: npt.ArrayLike, mu: npt.ArrayLike, cond: npt.ArrayLike, spks: npt.ArrayLike,
+def diag_estimate(ctx: ContextLike, x: npt.ArrayLike, mu: npt.ArrayLike, cond: npt.ArrayLike, spks: npt.ArrayLike,
                   t: npt.ArrayLike, r: npt.ArrayLike | None = None) -> npt.NDArray[np.float32]:
     """One estimator evaluation: x, mu, cond [B, 80, T], spks [B, 80], t [B] (r [B]) -> [B, 80, T]."""
     xa = _floats("x", x, (None, 80, None))
@@ -192,7 +185,7 @@ def diag_estimate(ctx: Context, x: npt.ArrayLike, mu: npt.ArrayLike, cond: npt.A
     return out
 
 
-def diag_f0(ctx: Context, mel: npt.ArrayLike) -> npt.NDArray[np.float32]:
+def diag_f0(ctx: ContextLike, mel: npt.ArrayLike) -> npt.NDArray[np.float32]:
     """mel [80, T] -> f0 [T] (the F0 predictor graph alone)."""
     m = _floats("mel", mel, (80, None))
     f0 = np.empty(m.shape[1], dtype=np.float32)
@@ -202,7 +195,7 @@ def diag_f0(ctx: Context, mel: npt.ArrayLike) -> npt.NDArray[np.float32]:
     return f0
 
 
-def diag_source(ctx: Context, f0: npt.ArrayLike, phases: npt.ArrayLike,
+def diag_source(ctx: ContextLike, f0: npt.ArrayLike, phases: npt.ArrayLike,
                 noise: npt.ArrayLike) -> npt.NDArray[np.float32]:
     """f0 [T], phases [9], noise [9, T*480] -> harmonic source [T*480] (host code)."""
     fa = _floats("f0", f0, (None,))
@@ -218,7 +211,7 @@ def diag_source(ctx: Context, f0: npt.ArrayLike, phases: npt.ArrayLike,
     return out
 
 
-def diag_hift(ctx: Context, mel: npt.ArrayLike, source: npt.ArrayLike) -> npt.NDArray[np.float32]:
+def diag_hift(ctx: ContextLike, mel: npt.ArrayLike, source: npt.ArrayLike) -> npt.NDArray[np.float32]:
     """mel [80, T], source [T*480] -> PCM [T*480] (the vocoder graph alone, no fade)."""
     m = _floats("mel", mel, (80, None))
     T = m.shape[1]

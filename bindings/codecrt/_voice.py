@@ -15,11 +15,11 @@ import numpy as np
 import numpy.typing as npt
 
 from ._errors import E_INVALID_ARGUMENT, E_STATE, _check, _fail
+from ._model import Model
 from ._native import ffi, lib
+from ._runtime import ERR_SIZE
 
-__all__ = ["Voice"]
-
-_ERR_SIZE = 1024
+__all__ = ["Voice", "as_voice"]
 
 
 def _array(name: str, a: object, dtype: Any, ndim: int) -> npt.NDArray[Any]:
@@ -49,10 +49,8 @@ class Voice:
 
     _ptr: Any = None
 
-    def __init__(self, model: Any, prompt_tokens: npt.ArrayLike, prompt_mel: npt.ArrayLike,
+    def __init__(self, model: Model, prompt_tokens: npt.ArrayLike, prompt_mel: npt.ArrayLike,
                  speaker: npt.ArrayLike, *, name: str = "") -> None:
-        from ._core import Model
-
         if not isinstance(model, Model):
             _fail(E_INVALID_ARGUMENT, f"model must be a codecrt.Model, not {type(model).__name__}")
         toks = _array("prompt_tokens", prompt_tokens, np.int32, 1)
@@ -69,9 +67,9 @@ class Voice:
         data.speaker = keep[2]
         data.speaker_dim = spk.shape[0]
         out = ffi.new("codecrt_voice **")
-        err = ffi.new("char[]", _ERR_SIZE)
+        err = ffi.new("char[]", ERR_SIZE)
         with model._lock:
-            status = lib.codecrt_voice_init(model._handle(), data, out, err, _ERR_SIZE)
+            status = lib.codecrt_voice_init(model._handle(), data, out, err, ERR_SIZE)
         del keep
         _check(status, lambda: ffi.string(err).decode("utf-8", "replace"))
         self._ptr = out[0]
@@ -110,3 +108,10 @@ class Voice:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self.n_prompt_tokens} prompt tokens"
         return f"<codecrt.Voice {self.name or '?'} ({state})>"
+
+
+def as_voice(voice: object) -> Voice:
+    """``voice`` when it is a :class:`Voice`; InputError otherwise."""
+    if not isinstance(voice, Voice):
+        _fail(E_INVALID_ARGUMENT, f"voice must be a codecrt.Voice, not {type(voice).__name__}")
+    return voice

@@ -41,6 +41,7 @@ from typing import Sequence
 import numpy as np
 
 from . import __version__
+from .families import orpheus
 
 PROG = "codecd"
 RESERVED = ("stream", "play", "voice")  # serve: implemented (codecd.server)
@@ -59,26 +60,6 @@ def _import_codecrt():
     except ImportError as e:
         raise RuntimeError(f"the codecrt runtime is not available ({e}); build and install the bindings") from None
     return codecrt
-
-
-def _layouts():
-    """codecrt.layouts; loaded from its file when the native codecrt module is not importable."""
-    try:
-        from codecrt import layouts
-        return layouts
-    except ImportError:
-        pass
-    import importlib.util
-
-    for base in sys.path:
-        p = Path(base or ".") / "codecrt" / "layouts.py"
-        if p.is_file():
-            spec = importlib.util.spec_from_file_location("codecrt_layouts", p)
-            assert spec is not None and spec.loader is not None
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            return mod
-    raise RuntimeError("codecrt.layouts is not available")
 
 
 def write_wav(path: str | os.PathLike, pcm: np.ndarray, sample_rate: int, fmt: str = "s16") -> None:
@@ -140,14 +121,15 @@ def format_info(info, path: str = "") -> str:
 # ------------------------------------------------------------------ codes
 
 
-def _is_orpheus_model(info) -> bool:
+def _takes_orpheus(info) -> bool:
     d = _info_dict(info)
-    return d.get("n_levels") == 3 and tuple(d.get("level_strides", ())) == (4, 2, 1)
+    return orpheus.ORPHEUS.check(int(d.get("n_levels", 0)), tuple(d.get("codebook_sizes", ())),
+                                 tuple(d.get("level_strides", ()))) is None
 
 
 def load_codes(path: str | os.PathLike, layout: str, info=None, *, drop_incomplete: bool = False) -> list[np.ndarray]:
     """Read CODES into per-level int32 arrays (1-D, or 2-D for a batch). Raises UsageError."""
-    L = _layouts()
+    L = orpheus
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"codes file not found: {path}")
@@ -203,7 +185,7 @@ def load_codes(path: str | os.PathLike, layout: str, info=None, *, drop_incomple
         raise UsageError(f"{path}: cannot read codes ({e})") from None
     if levels[0].shape[-1] == 0:
         raise UsageError(f"{path}: no complete group of codes")
-    if info is not None and not _is_orpheus_model(info):
+    if info is not None and not _takes_orpheus(info):
         d = _info_dict(info)
         raise UsageError(f"the Orpheus layout needs a model with 3 levels of strides 4, 2, 1 "
                          f"(this model: {d.get('n_levels')} levels, strides {list(d.get('level_strides', []))})")
@@ -312,7 +294,7 @@ GROUP_SAMPLES_24K = 2048
 def _stream_payload(path: str, layout: str):
     """(wire layout, messages' unit arrays): CODES read like ``decode`` reads them, as the
     token sequence (orpheus layouts) or per-level arrays (levels). Raises UsageError."""
-    L = _layouts()
+    L = orpheus
     suffix = Path(path).suffix.lower()
     if layout == "orpheus-ids":
         layout = "orpheus_ids"
@@ -578,7 +560,8 @@ def _cmd_serve(args) -> int:
     import asyncio
 
     from .config import ConfigError, load_config
-    from .server import run, setup_logging
+    from .logs import setup_logging
+    from .server import run
 
     try:
         cfg = load_config(args.config, args=args)
@@ -627,7 +610,7 @@ def _add_voice(sub) -> None:
 
 
 def _cmd_voice_add(args) -> int:
-    from .voices import VoiceError, VoiceStore
+    from .families.voices import VoiceError, VoiceStore
 
     try:
         path = VoiceStore(args.dir).add(args.name, args.file, replace=args.replace)
@@ -638,7 +621,7 @@ def _cmd_voice_add(args) -> int:
 
 
 def _cmd_voice_list(args) -> int:
-    from .voices import VoiceStore
+    from .families.voices import VoiceStore
 
     store = VoiceStore(args.dir)
     ok, bad = store.load_all()

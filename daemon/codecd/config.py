@@ -57,7 +57,7 @@ class ModelSource:
 
 
 def _default_voices() -> str:
-    from .voices import default_voices_dir
+    from .families.voices import default_voices_dir
 
     return str(default_voices_dir())
 

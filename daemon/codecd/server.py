@@ -10,15 +10,12 @@ Per connection: a reader loop (the websocket handler) and a writer task that
 drains one FIFO of outgoing frames with a per-send deadline (``send_timeout_s``;
 a client that does not read is failed with ``slow_reader``). ``SO_SNDBUF`` is
 capped on each accepted socket and the websockets write buffer is small, so a
-stalled client costs little kernel/user memory. Pacing: a stream's codes are
-handed to the engine at most ``max_ahead_s`` of audio ahead of real time since
-its first push (the rest waits here as codes, ~100x smaller than PCM; the
-session's backlog limit bounds them), so the audio produced and sent is never
-more than that far ahead.
+stalled client costs little kernel/user memory.
 
-Plain HTTP on the same port (``process_request``): ``/healthz``, ``/readyz``,
-``/metrics``; the websocket upgrade is refused with 401 (bearer token), 403
-(Origin) or 503 (not ready, shutting down, connection limits).
+Elsewhere, one concern each: plain HTTP and the upgrade checks
+(:mod:`codecd.http`), the metrics (:mod:`codecd.metrics`), pacing of codes to
+real time (:mod:`codecd.pacing`), logging (:mod:`codecd.logs`), systemd
+(:mod:`codecd.sdnotify`).
 
 Shutdown (:meth:`Server.close`, SIGTERM/SIGINT in :func:`run`): stop accepting,
 refuse new streams (``busy``), let open streams finish within
@@ -31,49 +28,43 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hmac
-import json
 import logging
-import os
 import signal
 import socket
-import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
 import numpy as np
 import numpy.typing as npt
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
 
 from . import __version__
 from .config import Config, resolve_models
 from .engine import Audio, Done, EngineConfig, EngineError, EngineEvent, EnginePool, StreamError
+from .families import ModelSpec, engine_options, model_spec
+from .families.voices import VoiceStore
+from .http import Routes, peer_ip
+from .metrics import ServerMetrics
+from .pacing import PacedStream, Pacer
 from .protocol import ErrorCode, Limits
-from .session import (
+from .sdnotify import sd_notify, systemd_listen_socket, watchdog, watchdog_interval_s
+from .actions import (
     Action,
     Close,
     EngineCancel,
     EngineFinish,
     EngineOpen,
     EnginePush,
-    ModelSpec,
     SendBinary,
     SendText,
-    Session,
-    SessionLimits,
-    SessionMetrics,
     StreamKey,
 )
+from .session import Session, SessionLimits, SessionMetrics
 
-__all__ = ["Server", "run", "systemd_listen_socket", "sd_notify", "setup_logging",
-           "model_spec"]
+__all__ = ["Server", "run"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,151 +73,10 @@ PACE_S = 0.02  # release period of paced codes
 _CLOSE = object()
 
 
-# ------------------------------------------------------------------ helpers
-
-
-def systemd_listen_socket() -> socket.socket | None:
-    """The listening socket passed by systemd socket activation (fd 3), if any."""
-    try:
-        if int(os.environ.get("LISTEN_PID", "0")) != os.getpid():
-            return None
-        if int(os.environ.get("LISTEN_FDS", "0")) < 1:
-            return None
-    except ValueError:
-        return None
-    for k in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
-        os.environ.pop(k, None)  # not inherited by the worker processes
-    s = socket.socket(fileno=3)
-    s.setblocking(False)
-    logger.info("using the socket passed by systemd (fd 3, %s)", s.getsockname())
-    return s
-
-
-def watchdog_interval_s() -> float | None:
-    """Half of systemd's WatchdogSec (WATCHDOG_USEC, for this pid), or None."""
-    usec = os.environ.get("WATCHDOG_USEC")
-    pid = os.environ.get("WATCHDOG_PID")
-    if not usec or (pid and pid != str(os.getpid())):
-        return None
-    try:
-        return max(0.05, int(usec) / 2e6)
-    except ValueError:
-        return None
-
-
-def sd_notify(state: str) -> bool:
-    """Tell systemd ``state`` (``READY=1``, ``STOPPING=1``...) when NOTIFY_SOCKET is set."""
-    addr = os.environ.get("NOTIFY_SOCKET")
-    if not addr:
-        return False
-    if addr.startswith("@"):
-        addr = "\0" + addr[1:]
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-            s.sendto(state.encode(), addr)
-        return True
-    except OSError as e:
-        logger.warning("sd_notify(%s) failed: %s", state, e)
-        return False
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, msg, and any ``extra`` fields."""
-
-    _std = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
-
-    def format(self, record: logging.LogRecord) -> str:
-        d: dict[str, Any] = {"ts": round(record.created, 6), "level": record.levelname.lower(),
-                             "logger": record.name, "msg": record.getMessage()}
-        for k, v in record.__dict__.items():
-            if k not in self._std and not k.startswith("_"):
-                d[k] = v if isinstance(v, (int, float, str, bool, type(None))) else str(v)
-        if record.exc_info:
-            d["exc"] = self.formatException(record.exc_info)
-        return json.dumps(d, ensure_ascii=False)
-
-
-def setup_logging(fmt: str = "text", level: str = "info") -> None:
-    h = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        h.setFormatter(JsonFormatter())
-    else:
-        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [h]
-    root.setLevel(level.upper())
-    logging.getLogger("websockets").setLevel(max(logging.WARNING, root.level))
-
-
 def voice_files(root: str) -> dict[str, str]:
     """Voice name -> file of every voice in the voices directory (none if it does not exist)."""
-    from .voices import VoiceStore
-
     store = VoiceStore(root)
     return {n: str(store.path(n)) for n in store.names()}
-
-
-def model_spec(name: str, info: dict[str, Any]) -> ModelSpec:
-    """The session's view of a model from the worker's model info."""
-    sizes = tuple(int(c) for c in info["codebook_sizes"])
-    strides = tuple(int(s) for s in info["level_strides"])
-    layouts: tuple[str, ...] = ("levels",)
-    needs_voice = bool(info.get("needs_voice", False))
-    if len(strides) == 3 and strides == (4, 2, 1) and min(sizes) >= 4096:
-        layouts = ("orpheus_ids", "orpheus", "levels")
-    elif info.get("arch") == "s3gen":
-        layouts = ("levels", "chatterbox_ids")
-    return ModelSpec(name=name, arch=str(info.get("arch", "")), sample_rate=int(info["sample_rate"]),
-                     hop_length=int(info["hop_length"]), n_levels=len(strides),
-                     codebook_sizes=sizes, level_strides=strides, layouts=layouts,
-                     latency_samples=int(info.get("latency_samples", 0)),
-                     low_latency_samples=None if needs_voice else _low_latency(info),
-                     voices=tuple(info.get("voices", ())), needs_voice=needs_voice,
-                     precision=str(info.get("precision", "f32")))
-
-
-def _low_latency(info: dict[str, Any]) -> int | None:
-    """Latency of a "low" stream (codecrt.LowLatencyStream in the worker), None if not lower."""
-    from ._worker import low_latency_params
-
-    exact = int(info.get("latency_samples", 0))
-    look, fade = low_latency_params(exact)
-    return look + fade if look + fade < exact else None
-
-
-def _peer_ip(conn: ServerConnection) -> str:
-    ra = conn.remote_address
-    return str(ra[0]) if ra else "?"
-
-
-def _stream_of_text(data: str) -> tuple[str | None, str | None]:
-    try:
-        d = json.loads(data)
-    except ValueError:
-        return None, None
-    return d.get("type"), d.get("stream_id")
-
-
-# ------------------------------------------------------------------ pacing
-
-
-@dataclass(eq=False)
-class _Pace:
-    """Codes of one stream not yet handed to the engine (pacing), and its timing."""
-
-    key: StreamKey
-    frames_per_s: float
-    max_stride: int
-    strides: tuple[int, ...]
-    t0: float | None = None
-    frames_pushed: int = 0
-    held: collections.deque[list[npt.NDArray[np.int32]]] = field(
-        default_factory=collections.deque)
-    finish_held: bool = False
-    first_audio: bool = False
-
-
-# ------------------------------------------------------------------ connection
 
 
 @dataclass(eq=False)
@@ -237,88 +87,6 @@ class _Conn:
     out: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     writer: asyncio.Task[None] | None = None
     closing: bool = False
-
-
-# ------------------------------------------------------------------ metrics
-
-
-class _StatsCollector(Collector):
-    """Per-worker engine stats (from the last fetch), session error counters, memory."""
-
-    def __init__(self, server: Server) -> None:
-        self.server = server
-
-    def collect(self) -> Iterable[Any]:
-        s = self.server
-        st = s.pool.stats() if s.pool is not None else {"workers": []}
-        errs = CounterMetricFamily("codecd_errors", "errors sent to clients, by code",
-                                   labels=["code"])
-        for code, n in sorted(s.metrics.errors.items()):
-            errs.add_metric([code], n)
-        yield errs
-        busy = CounterMetricFamily("codecd_busy_refusals", "stream starts refused with busy")
-        busy.add_metric([], s.metrics.errors.get("busy", 0))
-        yield busy
-        sm = CounterMetricFamily("codecd_streams", "streams by outcome", labels=["outcome"])
-        for k in ("started", "done", "cancelled", "failed", "refused"):
-            sm.add_metric([k], getattr(s.metrics, f"streams_{k}"))
-        yield sm
-        restarts = CounterMetricFamily("codecd_worker_restarts", "worker process restarts",
-                                       labels=["worker"])
-        queued = GaugeMetricFamily("codecd_queue_depth", "commands queued for a worker",
-                                   labels=["worker"])
-        up = GaugeMetricFamily("codecd_worker_up", "1 while the worker serves", labels=["worker"])
-        rss = GaugeMetricFamily("codecd_resident_memory_bytes", "resident set size",
-                                labels=["process"])
-        rss.add_metric(["daemon"], _rss(os.getpid()))
-        lab = ["worker", "model"]
-        pend = GaugeMetricFamily("codecd_pending_frames", "frames pushed, not yet decoded", labels=lab)
-        bmax = GaugeMetricFamily("codecd_batch_size_max", "largest batch of one tick", labels=lab)
-        bmean = GaugeMetricFamily("codecd_batch_size_recent", "mean batch of recent ticks", labels=lab)
-        tmean = GaugeMetricFamily("codecd_tick_seconds_mean", "mean tick time (recent)", labels=lab)
-        tmax = GaugeMetricFamily("codecd_tick_seconds_max", "max tick time (recent)", labels=lab)
-        ticks = CounterMetricFamily("codecd_ticks", "decode ticks", labels=lab)
-        graph = CounterMetricFamily("codecd_graph", "runtime graph counters",
-                                    labels=lab + ["counter"])
-        cbuf = GaugeMetricFamily("codecd_compute_buffer_bytes", "compute buffer memory",
-                                 labels=lab + ["backend"])
-        wbytes = GaugeMetricFamily("codecd_weight_bytes", "model weight memory", labels=lab)
-        sbytes = GaugeMetricFamily("codecd_state_bytes", "stream state memory", labels=lab)
-        for w in st["workers"]:
-            wi = str(w["index"])
-            restarts.add_metric([wi], w["restarts"])
-            queued.add_metric([wi], w["queued_commands"])
-            up.add_metric([wi], 1 if w["state"] == "ready" else 0)
-            if w.get("pid"):
-                rss.add_metric([f"worker{wi}"], _rss(int(w["pid"])))
-            for name, m in ((w.get("worker") or {}).get("models") or {}).items():
-                lv = [wi, name]
-                pend.add_metric(lv, m.get("pending_frames", 0))
-                bmax.add_metric(lv, m.get("max_batch_seen", 0))
-                rb = m.get("recent_batches") or []
-                bmean.add_metric(lv, sum(rb) / len(rb) if rb else 0.0)
-                tmean.add_metric(lv, (m.get("tick_ms_mean") or 0.0) / 1e3)
-                tmax.add_metric(lv, (m.get("tick_ms_max") or 0.0) / 1e3)
-                ticks.add_metric(lv, m.get("ticks", 0))
-                c = m.get("codecrt") or {}
-                for k in ("graphs_built", "graphs_reused", "sched_resets", "sched_recreations",
-                          "reservations", "computes", "graph_splits"):
-                    if k in c:
-                        graph.add_metric(lv + [k], c[k])
-                for be, nb in zip(c.get("backends", ()), c.get("compute_buffer_bytes", ())):
-                    cbuf.add_metric(lv + [str(be)], nb)
-                wbytes.add_metric(lv, c.get("weight_bytes", 0))
-                sbytes.add_metric(lv, c.get("state_bytes", 0))
-        yield from (restarts, queued, up, rss, pend, bmax, bmean, tmean, tmax, ticks, graph,
-                    cbuf, wbytes, sbytes)
-
-
-def _rss(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return float(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 # ------------------------------------------------------------------ server
@@ -349,35 +117,36 @@ class Server:
         self.active_streams = 0
         self._conns: dict[int, _Conn] = {}
         self._per_ip: collections.Counter[str] = collections.Counter()
-        self._pace: dict[StreamKey, _Pace] = {}
+        self._pacer = Pacer()
         self._ttfa_t0: dict[Hashable, float] = {}
         self._ws_server: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._close_task: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
         self.session_limits: SessionLimits | None = None
-        self._init_metrics()
+        self.server_metrics = ServerMetrics(self)
+        self._routes = Routes(config, self.server_metrics, self.metrics, ready=self._is_ready,
+                              accepting=lambda: self.ready and not self.draining,
+                              connections=lambda ip: (len(self._conns), self._per_ip[ip]),
+                              refresh_stats=self._refresh_stats)
 
-    # ---------------------------------------------------------------- metrics
+    # ------------------------------------------------------------- state
 
-    def _init_metrics(self) -> None:
-        r = self.registry = CollectorRegistry(auto_describe=False)
-        Gauge("codecd_streams_active", "open streams", registry=r).set_function(
-            lambda: self.active_streams)
-        Gauge("codecd_connections_active", "open websocket connections", registry=r
-              ).set_function(lambda: len(self._conns))
-        Gauge("codecd_ready", "1 when ready to serve", registry=r).set_function(
-            lambda: 1 if self.ready else 0)
-        self.m_ttfa = Histogram("codecd_time_to_first_audio_seconds",
-                                "first codes handed to the engine -> first audio",
-                                buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5),
-                                registry=r)
-        self.m_held = Gauge("codecd_paced_streams", "streams with codes held back by pacing",
-                            registry=r)
-        self.m_conn_refused = Counter("codecd_connections_refused",
-                                      "websocket upgrades refused, by reason", ["reason"],
-                                      registry=r)
-        r.register(_StatsCollector(self))
+    @property
+    def n_connections(self) -> int:
+        return len(self._conns)
+
+    def engine_stats(self) -> dict[str, Any]:
+        return self.pool.stats() if self.pool is not None else {"workers": []}
+
+    async def _refresh_stats(self) -> None:
+        if self.pool is not None:
+            await self.pool.fetch_stats(timeout=1.0)
+
+    def _is_ready(self) -> bool:
+        return (self.ready and not self.draining and self.pool is not None
+                and all(e.serving for e in self.pool.engines))
+
 
     # ---------------------------------------------------------------- start
 
@@ -398,11 +167,10 @@ class Server:
                                    gather_ms=cfg.gather_ms, max_backlog_frames=cfg.max_queued_frames,
                                    warm_buckets=tuple(cfg.batch_buckets) or None,
                                    voices=voice_files(cfg.voices_dir),
-                                   flow_first_chunk=cfg.flow_first_chunk, flow_chunk=cfg.flow_chunk,
-                                   flow_steps=cfg.flow_steps, flow_precision=cfg.flow_precision)
+                                   family_options=engine_options(cfg))
         ekw.update(self._engine_overrides)
         self.pool = EnginePool(EngineConfig(**ekw), cfg.devices, on_event=self._on_event)
-        kw: dict[str, Any] = dict(process_request=self._process_request, compression=None,
+        kw: dict[str, Any] = dict(process_request=self._routes.process_request, compression=None,
                                   max_size=cfg.max_message_bytes, max_queue=64,
                                   write_limit=max(4096, cfg.sndbuf_bytes or 32768),
                                   close_timeout=2.0, ping_interval=20, ping_timeout=20,
@@ -430,7 +198,8 @@ class Server:
         self._tasks.append(asyncio.create_task(self._ticker(), name="codecd-ticker"))
         interval = watchdog_interval_s()
         if interval is not None:
-            self._tasks.append(asyncio.create_task(self._watchdog(interval), name="codecd-watchdog"))
+            self._tasks.append(asyncio.create_task(
+                watchdog(interval, self._healthy(interval), self._status), name="codecd-watchdog"))
         self.ready = True
         for n, s in self.specs.items():
             logger.info("model %s: %s %d Hz, %d levels, layouts %s", n, s.arch, s.sample_rate,
@@ -438,80 +207,13 @@ class Server:
         logger.info("ready: %d worker(s) on %s", len(self.pool.engines), ",".join(cfg.devices))
         sd_notify("READY=1")
 
-    async def _watchdog(self, interval: float) -> None:
-        """WATCHDOG=1 at half of WatchdogSec, from the event loop, and only while the
-        engine workers answer a health probe: a wedged worker or loop stops the pings
-        and systemd restarts the service."""
-        while True:
-            if self.pool is not None and await self.pool.probe(timeout=interval):
-                sd_notify(f"WATCHDOG=1\nSTATUS=streams {self.active_streams}, "
-                          f"devices {','.join(self.config.devices)}")
-            else:
-                logger.warning("watchdog: an engine worker did not answer; not pinging")
-            await asyncio.sleep(interval)
+    def _healthy(self, timeout: float) -> Callable[[], Awaitable[bool]]:
+        async def probe() -> bool:
+            return self.pool is not None and await self.pool.probe(timeout=timeout)
+        return probe
 
-    # ---------------------------------------------------------------- HTTP
-
-    def _http(self, conn: ServerConnection, status: int, body: str,
-              content_type: str = "text/plain; charset=utf-8",
-              extra: dict[str, str] | None = None) -> Response:
-        r = conn.respond(status, body)
-        r.headers["Content-Type"] = content_type
-        for k, v in (extra or {}).items():
-            r.headers[k] = v
-        return r
-
-    async def _process_request(self, conn: ServerConnection, req: Request) -> Response | None:
-        cfg = self.config
-        path = req.path.split("?", 1)[0]
-        if path == "/healthz":
-            return self._http(conn, 200, "ok\n")
-        if path == "/readyz":
-            ok = self._is_ready()
-            return self._http(conn, 200 if ok else 503, "ready\n" if ok else "not ready\n")
-        if path == "/metrics":
-            if self.pool is not None:
-                with contextlib.suppress(Exception):
-                    await self.pool.fetch_stats(timeout=1.0)
-            return self._http(conn, 200, generate_latest(self.registry).decode(),
-                              "text/plain; version=0.0.4; charset=utf-8")
-        if req.headers.get("Upgrade", "").lower() != "websocket":
-            return self._http(conn, 404, "not found\n")
-        if cfg.auth_token is not None:
-            auth = req.headers.get("Authorization", "")
-            scheme, _, tok = auth.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                    tok.strip().encode(), cfg.auth_token.encode()):
-                self.m_conn_refused.labels("unauthorized").inc()
-                self.metrics.errors["unauthorized"] += 1
-                logger.info("refused %s: unauthorized", _peer_ip(conn))
-                return self._http(conn, 401, "unauthorized\n",
-                                  extra={"WWW-Authenticate": 'Bearer realm="codecd"'})
-        origin = req.headers.get("Origin")
-        if origin is not None and cfg.allowed_origins and "*" not in cfg.allowed_origins \
-                and origin not in cfg.allowed_origins:
-            self.m_conn_refused.labels("bad_origin").inc()
-            self.metrics.errors["bad_origin"] += 1
-            logger.info("refused %s: origin %r not allowed", _peer_ip(conn), origin)
-            return self._http(conn, 403, "origin not allowed\n")
-        if self.draining or not self.ready:
-            self.m_conn_refused.labels("not_ready").inc()
-            return self._http(conn, 503, "not ready\n", extra={"Retry-After": "1"})
-        ip = _peer_ip(conn)
-        if len(self._conns) >= cfg.max_connections or self._per_ip[ip] >= cfg.max_connections_per_ip:
-            self.m_conn_refused.labels("too_many_connections").inc()
-            logger.info("refused %s: connection limit", ip)
-            return self._http(conn, 503, "too many connections\n", extra={"Retry-After": "1"})
-        if cfg.sndbuf_bytes:
-            sock = conn.transport.get_extra_info("socket")
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, cfg.sndbuf_bytes)
-        return None
-
-    def _is_ready(self) -> bool:
-        return (self.ready and not self.draining and self.pool is not None
-                and all(e.serving for e in self.pool.engines))
+    def _status(self) -> str:
+        return f"streams {self.active_streams}, devices {','.join(self.config.devices)}"
 
     # ---------------------------------------------------------------- connections
 
@@ -526,7 +228,7 @@ class Server:
 
     async def _handler(self, ws: ServerConnection) -> None:
         assert self.session_limits is not None
-        ip = _peer_ip(ws)
+        ip = peer_ip(ws)
         sess = Session(self.specs, self.session_limits, admit=self._admit,
                        release=self._release, metrics=self.metrics)
         conn = _Conn(ws, sess, ip)
@@ -615,16 +317,8 @@ class Server:
         assert pool is not None
         sess = conn.session
         followups: list[Action] = []
-        failed_ids: set[str] = set()
         for a in actions:
-            if isinstance(a, SendBinary):
-                if not conn.closing:
-                    conn.out.put_nowait(a.data)
-            elif isinstance(a, SendText):
-                if failed_ids:
-                    typ, sid = _stream_of_text(a.data)
-                    if typ == "started" and sid in failed_ids:
-                        continue
+            if isinstance(a, (SendBinary, SendText)):
                 if not conn.closing:
                     conn.out.put_nowait(a.data)
             elif isinstance(a, EnginePush):
@@ -632,24 +326,19 @@ class Server:
             elif isinstance(a, EngineOpen):
                 try:
                     pool.open(a.key, a.model, noise=a.noise, seed=a.seed, latency=a.latency,
-                              voice=a.voice)
-                except EngineError as e:
-                    failed_ids.add(a.key.stream_id)
+                              voice=a.voice, options=a.options)
+                except EngineError as e:  # refused at once: the error is the only answer
                     followups += sess.on_engine_error(a.key, e.code, str(e))
                     continue
                 spec = self.specs[a.model]
-                self._pace[a.key] = _Pace(a.key, spec.sample_rate / spec.hop_length,
-                                          max(spec.level_strides), spec.level_strides)
+                self._pacer.open(a.key, spec.frame_rate, spec.level_strides)
             elif isinstance(a, EngineFinish):
-                ps = self._pace.get(a.key)
-                if ps is not None and ps.held:
-                    ps.finish_held = True
-                else:
+                ps = self._pacer.get(a.key)
+                if ps is None or not ps.hold_finish():
                     self._engine_call(conn, a.key, pool.finish, followups)
             elif isinstance(a, EngineCancel):
                 pool.cancel(a.key)
-                self._pace.pop(a.key, None)
-                self._ttfa_t0.pop(a.key, None)
+                self._forget(a.key)
             elif isinstance(a, Close):
                 if not conn.closing:
                     conn.closing = True
@@ -668,43 +357,31 @@ class Server:
 
     def _push(self, conn: _Conn, key: StreamKey, levels: list[npt.NDArray[np.int32]],
               followups: list[Action]) -> None:
-        ps = self._pace.get(key)
+        ps = self._pacer.get(key)
         if ps is None:
             return
-        if ps.t0 is None:
-            ps.t0 = time.monotonic()
-            self._ttfa_t0[key] = ps.t0
+        now = time.monotonic()
+        if ps.start(now):
+            self._ttfa_t0[key] = now
         if self.config.max_ahead_s <= 0:
             self._engine_call(conn, key, self.pool.push, followups, levels)  # type: ignore[union-attr]
             return
-        ps.held.append(levels)
+        ps.hold(levels)
         self._release_paced(conn, ps, followups)
 
-    def _release_paced(self, conn: _Conn, ps: _Pace, followups: list[Action]) -> None:
+    def _release_paced(self, conn: _Conn, ps: PacedStream, followups: list[Action]) -> None:
+        """Hand the engine what pacing lets go now (and a held ``end`` after it)."""
         pool = self.pool
-        assert pool is not None and ps.t0 is not None
-        allowed = int((time.monotonic() - ps.t0 + self.config.max_ahead_s) * ps.frames_per_s)
-        while ps.held:
-            budget = allowed - ps.frames_pushed
-            if budget <= 0:
-                break
-            arrs = ps.held[0]
-            frames = max((a.size * s for a, s in zip(arrs, ps.strides)), default=0)
-            if frames > budget:
-                f = (budget // ps.max_stride) * ps.max_stride
-                if f <= 0:
-                    break
-                head = [a[: f // s] for a, s in zip(arrs, ps.strides)]
-                ps.held[0] = [a[f // s:] for a, s in zip(arrs, ps.strides)]
-                arrs, frames = head, f
-            else:
-                ps.held.popleft()
-            if not self._engine_call(conn, ps.key, pool.push, followups, arrs):
+        assert pool is not None
+        for arrs in ps.due(time.monotonic(), self.config.max_ahead_s):
+            if not self._engine_call(conn, ps.key, pool.push, followups, arrs):  # type: ignore[arg-type]
                 return
-            ps.frames_pushed += frames
-        if not ps.held and ps.finish_held:
-            ps.finish_held = False
-            self._engine_call(conn, ps.key, pool.finish, followups)
+        if ps.finish_due():
+            self._engine_call(conn, ps.key, pool.finish, followups)  # type: ignore[arg-type]
+
+    def _forget(self, key: StreamKey) -> None:
+        self._pacer.drop(key)
+        self._ttfa_t0.pop(key, None)
 
     # ---------------------------------------------------------------- engine events
 
@@ -719,22 +396,20 @@ class Server:
         if isinstance(ev, Audio):
             t0 = self._ttfa_t0.pop(key, None)
             if t0 is not None:
-                self.m_ttfa.observe(time.monotonic() - t0)
+                self.server_metrics.ttfa.observe(time.monotonic() - t0)
             acts = sess.on_audio(key, ev.pcm)
         elif isinstance(ev, Done):
-            self._pace.pop(key, None)
-            self._ttfa_t0.pop(key, None)
+            self._forget(key)
             acts = sess.on_done(key, ev.total_samples)
             logger.debug("stream %s done", key, extra={"conn": key.session,
                                                         "stream_id": key.stream_id})
         elif isinstance(ev, StreamError):
-            self._pace.pop(key, None)
-            self._ttfa_t0.pop(key, None)
+            self._forget(key)
             logger.warning("stream %s: engine error %s: %s", key, ev.code, ev.message,
                            extra={"conn": key.session, "stream_id": key.stream_id})
             acts = sess.on_engine_error(key, ev.code, ev.message)
-        else:  # Opened
-            return
+        else:  # Opened: the session answers the start now
+            acts = sess.on_opened(key)
         self._apply(conn, acts)
 
     async def _ticker(self) -> None:
@@ -742,18 +417,17 @@ class Server:
         while True:
             now = time.monotonic()
             held = 0
-            if self._pace and self.config.max_ahead_s > 0:
-                for ps in list(self._pace.values()):
-                    if ps.held or ps.finish_held:
-                        conn = self._conns.get(ps.key.session)
-                        if conn is None:
-                            continue
-                        fu: list[Action] = []
-                        self._release_paced(conn, ps, fu)
-                        if fu:
-                            self._apply(conn, fu)
-                        held += bool(ps.held)
-            self.m_held.set(held)
+            if len(self._pacer) and self.config.max_ahead_s > 0:
+                for ps in self._pacer.waiting():
+                    conn = self._conns.get(ps.key.session)  # type: ignore[attr-defined]
+                    if conn is None:
+                        continue
+                    fu: list[Action] = []
+                    self._release_paced(conn, ps, fu)
+                    if fu:
+                        self._apply(conn, fu)
+                    held += bool(ps.held)
+            self.server_metrics.held.set(held)
             if now - last_tick >= TICK_S:
                 last_tick = now
                 for conn in list(self._conns.values()):

@@ -3,17 +3,21 @@
 A :class:`Session` is fed what the connection receives (:meth:`Session.receive_text`,
 :meth:`Session.receive_binary`, or already parsed messages with
 :meth:`Session.receive`) and what the decode engine reports
-(:meth:`Session.on_audio`, :meth:`Session.on_done`, :meth:`Session.on_engine_error`),
-plus a periodic :meth:`Session.tick`. Every call returns a list of *actions* for
-the server shell to carry out, in order: engine commands (:class:`EngineOpen`,
-:class:`EnginePush`, :class:`EngineFinish`, :class:`EngineCancel`) and
-connection output (:class:`SendText`, :class:`SendBinary`, :class:`Close`).
+(:meth:`Session.on_opened`, :meth:`Session.on_audio`, :meth:`Session.on_done`,
+:meth:`Session.on_engine_error`),
+plus a periodic :meth:`Session.tick`. Every call returns a list of *actions*
+(:mod:`codecd.actions`) for the server shell to carry out, in order: engine
+commands (``EngineOpen``, ``EnginePush``, ``EngineFinish``, ``EngineCancel``) and
+connection output (``SendText``, ``SendBinary``, ``Close``).
 Nothing here does I/O, sleeps or imports asyncio.
 
-Stream life cycle: ``start`` -> (``EngineOpen``, ``started``) -> tokens
-(``EnginePush`` of whole groups) -> ``end`` (``EngineFinish``) -> engine
-``on_done`` -> ``done``. Every stream ends with exactly one terminal message to
-the client: ``done``, ``cancelled`` or an ``error`` carrying its ``stream_id``.
+Stream life cycle: ``start`` -> ``EngineOpen`` -> engine ``on_opened`` ->
+``started``; tokens (``EnginePush`` of whole groups, accepted before
+``started`` too) -> ``end`` (``EngineFinish``) -> engine ``on_done`` -> ``done``.
+The session owns the order of what the client hears: ``started`` only once the
+engine has the stream (before any audio), a refusal (``busy``, an engine error)
+instead of it, never both. Every stream ends with exactly one terminal message
+to the client: ``done``, ``cancelled`` or an ``error`` carrying its ``stream_id``.
 After that its id is *closed*: tokens, ``end`` and ``cancel`` for it are dropped
 silently (the client may have had them in flight) until a new ``start`` reuses
 it. Engine keys are unique per (session, stream), so late engine results for
@@ -31,13 +35,26 @@ import logging
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Union
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import numpy.typing as npt
 
 from . import __version__
+from .actions import (
+    Action,
+    Close,
+    EngineCancel,
+    EngineFinish,
+    EngineOpen,
+    EnginePush,
+    SendBinary,
+    SendText,
+    StreamKey,
+)
 from .audio import OutputConverter
+from .families import ModelSpec, StreamRefused, family_for, get_layout
+from .families.layout import Assembler, LayoutError
 from .protocol import (
     DEFAULT_LIMITS,
     FORMATS,
@@ -64,82 +81,12 @@ from .protocol import (
     truncate_reason,
 )
 
-__all__ = [
-    "ModelSpec", "SessionLimits", "SessionMetrics", "StreamKey", "Session",
-    "EngineOpen", "EnginePush", "EngineFinish", "EngineCancel", "SendText", "SendBinary",
-    "Close", "Action", "ORPHEUS_GROUP", "ORPHEUS_TOKEN_BASE", "ORPHEUS_CODEBOOK_SIZE",
-]
+__all__ = ["SessionLimits", "SessionMetrics", "Session"]
 
 logger = logging.getLogger(__name__)
 
-# Orpheus layout (same constants as codecrt.layouts; kept here to avoid the dependency)
-ORPHEUS_GROUP = 7
-ORPHEUS_TOKEN_BASE = 128266
-ORPHEUS_CODEBOOK_SIZE = 4096
-ORPHEUS_LEVEL_STRIDES = (4, 2, 1)
-_POS_LEVEL = np.array([0, 1, 2, 2, 1, 2, 2], dtype=np.int64)
-_ID_OFFSET = ORPHEUS_TOKEN_BASE + np.arange(ORPHEUS_GROUP, dtype=np.int64) * ORPHEUS_CODEBOOK_SIZE
-_EMPTY = np.zeros(0, dtype=np.int32)
-# Chatterbox T3 LM ids (as codecrt.layouts): speech tokens 0..6560 and two control ids
-CHATTERBOX_VOCAB = 6561
-CHATTERBOX_SOS = 6561
-CHATTERBOX_EOS = 6562
-
 
 # ------------------------------------------------------------------ configuration
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What the session needs to know of a loaded model.
-
-    ``level_strides[l]`` is the number of finest-level frames per code of level
-    ``l`` (SNAC 24 kHz: 4, 2, 1); one finest frame is ``hop_length`` samples at
-    ``sample_rate``. ``latency_samples`` is the decoder's look-ahead in exact
-    mode, ``low_latency_samples`` in low mode (None: low mode not offered, a
-    ``latency: low`` start gets exact). ``voices`` empty: the model has none.
-    """
-
-    name: str
-    arch: str
-    sample_rate: int
-    hop_length: int
-    n_levels: int
-    codebook_sizes: tuple[int, ...]
-    level_strides: tuple[int, ...]
-    layouts: tuple[str, ...] = ("levels",)
-    latency_samples: int = 0
-    low_latency_samples: int | None = None
-    voices: tuple[str, ...] = ()
-    needs_voice: bool = False  # every start must name one of ``voices`` (S3Gen)
-    precision: str = "f32"  # of the model's products: "f32", or "bf16" (flow_precision)
-
-    def __post_init__(self) -> None:
-        if len(self.codebook_sizes) != self.n_levels or len(self.level_strides) != self.n_levels:
-            raise ValueError(f"{self.name}: codebook_sizes and level_strides need "
-                             f"{self.n_levels} entries")
-        bad = set(self.layouts) - set(LAYOUTS)
-        if bad:
-            raise ValueError(f"{self.name}: unknown layouts {sorted(bad)}")
-        if set(self.layouts) & {"orpheus", "orpheus_ids"} and (
-                self.n_levels != 3 or tuple(self.level_strides) != ORPHEUS_LEVEL_STRIDES
-                or any(c < ORPHEUS_CODEBOOK_SIZE for c in self.codebook_sizes)):
-            raise ValueError(f"{self.name}: orpheus layouts need 3 levels, strides 4/2/1 and "
-                             f"codebooks of {ORPHEUS_CODEBOOK_SIZE}")
-        if "chatterbox_ids" in self.layouts and (self.n_levels != 1
-                                                 or self.codebook_sizes[0] != CHATTERBOX_VOCAB):
-            raise ValueError(f"{self.name}: the chatterbox_ids layout needs one level of "
-                             f"{CHATTERBOX_VOCAB} codes")
-
-    @property
-    def codes_per_frame(self) -> float:
-        """Codes of all levels per finest-level frame (Orpheus: 7/4)."""
-        return sum(1.0 / s for s in self.level_strides)
-
-    def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "arch": self.arch, "sample_rate": self.sample_rate,
-                "n_levels": self.n_levels, "layouts": list(self.layouts),
-                "voices": list(self.voices), "precision": self.precision}
 
 
 @dataclass(frozen=True)
@@ -185,74 +132,6 @@ class SessionMetrics:
 _session_ids = itertools.count(1)
 
 
-@dataclass(frozen=True)
-class StreamKey:
-    """Opaque engine key of one stream of one session (never reused)."""
-
-    session: int
-    serial: int
-    stream_id: str
-
-    def __str__(self) -> str:
-        return f"{self.session}.{self.serial}:{self.stream_id}"
-
-
-# ------------------------------------------------------------------------ actions
-
-
-@dataclass(frozen=True)
-class EngineOpen:
-    key: StreamKey
-    model: str
-    noise: bool = False
-    seed: int | None = None
-    latency: str = "exact"
-    voice: str | None = None
-
-
-@dataclass(frozen=True, eq=False)
-class EnginePush:
-    """Codes to decode: one int32 array per level of the model, any lengths (may be empty)."""
-
-    key: StreamKey
-    levels: list[npt.NDArray[np.int32]]
-
-
-@dataclass(frozen=True)
-class EngineFinish:
-    """No more codes: decode the rest, then report ``on_done``."""
-
-    key: StreamKey
-
-
-@dataclass(frozen=True)
-class EngineCancel:
-    """Drop the stream (no ``on_done`` expected). Must be a no-op for a key already gone."""
-
-    key: StreamKey
-
-
-@dataclass(frozen=True)
-class SendText:
-    data: str
-
-
-@dataclass(frozen=True)
-class SendBinary:
-    data: bytes
-
-
-@dataclass(frozen=True)
-class Close:
-    """Close the connection with this websocket close code and reason (<= 123 bytes)."""
-
-    code: int
-    reason: str
-
-
-Action = Union[EngineOpen, EnginePush, EngineFinish, EngineCancel, SendText, SendBinary, Close]
-
-
 # ------------------------------------------------------------------------ streams
 
 
@@ -269,26 +148,29 @@ class _Stream:
     converter: OutputConverter
     admitted: bool
     last_input: float
+    assembler: Assembler  # the layout's: tokens -> per-level codes
+    takes_levels: bool  # the layout reads ``levels`` (else ``tokens``) of tokens messages
+    strides: tuple[int, ...]  # of the levels this stream sends (the plan's)
+    codes_per_frame: float
+    started: str = ""  # the ``started`` message, sent once the engine has opened the stream
+    opened: bool = False
     state: str = _OPEN
     ended_at: float = 0.0
-    n_tokens: int = 0  # orpheus: audio tokens accepted so far (incl. the partial group)
-    partial: npt.NDArray[np.int32] = field(default_factory=lambda: _EMPTY)
     level_codes: list[int] = field(default_factory=list)  # codes pushed per level
     tokens_accepted: int = 0
     samples_in: int = 0  # model-rate samples from the engine
     seq: int = 0
-    lm_ended: bool = False  # chatterbox_ids: the stop-of-speech id arrived (the stream is ending)
 
     @property
     def stream_id(self) -> str:
         return self.start.stream_id
 
     def frames_pushed(self) -> int:
-        return max((c * s for c, s in zip(self.level_codes, self.spec.level_strides)), default=0)
+        return max((c * s for c, s in zip(self.level_codes, self.strides)), default=0)
 
     def pending_tokens(self) -> float:
         decoded_frames = self.samples_in / self.spec.hop_length
-        return self.tokens_accepted - decoded_frames * self.spec.codes_per_frame
+        return self.tokens_accepted - decoded_frames * self.codes_per_frame
 
 
 class _Fail(Exception):
@@ -348,7 +230,7 @@ class Session:
         pl = self.limits.protocol
         return {
             "server": f"codecd/{__version__}",
-            "models": [m.describe() for m in self.models.values()],
+            "models": [family_for(m.arch, generic=True).describe(m) for m in self.models.values()],
             "formats": list(FORMATS),
             "layouts": list(LAYOUTS),
             "limits": {
@@ -441,15 +323,24 @@ class Session:
 
     # ---------------------------------------------------------------- engine
 
+    def on_opened(self, key: StreamKey) -> list[Action]:
+        """The engine has opened the stream: now the client hears ``started``."""
+        st = self._by_key.get(key)
+        if st is None or st.opened:
+            return []
+        st.opened = True
+        return [SendText(st.started)]
+
     def on_audio(self, key: StreamKey, pcm_f32: npt.ArrayLike) -> list[Action]:
         """Decoded audio (float32, model rate) for a stream; stale keys are ignored."""
         st = self._by_key.get(key)
         if st is None:
             return []
+        acts = [] if st.opened else self.on_opened(key)  # started always comes first
         pcm = np.asarray(pcm_f32, dtype=np.float32).reshape(-1)
         st.samples_in += int(pcm.size)
         data, n = st.converter.feed(pcm)
-        return self._audio_frame(st, data, n)
+        return acts + self._audio_frame(st, data, n)
 
     def on_done(self, key: StreamKey, total_samples: int) -> list[Action]:
         """The engine finished a stream: flush its converter, send ``done``, free it."""
@@ -458,11 +349,12 @@ class Session:
             return []
         if st.state != _ENDING:
             logger.warning("session %d: engine reported %s done before end", self.id, key)
+        acts = [] if st.opened else self.on_opened(key)
         if total_samples != st.samples_in:
             logger.warning("session %d: %s: engine reports %d samples, %d received", self.id,
                            key, total_samples, st.samples_in)
         data, n = st.converter.flush()
-        acts = self._audio_frame(st, data, n)
+        acts += self._audio_frame(st, data, n)
         out = st.converter.samples_out
         acts.append(SendText(encode_done(st.stream_id, out, st.out_rate)))
         self._free(st)
@@ -613,14 +505,10 @@ class Session:
         if m.layout not in spec.layouts:
             return refuse(ErrorCode.BAD_LAYOUT, f"model {spec.name!r} takes layouts "
                                                 f"{', '.join(spec.layouts)}, not {m.layout!r}")
-        if m.voice is not None and m.voice not in spec.voices:
-            return refuse(ErrorCode.UNKNOWN_VOICE,
-                          f"model {spec.name!r} has no voice {m.voice!r}; voices: "
-                          f"{', '.join(spec.voices) or 'none'}")
-        if m.voice is None and spec.needs_voice:
-            return refuse(ErrorCode.UNKNOWN_VOICE,
-                          f"model {spec.name!r} needs a voice: start with \"voice\": one of "
-                          f"{', '.join(spec.voices) or 'none (the server has no voices)'}")
+        try:
+            plan = family_for(spec.arch, generic=True).plan_stream(spec, m)
+        except StreamRefused as e:
+            return refuse(ErrorCode(e.code), e.message)
         out_rate = m.sample_rate or (MULAW_DEFAULT_RATE if m.format == "mulaw"
                                      else spec.sample_rate)
         try:
@@ -632,23 +520,26 @@ class Session:
             return refuse(ErrorCode.BUSY, "server is at its stream limit; retry later")
 
         key = StreamKey(self.id, next(self._serial), sid)
+        layout = get_layout(m.layout)
+        n = plan.n_levels or spec.n_levels  # the levels this stream sends
+        strides = spec.level_strides[:n]
         st = _Stream(key=key, start=m, spec=spec, out_rate=out_rate, converter=conv,
-                     admitted=True, last_input=self.clock(), level_codes=[0] * spec.n_levels)
+                     admitted=True, last_input=self.clock(),
+                     assembler=layout.assembler(spec.codebook_sizes[:n], strides),
+                     takes_levels=layout.takes_levels, strides=strides,
+                     codes_per_frame=sum(1.0 / s for s in strides), level_codes=[0] * n)
         self._streams[sid] = st
         self._by_key[key] = st
         self._closed_ids.pop(sid, None)
         self._drop_bare = False
         self.metrics.streams_started += 1
 
-        latency = m.latency if (m.latency == "exact" or spec.low_latency_samples is not None) \
-            else "exact"
-        lat_in = spec.latency_samples if latency == "exact" else (spec.low_latency_samples or 0)
-        lat_out = int(round(lat_in * out_rate / spec.sample_rate))
+        lat_out = int(round(plan.latency_samples * out_rate / spec.sample_rate))
+        st.started = encode_started(sid, out_rate, m.format, lat_out, plan.latency)
         logger.debug("session %d: start %s model=%s layout=%s %s@%d", self.id, key, spec.name,
                      m.layout, m.format, out_rate)
-        return [EngineOpen(key, spec.name, noise=m.noise, seed=m.seed, latency=latency,
-                           voice=m.voice),
-                SendText(encode_started(sid, out_rate, m.format, lat_out, latency))]
+        return [EngineOpen(key, spec.name, noise=m.noise, seed=m.seed, latency=plan.latency,
+                           voice=m.voice, options=dict(plan.options))]
 
     # ---------------------------------------------------------------- tokens
 
@@ -700,24 +591,25 @@ class Session:
                         f"(limit {self.limits.max_pending_tokens}); send no faster than the "
                         "audio plays out")
         layout = st.start.layout
-        if layout == "levels":
+        if st.takes_levels:
             if m.levels is None:
-                raise _Fail(ErrorCode.BAD_MESSAGE, "stream has layout 'levels': send 'levels' "
+                raise _Fail(ErrorCode.BAD_MESSAGE, f"stream has layout {layout!r}: send 'levels' "
                                                    "(or binary frames with a level index)")
-            levels = self._levels_codes(st, m.levels)
+            payload: Any = m.levels
         else:
             if m.tokens is None:
                 raise _Fail(ErrorCode.BAD_MESSAGE, f"stream has layout {layout!r}: send "
                                                    "'tokens' (or binary level 0xFF)")
-            if layout == "chatterbox_ids":
-                levels = self._chatterbox_codes(st, m.tokens)
-            else:
-                levels = self._orpheus_codes(st, m.tokens)
+            payload = m.tokens
+        try:
+            levels = st.assembler.feed(payload)
+        except LayoutError as e:
+            raise _Fail(ErrorCode(e.code), str(e), **e.details) from None
         st.tokens_accepted += n
         if levels is None:
             return []
         frames = max((c + int(a.size)) * s for c, a, s in
-                     zip(st.level_codes, levels, st.spec.level_strides))
+                     zip(st.level_codes, levels, st.strides))
         dur = frames * st.spec.hop_length / st.spec.sample_rate
         if dur > self.limits.max_duration_s:
             raise _Fail(ErrorCode.DURATION_EXCEEDED,
@@ -726,95 +618,11 @@ class Session:
         for l, a in enumerate(levels):
             st.level_codes[l] += int(a.size)
         out: list[Action] = [EnginePush(st.key, levels)]
-        if st.lm_ended:  # chatterbox_ids: the stop-of-speech id ends the stream like `end`
+        if st.assembler.ended:  # a stop id (chatterbox_ids) ends the stream like `end`
             st.state = _ENDING
             st.ended_at = self.clock()
             out.append(EngineFinish(st.key))
         return out
-
-    def _chatterbox_codes(self, st: _Stream,
-                          tokens: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int32]] | None:
-        """Chatterbox LM ids: a leading start-of-speech dropped, stop-of-speech ends the stream."""
-        if st.lm_ended:
-            raise _Fail(ErrorCode.BAD_MESSAGE, "tokens after the stop-of-speech id")
-        start = 1 if st.n_tokens == 0 and tokens.size and int(tokens[0]) == CHATTERBOX_SOS else 0
-        stop = np.flatnonzero(tokens == CHATTERBOX_EOS)
-        end = int(stop[0]) if stop.size else tokens.size
-        if stop.size and end + 1 < tokens.size:
-            raise _Fail(ErrorCode.BAD_MESSAGE, f"{tokens.size - end - 1} ids after the "
-                                               f"stop-of-speech id at index {st.n_tokens + end}")
-        body = tokens[start:end]
-        bad = np.flatnonzero((body < 0) | (body >= CHATTERBOX_VOCAB))
-        if bad.size:
-            j = int(bad[0])
-            idx = st.n_tokens + start + j
-            raise _Fail(ErrorCode.TOKEN_RANGE,
-                        f"Chatterbox LM id {int(body[j])} at index {idx} is not a speech token "
-                        f"(0..{CHATTERBOX_VOCAB - 1}; {CHATTERBOX_SOS} starts, {CHATTERBOX_EOS} "
-                        "stops)", index=idx, value=int(body[j]))
-        st.n_tokens += int(tokens.size)
-        st.lm_ended = bool(stop.size)
-        if st.lm_ended and st.level_codes[0] + body.size == 0:
-            raise _Fail(ErrorCode.BAD_MESSAGE, "stop-of-speech before any speech token")
-        return [body.astype(np.int32)] if body.size or st.lm_ended else None
-
-    def _orpheus_codes(self, st: _Stream,
-                       tokens: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int32]] | None:
-        """Validate tokens at their stream positions; whole groups -> per-level codes."""
-        pos = (st.n_tokens + np.arange(tokens.size, dtype=np.int64)) % ORPHEUS_GROUP
-        if st.start.layout == "orpheus_ids":
-            codes = tokens - _ID_OFFSET[pos]
-        else:
-            codes = tokens
-        sizes = np.asarray(st.spec.codebook_sizes, dtype=np.int64)[_POS_LEVEL[pos]]
-        bad = np.flatnonzero((codes < 0) | (codes >= np.minimum(sizes, ORPHEUS_CODEBOOK_SIZE)))
-        if bad.size:
-            j = int(bad[0])
-            idx = st.n_tokens + j
-            p = int(pos[j])
-            if st.start.layout == "orpheus_ids":
-                lo = int(_ID_OFFSET[p])
-                rng = f"[{lo}, {lo + ORPHEUS_CODEBOOK_SIZE})"
-                what = "token id"
-            else:
-                rng = f"[0, {ORPHEUS_CODEBOOK_SIZE})"
-                what = "code"
-            raise _Fail(ErrorCode.TOKEN_RANGE,
-                        f"{what} {int(tokens[j])} at index {idx} (position {p} of its group) is "
-                        f"outside {rng}", index=idx, value=int(tokens[j]))
-        st.n_tokens += int(tokens.size)
-        allc = np.concatenate([st.partial, codes.astype(np.int32)])
-        k = allc.size // ORPHEUS_GROUP
-        st.partial = allc[k * ORPHEUS_GROUP:].copy()
-        if k == 0:
-            return None
-        g = allc[: k * ORPHEUS_GROUP].reshape(k, ORPHEUS_GROUP)
-        return [np.ascontiguousarray(g[:, 0]),
-                np.ascontiguousarray(g[:, [1, 4]].reshape(-1)),
-                np.ascontiguousarray(g[:, [2, 3, 5, 6]].reshape(-1))]
-
-    def _levels_codes(self, st: _Stream, levels: Mapping[int, npt.NDArray[np.int64]]
-                      ) -> list[npt.NDArray[np.int32]] | None:
-        nl = st.spec.n_levels
-        if any(l >= nl for l in levels):
-            raise _Fail(ErrorCode.BAD_MESSAGE,
-                        f"level {max(levels)} out of range: model has {nl} levels")
-        out: list[npt.NDArray[np.int32]] = []
-        for l in range(nl):
-            a = levels.get(l)
-            if a is None or a.size == 0:
-                out.append(_EMPTY)
-                continue
-            cb = st.spec.codebook_sizes[l]
-            bad = np.flatnonzero((a < 0) | (a >= cb))
-            if bad.size:
-                j = int(bad[0])
-                idx = st.level_codes[l] + j
-                raise _Fail(ErrorCode.TOKEN_RANGE,
-                            f"level {l} code {int(a[j])} at index {idx} is outside [0, {cb})",
-                            level=l, index=idx, value=int(a[j]))
-            out.append(a.astype(np.int32))
-        return out if any(a.size for a in out) else None
 
     # ----------------------------------------------------------- end, cancel
 
@@ -823,23 +631,14 @@ class Session:
         if not isinstance(r, _Stream):
             return r
         st = r
-        if st.lm_ended and st.state == _ENDING:
-            return []  # the stop-of-speech id already ended it
+        if st.assembler.ended and st.state == _ENDING:
+            return []  # a stop id already ended it
         if st.state != _OPEN:
             return self._fail(st, ErrorCode.BAD_MESSAGE, "end sent twice")
-        if st.start.layout != "levels":
-            if st.partial.size:
-                return self._fail(st, ErrorCode.BROKEN_GROUP,
-                                  f"end after {st.n_tokens} tokens: the last group has "
-                                  f"{st.partial.size} of {ORPHEUS_GROUP} tokens",
-                                  {"index": st.n_tokens - int(st.partial.size)})
-        else:
-            frames = [c * s for c, s in zip(st.level_codes, st.spec.level_strides)]
-            if len(set(frames)) > 1:
-                desc = ", ".join(f"level {l}: {c} codes = {f} frames" for l, (c, f) in
-                                 enumerate(zip(st.level_codes, frames)))
-                return self._fail(st, ErrorCode.BROKEN_GROUP,
-                                  f"levels cover different numbers of frames at end ({desc})")
+        try:
+            st.assembler.end(st.level_codes)
+        except LayoutError as e:
+            return self._fail(st, ErrorCode(e.code), str(e), e.details or None)
         st.state = _ENDING
         st.ended_at = self.clock()
         return [EngineFinish(st.key)]

@@ -34,7 +34,8 @@ def main() -> int:
 
         from codecd.protocol import ProtocolError, encode_client, parse_binary, parse_text
         from codecd.protocol import Start
-        from codecd.session import ModelSpec, Session
+        from codecd.families import ModelSpec
+        from codecd.session import Session
 
     spec = ModelSpec("snac_24khz", "snac", 24000, 512, 3, (4096,) * 3, (4, 2, 1),
                      layouts=("orpheus_ids", "orpheus", "levels"))

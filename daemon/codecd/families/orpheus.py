@@ -1,7 +1,4 @@
-"""Code layouts of language models that emit codec tokens (pure numpy, no torch).
-
-Orpheus emits SNAC codes (below); Chatterbox's T3 emits S3 speech tokens with
-start/stop control ids (:class:`ChatterboxIds`, at the end of this module).
+"""The Orpheus layout: SNAC codes as the Orpheus TTS language model emits them (pure numpy).
 
 Orpheus (canopylabs, SNAC 24 kHz: 3 levels, strides 4/2/1) emits 7 audio tokens
 per coarse frame ("group"), in the order::
@@ -13,13 +10,16 @@ level 0 has one code per group, level 1 two (c1a, c1b), level 2 four
 audio token sequence is ``128266 + (i % 7) * 4096 + code``; in text form it is
 ``<custom_token_N>`` with ``N = 10 + (i % 7) * 4096 + code``.
 
+Two wire layouts (:data:`ORPHEUS_IDS`: raw token ids, :data:`ORPHEUS`: the codes
+0..4095) for the daemon's streams, and the whole-sequence conversions and text
+parsing the command line uses.
+
 Errors: every function raises :class:`LayoutError` (a ``ValueError``) or one
 of its subclasses, :class:`LayoutRangeError` (a value out of range for its
 position; attributes ``index`` and ``value``) and :class:`LayoutShapeError`
-(incomplete trailing group, levels of inconsistent length). This module does
-not import the native ``codecrt`` module, so that it works without it; callers
-that want the runtime's exception types translate (``codecrt.InputError`` is
-also a ``ValueError``, so ``except ValueError`` catches both).
+(incomplete trailing group, levels of inconsistent length). Neither torch nor
+the native runtime is imported here (``codecrt.InputError`` is also a
+``ValueError``, so ``except ValueError`` catches both).
 """
 
 from __future__ import annotations
@@ -28,13 +28,16 @@ import re
 from typing import Iterable, Sequence
 
 import numpy as np
+import numpy.typing as npt
+
+from .layout import Assembler, Layout, LayoutError, LayoutRangeError, LayoutShapeError, as_int_1d
 
 __all__ = [
     "ORPHEUS_GROUP", "ORPHEUS_CODEBOOK_SIZE", "ORPHEUS_TOKEN_BASE", "ORPHEUS_CUSTOM_TOKEN_OFFSET",
     "ORPHEUS_LEVEL_STRIDES", "LayoutError", "LayoutRangeError", "LayoutShapeError",
     "orpheus_to_levels", "levels_to_orpheus", "orpheus_ids_to_codes", "codes_to_orpheus_ids",
     "custom_tokens_to_ids", "ids_to_custom_tokens", "parse_tokens", "parse_orpheus_text",
-    "CHATTERBOX_VOCAB", "CHATTERBOX_SOS", "CHATTERBOX_EOS", "ChatterboxIds", "chatterbox_ids_to_tokens",
+    "ORPHEUS", "ORPHEUS_IDS",
 ]
 
 ORPHEUS_GROUP = 7
@@ -50,38 +53,6 @@ ORPHEUS_LEVEL_STRIDES = (4, 2, 1)
 _POS_LEVEL = (0, 1, 2, 2, 1, 2, 2)
 _POS_SLOT = (0, 0, 0, 1, 1, 2, 3)
 _CODES_PER_GROUP = (1, 2, 4)
-
-
-class LayoutError(ValueError):
-    """Codes or tokens that do not fit the layout."""
-
-
-class LayoutRangeError(LayoutError):
-    """A code or token id outside the range of its position (``index``, ``value`` say which)."""
-
-    def __init__(self, message: str, index: int = -1, value: int = 0):
-        super().__init__(message)
-        self.index = index
-        self.value = value
-
-
-class LayoutShapeError(LayoutError):
-    """A length that does not fit the layout (incomplete group, inconsistent levels)."""
-
-
-def _as_int_1d(x, what: str) -> np.ndarray:
-    a = np.asarray(x)
-    if a.ndim != 1:
-        raise LayoutShapeError(f"{what}: expected a 1-D sequence, got shape {a.shape}")
-    if a.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if a.dtype.kind == "f":
-        if not np.all(np.isfinite(a)) or not np.all(a == np.round(a)):
-            raise LayoutError(f"{what}: values must be integers")
-        a = a.astype(np.int64)
-    elif a.dtype.kind not in "iu":
-        raise LayoutError(f"{what}: values must be integers, got dtype {a.dtype}")
-    return a.astype(np.int64)
 
 
 def _complete_groups(n: int, drop_incomplete: bool, what: str) -> int:
@@ -108,7 +79,7 @@ def orpheus_to_levels(codes_7, *, drop_incomplete: bool = False,
     Codes must lie in ``[0, codebook_size)``. A length that is not a multiple
     of 7 is an error unless ``drop_incomplete`` drops the trailing tokens.
     """
-    c = _as_int_1d(codes_7, "Orpheus codes")
+    c = as_int_1d(codes_7, "Orpheus codes")
     k = _complete_groups(c.size, drop_incomplete, "Orpheus codes")
     c = c[: k * ORPHEUS_GROUP]
     _check_codes(c, "Orpheus codes", codebook_size)
@@ -123,7 +94,7 @@ def levels_to_orpheus(levels: Sequence, *, codebook_size: int = ORPHEUS_CODEBOOK
     """``[l0 (k), l1 (2k), l2 (4k)]`` -> interleaved Orpheus codes (7k,) int32; inverse of orpheus_to_levels."""
     if len(levels) != 3:
         raise LayoutShapeError(f"Orpheus layout has 3 levels, got {len(levels)}")
-    ls = [_as_int_1d(l, f"level {i}") for i, l in enumerate(levels)]
+    ls = [as_int_1d(l, f"level {i}") for i, l in enumerate(levels)]
     k = ls[0].size
     for i, l in enumerate(ls):
         if l.size != _CODES_PER_GROUP[i] * k:
@@ -149,7 +120,7 @@ def orpheus_ids_to_codes(ids, *, drop_incomplete: bool = False, start: int = 0) 
     its position, else :class:`LayoutRangeError` naming the index, id and the
     valid id range. Incomplete trailing groups: see :func:`orpheus_to_levels`.
     """
-    a = _as_int_1d(ids, "Orpheus token ids")
+    a = as_int_1d(ids, "Orpheus token ids")
     n = a.size
     if (start + n) % ORPHEUS_GROUP and not drop_incomplete:
         _complete_groups(start + n, False, "Orpheus token ids")
@@ -172,7 +143,7 @@ def orpheus_ids_to_codes(ids, *, drop_incomplete: bool = False, start: int = 0) 
 
 def codes_to_orpheus_ids(codes, *, start: int = 0) -> np.ndarray:
     """Interleaved codes -> raw Orpheus token ids (int64); inverse of orpheus_ids_to_codes."""
-    c = _as_int_1d(codes, "Orpheus codes")
+    c = as_int_1d(codes, "Orpheus codes")
     _check_codes(c, "Orpheus codes", ORPHEUS_CODEBOOK_SIZE)
     off = ORPHEUS_TOKEN_BASE + (np.arange(start, start + c.size, dtype=np.int64) % ORPHEUS_GROUP) * ORPHEUS_CODEBOOK_SIZE
     return c + off
@@ -189,7 +160,7 @@ def custom_tokens_to_ids(ns: Iterable[int]) -> np.ndarray:
 
 def ids_to_custom_tokens(ids) -> list[str]:
     """Raw token ids -> ``<custom_token_N>`` strings."""
-    a = _as_int_1d(ids, "token ids")
+    a = as_int_1d(ids, "token ids")
     return [f"<custom_token_{int(i) - (ORPHEUS_TOKEN_BASE - ORPHEUS_CUSTOM_TOKEN_OFFSET)}>" for i in a]
 
 
@@ -242,55 +213,81 @@ def parse_orpheus_text(text: str, *, kind: str = "auto", drop_incomplete: bool =
     return c.astype(np.int32)
 
 
-# ------------------------------------------------------------ Chatterbox T3
-
-#: Chatterbox's T3 language model emits S3 speech tokens 0..6560 plus these
-#: control ids (t3_config.py: start_speech_token, stop_speech_token)
-CHATTERBOX_VOCAB = 6561
-CHATTERBOX_SOS = 6561
-CHATTERBOX_EOS = 6562
+# ------------------------------------------------------------ streams
 
 
-class ChatterboxIds:
-    """Incremental parser of Chatterbox LM ids into S3Gen payload tokens.
+_POS_LEVEL_ARR = np.asarray(_POS_LEVEL, dtype=np.int64)
+_ID_OFFSET = ORPHEUS_TOKEN_BASE + np.arange(ORPHEUS_GROUP, dtype=np.int64) * ORPHEUS_CODEBOOK_SIZE
+_L1 = [1, 4]
+_L2 = [2, 3, 5, 6]
 
-    The start-of-speech id is dropped when it is the stream's first id; the
-    stop-of-speech id ends the stream (``ended``). Anything else outside
-    0..6560, a start-of-speech id later on, and ids after the stop are errors
-    (:class:`LayoutRangeError` with the absolute index), and a failing
-    ``push`` consumes nothing.
-    """
 
-    def __init__(self) -> None:
-        self.position = 0  # ids consumed so far
-        self.ended = False
+class _OrpheusAssembler(Assembler):
+    """Tokens validated at their stream positions; whole groups become per-level codes."""
 
-    def push(self, ids) -> np.ndarray:
-        a = _as_int_1d(ids, "Chatterbox LM ids")
-        if self.ended and a.size:
-            raise LayoutShapeError(f"Chatterbox LM ids: {a.size} ids after the stop-of-speech token")
-        start = 1 if self.position == 0 and a.size and int(a[0]) == CHATTERBOX_SOS else 0
-        body = a[start:]
-        stop = np.flatnonzero(body == CHATTERBOX_EOS)
-        end = int(stop[0]) if stop.size else body.size
-        if stop.size and end + 1 < body.size:
-            raise LayoutShapeError(f"Chatterbox LM ids: {body.size - end - 1} ids after the stop-of-speech "
-                                   f"token at index {self.position + start + end}")
-        toks = body[:end]
-        bad = np.flatnonzero((toks < 0) | (toks >= CHATTERBOX_VOCAB))
+    def __init__(self, ids: bool, codebook_sizes: Sequence[int]) -> None:
+        self.ids = ids
+        self.n_tokens = 0  # tokens accepted so far (including the partial group)
+        self.partial = np.zeros(0, dtype=np.int32)
+        # the largest valid code + 1 at each position of a group
+        self.limit = np.minimum(np.asarray(codebook_sizes, dtype=np.int64)[_POS_LEVEL_ARR],
+                                ORPHEUS_CODEBOOK_SIZE)
+
+    def feed(self, payload: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int32]] | None:
+        tokens = payload
+        pos = (self.n_tokens + np.arange(tokens.size, dtype=np.int64)) % ORPHEUS_GROUP
+        codes = tokens - _ID_OFFSET[pos] if self.ids else tokens
+        bad = np.flatnonzero((codes < 0) | (codes >= self.limit[pos]))
         if bad.size:
-            i = int(bad[0])
-            what = "a start-of-speech token after the start" if int(toks[i]) == CHATTERBOX_SOS else "an id"
-            raise LayoutRangeError(f"Chatterbox LM ids: {what} {int(toks[i])} at index "
-                                   f"{self.position + start + i} (speech tokens are 0..{CHATTERBOX_VOCAB - 1})",
-                                   index=self.position + start + i, value=int(toks[i]))
-        self.position += a.size
-        self.ended = bool(stop.size)
-        return toks.astype(np.int32)
+            j = int(bad[0])
+            idx = self.n_tokens + j
+            p = int(pos[j])
+            if self.ids:
+                lo = int(_ID_OFFSET[p])
+                rng = f"[{lo}, {lo + ORPHEUS_CODEBOOK_SIZE})"
+                what = "token id"
+            else:
+                rng = f"[0, {ORPHEUS_CODEBOOK_SIZE})"
+                what = "code"
+            raise LayoutRangeError(f"{what} {int(tokens[j])} at index {idx} (position {p} of its "
+                                   f"group) is outside {rng}", index=idx, value=int(tokens[j]))
+        self.n_tokens += int(tokens.size)
+        allc = np.concatenate([self.partial, codes.astype(np.int32)])
+        k = allc.size // ORPHEUS_GROUP
+        self.partial = allc[k * ORPHEUS_GROUP:].copy()
+        if k == 0:
+            return None
+        g = allc[: k * ORPHEUS_GROUP].reshape(k, ORPHEUS_GROUP)
+        return [np.ascontiguousarray(g[:, 0]), np.ascontiguousarray(g[:, _L1].reshape(-1)),
+                np.ascontiguousarray(g[:, _L2].reshape(-1))]
+
+    def end(self, level_codes: Sequence[int]) -> None:
+        if self.partial.size:
+            raise LayoutShapeError(f"end after {self.n_tokens} tokens: the last group has "
+                                   f"{self.partial.size} of {ORPHEUS_GROUP} tokens",
+                                   index=self.n_tokens - int(self.partial.size))
 
 
-def chatterbox_ids_to_tokens(ids) -> tuple[np.ndarray, bool]:
-    """A whole sequence of Chatterbox LM ids: (payload tokens, whether the stop id ended it)."""
-    p = ChatterboxIds()
-    toks = p.push(ids)
-    return toks, p.ended
+class OrpheusLayout(Layout):
+    """Orpheus audio tokens over a SNAC 24 kHz model: raw LM ids, or the codes themselves."""
+
+    def __init__(self, name: str, ids: bool) -> None:
+        self.name = name
+        self.ids = ids
+
+    def check(self, n_levels: int, codebook_sizes: Sequence[int],
+              level_strides: Sequence[int]) -> str | None:
+        if n_levels != 3 or tuple(level_strides) != ORPHEUS_LEVEL_STRIDES \
+                or any(c < ORPHEUS_CODEBOOK_SIZE for c in codebook_sizes):
+            return (f"orpheus layouts need 3 levels, strides 4/2/1 and codebooks of "
+                    f"{ORPHEUS_CODEBOOK_SIZE}")
+        return None
+
+    def assembler(self, codebook_sizes: Sequence[int], level_strides: Sequence[int]) -> Assembler:
+        return _OrpheusAssembler(self.ids, codebook_sizes)
+
+
+#: raw Orpheus LM token ids (``128266 + position * 4096 + code``)
+ORPHEUS_IDS = OrpheusLayout("orpheus_ids", ids=True)
+#: Orpheus codes 0..4095 in the group order
+ORPHEUS = OrpheusLayout("orpheus", ids=False)

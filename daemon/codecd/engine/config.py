@@ -1,0 +1,71 @@
+"""The engine's configuration: one object for the pool, its engines and their workers.
+
+The daemon builds one :class:`EngineConfig`; every worker receives it whole
+(serialised once, :meth:`EngineConfig.to_json`), with its device and index
+beside it. Settings that belong to one family of codecs travel in
+``family_options`` under the family's name (``codecd.families``), so the engine
+and the worker carry them without knowing what they mean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["EngineConfig"]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Settings shared by every worker of a pool (the device is per worker)."""
+
+    models: dict[str, str]  # model name -> GGUF path
+    n_threads: int = 0  # CPU threads per context (0: all cores); split them over CPU workers
+    max_streams: int = 64  # per model per worker (the runtime's slot pool)
+    max_batch: int = 64  # streams per tick
+    stream_chunk_frames: int = 0  # 0: the model's default (its frame_multiple)
+    batch_bucket: bool = True
+    #: batch buckets warmed at start-up; None: the largest and 1
+    #: (codecd.families.native.default_buckets)
+    warm_buckets: tuple[int, ...] | None = None
+    gather_ms: float = 2.0
+    #: a push is refused (BackpressureError) when its stream has more than this many
+    #: frames pushed and not yet returned as audio
+    max_backlog_frames: int = 4096
+    #: most commands queued for one worker before open/push are refused (BusyError)
+    max_queued_commands: int = 4096
+    start_timeout_s: float = 120.0  # spawn, load and warm-up of one worker
+    stop_timeout_s: float = 5.0
+    restart_backoff_s: tuple[float, ...] = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0)
+    #: a worker up this long has its restart backoff reset
+    stable_after_s: float = 60.0
+    #: probe() kills a worker that does not answer in time (it is then restarted)
+    kill_unresponsive: bool = True
+    debug_commands: bool = False  # tests: allow the worker's "_crash" command
+    #: voice name -> voice file, for models that need a voice (S3Gen)
+    voices: dict[str, str] = field(default_factory=dict)
+    #: family name -> that family's settings (JSON-able; Family.engine_options)
+    family_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> EngineConfig:
+        """The configuration :meth:`to_json` wrote (tuples restored); ValueError otherwise."""
+        d = json.loads(text)
+        if not isinstance(d, dict):
+            raise ValueError("an engine configuration is a JSON object")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown engine settings {sorted(unknown)}")
+        for k in ("warm_buckets", "restart_backoff_s"):
+            if isinstance(d.get(k), list):
+                d[k] = tuple(d[k])
+        try:
+            return cls(**d)
+        except TypeError as e:
+            raise ValueError(str(e)) from None

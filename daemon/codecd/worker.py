@@ -1,0 +1,536 @@
+"""The engine worker: one child process per device that owns the native runtime.
+
+Started by :mod:`codecd.engine` as ``python -c "import codecd.worker ...; serve_fd(FD)"``
+with one end of a socketpair as FD (:func:`serve_fd`; the first message carries
+the engine's configuration). Everything that can crash the process (a ggml
+abort, a segfault, a GPU running out of memory inside a kernel) happens here,
+never in the daemon. Each model is loaded by its family (``codecd.families``),
+which opens its streams; every stream speaks the one stream protocol
+(``codecrt.CodecStream``), so this loop steps them all alike.
+
+Wire: :mod:`codecd.wire` packets (typed records with explicit byte layouts, no
+pickle), one batch per syscall each way. The parent's first packet is its hello
+and the configuration (:class:`~codecd.wire.Configure`); this end answers with its
+hello, then ``Ready`` (or ``Failed``). Commands: ``OpenStream``, ``PushCodes``,
+``FinishStream``, ``CancelStream``, ``Probe``, ``StatsRequest``, ``Stop`` (and
+``Crash``, tests only). Events: ``StreamOpened``, ``AudioOut``, ``StreamDone``,
+``StreamFailed`` (that stream only; its slot is freed), ``ProbeReply``, ``Stats``,
+``Log``, ``Stopped``.
+
+``sid`` is the parent's integer stream id (never reused within a worker), not
+the caller's key. Commands for an unknown ``sid`` (a stream that already failed
+or finished while the command was in flight) are dropped.
+
+Loop: block until a command arrives; apply every command that is waiting; when
+a stream became ready while the worker was idle, keep gathering commands for up
+to ``gather_ms`` (so that streams arriving together share a tick), then tick:
+for each model, ``codecrt.step`` over its streams that may be ready, one tick
+per model per round, until no stream is ready. Between rounds, waiting commands are
+applied first (probes, cancels), so a long backlog never makes the worker deaf.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, NoReturn
+
+from .engine.config import EngineConfig
+from .families import LoadedModel, StreamRefused, family_for
+from . import wire
+from .wire import StreamOptions
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Worker", "main", "serve_fd", "error_code_for"]
+
+_PR_SET_PDEATHSIG = 1
+#: exit status of a worker whose start-up failed (bad model, bad device)
+EXIT_START_FAILED = 3
+_RECENT = 128  # ticks kept for the stats' recent batch sizes and tick times
+_MAX_DRAIN = 256  # command messages applied before the worker ticks again
+
+
+def error_code_for(exc: BaseException) -> str:
+    """The engine error code of a codecrt exception (protocol codes where one fits)."""
+    import codecrt
+
+    if isinstance(exc, codecrt.CodeRangeError):
+        return "token_range"
+    if isinstance(exc, codecrt.CodeShapeError):
+        return "broken_group"
+    if isinstance(exc, codecrt.TooLargeError):
+        return "busy"
+    if isinstance(exc, (codecrt.CodeTypeError, codecrt.InputError)):
+        return "bad_codes"
+    if isinstance(exc, codecrt.StateError):
+        return "bad_state"
+    if isinstance(exc, codecrt.OutOfMemoryError):
+        return "out_of_memory"
+    return "engine_error"
+
+
+# ------------------------------------------------------------------ process setup
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """PR_SET_PDEATHSIG(SIGKILL): the kernel kills us when the parent exits (Linux, best effort).
+
+    The signal fires when the *thread* that forked us exits; the engine spawns
+    from the event loop's thread, which lives as long as the daemon. The
+    getppid() check closes the race of a parent that died before prctl ran.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+                logger.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+        except (OSError, AttributeError) as e:
+            logger.warning("prctl(PR_SET_PDEATHSIG) unavailable: %s", e)
+    if parent_pid and os.getppid() != parent_pid:
+        os._exit(EXIT_START_FAILED)
+
+
+class _ForwardHandler(logging.Handler):
+    """Queues this process's WARNING+ log records as ``log`` events for the parent."""
+
+    def __init__(self, outbox: list[wire.Message]) -> None:
+        super().__init__(logging.WARNING)
+        self.outbox = outbox
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.outbox.append(wire.Log(record.levelno, f"{record.name}: {record.getMessage()}"))
+        except Exception:  # never let logging take the worker down
+            pass
+
+
+# ------------------------------------------------------------------------ state
+
+
+@dataclass(eq=False)
+class _Stream:
+    sid: int
+    stream: Any  # a codecrt.CodecStream (exact, low-latency, flow, ...)
+    maybe_ready: bool = False
+
+
+@dataclass(eq=False)
+class _Model:
+    """A loaded model (its family's LoadedModel) and the worker's bookkeeping of it."""
+
+    name: str
+    lm: LoadedModel
+    streams: dict[int, _Stream] = field(default_factory=dict)
+    ticks: int = 0
+    stream_ticks: int = 0
+    max_batch_seen: int = 0
+    batches: deque[int] = field(default_factory=lambda: deque(maxlen=_RECENT))
+    tick_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
+    streams_opened: int = 0
+    streams_done: int = 0
+    streams_failed: int = 0
+
+
+class Worker:
+    """The worker's state and loop (runs in the child; see the module docstring)."""
+
+    def __init__(self, conn: Connection, cfg: EngineConfig, device: str = "auto",
+                 index: int = 0) -> None:
+        self.conn = conn
+        self.cfg = cfg
+        self.device = device
+        self.index = index
+        self.out: list[wire.Message] = []
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            wire.PushCodes: self._on_push, wire.OpenStream: self._on_open,
+            wire.FinishStream: self._on_finish, wire.CancelStream: self._on_cancel,
+            wire.Probe: self._on_probe, wire.StatsRequest: self._on_stats,
+            wire.Stop: self._on_stop, wire.Crash: self._on_crash}
+        self.models: dict[str, _Model] = {}
+        self.where: dict[int, _Model] = {}  # sid -> its model
+        self.gather_s = max(0.0, cfg.gather_ms) / 1e3
+        self.running = True
+        self.t_start = time.monotonic()
+        self.commands = 0
+        self.rounds = 0
+        self.warmup_ms = 0.0
+
+    # ------------------------------------------------------------- start-up
+
+    def load(self) -> dict[str, Any]:
+        """Load every model through its family, warm it up; the ``ready`` info."""
+        import codecrt
+
+        t0 = time.perf_counter()
+        for name, path in self.cfg.models.items():
+            model = codecrt.Model(path)
+            try:
+                lm = family_for(model.info.arch).load(name, model, self.cfg, self.device)
+            except BaseException:
+                model.close()
+                raise
+            self.models[name] = _Model(name, lm)
+            lm.warm()
+        self.warmup_ms = (time.perf_counter() - t0) * 1e3
+        return {
+            "pid": os.getpid(),
+            "index": self.index,
+            "device": self.device,
+            "load_ms": round(self.warmup_ms, 3),
+            "models": {name: m.lm.describe() for name, m in self.models.items()},
+        }
+
+    # ------------------------------------------------------------- commands
+
+    def apply(self, cmd: wire.Message) -> None:
+        self.commands += 1
+        handler = self._handlers.get(type(cmd))
+        if handler is None:
+            logger.warning("unexpected command %s", type(cmd).__name__)
+        else:
+            handler(cmd)
+
+    def _on_push(self, m: wire.PushCodes) -> None:
+        self._push(m.sid, m.levels)
+
+    def _on_open(self, m: wire.OpenStream) -> None:
+        self._open(m.sid, m.model, m.options)
+
+    def _on_finish(self, m: wire.FinishStream) -> None:
+        self._finish(m.sid)
+
+    def _on_cancel(self, m: wire.CancelStream) -> None:
+        self._close(m.sid)
+
+    def _on_probe(self, m: wire.Probe) -> None:
+        self.out.append(wire.ProbeReply(m.token))
+
+    def _on_stats(self, m: wire.StatsRequest) -> None:
+        self.out.append(wire.Stats(m.token, self.stats()))
+
+    def _on_stop(self, m: wire.Stop) -> None:
+        self.running = False
+
+    def _on_crash(self, m: wire.Crash) -> None:
+        if self.cfg.debug_commands:
+            _crash(m.how)
+        else:
+            logger.warning("crash command refused (debug_commands is off)")
+
+    def _fail(self, sid: int, code: str, message: str) -> None:
+        m = self.where.get(sid)
+        if m is not None:
+            m.streams_failed += 1
+        self._close(sid)
+        self.out.append(wire.StreamFailed(sid, code, message))
+
+    def _open(self, sid: int, model: str, options: StreamOptions) -> None:
+        import codecrt
+
+        m = self.models.get(model)
+        if m is None:
+            self.out.append(wire.StreamFailed(sid, "unknown_model",
+                                              f"model {model!r} is not loaded"))
+            return
+        if sid in self.where:
+            self.out.append(wire.StreamFailed(sid, "duplicate_stream",
+                                              f"stream {sid} is already open"))
+            return
+        try:
+            stream, latency = m.lm.open_stream(options)
+        except StreamRefused as e:
+            self.out.append(wire.StreamFailed(sid, e.code, e.message))
+            return
+        except codecrt.CodecrtError as e:
+            self.out.append(wire.StreamFailed(sid, error_code_for(e), str(e)))
+            return
+        m.streams[sid] = _Stream(sid, stream)
+        m.streams_opened += 1
+        self.where[sid] = m
+        self.out.append(wire.StreamOpened(sid, latency, m.lm.model.info.sample_rate,
+                                          m.lm.chunk_frames))
+
+    def _push(self, sid: int, levels: Sequence[Any]) -> None:
+        import codecrt
+
+        m = self.where.get(sid)
+        if m is None:
+            logger.debug("push for unknown stream %d dropped", sid)
+            return
+        st = m.streams[sid]
+        try:
+            st.stream.push(levels)
+        except codecrt.CodecrtError as e:
+            self._fail(sid, error_code_for(e), str(e))
+            return
+        st.maybe_ready = True
+
+    def _finish(self, sid: int) -> None:
+        import codecrt
+
+        m = self.where.get(sid)
+        if m is None:
+            return
+        st = m.streams[sid]
+        try:
+            st.stream.finish()
+        except codecrt.CodecrtError as e:
+            self._fail(sid, error_code_for(e), str(e))
+            return
+        st.maybe_ready = True
+
+    def _close(self, sid: int) -> None:
+        m = self.where.pop(sid, None)
+        if m is None:
+            return
+        st = m.streams.pop(sid)
+        st.stream.close()
+
+    # ---------------------------------------------------------------- ticks
+
+    def _tick(self, m: _Model) -> int:
+        """One step of one model's streams that may be ready (``codecrt.step``: one graph
+        for the streams that can share one); collects their output."""
+        import codecrt
+
+        cands = [st for st in m.streams.values() if st.maybe_ready]
+        if not cands:
+            return 0
+        if len(cands) > self.cfg.max_batch and m.ticks % len(cands):
+            r = m.ticks % len(cands)  # more ready than one graph holds: rotate for fairness
+            cands = cands[r:] + cands[:r]
+        t0 = time.perf_counter()
+        try:
+            tick = codecrt.step(m.lm.ctx, [st.stream for st in cands])
+        except codecrt.CodecrtError as e:
+            # which streams were in the failed graph is not reported: fail all candidates
+            logger.warning("tick of %s failed (%d streams): %s", m.name, len(cands), e)
+            for st in cands:
+                self._fail(st.sid, error_code_for(e), f"decode failed: {e}")
+            return 0
+        dt = (time.perf_counter() - t0) * 1e3
+        if tick.errors:  # each ended only its own stream's step
+            for i, err in tick.errors.items():
+                st = cands[i]
+                logger.warning("step of %s stream %d failed: %s", m.name, st.sid, err)
+                self._fail(st.sid, error_code_for(err), f"decode failed: {err}")
+            cands = [st for st in cands if st.sid in m.streams]
+        n = tick.stepped
+        if n:
+            m.ticks += 1
+            m.stream_ticks += n
+            m.batches.append(tick.largest_batch)
+            m.tick_ms.append(dt)
+            m.max_batch_seen = max(m.max_batch_seen, tick.largest_batch)
+        for st in cands:
+            self._collect(m, st)
+        return n
+
+    def _collect(self, m: _Model, st: _Stream) -> None:
+        s = st.stream
+        pcm = s.pull()
+        if pcm.size:
+            self.out.append(wire.AudioOut(st.sid, pcm))
+        stats = s.stats
+        if stats.done:
+            self.out.append(wire.StreamDone(st.sid, stats.total_samples))
+            m.streams_done += 1
+            self._close(st.sid)
+        elif not stats.ready:
+            st.maybe_ready = False
+
+    def _busy(self) -> bool:
+        return any(st.maybe_ready for m in self.models.values() for st in m.streams.values())
+
+    def _all_waiting(self) -> bool:
+        """Every open stream may be ready already: gathering cannot grow the batch."""
+        return all(st.maybe_ready for m in self.models.values() for st in m.streams.values())
+
+    def run_ticks(self) -> None:
+        """Tick rounds (one tick per model each) until nothing is ready or commands wait."""
+        while True:
+            stepped = 0
+            for m in self.models.values():
+                stepped += self._tick(m)
+            self.rounds += 1
+            self.flush()
+            if not stepped or self.conn.poll(0):
+                return
+
+    # ----------------------------------------------------------------- loop
+
+    def drain(self) -> None:
+        """Apply every command message waiting (at most _MAX_DRAIN messages)."""
+        for _ in range(_MAX_DRAIN):
+            if not self.conn.poll(0):
+                return
+            for cmd in wire.decode(self.conn.recv_bytes()):
+                self.apply(cmd)
+                if not self.running:
+                    return
+
+    def flush(self) -> None:
+        if self.out:
+            out, self.out = self.out, []
+            self.conn.send_bytes(wire.encode(out))
+
+    def loop(self) -> None:
+        while self.running:
+            busy = self._busy()
+            if self.conn.poll(0 if busy else None):
+                self.drain()
+                self.flush()
+                if not busy and self.running and self._busy() and self.gather_s \
+                        and not self._all_waiting():
+                    deadline = time.monotonic() + self.gather_s
+                    while self.running:
+                        left = deadline - time.monotonic()
+                        if left <= 0 or not self.conn.poll(left):
+                            break
+                        self.drain()
+                        if self._all_waiting():
+                            break
+                    self.flush()
+            if self.running:
+                self.run_ticks()
+
+    def close(self) -> None:
+        for m in self.models.values():
+            for st in list(m.streams.values()):
+                st.stream.close()
+            m.streams.clear()
+            m.lm.close()
+        self.where.clear()
+
+    # ---------------------------------------------------------------- stats
+
+    def stats(self) -> dict[str, Any]:
+        models: dict[str, Any] = {}
+        for name, m in self.models.items():
+            ms = list(m.tick_ms)
+            pending = 0
+            for st in m.streams.values():
+                i = st.stream.stats
+                pending += max(0, i.frames_pushed - i.frames_decoded)
+            models[name] = {
+                "codecrt": asdict(m.lm.ctx.stats),
+                "streams_open": len(m.streams),
+                "streams_ready": sum(1 for st in m.streams.values() if st.maybe_ready),
+                "pending_frames": pending,
+                "streams_opened": m.streams_opened,
+                "streams_done": m.streams_done,
+                "streams_failed": m.streams_failed,
+                "ticks": m.ticks,
+                "stream_ticks": m.stream_ticks,
+                "max_batch_seen": m.max_batch_seen,
+                "recent_batches": list(m.batches),
+                "tick_ms_last": round(ms[-1], 4) if ms else None,
+                "tick_ms_mean": round(sum(ms) / len(ms), 4) if ms else None,
+                "tick_ms_max": round(max(ms), 4) if ms else None,
+                "chunk_frames": m.lm.chunk_frames,
+                "latency_samples": m.lm.latency_samples,
+                "warm": dict(m.lm.warm_info),
+                "batched": True,  # flow streams: where their chunks' shapes agree
+            }
+        return {"pid": os.getpid(), "index": self.index, "device": self.device,
+                "uptime_s": round(time.monotonic() - self.t_start, 3),
+                "commands": self.commands, "rounds": self.rounds,
+                "load_ms": round(self.warmup_ms, 3), "models": models}
+
+
+def _crash(how: str) -> None:
+    """Test hook (``debug_commands``): die or wedge the way a native fault would."""
+    if how == "abort":
+        os.abort()
+    elif how == "segv":
+        ctypes.string_at(0)
+    elif how == "exit":
+        os._exit(7)
+    elif how == "hang":
+        while True:
+            time.sleep(3600)
+
+
+def serve_fd(fd: int) -> None:
+    """Process entry point: serve the parent on the connected socket ``fd``.
+
+    The first packet is the parent's hello and the configuration; a parent of another
+    wire version is answered with this end's hello and ``Failed``."""
+    conn = Connection(fd)
+    try:
+        first = wire.decode(conn.recv_bytes())
+    except (EOFError, OSError):
+        os._exit(EXIT_START_FAILED)
+    except wire.WireError as e:
+        _refuse(conn, f"unreadable first packet: {e}")
+    try:
+        rest = wire.check_hello(first)
+    except wire.VersionError as e:
+        _refuse(conn, str(e))
+    if not rest or not isinstance(rest[0], wire.Configure):
+        _refuse(conn, "the first packet has no configuration")
+    c = rest[0]
+    try:
+        cfg = EngineConfig.from_json(c.config)
+    except ValueError as e:
+        _refuse(conn, f"bad engine configuration: {e}")
+    main(conn, cfg, c.device, c.index, c.parent_pid, rest[1:])
+
+
+def _refuse(conn: Connection, message: str) -> NoReturn:
+    try:
+        conn.send_bytes(wire.encode([wire.Hello(), wire.Failed(message)]))
+    finally:
+        os._exit(EXIT_START_FAILED)
+
+
+def main(conn: Connection, cfg: EngineConfig, device: str, index: int, parent_pid: int,
+         pending: Sequence[wire.Message] = ()) -> None:
+    """Load, warm up, report ready, then run the loop until ``stop`` (or the parent goes)."""
+    _die_with_parent(parent_pid)
+    # the daemon decides when we stop: Ctrl-C in a terminal and systemd's SIGTERM to
+    # the whole cgroup reach the parent, which stops us with a "stop" command
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    w = Worker(conn, cfg, device, index)
+    w.out.append(wire.Hello())
+    root = logging.getLogger()
+    root.addHandler(_ForwardHandler(w.out))
+    if root.level > logging.WARNING or root.level == logging.NOTSET:
+        root.setLevel(logging.WARNING)
+    try:
+        info = w.load()
+    except Exception as e:  # codecrt errors, bad paths, bad device: the parent reports it
+        try:
+            w.out.append(wire.Failed(f"{type(e).__name__}: {e}"))
+            w.flush()
+        finally:
+            os._exit(EXIT_START_FAILED)
+    w.out.append(wire.Ready(info))
+    w.flush()
+    try:
+        for cmd in pending:  # commands that came with the configuration
+            w.apply(cmd)
+        w.flush()
+        w.loop()
+    except (EOFError, OSError):  # the parent went away
+        os._exit(0)
+    except wire.WireError as e:  # the parent's bytes are not a packet: a bug; it restarts us
+        logger.error("unreadable command packet: %s", e)
+        w.flush()
+        os._exit(EXIT_START_FAILED)
+    w.close()
+    try:
+        conn.send_bytes(wire.encode([wire.Stopped()]))
+    except OSError:
+        pass
+    conn.close()

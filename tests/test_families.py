@@ -1,0 +1,161 @@
+"""Codec families (codecd.families): the one table, what each family tells the daemon, and that
+nothing outside the families branches on a model kind."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from codecd import protocol as P
+from codecd.families import (
+    FAMILIES,
+    ModelSpec,
+    StreamRefused,
+    UnknownFamilyError,
+    engine_options,
+    family_for,
+    find_family,
+    layout_names,
+    model_spec,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SNAC_INFO = {"arch": "snac", "sample_rate": 24000, "hop_length": 512, "n_levels": 3,
+             "codebook_sizes": [4096] * 3, "level_strides": [4, 2, 1], "latency_samples": 4757,
+             "voices": [], "precision": "f32"}
+
+
+def _start(**kw):
+    base = dict(stream_id="a", model="m", layout="levels", format="pcm_s16le")
+    base.update(kw)
+    return P.Start(**base)
+
+
+def test_table_covers_protocol_layouts_and_converters():
+    """Every wire layout is some family's, every architecture one family's, every family's
+    converter is registered (and every converter has its family)."""
+    from codecd.convert import ARCHITECTURES
+
+    assert set(layout_names()) == set(P.LAYOUTS)
+    claimed = [a for f in FAMILIES for a in f.architectures]
+    assert len(claimed) == len(set(claimed))
+    assert {f.converter for f in FAMILIES} == set(ARCHITECTURES)
+    for f in FAMILIES:
+        assert family_for(f.architectures[0]) is f and find_family(f.architectures[0]) is f
+
+
+def test_unknown_architecture():
+    """An architecture no family claims: an error for the worker, generic defaults for a spec."""
+    assert find_family("dac") is None
+    with pytest.raises(UnknownFamilyError, match="dac"):
+        family_for("dac")
+    spec = model_spec("toy", dict(SNAC_INFO, arch="dac", codebook_sizes=[1024] * 3))
+    assert spec.layouts == ("levels",) and spec.low_latency_samples is None
+    assert not spec.needs_voice
+    with pytest.raises(UnknownFamilyError):
+        family_for("dac", generic=True).load("toy", None, None, "cpu")
+
+
+def test_snac_spec_layouts_and_low_latency():
+    """SNAC 24 kHz: the Orpheus layouts fit, a low mode below the exact latency is offered."""
+    spec = model_spec("snac_24khz", SNAC_INFO)
+    assert spec.layouts == ("orpheus_ids", "orpheus", "levels")
+    assert spec.low_latency_samples is not None and spec.low_latency_samples < 4757
+    assert spec.frame_rate == pytest.approx(24000 / 512)
+    other = model_spec("snac_32khz", dict(SNAC_INFO, n_levels=4, codebook_sizes=[4096] * 4,
+                                          level_strides=[8, 4, 2, 1]))
+    assert other.layouts == ("levels",)
+
+
+def test_plan_stream_grants_and_refuses():
+    """plan_stream: low where offered (else exact), unknown voices and a missing voice refused."""
+    snac = model_spec("snac_24khz", SNAC_INFO)
+    fam = family_for("snac")
+    low = fam.plan_stream(snac, _start(latency="low"))
+    assert (low.latency, low.latency_samples) == ("low", snac.low_latency_samples)
+    assert fam.plan_stream(snac, _start()).latency == "exact"
+    with pytest.raises(StreamRefused) as ei:
+        fam.plan_stream(snac, _start(voice="alice"))
+    assert ei.value.code == "unknown_voice"
+    s3 = ModelSpec("s3", "s3gen", 24000, 960, 1, (6561,), (1,), layouts=("levels", "chatterbox_ids"),
+                   latency_samples=16320, voices=("alice",), needs_voice=True)
+    fam = family_for("s3gen")
+    plan = fam.plan_stream(s3, _start(voice="alice", latency="low"))
+    assert (plan.latency, plan.latency_samples) == ("exact", 16320)
+    with pytest.raises(StreamRefused, match="needs a voice"):
+        fam.plan_stream(s3, _start())
+
+
+def test_engine_options_come_from_the_config():
+    """Each family's settings reach the engine configuration under its name."""
+    from codecd.config import Config
+
+    opts = engine_options(Config(flow_first_chunk=5, flow_chunk=9, flow_steps=3))
+    assert opts == {"s3gen": {"first_chunk": 5, "chunk": 9, "steps": 3, "precision": "f32"}}
+
+
+# The issue's criterion, kept: a model-kind branch lives in a family or in the converter
+# registry. The bindings mirror the C API's needs_voice field (codecrt_model_info).
+_KIND = re.compile(r'needs_voice|"s3gen"|arch ==|voices is None')
+_ALLOWED = ("daemon/codecd/families/", "daemon/codecd/convert/", "bindings/codecrt/_cdef.h",
+            "bindings/codecrt/_model.py")
+
+
+def test_no_model_kind_branches_outside_the_families():
+    """grep for needs_voice, "s3gen", arch ==, voices is None finds them only where allowed."""
+    hits = []
+    for folder in ("daemon", "bindings"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix not in (".py", ".h") or not path.is_file():
+                continue
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith(_ALLOWED):
+                continue
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if _KIND.search(line):
+                    hits.append(f"{rel}:{n}: {line.strip()}")
+    assert not hits, "\n".join(hits)
+
+
+def test_a_family_with_per_stream_levels_plugs_into_the_session(monkeypatch):
+    """A codec whose streams pick their number of codebooks at start (Mimi-like): its family's
+    plan sets the stream's levels and worker options; the session needs no change."""
+    import json
+
+    import numpy as np
+
+    import codecd.families as F
+    from codecd.families import Family, StreamPlan
+    from codecd.actions import EngineOpen, EnginePush, SendText
+    from codecd.session import Session
+
+    class PerStream(Family):
+        name = "perstream"
+        architectures = ("perstream",)
+        converter = ""
+
+        def plan_stream(self, spec, start):  # the start's seed stands in for a codebook count
+            return StreamPlan("exact", spec.latency_samples, n_levels=start.seed,
+                              options={"n_codebooks": start.seed})
+
+        def load(self, name, model, config, device):
+            raise NotImplementedError
+
+    monkeypatch.setitem(F._BY_ARCH, "perstream", PerStream())
+    spec = ModelSpec("m", "perstream", 24000, 1920, 8, (2048,) * 8, (1,) * 8)
+    s = Session({"m": spec})
+    acts = s.receive_text(json.dumps({"type": "start", "stream_id": "a", "model": "m",
+                                      "layout": "levels", "seed": 2}))
+    assert isinstance(acts[0], EngineOpen) and acts[0].options == {"n_codebooks": 2}
+    acts = s.receive_text(json.dumps({"type": "tokens", "stream_id": "a",
+                                      "levels": [[1, 2], [3, 4]]}))
+    (push,) = [a for a in acts if isinstance(a, EnginePush)]
+    assert [a.tolist() for a in push.levels] == [[1, 2], [3, 4]]
+    acts = s.receive_text(json.dumps({"type": "tokens", "stream_id": "a",
+                                      "levels": [[1], [2], [3]]}))
+    (err,) = [json.loads(a.data) for a in acts if isinstance(a, SendText)]
+    assert err["code"] == "bad_message" and "model has 2 levels" in err["message"]
+    assert np.asarray(push.levels[0]).dtype == np.int32
