@@ -165,7 +165,12 @@ class Producer:
         _REC.pack_into(data, off, n, 0)
         pos = off + 8
         for p in parts:
-            mv = p if isinstance(p, (bytes, bytearray)) else memoryview(p).cast("B")
+            if isinstance(p, (bytes, bytearray)):
+                mv: bytes | bytearray | memoryview = p
+            elif isinstance(p, np.ndarray):
+                mv = memoryview(p.reshape(-1).view(np.uint8))
+            else:
+                mv = p.cast("B")
             k = len(mv)
             data[pos:pos + k] = mv
             pos += k
