@@ -168,7 +168,7 @@ class Producer:
             if isinstance(p, (bytes, bytearray)):
                 mv: bytes | bytearray | memoryview = p
             elif isinstance(p, np.ndarray):
-                mv = memoryview(p.reshape(-1).view(np.uint8))
+                mv = p.reshape(-1).view(np.uint8).data
             else:
                 mv = p.cast("B")
             k = len(mv)
