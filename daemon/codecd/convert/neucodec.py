@@ -142,7 +142,10 @@ def build_tensors(sd: StateDict, arch: str, config: Mapping[str, Any] | None,
           "dim": D, "n_layers": n_layers, "n_heads": heads, "ffn_dim": ffn, "n_groups": N_GROUPS,
           "fsq_levels": [int(x) for x in levels]}
     if arch == "neucodec" and hop != 480 and "hop_length" not in cfg:
-        log.warning("NeuCodec with hop %d (released: 480); an XCodec2 file needs its config.json", hop)
+        # XCodec2's weights have the same keys: without its config.json (model_type "xcodec") a
+        # 16 kHz model would be written as a 24 kHz NeuCodec
+        raise ConversionError(f"NeuCodec decoders have hop 480, this one {hop}: for XCodec2 (hop 320) give its "
+                              "config.json (model_type 'xcodec') or --arch xcodec2; else set hop_length in the config")
 
     out = GGUFOut(arch)
     stale: list[str] = []
