@@ -9,7 +9,9 @@
  *     passes the shape guard with CUDA's limits (launch grid 65,535 in y and
  *     z, INT32_MAX elements);
  *   - the architectures' max_tensor_elements, which the context plans with,
- *     bound every tensor of both the GPU and the CPU graphs.
+ *     bound every tensor of both the GPU and the CPU graphs;
+ *   - small decodes on the CPU, exact and bucketed (masked), one frame to a
+ *     batch of three: finite and equal.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "ggml.h"
@@ -172,11 +174,67 @@ static int32_t longest(const cr_model *m, int32_t B) {
     return lo;
 }
 
+/* Decode on the CPU (fused kernels, or with CODECRT_PORTABLE_OPS the graphs GPUs run): finite,
+   exactly hop samples per frame, and a bucketed context (masked graphs, padded frames and
+   sequences) gives the exact-shape samples up to rounding. Exercises the host inputs (envelope,
+   masks, FSQ vectors) under the sanitizers. */
+static void check_decode(const char *path, const char *label) {
+    char err[512];
+    codecrt_model *m = NULL;
+    CHECK_OK(codecrt_model_load(path, &m, err, sizeof(err)));
+    if (!m) {
+        return;
+    }
+    codecrt_model_info info;
+    codecrt_model_get_info(m, &info);
+    codecrt_context_params p = codecrt_context_default_params();
+    p.device = "cpu";
+    p.n_threads = 1; /* small graphs: no thread barriers to wait on (the machine is shared) */
+    codecrt_context *exact = NULL, *bucketed = NULL;
+    CHECK_OK(codecrt_context_init(m, &p, &exact, err, sizeof(err)));
+    p.frame_bucket = 16;
+    p.batch_bucket = 1;
+    CHECK_OK(codecrt_context_init(m, &p, &bucketed, err, sizeof(err)));
+    const int32_t shapes[][2] = {{1, 1}, {3, 1}, {37, 3}, {16, 2}};
+    for (size_t s = 0; exact && bucketed && s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        const int32_t T = shapes[s][0], B = shapes[s][1];
+        int32_t *codes = malloc(sizeof(int32_t) * (size_t)(T * B));
+        for (int32_t i = 0; i < T * B; i++) {
+            codes[i] = (int32_t)(((uint32_t)i * 2654435761u) % (uint32_t)info.codebook_size[0]);
+        }
+        const int32_t *levels[1] = {codes};
+        const int64_t lengths[1] = {T};
+        const codecrt_codes c = {.n_batch = B, .n_levels = 1, .levels = levels, .lengths = lengths};
+        const size_t n = (size_t)T * (size_t)B * (size_t)info.hop_length;
+        float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+        size_t na = 0, nb = 0;
+        CHECK_OK(codecrt_decode(exact, NULL, &c, a, n, &na));
+        CHECK_OK(codecrt_decode(bucketed, NULL, &c, b, n, &nb));
+        double d2 = 0.0, a2 = 0.0;
+        bool finite = na == n && nb == n;
+        for (size_t i = 0; i < n && finite; i++) {
+            finite = isfinite(a[i]) && isfinite(b[i]);
+            d2 += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+            a2 += (double)a[i] * a[i];
+        }
+        CHECK(finite && a2 > 0.0, "%s decode %d x %d: %zu / %zu samples, finite %d", label, T, B, na, nb, finite);
+        CHECK(sqrt(d2 / (a2 + 1e-30)) < 1e-5, "%s decode %d x %d: bucketed differs, relative %.2e", label, T, B,
+              sqrt(d2 / (a2 + 1e-30)));
+        free(a);
+        free(b);
+        free(codes);
+    }
+    codecrt_context_free(bucketed);
+    codecrt_context_free(exact);
+    codecrt_model_free(m);
+}
+
 static void check_model(const char *dir, const char *arch, const char *label, const hp_kv *kv, int n_kv,
                         const int32_t *levels, int n_levels) {
     char path[512], err[512];
     snprintf(path, sizeof(path), "%s/%s.gguf", dir, label);
     write_vocos_model(path, arch, kv, n_kv, levels, n_levels);
+    check_decode(path, label);
     codecrt_model *m = NULL;
     CHECK_OK(codecrt_model_load(path, &m, err, sizeof(err)));
     if (m) {
