@@ -6,10 +6,12 @@ decodes a full-size random-weight model (``codecd.convert.random_vocos``); the r
 with its own seeded weights, when its package is importable (``--no-torch`` skips it). Weights do
 not change the work; parity is the tests' job (tests/test_wavtokenizer.py, tests/test_neucodec.py).
 
-    python bench/vocos.py [--device cpu|cuda:0] [--threads 2] [--seconds 10] [--batch 1,8]
+    python bench/vocos.py [--device cpu|cuda:0] [--threads 1,2] [--seconds 10] [--batch 1,8]
                           [--kinds wavtokenizer-75,neucodec] [--repeat 3] [--no-torch]
 
-Prints a markdown table: seconds per decode and x real time for each side, and the speed-up.
+Prints a markdown table per thread count: wall seconds per decode (and the process's CPU
+seconds, the steadier figure on a shared machine) and x real time for each side, and the
+speed-up in wall time.
 """
 
 from __future__ import annotations
@@ -39,13 +41,14 @@ REFERENCES = {
 }
 
 
-def best(f: Callable[[], Any], repeat: int, sync: Callable[[], None]) -> float:
+def best(f: Callable[[], Any], repeat: int, sync: Callable[[], None]) -> tuple[float, float]:
+    """(wall s, process CPU s) of the fastest of ``repeat`` calls."""
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         f()
         sync()
-        times.append(time.perf_counter() - t0)
+        times.append((time.perf_counter() - t0, time.process_time() - c0))
     return min(times)
 
 
@@ -79,7 +82,7 @@ def torch_decoder(kind: str, device: str, threads: int):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", default="2", help="CPU thread counts, comma-separated")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--batch", default="1")
     ap.add_argument("--kinds", default=",".join(REFERENCES))
@@ -90,36 +93,41 @@ def main(argv: list[str] | None = None) -> int:
     import codecrt
     from codecd.convert.random_vocos import write_random_vocos
 
-    print(f"device {args.device}, {args.threads} CPU threads, {args.seconds:g} s of codes, best of {args.repeat}\n")
-    print("| codec | batch | frames | codecrt s | codecrt x RT | PyTorch s | PyTorch x RT | speed-up |")
-    print("|---|---|---|---|---|---|---|---|")
     tmp = Path(tempfile.mkdtemp(prefix="codecd-vocos-bench-"))
-    for kind in args.kinds.split(","):
-        path = write_random_vocos(kind, tmp / f"{kind}.gguf", seed=1)
-        ref = None if args.no_torch else torch_decoder(kind, args.device, args.threads)
-        with codecrt.Model(str(path)) as m, codecrt.Context(m, device=args.device, n_threads=args.threads,
-                                                            max_batch=64) as ctx:
-            T = int(round(args.seconds * m.info.sample_rate / m.info.hop_length))
-            for B in (int(b) for b in args.batch.split(",")):
-                codes = np.random.default_rng(B).integers(0, m.info.codebook_sizes[0], (B, T)).astype(np.int32)
-                try:
-                    ctx.decode([codes])                  # warm: graph built and reserved
-                except codecrt.TooLargeError as e:       # one graph: attention over the whole utterance
-                    print(f"| {kind} | {B} | {T} | too large: {e.message} | | | | |", flush=True)
-                    continue
-                tc = best(lambda c=codes: ctx.decode([c]), args.repeat, lambda: None)
-                audio = B * args.seconds
-                row = f"| {kind} | {B} | {T} | {tc:.3f} | {audio / tc:.1f} |"
-                if ref is not None:
-                    decode, sync = ref
-                    decode(codes[:, : min(T, 20)])
-                    sync()
-                    tr = best(lambda c=codes, f=decode: f(c), args.repeat, sync)
-                    row += f" {tr:.3f} | {audio / tr:.1f} | {tr / tc:.2f}x |"
-                else:
-                    row += " - | - | - |"
-                print(row, flush=True)
-        path.unlink()
+    for threads in (int(t) for t in args.threads.split(",")):
+        print(f"\ndevice {args.device}, {threads} CPU threads, {args.seconds:g} s of codes, best of {args.repeat}\n")
+        print("| codec | batch | frames | codecrt wall s (CPU s) | codecrt x RT | PyTorch wall s (CPU s) | "
+              "PyTorch x RT | speed-up |")
+        print("|---|---|---|---|---|---|---|---|")
+        for kind in args.kinds.split(","):
+            path = tmp / f"{kind}.gguf"
+            if not path.exists():
+                write_random_vocos(kind, path, seed=1)
+            ref = None if args.no_torch else torch_decoder(kind, args.device, threads)
+            with codecrt.Model(str(path)) as m, codecrt.Context(m, device=args.device, n_threads=threads,
+                                                                max_batch=64) as ctx:
+                T = int(round(args.seconds * m.info.sample_rate / m.info.hop_length))
+                for B in (int(b) for b in args.batch.split(",")):
+                    codes = np.random.default_rng(B).integers(0, m.info.codebook_sizes[0], (B, T)).astype(np.int32)
+                    try:
+                        ctx.decode([codes])              # warm: graph built and reserved
+                    except codecrt.TooLargeError as e:   # one graph: attention over the whole utterance
+                        print(f"| {kind} | {B} | {T} | too large: {e.message} | | | | |", flush=True)
+                        continue
+                    tc, cc = best(lambda c=codes: ctx.decode([c]), args.repeat, lambda: None)
+                    audio = B * args.seconds
+                    row = f"| {kind} | {B} | {T} | {tc:.3f} ({cc:.2f}) | {audio / tc:.1f} |"
+                    if ref is not None:
+                        decode, sync = ref
+                        decode(codes[:, : min(T, 20)])
+                        sync()
+                        tr, cr = best(lambda c=codes, f=decode: f(c), args.repeat, sync)
+                        row += f" {tr:.3f} ({cr:.2f}) | {audio / tr:.1f} | {tr / tc:.2f}x |"
+                    else:
+                        row += " - | - | - |"
+                    print(row, flush=True)
+    for p in tmp.glob("*.gguf"):
+        p.unlink()
     return 0
 
 
