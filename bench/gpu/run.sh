@@ -4,7 +4,7 @@
 # opt-in GPU tests and the capacity benchmark, and write a report under $OUT.
 #
 #   carry: .whl (cp312 wheels: cffi pycparser gguf snac soxr websockets), .ggml (the sdist)
-#   bash bench/gpu/run.sh [build|test|bench|all]...
+#   bash bench/gpu/run.sh [build|test|bench|check|s3bench|vocos|all]...
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/codecd-gpu-out}
@@ -66,6 +66,22 @@ check() {
     done
 }
 
+vocos() {
+    # WavTokenizer, NeuCodec, XCodec2: full-size random models (no torch needed), CUDA against the CPU
+    for tf32 in on off; do
+        stage "vocos GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/test_vocos_gpu.py"
+        if [ $tf32 = off ]; then export NVIDIA_TF32_OVERRIDE=0; else unset NVIDIA_TF32_OVERRIDE; fi
+        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_vocos_gpu.py 2>&1 \
+            | tee "$OUT/vocos_gpu_tests_tf32_$tf32.txt" \
+            | grep -E "passed|failed|error|CUDA vs CPU|on CUDA|Error" | tee -a "$OUT/report.txt"
+    done
+    unset NVIDIA_TF32_OVERRIDE
+    stage "vocos offline decode: python3 bench/vocos.py --device cuda:0 --threads 16 --batch 1,16,64"
+    # the PyTorch columns appear where the reference packages are installed
+    python3 bench/vocos.py --device cuda:0 --threads 16 --seconds 10 --batch 1,16,64 2>&1 \
+        | tee "$OUT/vocos_bench.md" | tee -a "$OUT/report.txt"
+}
+
 deps
 env_site
 [ $# -eq 0 ] && set -- all
@@ -76,6 +92,7 @@ for what in "$@"; do
         bench) bench ;;
         check) check ;;
         s3bench) s3bench ;;
+        vocos) vocos ;;
         all) build && tests; bench ;;
         *) echo "unknown stage $what" >&2; exit 2 ;;
     esac

@@ -6,6 +6,9 @@
 static const cr_arch *const k_archs[] = {
     &cr_arch_snac,
     &cr_arch_s3gen,
+    &cr_arch_wavtokenizer,
+    &cr_arch_neucodec,
+    &cr_arch_xcodec2,
 };
 
 const cr_arch *cr_arch_find(const char *name) {
@@ -17,4 +20,4 @@ const cr_arch *cr_arch_find(const char *name) {
     return NULL;
 }
 
-const char *cr_arch_names(void) { return "snac, s3gen"; }
+const char *cr_arch_names(void) { return "snac, s3gen, wavtokenizer, neucodec, xcodec2"; }

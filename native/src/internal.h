@@ -6,6 +6,9 @@
  *   model.c    GGUF loading and validation (architecture-independent part)
  *   arch.c     the table of architectures
  *   snac.c     SNAC: hyperparameters, tensor specs, decode graph
+ *   vocos.c    blocks shared by WavTokenizer, NeuCodec and XCodec2 (vocos.h): GroupNorm ResNet,
+ *              attention, the iSTFT head
+ *   wavtokenizer.c, neucodec.c   those decoders (neucodec.c serves XCodec2 too)
  *   noise.c    counter-based Gaussian noise keyed by (seed, stream, position)
  *   graph.c    the graph lifecycle manager (schedulers, reservation, reuse)
  *   guard.c    the shape guard: graphs checked against the backends' limits
@@ -179,6 +182,9 @@ typedef struct cr_decode_shape {
     bool noise;
     bool masked;        /* valid lengths may be shorter than n_frames / n_batch */
     bool cpu_ops;       /* graph runs on the CPU backend: fused custom ops allowed */
+    bool frames_masked; /* masked, and frames are bucketed too (frame_bucket > 0): the valid frames may be
+                           fewer than n_frames. Without it a masked graph pads the batch only; an
+                           architecture whose sequences never mix can then ignore the padding */
 } cr_decode_shape;
 
 /* Per-decode host inputs the architecture copies into its graph. */
@@ -240,6 +246,9 @@ const char *cr_arch_names(void); /* "snac" etc., for messages */
 
 extern const cr_arch cr_arch_snac;
 extern const cr_arch cr_arch_s3gen;
+extern const cr_arch cr_arch_wavtokenizer;
+extern const cr_arch cr_arch_neucodec;
+extern const cr_arch cr_arch_xcodec2;
 
 /* ------------------------------------------------------------------- model */
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import s3gen, snac
+from . import neucodec, s3gen, snac, wavtokenizer
 from .common import DTYPES, ConversionError, load_config, load_state_dict
 
 __all__ = ["convert", "ConversionError", "ARCHITECTURES", "Architecture", "register", "find_checkpoint"]
@@ -45,10 +45,17 @@ register(Architecture("snac", snac.detect, snac.convert_snac_state_dict,
 register(Architecture("s3gen", s3gen.detect, s3gen.convert_s3gen_state_dict,
                       "Chatterbox S3Gen: S3 tokens to 24 kHz speech (flow matching + HiFT)",
                       needs_config=False))
+register(Architecture("wavtokenizer", wavtokenizer.detect, wavtokenizer.convert_wavtokenizer_state_dict,
+                      "WavTokenizer decoder (OuteTTS 0.2/0.3; 75 and 40 tokens/s, 24 kHz)",
+                      needs_config=False))
+register(Architecture("neucodec", neucodec.detect_neucodec, neucodec.convert_neucodec_state_dict,
+                      "NeuCodec decoder (NeuTTS Air/Nano; 50 Hz FSQ codes, 24 kHz)", needs_config=False))
+register(Architecture("xcodec2", neucodec.detect_xcodec2, neucodec.convert_xcodec2_state_dict,
+                      "XCodec2 decoder (Llasa; 50 Hz FSQ codes, 16 kHz)", needs_config=False))
 
 #: weight files looked for in a checkpoint folder, in order
 WEIGHT_FILES = ("pytorch_model.bin", "model.safetensors", "diffusion_pytorch_model.safetensors",
-                "s3gen.safetensors", "s3gen_meanflow.safetensors")
+                "s3gen.safetensors", "s3gen_meanflow.safetensors", "decoder_model.pt")
 
 
 def find_checkpoint(src: str | os.PathLike, config: Any = None) -> tuple[Path, dict | None]:
@@ -57,7 +64,8 @@ def find_checkpoint(src: str | os.PathLike, config: Any = None) -> tuple[Path, d
     if src.is_dir():
         weights = next((src / f for f in WEIGHT_FILES if (src / f).is_file()), None)
         if weights is None:
-            cands = sorted(src.glob("*.safetensors")) + sorted(src.glob("*.pt")) + sorted(src.glob("*.pth"))
+            cands = (sorted(src.glob("*.safetensors")) + sorted(src.glob("*.pt")) + sorted(src.glob("*.pth"))
+                     + sorted(src.glob("*.ckpt")))
             if len(cands) != 1:
                 raise ConversionError(f"{src}: no weights found (looked for {', '.join(WEIGHT_FILES)}"
                                       + (f"; several candidates: {', '.join(c.name for c in cands)}" if cands else "")

@@ -178,7 +178,8 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, Any]:
     except Exception as e:
         raise ConversionError(f"{path}: cannot load as a PyTorch checkpoint ({type(e).__name__}: {e})") from None
     # unwrap the usual containers
-    for key in ("state_dict", "model", "generator"):
+    # ("model_state_dict": OuteTTS' WavTokenizer decoder_model.pt)
+    for key in ("state_dict", "model_state_dict", "model", "generator"):
         if isinstance(obj, dict) and key in obj and isinstance(obj[key], dict) and not _is_tensor_dict(obj):
             obj = obj[key]
     if not isinstance(obj, dict) or not _is_tensor_dict(obj):
