@@ -1,0 +1,392 @@
+"""Windowed streaming for non-causal decoders (WavTokenizer, NeuCodec, XCodec2), batched.
+
+These decoders attend over the whole utterance (global attention, GroupNorm
+statistics over all frames), so no stream can equal the offline decode. A stream
+decodes overlapping *windows* of codes offline and joins their middles with a
+short crossfade: NeuTTS' scheme (neuphonic/neutts ``NeuTTS._infer_stream_ggml``:
+25 frames per chunk, 50 frames of lookback, 5 of lookahead, 1 overlap frame on
+each side, linear overlap-add), stated here as an exact definition that a stream
+reproduces bit for bit.
+
+**Definition** (:class:`WindowParams` ``chunk`` C, ``lookback`` L,
+``lookahead`` A, ``overlap`` V; codes ``c[0..N)``, ``hop`` samples per frame,
+M = V * hop). Piece k = 0 .. ceil(N / C) - 1:
+
+* decodes the window of codes ``c[max(kC - L, 0) : min((k+1)C + A, N))`` offline
+  (one ``Context.decode`` of that window alone);
+* keeps the window's frames ``[kC, e_k)``, ``e_k = min((k+1)C + V, window end)``;
+* its first samples are crossfaded with the previous piece's held tail (the
+  samples of frames ``[kC, e_{k-1})``): ``out[j] = prev[j] * (1 - w_j) +
+  cur[j] * w_j``, ``w_j = (j + 1) / (M + 1)``, j = 0 .. len(tail) - 1 (float32);
+* its samples of frames ``[(k+1)C, e_k)`` are held for the next piece, except
+  for the last piece, whose samples are all final.
+
+The output has exactly ``N * hop`` samples. :func:`windowed_decode` computes it
+offline from a decode function; a :class:`WindowedStream` yields the same
+samples, bit for bit, as codes arrive: piece k is decoded once codes up to
+``(k+1)C + A`` have arrived (or the stream is finished), so the first audio
+needs C + A frames of codes and the lag is at most ``(C + A) * hop`` samples.
+When one window covers the utterance (N <= C + A and L >= C) every window is the
+whole utterance and the stream equals the offline decode up to the crossfade's
+float rounding (a few ulp).
+
+NeuTTS differs in three details, none of them audible: its windows start
+``overlap_frames`` (1) earlier (``n - 50 - 1``); its normalised triangle
+weights over a whole piece reduce, in a 2-frame overlap between equal-length
+pieces, to exactly the ``w_j`` above; and its final piece is placed one frame
+late (``tests/references/neucodec.py`` replays that quirk as
+``upstream_final=True``). With the defaults (C 25, L 50, A 5, V 2) a steady
+window decodes 80 frames for 25 new ones.
+
+Batching: :func:`step_windows` (the stepper of :class:`WindowedStream`, see
+``codecrt.step``) decodes the windows of every ready stream of one tick, one
+``Context.decode`` per window length (steady windows of all streams have the
+same length, C + L + A), at most ``Context.max_batch`` windows per call. The
+runtime's batched decode equals its single-sequence decode bit for bit
+(``tests/test_windowed.py`` checks it), so batching does not change a stream's
+output.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from .base import Family, LoadedModel, ModelSpec, StreamPlan, StreamRefused
+from .native import default_buckets, make_context
+
+__all__ = ["WindowParams", "DEFAULT_WINDOW", "LOW_WINDOW", "windowed_decode", "WindowedStream",
+           "step_windows", "WindowedModel", "WindowedFamily"]
+
+logger = logging.getLogger(__name__)
+
+F32 = npt.NDArray[np.float32]
+I32 = npt.NDArray[np.int32]
+
+
+@dataclass(frozen=True)
+class WindowParams:
+    """A windowed stream's window, in frames (see the module docstring)."""
+
+    chunk: int = 25      # C: frames made final per piece
+    lookback: int = 50   # L: frames of left context before a piece
+    lookahead: int = 5   # A: frames of right context after a piece's chunk
+    overlap: int = 2     # V: frames crossfaded between consecutive pieces
+
+    def __post_init__(self) -> None:
+        if self.chunk < 1 or self.lookback < 0 or self.lookahead < 0:
+            raise ValueError(f"window {self}: chunk >= 1, lookback >= 0, lookahead >= 0")
+        if not 0 <= self.overlap <= min(self.lookahead, self.chunk):
+            raise ValueError(f"window {self}: overlap must be 0 .. min(lookahead, chunk)")
+
+    @property
+    def latency_frames(self) -> int:
+        """Frames of codes needed before the first audio (and the largest lag)."""
+        return self.chunk + self.lookahead
+
+    @property
+    def steady_frames(self) -> int:
+        """Frames of a steady window (lookback + chunk + lookahead)."""
+        return self.lookback + self.chunk + self.lookahead
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any], default: WindowParams | None = None) -> WindowParams:
+        base = asdict(default or cls())
+        base.update({k: int(v) for k, v in options.items() if k in cls.__dataclass_fields__})
+        return cls(**base)
+
+
+#: NeuTTS' scheme: 25-frame chunks, 50 frames back, 5 ahead, 2 frames crossfaded
+DEFAULT_WINDOW = WindowParams()
+#: latency "low": 10-frame chunks, 2 frames ahead (12 frames before the first audio)
+LOW_WINDOW = WindowParams(chunk=10, lookback=50, lookahead=2, overlap=2)
+
+
+class _Pieces:
+    """The windowed decode's bookkeeping for one utterance (shared by the offline
+    reference and the stream, so that both compute the same samples)."""
+
+    def __init__(self, params: WindowParams, hop: int) -> None:
+        self.p = params
+        self.hop = hop
+        self.codes = np.zeros(0, dtype=np.int32)
+        self.finished = False
+        self.k = 0                       # next piece
+        self.frames_final = 0            # frames whose samples are final
+        self.held = np.zeros(0, dtype=np.float32)  # previous piece's tail
+        self.fade = ((np.arange(params.overlap * hop, dtype=np.float32) + 1)
+                     / np.float32(params.overlap * hop + 1)).astype(np.float32)
+
+    @property
+    def n(self) -> int:
+        return int(self.codes.size)
+
+    @property
+    def done(self) -> bool:
+        return self.finished and self.frames_final >= self.n
+
+    def window(self) -> tuple[int, int] | None:
+        """The next piece's window [start, end) of codes, or None if it cannot be decoded yet."""
+        if self.done:
+            return None
+        c, k, n = self.p.chunk, self.k, self.n
+        need = (k + 1) * c + self.p.lookahead
+        if not self.finished and n < need:
+            return None
+        return max(k * c - self.p.lookback, 0), min(need, n)
+
+    def apply(self, start: int, end: int, pcm: F32) -> F32:
+        """Place the decode ``pcm`` of window [start, end): the samples it makes final."""
+        c, k, hop = self.p.chunk, self.k, self.hop
+        if pcm.shape != ((end - start) * hop,):
+            raise ValueError(f"window of {end - start} frames decoded to {pcm.shape} samples")
+        s = k * c
+        e = min((k + 1) * c + self.p.overlap, end)
+        piece = np.array(pcm[(s - start) * hop:(e - start) * hop], dtype=np.float32)
+        h = self.held.size
+        if h:
+            w = self.fade[:h]
+            piece[:h] = self.held * (np.float32(1) - w) + piece[:h] * w
+        last = self.finished and (k + 1) * c >= self.n
+        keep = piece.size if last else (min((k + 1) * c, e) - s) * hop
+        self.held = piece[keep:].copy()
+        self.frames_final = e if last else min((k + 1) * c, e)
+        self.k += 1
+        return piece[:keep]
+
+
+def windowed_decode(decode: Callable[[I32], F32], codes: npt.ArrayLike, hop: int,
+                    params: WindowParams = DEFAULT_WINDOW) -> F32:
+    """The windowed decode of a whole utterance ``codes`` [N] (the module's definition):
+    ``decode(window_codes) -> pcm`` decodes one window offline (``Context.decode``)."""
+    pc = _Pieces(params, hop)
+    pc.codes = np.ascontiguousarray(np.asarray(codes, dtype=np.int32).reshape(-1))
+    pc.finished = True
+    out: list[F32] = []
+    while (win := pc.window()) is not None:
+        a, b = win
+        out.append(pc.apply(a, b, np.asarray(decode(pc.codes[a:b]), dtype=np.float32)))
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+
+# ------------------------------------------------------------------ streams
+
+
+class WindowedStream:
+    """A windowed stream on a ``codecrt.Context`` (the stream protocol, ``codecrt.CodecStream``).
+
+    One level of codes in ``[0, codebook_size)``; output as the module's definition,
+    equal to :func:`windowed_decode` of the same codes and window."""
+
+    def __init__(self, ctx: Any, params: WindowParams = DEFAULT_WINDOW) -> None:
+        info = ctx.model_info
+        if info.n_levels != 1:
+            raise ValueError(f"windowed streams take one level of codes, the model has "
+                             f"{info.n_levels}")
+        self._ctx = ctx
+        self.params = params
+        self.hop = int(info.hop_length)
+        self.codebook_size = int(info.codebook_sizes[0])
+        self._pc = _Pieces(params, self.hop)
+        self._ready_pcm: list[F32] = []
+        self._closed = False
+
+    stepper: ClassVar[Callable[[Any, Sequence[Any]], Any]]
+
+    @property
+    def latency_samples(self) -> int:
+        return self.params.latency_frames * self.hop
+
+    def push(self, levels: Sequence[npt.ArrayLike], /) -> None:
+        import codecrt
+
+        if self._closed:
+            raise codecrt.StateError("the stream is closed")
+        if self._pc.finished:
+            raise codecrt.StateError("codes pushed after finish()")
+        if len(levels) != 1:
+            raise codecrt.CodeShapeError(f"expected 1 level of codes, got {len(levels)}")
+        a = np.asarray(levels[0])
+        if a.ndim != 1:
+            raise codecrt.CodeShapeError(f"codes must be 1-D, got shape {a.shape}")
+        if a.size and a.dtype.kind not in "iu":
+            raise codecrt.CodeTypeError(f"codes must be integers, got dtype {a.dtype}")
+        bad = np.flatnonzero((a < 0) | (a >= self.codebook_size))
+        if bad.size:
+            j = int(bad[0])
+            raise codecrt.CodeRangeError(f"code {int(a[j])} at index {self._pc.n + j} is outside "
+                                         f"[0, {self.codebook_size})")
+        if a.size:
+            self._pc.codes = np.concatenate([self._pc.codes, a.astype(np.int32)])
+
+    def finish(self) -> None:
+        import codecrt
+
+        if self._closed:
+            raise codecrt.StateError("the stream is closed")
+        self._pc.finished = True
+
+    def pull(self) -> F32:
+        if not self._ready_pcm:
+            return np.zeros(0, dtype=np.float32)
+        out = self._ready_pcm[0] if len(self._ready_pcm) == 1 else np.concatenate(self._ready_pcm)
+        self._ready_pcm = []
+        return out
+
+    def _window(self) -> tuple[int, int] | None:
+        return None if self._closed else self._pc.window()
+
+    def _apply(self, start: int, end: int, pcm: F32) -> None:
+        out = self._pc.apply(start, end, pcm)
+        if out.size:
+            self._ready_pcm.append(out)
+
+    @property
+    def stats(self) -> Any:
+        import codecrt
+
+        pc = self._pc
+        done = pc.done
+        return codecrt.StreamStats(frames_pushed=pc.n, frames_decoded=pc.frames_final,
+                                   total_samples=pc.n * self.hop if done else -1,
+                                   finished=pc.finished, ready=self._window() is not None,
+                                   done=done)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        self._closed = True
+        self._ready_pcm = []
+
+
+def step_windows(ctx: Any, streams: Sequence[WindowedStream]) -> Any:
+    """One piece for every ready stream of ``streams`` (all on ``ctx``): their windows of one
+    length decoded together, at most ``ctx.max_batch`` per ``Context.decode``. A failed
+    batch is retried window by window, so an error stays with its stream."""
+    import codecrt
+
+    if len({id(s) for s in streams}) != len(streams):
+        raise codecrt.InputError("a stream appears twice")
+    plans: dict[int, tuple[int, int]] = {}
+    for i, s in enumerate(streams):
+        if s._ctx is not ctx:
+            raise codecrt.InputError("every stream must belong to ctx")
+        if (w := s._window()) is not None:
+            plans[i] = w
+    by_len: dict[int, list[int]] = {}
+    for i, (a, b) in plans.items():
+        by_len.setdefault(b - a, []).append(i)
+    errors: dict[int, Any] = {}
+    largest, stepped = 0, 0
+    limit = max(1, int(ctx.max_batch))
+    for group in by_len.values():
+        for j in range(0, len(group), limit):
+            part = group[j:j + limit]
+            largest = max(largest, len(part))
+            wins = [streams[i]._pc.codes[plans[i][0]:plans[i][1]] for i in part]
+            try:
+                pcm = ctx.decode([np.stack(wins)])
+                results = {i: pcm[r] for r, i in enumerate(part)}
+            except codecrt.CodecrtError:
+                results = {}
+                for i, win in zip(part, wins):
+                    try:
+                        results[i] = ctx.decode([win])
+                    except codecrt.CodecrtError as e:
+                        errors[i] = e
+            for i, pcm_i in results.items():
+                streams[i]._apply(plans[i][0], plans[i][1], pcm_i)
+                stepped += 1
+    return codecrt.Tick(stepped, errors, largest)
+
+
+WindowedStream.stepper = staticmethod(step_windows)
+
+
+# ------------------------------------------------------------------ worker side
+
+
+class WindowedModel(LoadedModel):
+    """A non-causal model in a worker: one context, windowed streams (exact: ``window``;
+    low latency: ``low_window``)."""
+
+    def __init__(self, name: str, model: Any, config: Any, device: str,
+                 window: WindowParams = DEFAULT_WINDOW,
+                 low_window: WindowParams | None = LOW_WINDOW) -> None:
+        self.name = name
+        self.model = model
+        self.config = config
+        self.window = window
+        self.low_window = low_window
+        self.ctx = make_context(model, config, device)
+        self.chunk_frames = window.chunk
+        self.latency_samples = window.latency_frames * model.info.hop_length
+
+    def warm(self) -> dict[str, Any]:
+        """Decode a steady window at the largest batch bucket, then at batch 1: reserves the
+        buffer envelope every later window fits (shorter windows and smaller batches)."""
+        cfg = self.config
+        cap = min(cfg.max_batch, cfg.max_streams)
+        buckets = list(cfg.warm_buckets or default_buckets(cfg.max_batch, cfg.max_streams))
+        buckets = sorted({b for b in buckets if 1 <= b <= cap}, reverse=True)
+        frames = max(self.window.steady_frames,
+                     self.low_window.steady_frames if self.low_window else 0)
+        t0 = time.perf_counter()
+        for b in buckets:
+            self.ctx.decode([np.zeros((b, frames), dtype=np.int32)])
+        st = self.ctx.stats
+        self.warm_info = {"buckets": buckets, "window_frames": frames,
+                          "ms": round((time.perf_counter() - t0) * 1e3, 3),
+                          "graphs_built": st.graphs_built, "reservations": st.reservations,
+                          "compute_buffer_bytes": list(st.compute_buffer_bytes)}
+        return self.warm_info
+
+    def params_for(self, options: Any) -> WindowParams:
+        """The window of a stream opened with ``options`` (``codecd.wire.StreamOptions``)."""
+        base = self.low_window if options.latency == "low" and self.low_window else self.window
+        extra = getattr(options, "extra", None) or {}
+        try:
+            return WindowParams.of(extra, base)
+        except (TypeError, ValueError) as e:
+            raise StreamRefused("bad_message", f"window options: {e}") from None
+
+    def open_stream(self, options: Any) -> tuple[Any, int]:
+        s = WindowedStream(self.ctx, self.params_for(options))
+        return s, s.latency_samples
+
+    def close(self) -> None:
+        self.ctx.close()
+        self.model.close()
+
+
+class WindowedFamily(Family):
+    """A family of non-causal decoders streamed by windows (WavTokenizer, NeuCodec, XCodec2).
+    Streams: "exact" gets :data:`DEFAULT_WINDOW` (NeuTTS' scheme), "low" :data:`LOW_WINDOW`."""
+
+    window: ClassVar[WindowParams] = DEFAULT_WINDOW
+    low_window: ClassVar[WindowParams | None] = LOW_WINDOW
+
+    def model_spec(self, name: str, info: Mapping[str, Any]) -> ModelSpec:
+        spec = super().model_spec(name, info)
+        if self.low_window is None:
+            return spec
+        from dataclasses import replace
+
+        low = self.low_window.latency_frames * spec.hop_length
+        return replace(spec, low_latency_samples=low if low < spec.latency_samples else None)
+
+    def plan_stream(self, spec: ModelSpec, start: Any) -> StreamPlan:
+        plan = super().plan_stream(spec, start)
+        win = self.low_window if plan.latency == "low" and self.low_window else self.window
+        return StreamPlan(plan.latency, plan.latency_samples, options=asdict(win))
+
+    def load(self, name: str, model: Any, config: Any, device: str) -> LoadedModel:
+        return WindowedModel(name, model, config, device, self.window, self.low_window)
