@@ -2,46 +2,49 @@
 
 These decoders attend over the whole utterance (global attention, GroupNorm
 statistics over all frames), so no stream can equal the offline decode. A stream
-decodes overlapping *windows* of codes offline and joins their middles with a
-short crossfade: NeuTTS' scheme (neuphonic/neutts ``NeuTTS._infer_stream_ggml``:
-25 frames per chunk, 50 frames of lookback, 5 of lookahead, 1 overlap frame on
-each side, linear overlap-add), stated here as an exact definition that a stream
-reproduces bit for bit.
+decodes overlapping *windows* of codes offline and joins them with a short
+overlap-add: NeuTTS' scheme (neuphonic/neutts, ``NeuTTS._infer_stream_ggml`` and
+``_linear_overlap_add``: ``streaming_frames_per_chunk`` 25,
+``streaming_lookback`` 50, ``streaming_lookforward`` 5,
+``streaming_overlap_frames`` 1), stated here as a definition that a stream
+reproduces bit for bit whatever pieces its codes arrive in.
 
 **Definition** (:class:`WindowParams` ``chunk`` C, ``lookback`` L,
-``lookahead`` A, ``overlap`` V; codes ``c[0..N)``, ``hop`` samples per frame,
-M = V * hop). Piece k = 0 .. ceil(N / C) - 1:
+``lookahead`` A, ``overlap`` O; codes ``c[0..N)``, ``hop`` samples per frame).
+Pieces k = 0, 1, ..., each starting at frame kC:
 
-* decodes the window of codes ``c[max(kC - L, 0) : min((k+1)C + A, N))`` offline
-  (one ``Context.decode`` of that window alone);
-* keeps the window's frames ``[kC, e_k)``, ``e_k = min((k+1)C + V, window end)``;
-* its first samples are crossfaded with the previous piece's held tail (the
-  samples of frames ``[kC, e_{k-1})``): ``out[j] = prev[j] * (1 - w_j) +
-  cur[j] * w_j``, ``w_j = (j + 1) / (M + 1)``, j = 0 .. len(tail) - 1 (float32);
-* its samples of frames ``[(k+1)C, e_k)`` are held for the next piece, except
-  for the last piece, whose samples are all final.
+* a *regular* piece k exists when N - kC >= C + A: it decodes the window
+  ``c[max(kC - L - O, 0) : kC + C + A)`` offline (one ``Context.decode`` of that
+  window alone) and keeps its frames ``[kC, kC + C + 2O)``;
+* after the last regular piece (K of them), if N > KC, the *final* piece decodes
+  ``c[max(KC - L - O, 0) : N)`` and keeps frames ``[KC, N)``;
+* overlap-add: a piece's kept samples (length P) get NeuTTS' triangle weights
+  ``w(t) = 0.5 - |t - 0.5|``, ``t = linspace(0, 1, P + 2)[1:-1]`` (float32).
+  Where two pieces overlap (the 2O frames after each regular piece's chunk) the
+  output is ``(w_a a + w_b b) / (w_a + w_b)`` (float32, in that order); elsewhere
+  it is the piece's sample itself.
 
 The output has exactly ``N * hop`` samples. :func:`windowed_decode` computes it
 offline from a decode function; a :class:`WindowedStream` yields the same
-samples, bit for bit, as codes arrive: piece k is decoded once codes up to
-``(k+1)C + A`` have arrived (or the stream is finished), so the first audio
-needs C + A frames of codes and the lag is at most ``(C + A) * hop`` samples.
-When one window covers the utterance (N <= C + A and L >= C) every window is the
-whole utterance and the stream equals the offline decode up to the crossfade's
-float rounding (a few ulp).
+samples, bit for bit, as codes arrive: a regular piece is decoded once its C + A
+codes from kC on have arrived, the final one when the stream is finished. The
+first audio thus needs C + A frames of codes and the lag is at most
+``(C + A) * hop`` samples. An utterance of fewer than C + A frames is one final
+piece: the stream then equals the offline decode exactly.
 
-NeuTTS differs in three details, none of them audible: its windows start
-``overlap_frames`` (1) earlier (``n - 50 - 1``); its normalised triangle
-weights over a whole piece reduce, in a 2-frame overlap between equal-length
-pieces, to exactly the ``w_j`` above; and its final piece is placed one frame
-late (``tests/references/neucodec.py`` replays that quirk as
-``upstream_final=True``). With the defaults (C 25, L 50, A 5, V 2) a steady
-window decodes 80 frames for 25 new ones.
+This is NeuTTS' loop as it runs (one code per LM step; its window end ``+ O``
+never exists when a piece is decoded), except its final piece, which starts one
+frame early but is placed at frame KC (one frame misaligned, one frame too
+long; ``tests/references/neucodec.py`` replays it with ``upstream_final=True``
+and the definition here with ``upstream_final=False``), and that NeuTTS divides
+every sample by its weight (``w x / w``, an ulp away from ``x``). With the
+defaults (C 25, L 50, A 5, O 1) a steady window decodes 81 frames for 25 new
+ones.
 
 Batching: :func:`step_windows` (the stepper of :class:`WindowedStream`, see
 ``codecrt.step``) decodes the windows of every ready stream of one tick, one
 ``Context.decode`` per window length (steady windows of all streams have the
-same length, C + L + A), at most ``Context.max_batch`` windows per call. The
+same length, L + O + C + A), at most ``Context.max_batch`` windows per call. The
 runtime's batched decode equals its single-sequence decode bit for bit
 (``tests/test_windowed.py`` checks it), so batching does not change a stream's
 output.
@@ -74,16 +77,16 @@ I32 = npt.NDArray[np.int32]
 class WindowParams:
     """A windowed stream's window, in frames (see the module docstring)."""
 
-    chunk: int = 25      # C: frames made final per piece
-    lookback: int = 50   # L: frames of left context before a piece
+    chunk: int = 25      # C: frames a regular piece makes final
+    lookback: int = 50   # L: frames of left context before a piece (plus O)
     lookahead: int = 5   # A: frames of right context after a piece's chunk
-    overlap: int = 2     # V: frames crossfaded between consecutive pieces
+    overlap: int = 1     # O: a regular piece keeps 2 O frames beyond its chunk, overlap-added
 
     def __post_init__(self) -> None:
-        if self.chunk < 1 or self.lookback < 0 or self.lookahead < 0:
-            raise ValueError(f"window {self}: chunk >= 1, lookback >= 0, lookahead >= 0")
-        if not 0 <= self.overlap <= min(self.lookahead, self.chunk):
-            raise ValueError(f"window {self}: overlap must be 0 .. min(lookahead, chunk)")
+        if self.chunk < 1 or self.lookback < 0 or self.lookahead < 0 or self.overlap < 0:
+            raise ValueError(f"window {self}: chunk >= 1, lookback, lookahead, overlap >= 0")
+        if 2 * self.overlap > min(self.lookahead, self.chunk):
+            raise ValueError(f"window {self}: 2 * overlap must be <= lookahead and <= chunk")
 
     @property
     def latency_frames(self) -> int:
@@ -92,8 +95,8 @@ class WindowParams:
 
     @property
     def steady_frames(self) -> int:
-        """Frames of a steady window (lookback + chunk + lookahead)."""
-        return self.lookback + self.chunk + self.lookahead
+        """Frames of a steady window (lookback + overlap + chunk + lookahead)."""
+        return self.lookback + self.overlap + self.chunk + self.lookahead
 
     @classmethod
     def of(cls, options: Mapping[str, Any], default: WindowParams | None = None) -> WindowParams:
@@ -102,10 +105,16 @@ class WindowParams:
         return cls(**base)
 
 
-#: NeuTTS' scheme: 25-frame chunks, 50 frames back, 5 ahead, 2 frames crossfaded
+#: NeuTTS' scheme: 25-frame chunks, 50 frames back, 5 ahead, 1 overlap frame each side
 DEFAULT_WINDOW = WindowParams()
 #: latency "low": 10-frame chunks, 2 frames ahead (12 frames before the first audio)
-LOW_WINDOW = WindowParams(chunk=10, lookback=50, lookahead=2, overlap=2)
+LOW_WINDOW = WindowParams(chunk=10, lookback=50, lookahead=2, overlap=1)
+
+
+def _triangle(n: int) -> F32:
+    """NeuTTS' overlap-add weights of a piece of n samples (float32)."""
+    t = np.linspace(0, 1, n + 2, dtype=np.float32)[1:-1]
+    return (np.float32(0.5) - np.abs(t - np.float32(0.5))).astype(np.float32)
 
 
 class _Pieces:
@@ -117,11 +126,11 @@ class _Pieces:
         self.hop = hop
         self.codes = np.zeros(0, dtype=np.int32)
         self.finished = False
-        self.k = 0                       # next piece
+        self.k = 0                       # regular pieces decoded
         self.frames_final = 0            # frames whose samples are final
-        self.held = np.zeros(0, dtype=np.float32)  # previous piece's tail
-        self.fade = ((np.arange(params.overlap * hop, dtype=np.float32) + 1)
-                     / np.float32(params.overlap * hop + 1)).astype(np.float32)
+        self.final_done = False
+        self.held = np.zeros(0, dtype=np.float32)    # previous piece's overlap samples
+        self.held_w = np.zeros(0, dtype=np.float32)  # and their weights
 
     @property
     def n(self) -> int:
@@ -129,34 +138,43 @@ class _Pieces:
 
     @property
     def done(self) -> bool:
-        return self.finished and self.frames_final >= self.n
+        return self.finished and (self.final_done or self.frames_final >= self.n)
 
     def window(self) -> tuple[int, int] | None:
         """The next piece's window [start, end) of codes, or None if it cannot be decoded yet."""
         if self.done:
             return None
-        c, k, n = self.p.chunk, self.k, self.n
-        need = (k + 1) * c + self.p.lookahead
-        if not self.finished and n < need:
-            return None
-        return max(k * c - self.p.lookback, 0), min(need, n)
+        p, s, n = self.p, self.k * self.p.chunk, self.n
+        start = max(s - p.lookback - p.overlap, 0)
+        if n - s >= p.chunk + p.lookahead:
+            return start, s + p.chunk + p.lookahead
+        if self.finished and n > s:
+            return start, n
+        return None
 
     def apply(self, start: int, end: int, pcm: F32) -> F32:
         """Place the decode ``pcm`` of window [start, end): the samples it makes final."""
-        c, k, hop = self.p.chunk, self.k, self.hop
+        p, hop = self.p, self.hop
         if pcm.shape != ((end - start) * hop,):
             raise ValueError(f"window of {end - start} frames decoded to {pcm.shape} samples")
-        s = k * c
-        e = min((k + 1) * c + self.p.overlap, end)
+        s = self.k * p.chunk
+        final = end - s < p.chunk + p.lookahead
+        e = end if final else s + p.chunk + 2 * p.overlap
         piece = np.array(pcm[(s - start) * hop:(e - start) * hop], dtype=np.float32)
-        h = self.held.size
+        h = min(self.held.size, piece.size)
         if h:
-            w = self.fade[:h]
-            piece[:h] = self.held * (np.float32(1) - w) + piece[:h] * w
-        last = self.finished and (k + 1) * c >= self.n
-        keep = piece.size if last else (min((k + 1) * c, e) - s) * hop
+            w = _triangle(piece.size)
+            piece[:h] = (self.held_w[:h] * self.held[:h] + w[:h] * piece[:h]) \
+                / (self.held_w[:h] + w[:h])
+        if final:
+            self.final_done = True
+            self.frames_final = end
+            self.held = self.held_w = np.zeros(0, dtype=np.float32)
+            return piece
+        keep = p.chunk * hop
         self.held = piece[keep:].copy()
-        self.frames_final = e if last else min((k + 1) * c, e)
+        self.held_w = _triangle(piece.size)[keep:].copy()
+        self.frames_final = s + p.chunk
         self.k += 1
         return piece[:keep]
 
