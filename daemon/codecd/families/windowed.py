@@ -114,7 +114,8 @@ LOW_WINDOW = WindowParams(chunk=10, lookback=50, lookahead=2, overlap=1)
 def _triangle(n: int) -> F32:
     """NeuTTS' overlap-add weights of a piece of n samples (float32)."""
     t = np.linspace(0, 1, n + 2, dtype=np.float32)[1:-1]
-    return (np.float32(0.5) - np.abs(t - np.float32(0.5))).astype(np.float32)
+    w: F32 = (np.float32(0.5) - np.abs(t - np.float32(0.5))).astype(np.float32)
+    return w
 
 
 class _Pieces:
