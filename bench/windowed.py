@@ -18,7 +18,10 @@ the small test configs): the errors are those of random weights and random codes
 relative comparison of the settings; real checkpoints attend more locally.
 
     python bench/windowed.py [--kinds wavtokenizer-75,neucodec,xcodec2] [--seconds 6]
-                             [--threads 2] [--streams 4] [--small]
+                             [--threads 2] [--streams 4] [--small] [--gguf MODEL.gguf ...]
+
+``--gguf`` measures converted checkpoints instead of random models (with random codes;
+``--codes FILE.npy`` gives the codes of real speech, one 1-D array, used for every model).
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ for sub in ("daemon", "bindings"):
 #: (chunk, lookback, lookahead, overlap): NeuTTS' default first, then variations
 SETTINGS = [(25, 50, 5, 1), (25, 25, 5, 1), (25, 0, 5, 1), (25, 50, 10, 1), (50, 50, 5, 1),
             (10, 50, 2, 1), (10, 25, 2, 1), (5, 25, 2, 1)]
-CODEBOOK = {"wavtokenizer-75": 4096, "wavtokenizer-40": 4096, "neucodec": 65536, "xcodec2": 65536}
 
 
 def rel(a: np.ndarray, b: np.ndarray) -> float:
@@ -68,31 +70,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--streams", type=int, default=0, help="also step this many streams together")
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gguf", nargs="+", default=[], help="converted models to measure instead")
+    ap.add_argument("--codes", help="a .npy file of codes to decode instead of random ones")
     args = ap.parse_args(argv)
 
-    print(f"device cpu, {args.threads} threads, {args.seconds:g} s of random codes, "
-          f"{'small' if args.small else 'full-size'} random-weight models\n")
+    what = "converted models" if args.gguf else \
+        f"{'small' if args.small else 'full-size'} random-weight models"
+    print(f"device cpu, {args.threads} threads, {args.seconds:g} s of "
+          f"{'codes from ' + args.codes if args.codes else 'random codes'}, {what}\n")
     print("| codec | C/L/A/O | latency ms | rel L2 vs offline | worst 20 ms block | "
           "frames decoded per output frame | windowed wall s (CPU s) | x real time |")
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in args.kinds.split(","):
-            path = write_random_vocos(kind, Path(tmp) / f"{kind}.gguf", seed=args.seed,
-                                      small=args.small)
+        models = [(Path(g).stem, Path(g)) for g in args.gguf] or [
+            (kind, write_random_vocos(kind, Path(tmp) / f"{kind}.gguf", seed=args.seed,
+                                      small=args.small)) for kind in args.kinds.split(",")]
+        for kind, path in models:
             with codecrt.Model(str(path)) as m, \
                     codecrt.Context(m, device="cpu", n_threads=args.threads) as ctx:
                 info = m.info
                 fps = info.sample_rate / info.hop_length
                 n = int(round(args.seconds * fps))
-                codes = np.random.default_rng(args.seed).integers(0, CODEBOOK[kind], n)
-                codes = codes.astype(np.int32)
+                if args.codes:
+                    codes = np.load(args.codes).astype(np.int32).reshape(-1)[:n]
+                    n = codes.size
+                else:
+                    codes = np.random.default_rng(args.seed).integers(
+                        0, info.codebook_sizes[0], n).astype(np.int32)
                 offline = ctx.decode([codes])
                 block = info.sample_rate // 50
                 for c, lb, la, o in SETTINGS:
                     p = WindowParams(c, lb, la, o)
                     frames = [0]
 
-                    def dec(w: np.ndarray) -> np.ndarray:
+                    def dec(w: np.ndarray, frames: list[int] = frames) -> np.ndarray:
                         frames[0] += w.size
                         return ctx.decode([w])
 
@@ -102,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"| {kind} | {c}/{lb}/{la}/{o} | {1000 * p.latency_frames / fps:.0f} | "
                           f"{rel(win, offline):.3g} | {worst_block(win, offline, block):.3g} | "
                           f"{frames[0] / n:.2f} | {wall:.2f} ({cpu:.2f}) | "
-                          f"{args.seconds / wall:.2f} |", flush=True)
+                          f"{n / fps / wall:.2f} |", flush=True)
                 if args.streams:
                     p = WindowParams()
                     streams = [WindowedStream(ctx, p) for _ in range(args.streams)]
@@ -114,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                         pass
                     wall = time.perf_counter() - t0
                     print(f"| {kind} | {args.streams} streams, 25/50/5/1 batched | | | | | "
-                          f"{wall:.2f} | {args.streams * args.seconds / wall:.2f} (all streams) |",
+                          f"{wall:.2f} | {args.streams * n / fps / wall:.2f} (all streams) |",
                           flush=True)
     return 0
 

@@ -66,7 +66,7 @@ def test_definition_is_the_neutts_loop(ctxs, kind, params):
     ctx = ctxs[kind]
     hop = ctx.model_info.hop_length
     c, a = params.chunk, params.lookahead
-    for n in sorted({1, c + a - 1, c + a, c + a + 1, 2 * c + a - 1, 2 * c + a, 3 * c + a + 7, 137}):
+    for n in sorted({1, c + a - 1, c + a, c + a + 1, 2 * c + a, 3 * c + a + 7}):
         codes = _codes(kind, n, n)
         ours = windowed_decode(_decoder(ctx), codes, hop, params)
         theirs = np.concatenate(list(neutts_stream(
@@ -98,9 +98,9 @@ def test_streams_equal_the_windowed_decode_bitwise(ctxs, kind):
     rng = np.random.default_rng(1)
     params = [DEFAULT_WINDOW, DEFAULT_WINDOW, DEFAULT_WINDOW, LOW_WINDOW, LOW_WINDOW, ODD,
               DEFAULT_WINDOW, WindowParams(chunk=4, lookback=0, lookahead=0, overlap=0)]
-    utts = [_codes(kind, int(n), i) for i, n in enumerate(rng.integers(0, 170, len(params)))]
-    utts[0] = _codes(kind, 160, 99)  # two streams in step: their windows share batches
-    utts[1] = _codes(kind, 160, 98)
+    utts = [_codes(kind, int(n), i) for i, n in enumerate(rng.integers(0, 120, len(params)))]
+    utts[0] = _codes(kind, 110, 99)  # two streams in step: their windows share batches
+    utts[1] = _codes(kind, 110, 98)
     streams = [WindowedStream(ctx, p) for p in params]
     pos = [0] * len(streams)
     out: list[list[np.ndarray]] = [[] for _ in streams]
