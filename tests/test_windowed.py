@@ -266,3 +266,49 @@ def test_parity_with_neutts_loop_on_the_reference(arch, tmp_path):
     theirs = ref.reference_windowed_decode(model, codes, upstream_final=False)
     rel = float(np.linalg.norm(ours - theirs) / np.linalg.norm(theirs))
     assert ours.shape == theirs.shape and rel <= 1e-4, rel
+
+
+def test_long_stream_keeps_only_the_codes_windows_need(ctxs):
+    """Codes older than the next window's start are dropped: a stream's memory stays bounded."""
+    import codecrt
+
+    ctx = ctxs["xcodec2"]
+    p = DEFAULT_WINDOW
+    s = WindowedStream(ctx, p)
+    codes = _codes("xcodec2", 400, 8)
+    for i in range(0, 400, 20):
+        s.push([codes[i:i + 20]])
+        _drain(codecrt, ctx, [s])
+        assert s._pc.codes.size <= p.steady_frames + 20
+    s.finish()
+    _drain(codecrt, ctx, [s])
+    assert s.stats.done and s.stats.frames_pushed == 400
+
+
+def test_families_spec_layouts_and_windows():
+    """The three families: their layouts fit their models, "low" is offered below the exact
+    latency, and a start's plan carries the window to the worker."""
+    from codecd import protocol as P
+    from codecd.families import family_for, model_spec
+
+    def info(arch: str, hop: int, sr: int, cb: int) -> dict[str, Any]:
+        return {"arch": arch, "sample_rate": sr, "hop_length": hop, "n_levels": 1,
+                "codebook_sizes": [cb], "level_strides": [1],
+                "latency_samples": DEFAULT_WINDOW.latency_frames * hop}
+
+    cases = {"wavtokenizer": (320, 24000, 4096, ("outetts_wavtokenizer", "levels")),
+             "neucodec": (480, 24000, 65536, ("neutts", "levels")),
+             "xcodec2": (320, 16000, 65536, ("llasa_ids", "llasa", "levels"))}
+    for arch, (hop, sr, cb, layouts) in cases.items():
+        spec = model_spec("m", info(arch, hop, sr, cb))
+        assert spec.layouts == layouts and not spec.needs_voice
+        assert spec.low_latency_samples == LOW_WINDOW.latency_frames * hop < spec.latency_samples
+        fam = family_for(arch)
+        start = P.Start(stream_id="a", model="m", layout="levels", format="pcm_s16le",
+                        latency="low")
+        plan = fam.plan_stream(spec, start)
+        assert plan.latency == "low" and plan.latency_samples == spec.low_latency_samples
+        assert WindowParams.of(plan.options) == LOW_WINDOW
+    # a 40 tokens/s WavTokenizer takes OuteTTS' layout too (4096 codes); a 1024-code model not
+    assert model_spec("m", info("wavtokenizer", 600, 24000, 4096)).layouts[0] == "outetts_wavtokenizer"
+    assert model_spec("m", info("wavtokenizer", 320, 24000, 1024)).layouts == ("levels",)

@@ -126,7 +126,8 @@ class _Pieces:
     def __init__(self, params: WindowParams, hop: int) -> None:
         self.p = params
         self.hop = hop
-        self.codes = np.zeros(0, dtype=np.int32)
+        self.codes = np.zeros(0, dtype=np.int32)  # codes from frame `base` on
+        self.base = 0                    # codes before it are no window's any more: dropped
         self.finished = False
         self.k = 0                       # regular pieces decoded
         self.frames_final = 0            # frames whose samples are final
@@ -136,7 +137,14 @@ class _Pieces:
 
     @property
     def n(self) -> int:
-        return int(self.codes.size)
+        """Codes pushed so far."""
+        return self.base + int(self.codes.size)
+
+    def append(self, codes: I32) -> None:
+        self.codes = np.concatenate([self.codes, codes]) if self.codes.size else codes
+
+    def slice(self, start: int, end: int) -> I32:
+        return self.codes[start - self.base:end - self.base]
 
     @property
     def done(self) -> bool:
@@ -178,6 +186,10 @@ class _Pieces:
         self.held_w = _triangle(piece.size)[keep:].copy()
         self.frames_final = s + p.chunk
         self.k += 1
+        drop = max(self.k * p.chunk - p.lookback - p.overlap, 0) - self.base
+        if drop > 0:  # the next window starts there: keep the codes bounded
+            self.codes = self.codes[drop:].copy()
+            self.base += drop
         return piece[:keep]
 
 
@@ -186,12 +198,12 @@ def windowed_decode(decode: Callable[[I32], F32], codes: npt.ArrayLike, hop: int
     """The windowed decode of a whole utterance ``codes`` [N] (the module's definition):
     ``decode(window_codes) -> pcm`` decodes one window offline (``Context.decode``)."""
     pc = _Pieces(params, hop)
-    pc.codes = np.ascontiguousarray(np.asarray(codes, dtype=np.int32).reshape(-1))
+    pc.append(np.ascontiguousarray(np.asarray(codes, dtype=np.int32).reshape(-1)))
     pc.finished = True
     out: list[F32] = []
     while (win := pc.window()) is not None:
         a, b = win
-        out.append(pc.apply(a, b, np.asarray(decode(pc.codes[a:b]), dtype=np.float32)))
+        out.append(pc.apply(a, b, np.asarray(decode(pc.slice(a, b)), dtype=np.float32)))
     return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
 
@@ -243,7 +255,7 @@ class WindowedStream:
             raise codecrt.CodeRangeError(f"code {int(a[j])} at index {self._pc.n + j} is outside "
                                          f"[0, {self.codebook_size})")
         if a.size:
-            self._pc.codes = np.concatenate([self._pc.codes, a.astype(np.int32)])
+            self._pc.append(a.astype(np.int32))
 
     def finish(self) -> None:
         import codecrt
@@ -311,7 +323,7 @@ def step_windows(ctx: Any, streams: Sequence[WindowedStream]) -> Any:
         for j in range(0, len(group), limit):
             part = group[j:j + limit]
             largest = max(largest, len(part))
-            wins = [streams[i]._pc.codes[plans[i][0]:plans[i][1]] for i in part]
+            wins = [streams[i]._pc.slice(*plans[i]) for i in part]
             try:
                 pcm = ctx.decode([np.stack(wins)])
                 results = {i: pcm[r] for r, i in enumerate(part)}
