@@ -134,6 +134,7 @@ typedef struct cr_graph_io {
     struct ggml_tensor *slot_write;   /* I32 [B] */
     struct ggml_tensor *keep;         /* F32 [1, 1, B]: 0 on a stream's first tick */
     struct ggml_tensor *codes[CODECRT_MAX_LEVELS]; /* I32 [chunk / stride_l * B] */
+    int n_states;                     /* pool states the graph took (stream_state.c) */
 } cr_graph_io;
 
 void cr_io_add_time(cr_graph_io *io, struct ggml_tensor *t, int32_t kind, int32_t rate, int32_t delay,
@@ -218,10 +219,12 @@ typedef struct cr_arch {
     int32_t (*stream_chunk_multiple)(const struct cr_model *model);
     int (*stream_states)(const struct cr_model *model, cr_state_spec *specs, int max);
     int32_t (*stream_latency)(const struct cr_model *model);
-    /* pool[i]: the i-th state as [channels*frames, n_slots] in a device buffer */
+    /* pool[i], i < n_pool: the i-th state as [channels*frames, n_slots+1] in a
+       device buffer; the graph must take every state, in order
+       (stream_state.h), or fail with io->overflow */
     struct ggml_cgraph *(*build_stream)(const struct cr_model *model, struct ggml_context *ctx0,
                                         struct ggml_context *weights, const cr_stream_shape *shape,
-                                        struct ggml_tensor *const *pool, cr_graph_io *io);
+                                        struct ggml_tensor *const *pool, int n_pool, cr_graph_io *io);
     /* Frames of context a piece of an offline decode needs on each side so
        that its middle equals the same frames of the whole decode (the right
        and left receptive field, rounded up to stream_chunk_multiple); 0: the

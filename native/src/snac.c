@@ -769,7 +769,8 @@ static struct ggml_tensor *snac_res_unit_tf(snac_sb *sb, struct ggml_tensor *buf
 
 static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context *ctx,
                                              struct ggml_context *w, const cr_stream_shape *shape,
-                                             struct ggml_tensor *const *pool, cr_graph_io *io) {
+                                             struct ggml_tensor *const *pool, int n_pool, cr_graph_io *io) {
+    (void)n_pool;
     const snac_hparams *hp = model->hparams;
     const int64_t N = shape->chunk, B = shape->n_batch, L = hp->latent_dim;
     snac_sb sb = {.ctx = ctx, .w = w, .pool = pool, .io = io, .B = B, .cpu_ops = shape->cpu_ops,

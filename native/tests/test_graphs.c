@@ -91,7 +91,7 @@ static struct ggml_cgraph *stream_graph(struct ggml_context *ctx, const cr_model
                                    .masked = masked};
     cr_graph_io io;
     memset(&io, 0, sizeof(io));
-    return m->arch->build_stream(m, ctx, m->weights, &shape, pool, &io);
+    return m->arch->build_stream(m, ctx, m->weights, &shape, pool, n_states, &io);
 }
 
 static void check_model(const cr_model *m, const test_cfg *c) {
@@ -210,7 +210,7 @@ static void check_gpu_stream_shapes(const cr_model *m, const char *name, int32_t
                                        .masked = masked};
         cr_graph_io io;
         memset(&io, 0, sizeof(io));
-        struct ggml_cgraph *gf = m->arch->build_stream(m, ctx, m->weights, &shape, pool, &io);
+        struct ggml_cgraph *gf = m->arch->build_stream(m, ctx, m->weights, &shape, pool, n_states, &io);
         cr_err err = {{0}};
         CHECK(cr_guard_graph(&gpu, gf, &err) == CODECRT_OK, "%s GPU stream tick of %d streams (masked %d): %s", name,
               n_batch, masked, err.msg);
