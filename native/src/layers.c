@@ -188,6 +188,17 @@ struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, s
     return b ? ggml_add(ctx, y, b) : y;
 }
 
+struct ggml_tensor *cr_upconv_step(struct ggml_context *ctx, struct ggml_tensor *buf, struct ggml_tensor *w,
+                                   struct ggml_tensor *b, int s) {
+    const int64_t n = buf->ne[1] - 1, B = buf->ne[2], Cout = w->ne[1] / (2 * s);
+    struct ggml_tensor *cols = cr_mm(ctx, w, buf); /* [2s*Cout, n+1, B] */
+    const size_t half = (size_t)(s * Cout) * sizeof(float);
+    struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, n, B, cols->nb[1], cols->nb[2], cols->nb[1]);
+    struct ggml_tensor *hi = ggml_view_3d(ctx, cols, s * Cout, n, B, cols->nb[1], cols->nb[2], half);
+    struct ggml_tensor *y = ggml_reshape_3d(ctx, ggml_add(ctx, lo, hi), Cout, n * s, B);
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
 /* ---------------------------------------------------------- residual units */
 
 struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,

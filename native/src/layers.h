@@ -177,6 +177,17 @@ struct ggml_tensor *cr_conv_narrow(struct ggml_context *ctx, struct ggml_tensor 
 struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
                               struct ggml_tensor *b, int s, int crop, int64_t n_out);
 
+/*
+ * The same transposed conv in a stream tick: buf [Cin, 1+n, B] holds the
+ * previous input frame (the layer's state, zeros before the first) and n new
+ * ones -> [Cout, n*s, B], uncropped output blocks 1..n of buf (block j is
+ * tap 0..s-1 of frame j plus tap s..2s-1 of frame j-1, every input of it
+ * present). The crop becomes a delay: output sample t of the tick is
+ * uncropped sample t + s of buf, i.e. t + s - crop of the cropped layer.
+ */
+struct ggml_tensor *cr_upconv_step(struct ggml_context *ctx, struct ggml_tensor *buf, struct ggml_tensor *w,
+                                   struct ggml_tensor *b, int s);
+
 /* ---------------------------------------------------------- residual units */
 
 /*

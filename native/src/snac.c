@@ -19,12 +19,18 @@
  * time-mixing operation reads them. With zeros beyond the valid length, every
  * convolution sees exactly the zero padding of an unpadded decode, so padding
  * never changes the valid samples.
+ *
+ * The pieces are the shared layers (layers.h: convolutions, the transposed
+ * convolution, Snake, residual units) and the stream state buffers
+ * (stream_state.h); this file holds what is SNAC's own: hyperparameters,
+ * tensor names, the local attention, the wiring, the stream's delays.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "layers.h"
+#include "stream_state.h"
 
 #define SNAC_MAX_BLOCKS 8
 #define SNAC_MAX_LEVELS 8
@@ -200,206 +206,25 @@ static struct ggml_tensor *W(struct ggml_context *w, const char *fmt, ...) {
     return ggml_get_tensor(w, name);
 }
 
-/*
- * Snake off the CPU. ggml's CUDA and Vulkan backends fuse the node sequence
- * mul, sin, sqr, mul, add into one Snake kernel when x is a contiguous 2-D
- * [T', C] tensor (time fastest) and the parameters are [1, C]; composed, the
- * same Snake is five passes over memory. So off the CPU the Snake-conv-Snake
- * core of a residual unit runs time fastest, as [T, B, C] viewed as [T*B, C],
- * between two tiled transposes (docs/runtime.md has the measured effect).
- */
-
-/* [C, T, B] channels fastest -> [T*B, C] time fastest (ggml's tiled transpose copy). */
-static struct ggml_tensor *snac_to_tf(struct ggml_context *ctx, struct ggml_tensor *x) {
-    if (!ggml_is_contiguous(x)) {
-        x = ggml_cont(ctx, x);
-    }
-    return ggml_cont(ctx, ggml_transpose(ctx, ggml_reshape_2d(ctx, x, x->ne[0], x->ne[1] * x->ne[2])));
+/* Snake on x [C, T, B] by prefix's parameters (cr_snake: fused on the CPU, fusable elsewhere). */
+static struct ggml_tensor *snac_snake(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
+                                      struct ggml_tensor *x, const char *prefix, bool cpu_ops) {
+    return cr_snake(ctx, gf, x, W(w, "%s.alpha", prefix), W(w, "%s.inv_alpha", prefix), cpu_ops);
 }
 
-/* [T*B, C] time fastest -> [C, T, B] channels fastest. */
-static struct ggml_tensor *snac_to_cf(struct ggml_context *ctx, struct ggml_tensor *t, int64_t T, int64_t B) {
-    return ggml_reshape_3d(ctx, ggml_cont(ctx, ggml_transpose(ctx, t)), t->ne[1], T, B);
-}
-
-/*
- * x + inv_alpha * sin(alpha * x)^2 on t [T', C] (contiguous, time fastest),
- * alpha/inv_alpha [C], as the exact node sequence the backends fuse. The
- * parameters' [1, C] views go into the graph first: a view node landing inside
- * the five would break the pattern, and the Snake would silently stay composed.
- */
-static struct ggml_tensor *snac_snake_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *t,
-                                         struct ggml_tensor *alpha, struct ggml_tensor *inv_alpha) {
-    struct ggml_tensor *a = ggml_reshape_2d(ctx, alpha, 1, alpha->ne[0]);
-    struct ggml_tensor *ia = ggml_reshape_2d(ctx, inv_alpha, 1, inv_alpha->ne[0]);
-    ggml_build_forward_expand(gf, a);
-    ggml_build_forward_expand(gf, ia);
-    struct ggml_tensor *y = ggml_mul(ctx, t, a);
-    y = ggml_sin(ctx, y);
-    y = ggml_sqr(ctx, y);
-    y = ggml_mul(ctx, y, ia);
-    return ggml_add(ctx, t, y);
-}
-
-/* Snake on x [C, T, B] (channels fastest) by prefix's parameters: fused on the CPU, via snac_snake_tf elsewhere. */
-static struct ggml_tensor *snac_snake_named(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
-                                            struct ggml_tensor *x, const char *prefix, bool cpu_ops) {
-    struct ggml_tensor *alpha = W(w, "%s.alpha", prefix), *inv = W(w, "%s.inv_alpha", prefix);
-    if (cpu_ops) {
-        return cr_snake_cpu(ctx, x, alpha, inv);
-    }
-    return snac_to_cf(ctx, snac_snake_tf(ctx, gf, snac_to_tf(ctx, x), alpha, inv), x->ne[1], x->ne[2]);
-}
-
-/*
- * Depthwise conv, "same" length. x: [C, T, B] contiguous, w: [C, K], b: [C].
- * Runs as ggml's direct depthwise 2-D conv on a channels-last (CWHN) view, so
- * the padding is implicit and the product stays F32.
- */
-static struct ggml_tensor *snac_dwconv_pad(struct ggml_context *ctx, struct ggml_tensor *x,
-                                           struct ggml_tensor *w, struct ggml_tensor *b, int dilation,
-                                           bool same) {
-    const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], K = w->ne[1];
-    /* input as ne [T, 1, C, B] with nb [4C, 4CT, 4, 4CT] */
-    struct ggml_tensor *xv = ggml_permute(ctx, ggml_reshape_4d(ctx, x, C, T, 1, B), 2, 0, 1, 3);
-    /* kernel as ne [K, 1, 1, C] with channels fastest in memory */
-    struct ggml_tensor *wv = ggml_permute(ctx, ggml_reshape_4d(ctx, w, C, 1, K, 1), 3, 2, 0, 1);
-    const int pad = same ? (int)(dilation * (K - 1) / 2) : 0;
-    struct ggml_tensor *y = ggml_conv_2d_dw_direct(ctx, wv, xv, 1, 1, pad, 0, dilation, 1);
-    /* result is ne [T_out, 1, C, B] laid out as [C, T_out, B]: view it back */
-    const int64_t T_out = y->ne[0];
-    y = ggml_permute(ctx, y, 1, 2, 0, 3);
-    y = ggml_reshape_3d(ctx, y, C, T_out, B);
-    return ggml_add(ctx, y, b);
-}
-
-static struct ggml_tensor *snac_dwconv(struct ggml_context *ctx, struct ggml_tensor *x,
-                                       struct ggml_tensor *w, struct ggml_tensor *b, int dilation) {
-    return snac_dwconv_pad(ctx, x, w, b, dilation, true);
-}
-
-/*
- * w [K, M] times x [K, T, B] -> [M, T, B], as one [K, T*B] product when x is
- * contiguous. Left 3-D, a product whose T is 16 or less (a stream tick's first
- * layers) goes to ggml CUDA's small-batch kernel once per sequence, rereading
- * w B times: 1.4 ms of a 20 ms tick at 256 streams against ~0.1 ms for one GEMM.
- */
-static struct ggml_tensor *snac_mm(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x) {
-    if (!ggml_is_contiguous(x) || x->ne[3] != 1) {
-        return ggml_mul_mat(ctx, w, x);
-    }
-    struct ggml_tensor *y = ggml_mul_mat(ctx, w, ggml_reshape_2d(ctx, x, x->ne[0], x->ne[1] * x->ne[2]));
-    return ggml_reshape_3d(ctx, y, w->ne[1], x->ne[1], x->ne[2]);
-}
-
-/* 1x1 conv: w [Cin, Cout], x [Cin, T, B] -> [Cout, T, B]. */
-static struct ggml_tensor *snac_pwconv(struct ggml_context *ctx, struct ggml_tensor *x,
-                                       struct ggml_tensor *w, struct ggml_tensor *b) {
-    struct ggml_tensor *y = snac_mm(ctx, w, x);
-    return b ? ggml_add(ctx, y, b) : y;
-}
-
-/*
- * The branch of ResidualUnit (i, j): pw(Snake2(dw_dil(Snake1(buf)))).
- * same: buf is the unit's input [C, n, B] and the k7 conv pads P = 3*dil on
- * each side (offline decode); otherwise buf [C, n + 2P, B] starts with 2P
- * frames of left context (a stream's state) and the conv is valid.
- * Returns [C, n, B].
- */
-static struct ggml_tensor *snac_res_branch(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
-                                           struct ggml_tensor *buf, int i, int j, int dil, bool same, bool cpu_ops) {
-    char s1[64], s2[64];
-    snprintf(s1, sizeof(s1), "decoder.block.%d.res.%d.snake1", i, j);
-    snprintf(s2, sizeof(s2), "decoder.block.%d.res.%d.snake2", i, j);
-    struct ggml_tensor *dw = W(w, "decoder.block.%d.res.%d.dw.weight", i, j);
-    struct ggml_tensor *db = W(w, "decoder.block.%d.res.%d.dw.bias", i, j);
-    struct ggml_tensor *y;
-    if (cpu_ops) {
-        y = snac_snake_named(ctx, w, gf, buf, s1, true);
-        y = snac_dwconv_pad(ctx, y, dw, db, dil, same);
-        y = snac_snake_named(ctx, w, gf, y, s2, true);
-    } else {
-        const int64_t C = buf->ne[0], L = buf->ne[1], B = buf->ne[2], K = dw->ne[1];
-        struct ggml_tensor *t = snac_snake_tf(ctx, gf, snac_to_tf(ctx, buf), W(w, "%s.alpha", s1),
-                                              W(w, "%s.inv_alpha", s1)); /* [L*B, C] */
-        /* ggml's direct depthwise conv in its time-fastest (WHCN) layout: input
-           [L, B, C, 1] (width = time, height = batch), kernel [K, 1, 1, C] */
-        struct ggml_tensor *k = ggml_reshape_4d(ctx, ggml_cont(ctx, ggml_transpose(ctx, dw)), K, 1, 1, C);
-        const int pad = same ? (int)(dil * (K - 1) / 2) : 0;
-        t = ggml_conv_2d_dw_direct(ctx, k, ggml_reshape_4d(ctx, t, L, B, C, 1), 1, 1, pad, 0, dil, 1);
-        const int64_t n = t->ne[0];
-        t = ggml_add(ctx, t, ggml_reshape_4d(ctx, db, 1, 1, C, 1)); /* [n, B, C, 1] */
-        t = snac_snake_tf(ctx, gf, ggml_reshape_2d(ctx, t, n * B, C), W(w, "%s.alpha", s2), W(w, "%s.inv_alpha", s2));
-        y = snac_to_cf(ctx, t, n, B);
-    }
-    return snac_pwconv(ctx, y, W(w, "decoder.block.%d.res.%d.pw.weight", i, j),
-                       W(w, "decoder.block.%d.res.%d.pw.bias", i, j));
-}
-
-/*
- * Zero frames before and after each sequence of x [C, T, B]: [C, l+T+r, B].
- * Padded as x viewed [C*T, B] along its first dimension: ggml's CUDA pad
- * kernel puts ne1 into the launch grid's y (at most 65,535 blocks), so a pad
- * along time with time in ne1 aborts past 65,535 frames (2.73 s at 24 kHz);
- * in ne0 time is unbounded and ne1 is the batch.
- */
-static struct ggml_tensor *snac_pad_frames(struct ggml_context *ctx, struct ggml_tensor *x, int l, int r) {
-    const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2];
-    if (!ggml_is_contiguous(x)) {
-        x = ggml_cont(ctx, x);
-    }
-    struct ggml_tensor *y = ggml_pad_ext(ctx, ggml_reshape_2d(ctx, x, C * T, B), (int)(l * C), (int)(r * C), 0, 0,
-                                         0, 0, 0, 0);
-    return ggml_reshape_3d(ctx, y, C, T + l + r, B);
-}
-
-/*
- * ConvTranspose1d with kernel 2s, stride s, padding ceil(s/2), output padding
- * s % 2, as one matrix product and an overlap of two halves.
- * x: [Cin, T, B], w: [Cin, 2s*Cout] (row k*Cout + oc), b: [Cout] -> [Cout, T*s, B].
- *
- * cols[k*Cout + oc, t] lands at uncropped sample t*s + k, so uncropped block j
- * (s samples, j = 0..T) is cols_lo[:, j] + cols_hi[:, j-1]. Padding the input
- * with one zero frame on each side makes both terms plain views of one
- * product (the output, s times larger, is never padded). The crop then starts
- * at sample ceil(s/2).
- */
-static struct ggml_tensor *snac_upconv(struct ggml_context *ctx, struct ggml_tensor *x,
-                                       struct ggml_tensor *w, struct ggml_tensor *b, int s) {
-    const int64_t T = x->ne[1], B = x->ne[2], Cout = b->ne[0];
-    const int p = (s + 1) / 2;
-    struct ggml_tensor *xp = snac_pad_frames(ctx, x, 1, 1); /* [Cin, T+2, B] */
-    struct ggml_tensor *cols = snac_mm(ctx, w, xp);                        /* [2s*Cout, T+2, B] */
-    const size_t half = (size_t)(s * Cout) * sizeof(float);
-    /* block j = lo at padded frame j+1 + hi at padded frame j, j = 0..T */
-    struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, T + 1, B, cols->nb[1], cols->nb[2], cols->nb[1]);
-    struct ggml_tensor *hi = ggml_view_3d(ctx, cols, s * Cout, T + 1, B, cols->nb[1], cols->nb[2], half);
-    struct ggml_tensor *y = ggml_add(ctx, lo, hi); /* [s*Cout, T+1, B] = [Cout, s*(T+1), B] */
-    y = ggml_view_3d(ctx, y, Cout, T * s, B, (size_t)Cout * sizeof(float), y->nb[2],
-                     (size_t)(p * Cout) * sizeof(float));
-    return ggml_add(ctx, y, b);
-}
-
-/*
- * Conv1d "same" with a few output channels. x: [Cin, T, B], w: [Cin, K*Cout]
- * (row k*Cout + oc), b: [Cout] -> [Cout, T, B]. One product over the padded
- * input, then the K shifted diagonals summed.
- */
-static struct ggml_tensor *snac_conv_small(struct ggml_context *ctx, struct ggml_tensor *x,
-                                           struct ggml_tensor *w, struct ggml_tensor *b) {
-    const int64_t T = x->ne[1], B = x->ne[2], Cout = b->ne[0];
-    const int64_t K = w->ne[1] / Cout;
-    const int pad = (int)((K - 1) / 2);
-    /* pad the product, K*Cout rows, rather than the Cin-row input */
-    struct ggml_tensor *z = snac_mm(ctx, w, x);                   /* [K*Cout, T, B] */
-    z = snac_pad_frames(ctx, z, pad, pad);                         /* [K*Cout, T+2p, B] */
-    struct ggml_tensor *y = NULL;
-    for (int64_t k = 0; k < K; k++) {
-        struct ggml_tensor *v = ggml_view_3d(ctx, z, Cout, T, B, z->nb[1], z->nb[2],
-                                             (size_t)(k * Cout) * sizeof(float) + (size_t)k * z->nb[1]);
-        y = y ? ggml_add(ctx, y, v) : ggml_cont(ctx, v);
-    }
-    return ggml_add(ctx, y, b);
+/* ResidualUnit (i, j)'s weights: Snake, depthwise k7, Snake, 1x1. */
+static cr_res_unit snac_res_unit(struct ggml_context *w, int i, int j) {
+    const char *p = "decoder.block";
+    return (cr_res_unit){
+        .alpha1 = W(w, "%s.%d.res.%d.snake1.alpha", p, i, j),
+        .inv_alpha1 = W(w, "%s.%d.res.%d.snake1.inv_alpha", p, i, j),
+        .dw_w = W(w, "%s.%d.res.%d.dw.weight", p, i, j),
+        .dw_b = W(w, "%s.%d.res.%d.dw.bias", p, i, j),
+        .alpha2 = W(w, "%s.%d.res.%d.snake2.alpha", p, i, j),
+        .inv_alpha2 = W(w, "%s.%d.res.%d.snake2.inv_alpha", p, i, j),
+        .pw_w = W(w, "%s.%d.res.%d.pw.weight", p, i, j),
+        .pw_b = W(w, "%s.%d.res.%d.pw.bias", p, i, j),
+    };
 }
 
 /* Local windowed attention with rotary positions. x: [D, T, B] -> [D, T, B]. */
@@ -407,9 +232,9 @@ static struct ggml_tensor *snac_attention(struct ggml_context *ctx, struct ggml_
                                           struct ggml_tensor *x, struct ggml_tensor *pos, int window) {
     const int64_t D = x->ne[0], T = x->ne[1], B = x->ne[2];
     const int64_t nh = D / SNAC_HEAD_DIM, nw = T / window, hd = SNAC_HEAD_DIM;
-    struct ggml_tensor *h = ggml_norm(ctx, x, 1e-5f);
-    h = ggml_add(ctx, ggml_mul(ctx, h, W(w, "decoder.attn.norm.weight")), W(w, "decoder.attn.norm.bias"));
-    struct ggml_tensor *qkv = snac_mm(ctx, W(w, "decoder.attn.qkv.weight"), h); /* [3D, T, B] */
+    struct ggml_tensor *h = cr_layer_norm(ctx, x, W(w, "decoder.attn.norm.weight"), W(w, "decoder.attn.norm.bias"),
+                                          1e-5f);
+    struct ggml_tensor *qkv = cr_mm(ctx, W(w, "decoder.attn.qkv.weight"), h); /* [3D, T, B] */
     const size_t row = qkv->nb[1];
     /* [hd, nh, T*B] views: channel h*hd + d of q, k, v */
     struct ggml_tensor *q = ggml_view_3d(ctx, qkv, hd, nh, T * B, hd * sizeof(float), row, 0);
@@ -427,7 +252,7 @@ static struct ggml_tensor *snac_attention(struct ggml_context *ctx, struct ggml_
     struct ggml_tensor *o = ggml_mul_mat(ctx, v, kq);       /* [hd, W, nh, nw*B] */
     o = ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3));  /* [hd, nh, W, nw*B] */
     o = ggml_reshape_3d(ctx, o, D, T, B);
-    o = snac_mm(ctx, W(w, "decoder.attn.out.weight"), o);
+    o = cr_mm(ctx, W(w, "decoder.attn.out.weight"), o);
     return ggml_add(ctx, o, x);
 }
 
@@ -472,8 +297,8 @@ static struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_
         snprintf(name, sizeof(name), "codes.%d", l);
         struct ggml_tensor *codes = io[SNAC_IO_CODES + l] = snac_input(ctx, GGML_TYPE_I32, Tl * B, 1, 1, name);
         struct ggml_tensor *e = ggml_get_rows(ctx, W(w, "quantizer.%d.codebook", l), codes); /* [H, Tl*B] */
-        struct ggml_tensor *y = snac_pwconv(ctx, e, W(w, "quantizer.%d.out_proj.weight", l),
-                                            W(w, "quantizer.%d.out_proj.bias", l)); /* [L, Tl*B] */
+        struct ggml_tensor *y = cr_pwconv(ctx, e, W(w, "quantizer.%d.out_proj.weight", l),
+                                          W(w, "quantizer.%d.out_proj.bias", l)); /* [L, Tl*B] */
         if (s > 1) {
             y = ggml_repeat_4d(ctx, ggml_reshape_4d(ctx, y, L, 1, Tl, B), L, s, Tl, B);
         }
@@ -482,8 +307,8 @@ static struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_
     }
     struct ggml_tensor *x = snac_mask(ctx, z, masks[0]);
 
-    x = snac_dwconv(ctx, x, W(w, "decoder.in_dw.weight"), W(w, "decoder.in_dw.bias"), 1);
-    x = snac_pwconv(ctx, x, W(w, "decoder.in_pw.weight"), W(w, "decoder.in_pw.bias"));
+    x = cr_dwconv(ctx, x, W(w, "decoder.in_dw.weight"), W(w, "decoder.in_dw.bias"), 1, 3, 3); /* k7 "same" */
+    x = cr_pwconv(ctx, x, W(w, "decoder.in_pw.weight"), W(w, "decoder.in_pw.bias"));
     if (hp->window > 0) {
         struct ggml_tensor *pos = io[SNAC_IO_POS] = snac_input(ctx, GGML_TYPE_I32, T * B, 1, 1, "pos");
         x = snac_attention(ctx, w, x, pos, hp->window);
@@ -496,23 +321,26 @@ static struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_
         const int s = hp->rates[i];
         t *= s;
         snprintf(p, sizeof(p), "decoder.block.%d.snake", i);
-        x = snac_snake_named(ctx, w, gf, x, p, shape->cpu_ops);
-        x = snac_upconv(ctx, x, W(w, "decoder.block.%d.up.weight", i), W(w, "decoder.block.%d.up.bias", i), s);
+        x = snac_snake(ctx, w, gf, x, p, shape->cpu_ops);
+        /* ConvTranspose1d(k 2s, stride s, padding ceil(s/2), output_padding s % 2): T*s samples */
+        x = cr_upconv(ctx, x, W(w, "decoder.block.%d.up.weight", i), W(w, "decoder.block.%d.up.bias", i), s,
+                      (s + 1) / 2, t);
         if (shape->noise && hp->noise) {
             snprintf(name, sizeof(name), "noise.%d", i);
             struct ggml_tensor *n = io[SNAC_IO_NOISE + i] = snac_input(ctx, GGML_TYPE_F32, 1, t, B, name);
-            struct ggml_tensor *h = snac_mm(ctx, W(w, "decoder.block.%d.noise.weight", i), x);
+            struct ggml_tensor *h = cr_mm(ctx, W(w, "decoder.block.%d.noise.weight", i), x);
             x = ggml_add(ctx, x, ggml_mul(ctx, h, n));
         }
         x = snac_mask(ctx, x, masks[i + 1]);
         int dil = 1;
         for (int j = 0; j < 3; j++, dil *= 3) {
-            struct ggml_tensor *y = snac_res_branch(ctx, w, gf, x, i, j, dil, true, shape->cpu_ops);
+            const cr_res_unit u = snac_res_unit(w, i, j);
+            struct ggml_tensor *y = cr_res_branch(ctx, gf, x, &u, dil, true, shape->cpu_ops);
             x = snac_mask(ctx, ggml_add(ctx, x, y), masks[i + 1]);
         }
     }
-    x = snac_snake_named(ctx, w, gf, x, "decoder.out_snake", shape->cpu_ops);
-    x = snac_conv_small(ctx, x, W(w, "decoder.out.weight"), W(w, "decoder.out.bias")); /* [1, T*hop, B] */
+    x = snac_snake(ctx, w, gf, x, "decoder.out_snake", shape->cpu_ops);
+    x = cr_conv_narrow(ctx, x, W(w, "decoder.out.weight"), W(w, "decoder.out.bias"), SNAC_DW_K, 3, 3); /* [1, T*hop, B] */
     x = ggml_tanh(ctx, x);
     ggml_set_name(x, "pcm");
     ggml_set_output(x);
@@ -642,148 +470,39 @@ static void snac_set_inputs(const cr_model *model, const cr_decode_shape *shape,
  * reads it, exactly as an offline decode's zero padding does.
  */
 
-typedef struct snac_sb {
-    struct ggml_context *ctx;
+/* What the tick's pieces share: the state buffers and inputs (stream_state.h), the weights. */
+typedef struct snac_tick {
+    cr_states st;
     struct ggml_context *w;
-    struct ggml_cgraph *gf;
-    struct ggml_tensor *const *pool;
-    int next_state;
-    cr_graph_io *io;
-    int64_t B;
-    bool cpu_ops;
-    bool masked;
-} snac_sb;
-
-static struct ggml_tensor *snac_sb_with_state(snac_sb *sb, struct ggml_tensor *x, int64_t S) {
-    struct ggml_context *ctx = sb->ctx;
-    const int64_t C = x->ne[0], n = x->ne[1], B = x->ne[2];
-    struct ggml_tensor *pool = sb->pool[sb->next_state++];            /* [C*S, slots+1] */
-    struct ggml_tensor *st = ggml_get_rows(ctx, pool, sb->io->slot_read); /* [C*S, B] */
-    st = ggml_reshape_3d(ctx, st, C, S, B);
-    if (sb->io->keep) {
-        st = ggml_mul(ctx, st, sb->io->keep);
-    }
-    struct ggml_tensor *buf = ggml_concat(ctx, st, x, 1);             /* [C, S+n, B] */
-    struct ggml_tensor *tail = ggml_view_3d(ctx, buf, C, S, B, buf->nb[1], buf->nb[2], (size_t)n * buf->nb[1]);
-    tail = ggml_reshape_2d(ctx, ggml_cont(ctx, tail), C * S, B);
-    ggml_build_forward_expand(sb->gf, ggml_set_rows(ctx, pool, tail, sb->io->slot_write));
-    return buf;
-}
-
-static struct ggml_tensor *snac_sb_time(snac_sb *sb, int32_t kind, int64_t n, int32_t rate, int32_t delay,
-                                        int32_t site) {
-    struct ggml_tensor *t = kind == CR_TIME_POS ? ggml_new_tensor_1d(sb->ctx, GGML_TYPE_I32, n * sb->B)
-                                                : ggml_new_tensor_3d(sb->ctx, GGML_TYPE_F32, 1, n, sb->B);
-    ggml_set_input(t);
-    cr_io_add_time(sb->io, t, kind, rate, delay, site);
-    return t;
-}
-
-static struct ggml_tensor *snac_sb_mask(snac_sb *sb, struct ggml_tensor *x, int32_t rate, int32_t delay) {
-    if (!sb->masked) {
-        return x;
-    }
-    return ggml_mul(sb->ctx, x, snac_sb_time(sb, CR_TIME_MASK, x->ne[1], rate, delay, 0));
-}
+} snac_tick;
 
 /*
  * Off the CPU the decoder blocks keep their residual stream time fastest,
  * x [n, B, C], so the Snake-depthwise-Snake core needs no transposes: the one
  * transpose per residual unit feeds the 1x1 conv, whose product is taken as
- * y^T w, landing time fastest again. The state pools are laid out differently
- * on the two paths (below); a context only ever uses one of them.
+ * y^T w, landing time fastest again (cr_res_unit_tf). The state pools are laid
+ * out differently on the two paths (cr_states_append and _append_tf); a
+ * context only ever uses one of them.
  */
-
-/*
- * x [n, B, C] -> concat(state [S, B, C], x) [S+n, B, C]; the last S frames
- * become the state. A state pool [S*C, slots+1] holds one [S, C] (time
- * fastest) row per slot: get_rows reads whole rows (a per-channel gather of
- * S-float rows measured 10x slower on CUDA) and one small copy reorders them
- * to [S, B, C]; the tail goes back without a copy, by set_rows into the pool
- * viewed as [S, slots+1, C] (rows strided by S*C, channels by S), its slot
- * list broadcast over the channels.
- */
-static struct ggml_tensor *snac_sb_with_state_tf(snac_sb *sb, struct ggml_tensor *x, int64_t S) {
-    struct ggml_context *ctx = sb->ctx;
-    const int64_t n = x->ne[0], B = x->ne[1], C = x->ne[2];
-    struct ggml_tensor *pool = sb->pool[sb->next_state++];                 /* [S*C, slots+1] */
-    struct ggml_tensor *st = ggml_get_rows(ctx, pool, sb->io->slot_read); /* [S*C, B] */
-    st = ggml_permute(ctx, ggml_reshape_3d(ctx, st, S, C, B), 0, 2, 1, 3);  /* [S, B, C] view */
-    if (sb->io->keep) {
-        st = ggml_mul(ctx, st, ggml_reshape_3d(ctx, sb->io->keep, 1, B, 1));
-    } else {
-        st = ggml_cont(ctx, st);
-    }
-    struct ggml_tensor *buf = ggml_concat(ctx, st, x, 0); /* [S+n, B, C] */
-    struct ggml_tensor *tail = ggml_view_3d(ctx, buf, S, B, C, buf->nb[1], buf->nb[2], (size_t)n * sizeof(float));
-    struct ggml_tensor *rows = ggml_view_3d(ctx, pool, S, pool->ne[1], C, pool->nb[1], (size_t)S * sizeof(float), 0);
-    ggml_build_forward_expand(sb->gf, ggml_set_rows(ctx, rows, tail, sb->io->slot_write));
-    return buf;
-}
-
-static struct ggml_tensor *snac_sb_mask_tf(snac_sb *sb, struct ggml_tensor *x, int32_t rate, int32_t delay) {
-    if (!sb->masked) {
-        return x;
-    }
-    struct ggml_tensor *m = snac_sb_time(sb, CR_TIME_MASK, x->ne[0], rate, delay, 0); /* [1, n, B] */
-    return ggml_mul(sb->ctx, x, ggml_reshape_3d(sb->ctx, m, x->ne[0], x->ne[1], 1));
-}
 
 /* Snake on x [n, B, C] by prefix's parameters, then transposed: [C, n, B] channels fastest. */
-static struct ggml_tensor *snac_snake_tf_to_cf(snac_sb *sb, struct ggml_tensor *x, const char *prefix) {
+static struct ggml_tensor *snac_snake_tf_to_cf(snac_tick *k, struct ggml_tensor *x, const char *prefix) {
+    struct ggml_context *ctx = k->st.ctx;
     const int64_t n = x->ne[0], B = x->ne[1], C = x->ne[2];
-    struct ggml_tensor *t = snac_snake_tf(sb->ctx, sb->gf, ggml_reshape_2d(sb->ctx, x, n * B, C),
-                                          W(sb->w, "%s.alpha", prefix), W(sb->w, "%s.inv_alpha", prefix));
-    return snac_to_cf(sb->ctx, t, n, B);
-}
-
-/*
- * ResidualUnit (i, j) on buf [n+2P, B, C] (state then input, time fastest):
- * buf[P : P+n] + pw(Snake2(dw_dil(Snake1(buf)))) -> [n, B, C].
- */
-static struct ggml_tensor *snac_res_unit_tf(snac_sb *sb, struct ggml_tensor *buf, int i, int j, int dil) {
-    struct ggml_context *ctx = sb->ctx;
-    struct ggml_context *w = sb->w;
-    char s1[64], s2[64];
-    snprintf(s1, sizeof(s1), "decoder.block.%d.res.%d.snake1", i, j);
-    snprintf(s2, sizeof(s2), "decoder.block.%d.res.%d.snake2", i, j);
-    struct ggml_tensor *dw = W(w, "decoder.block.%d.res.%d.dw.weight", i, j);
-    const int64_t Lb = buf->ne[0], B = buf->ne[1], C = buf->ne[2], K = dw->ne[1];
-    const int64_t P = dil * (K - 1) / 2, n = Lb - 2 * P;
-    struct ggml_tensor *t = snac_snake_tf(ctx, sb->gf, ggml_reshape_2d(ctx, buf, Lb * B, C), W(w, "%s.alpha", s1),
-                                          W(w, "%s.inv_alpha", s1)); /* [Lb*B, C] */
-    /* ggml's direct depthwise conv, WHCN: input [Lb, B, C, 1] (width = time,
-       height = batch), kernel [K, 1, 1, C]; valid, so [n, B, C, 1] */
-    struct ggml_tensor *k = ggml_reshape_4d(ctx, ggml_cont(ctx, ggml_transpose(ctx, dw)), K, 1, 1, C);
-    t = ggml_conv_2d_dw_direct(ctx, k, ggml_reshape_4d(ctx, t, Lb, B, C, 1), 1, 1, 0, 0, dil, 1);
-    t = ggml_add(ctx, t, ggml_reshape_4d(ctx, W(w, "decoder.block.%d.res.%d.dw.bias", i, j), 1, 1, C, 1));
-    t = snac_snake_tf(ctx, sb->gf, ggml_reshape_2d(ctx, t, n * B, C), W(w, "%s.alpha", s2), W(w, "%s.inv_alpha", s2));
-    /* 1x1 conv as y^T w: y [C, n*B] (one transpose), w [C, Cout] -> [n*B, Cout] */
-    struct ggml_tensor *y = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, t)),
-                                         W(w, "decoder.block.%d.res.%d.pw.weight", i, j));
-    struct ggml_tensor *pb = W(w, "decoder.block.%d.res.%d.pw.bias", i, j);
-    y = ggml_add(ctx, y, ggml_reshape_2d(ctx, pb, 1, pb->ne[0]));
-    struct ggml_tensor *xd = ggml_view_3d(ctx, buf, n, B, C, buf->nb[1], buf->nb[2], (size_t)P * sizeof(float));
-    return ggml_add(ctx, ggml_reshape_3d(ctx, y, n, B, C), xd);
+    struct ggml_tensor *t = cr_snake_tf(ctx, k->st.gf, ggml_reshape_2d(ctx, x, n * B, C),
+                                        W(k->w, "%s.alpha", prefix), W(k->w, "%s.inv_alpha", prefix));
+    return cr_to_cf(ctx, t, n, B);
 }
 
 static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context *ctx,
                                              struct ggml_context *w, const cr_stream_shape *shape,
                                              struct ggml_tensor *const *pool, int n_pool, cr_graph_io *io) {
-    (void)n_pool;
     const snac_hparams *hp = model->hparams;
     const int64_t N = shape->chunk, B = shape->n_batch, L = hp->latent_dim;
-    snac_sb sb = {.ctx = ctx, .w = w, .pool = pool, .io = io, .B = B, .cpu_ops = shape->cpu_ops,
-                  .masked = shape->masked};
-    sb.gf = ggml_new_graph_custom(ctx, 4096, false);
-    io->slot_read = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
-    io->slot_write = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
-    ggml_set_input(io->slot_read);
-    ggml_set_input(io->slot_write);
-    if (shape->masked) {
-        io->keep = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, 1, B);
-        ggml_set_input(io->keep);
-    }
+    snac_tick tk = {.w = w};
+    cr_states *st = &tk.st;
+    struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
+    cr_states_init(st, ctx, gf, pool, n_pool, io, B, shape->masked);
 
     struct ggml_tensor *z = NULL;
     for (int l = 0; l < hp->n_levels; l++) {
@@ -791,8 +510,8 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
         struct ggml_tensor *codes = io->codes[l] = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, Nl * B);
         ggml_set_input(codes);
         struct ggml_tensor *e = ggml_get_rows(ctx, W(w, "quantizer.%d.codebook", l), codes);
-        struct ggml_tensor *y = snac_pwconv(ctx, e, W(w, "quantizer.%d.out_proj.weight", l),
-                                            W(w, "quantizer.%d.out_proj.bias", l));
+        struct ggml_tensor *y = cr_pwconv(ctx, e, W(w, "quantizer.%d.out_proj.weight", l),
+                                          W(w, "quantizer.%d.out_proj.bias", l));
         if (s > 1) {
             y = ggml_repeat_4d(ctx, ggml_reshape_4d(ctx, y, L, 1, Nl, B), L, s, Nl, B);
         }
@@ -801,79 +520,75 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
     }
     int32_t r = 1, d = 0;
     int64_t n = N;
-    struct ggml_tensor *x = snac_sb_mask(&sb, z, r, d);
+    struct ggml_tensor *x = cr_states_mask(st, z, r, d);
 
-    struct ggml_tensor *buf = snac_sb_with_state(&sb, x, 2 * 3);
-    x = snac_dwconv_pad(ctx, buf, W(w, "decoder.in_dw.weight"), W(w, "decoder.in_dw.bias"), 1, false);
+    struct ggml_tensor *buf = cr_states_append(st, x, 2 * 3);
+    x = cr_dwconv(ctx, buf, W(w, "decoder.in_dw.weight"), W(w, "decoder.in_dw.bias"), 1, 0, 0); /* valid */
     d += 3;
-    x = snac_pwconv(ctx, x, W(w, "decoder.in_pw.weight"), W(w, "decoder.in_pw.bias"));
-    x = snac_sb_mask(&sb, x, r, d);
+    x = cr_pwconv(ctx, x, W(w, "decoder.in_pw.weight"), W(w, "decoder.in_pw.bias"));
+    x = cr_states_mask(st, x, r, d);
     if (hp->window > 0) {
         const int32_t win = hp->window, off = d % win;
-        buf = snac_sb_with_state(&sb, x, win); /* [D, W+N, B] */
+        buf = cr_states_append(st, x, win); /* [D, W+N, B] */
         struct ggml_tensor *seg = ggml_cont(ctx, ggml_view_3d(ctx, buf, buf->ne[0], N, B, buf->nb[1], buf->nb[2],
                                                               (size_t)off * buf->nb[1]));
         d = d - off + win;
-        struct ggml_tensor *pos = snac_sb_time(&sb, CR_TIME_POS, N, r, d, win);
+        struct ggml_tensor *pos = cr_states_time(st, CR_TIME_POS, N, r, d, win);
         x = snac_attention(ctx, w, seg, pos, win);
-        x = snac_sb_mask(&sb, x, r, d);
+        x = cr_states_mask(st, x, r, d);
     }
     char p[64];
-    const bool tf = !sb.cpu_ops;
+    const bool tf = !shape->cpu_ops;
     struct ggml_tensor *xt = NULL; /* the residual stream [n, B, C] on the time-fastest path */
     for (int i = 0; i < hp->n_blocks; i++) {
         const int s = hp->rates[i];
-        struct ggml_tensor *bias = W(w, "decoder.block.%d.up.bias", i);
-        const int64_t Cout = bias->ne[0];
+        const int64_t Cout = W(w, "decoder.block.%d.up.bias", i)->ne[0];
         snprintf(p, sizeof(p), "decoder.block.%d.snake", i);
         if (tf) {
             if (!xt) {
-                xt = ggml_reshape_3d(ctx, snac_to_tf(ctx, x), n, B, x->ne[0]);
+                xt = ggml_reshape_3d(ctx, cr_to_tf(ctx, x), n, B, x->ne[0]);
             }
-            buf = snac_snake_tf_to_cf(&sb, snac_sb_with_state_tf(&sb, xt, 1), p); /* [Cin, 1+n, B] */
+            buf = snac_snake_tf_to_cf(&tk, cr_states_append_tf(st, xt, 1), p); /* [Cin, 1+n, B] */
         } else {
-            buf = snac_sb_with_state(&sb, x, 1); /* [Cin, 1+n, B] */
-            buf = snac_snake_named(ctx, w, sb.gf, buf, p, true);
+            buf = cr_states_append(st, x, 1); /* [Cin, 1+n, B] */
+            buf = snac_snake(ctx, w, gf, buf, p, true);
         }
-        struct ggml_tensor *cols = snac_mm(ctx, W(w, "decoder.block.%d.up.weight", i), buf); /* [2s*Cout, n+1, B] */
-        const size_t half = (size_t)(s * Cout) * sizeof(float);
-        struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, n, B, cols->nb[1], cols->nb[2], cols->nb[1]);
-        struct ggml_tensor *hi = ggml_view_3d(ctx, cols, s * Cout, n, B, cols->nb[1], cols->nb[2], half);
-        x = ggml_add(ctx, lo, hi);
-        x = ggml_add(ctx, ggml_reshape_3d(ctx, x, Cout, n * s, B), bias);
+        x = cr_upconv_step(ctx, buf, W(w, "decoder.block.%d.up.weight", i), W(w, "decoder.block.%d.up.bias", i),
+                           s); /* [Cout, n*s, B] */
         n *= s;
         r *= s;
         d = d * s + (s + 1) / 2;
         if (hp->noise) {
-            struct ggml_tensor *nz = snac_sb_time(&sb, CR_TIME_NOISE, n, r, d, i);
-            struct ggml_tensor *h = snac_mm(ctx, W(w, "decoder.block.%d.noise.weight", i), x);
+            struct ggml_tensor *nz = cr_states_time(st, CR_TIME_NOISE, n, r, d, i);
+            struct ggml_tensor *h = cr_mm(ctx, W(w, "decoder.block.%d.noise.weight", i), x);
             x = ggml_add(ctx, x, ggml_mul(ctx, h, nz));
         }
-        x = snac_sb_mask(&sb, x, r, d);
+        x = cr_states_mask(st, x, r, d);
         if (tf) {
-            xt = ggml_reshape_3d(ctx, snac_to_tf(ctx, x), n, B, Cout);
+            xt = ggml_reshape_3d(ctx, cr_to_tf(ctx, x), n, B, Cout);
         }
         int dil = 1;
         for (int j = 0; j < 3; j++, dil *= 3) {
             const int P = 3 * dil;
+            const cr_res_unit u = snac_res_unit(w, i, j);
             d += P;
             if (tf) {
-                buf = snac_sb_with_state_tf(&sb, xt, 2 * P); /* [2P+n, B, C] */
-                xt = snac_sb_mask_tf(&sb, snac_res_unit_tf(&sb, buf, i, j, dil), r, d);
+                buf = cr_states_append_tf(st, xt, 2 * P); /* [2P+n, B, C] */
+                xt = cr_states_mask_tf(st, cr_res_unit_tf(ctx, gf, buf, &u, dil), r, d);
                 continue;
             }
-            buf = snac_sb_with_state(&sb, x, 2 * P); /* [C, 2P+n, B] */
-            struct ggml_tensor *y = snac_res_branch(ctx, w, sb.gf, buf, i, j, dil, false, true);
+            buf = cr_states_append(st, x, 2 * P); /* [C, 2P+n, B] */
+            struct ggml_tensor *y = cr_res_branch(ctx, gf, buf, &u, dil, false, true);
             struct ggml_tensor *xd = ggml_view_3d(ctx, buf, buf->ne[0], n, B, buf->nb[1], buf->nb[2],
                                                   (size_t)P * buf->nb[1]);
-            x = snac_sb_mask(&sb, ggml_add(ctx, xd, y), r, d);
+            x = cr_states_mask(st, ggml_add(ctx, xd, y), r, d);
         }
     }
     struct ggml_tensor *y = NULL;
     if (tf) {
         /* the last conv (C -> 1, k7) as one product buf^T w [(n+6)*B, 7], then
            its 7 shifted columns summed: out[t, b] = sum_k zc[t + k + (n+6) b, k] */
-        buf = snac_snake_tf_to_cf(&sb, snac_sb_with_state_tf(&sb, xt, 6), "decoder.out_snake"); /* [C, n+6, B] */
+        buf = snac_snake_tf_to_cf(&tk, cr_states_append_tf(st, xt, 6), "decoder.out_snake"); /* [C, n+6, B] */
         struct ggml_tensor *zc = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, buf, buf->ne[0], (n + 6) * B),
                                               W(w, "decoder.out.weight")); /* [(n+6)*B, 7] */
         for (int64_t k = 0; k < SNAC_DW_K; k++) {
@@ -883,8 +598,8 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
         }
         y = ggml_reshape_3d(ctx, y, 1, n, B);
     } else {
-        buf = snac_sb_with_state(&sb, x, 6);
-        buf = snac_snake_named(ctx, w, sb.gf, buf, "decoder.out_snake", true);
+        buf = cr_states_append(st, x, 6);
+        buf = snac_snake(ctx, w, gf, buf, "decoder.out_snake", true);
         struct ggml_tensor *zc = ggml_mul_mat(ctx, W(w, "decoder.out.weight"), buf); /* [7, n+6, B] */
         for (int64_t k = 0; k < SNAC_DW_K; k++) {
             struct ggml_tensor *v = ggml_view_3d(ctx, zc, 1, n, B, zc->nb[1], zc->nb[2],
@@ -898,8 +613,8 @@ static struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_
     io->out = y;
     io->out_rate = r;
     io->out_delay = d;
-    ggml_build_forward_expand(sb.gf, y);
-    return sb.gf;
+    ggml_build_forward_expand(gf, y);
+    return gf;
 }
 
 static int32_t snac_stream_chunk_multiple(const cr_model *model) { return model->info.frame_multiple; }

@@ -488,6 +488,49 @@ static void test_upconv(void) {
     }
 }
 
+/* The stream form: blocks 1..n of the uncropped transposed conv over [previous frame, n new frames]. */
+static void test_upconv_step(void) {
+    const int64_t Cin = 5, Cout = 3, B = 3;
+    const int ss[] = {2, 3, 8};
+    for (int si = 0; si < 3; si++) {
+        for (int64_t n = 1; n <= 4; n += 3) {
+            const int s = ss[si];
+            const int64_t L = n + 1, K = 2 * s, full = (L + 1) * s;
+            struct ggml_context *ctx = new_ctx();
+            struct ggml_tensor *buf = rnd(ctx, Cin, L, B, 1.0f, -1.0f), *w = rnd(ctx, Cin, K * Cout, 1, 1.0f, -1.0f);
+            struct ggml_tensor *b = rnd1(ctx, Cout);
+            struct ggml_tensor *y = cr_upconv_step(ctx, buf, w, b, s);
+            check_shape("upconv_step", y, Cout, n * s, B);
+            const float *got = compute(ctx, graph(ctx), &y);
+            double *acc = calloc((size_t)(Cout * full * B), sizeof(double));
+            double *ref = malloc(sizeof(double) * (size_t)(Cout * n * s * B));
+            for (int64_t bb = 0; bb < B; bb++) {
+                for (int64_t i = 0; i < L; i++) {
+                    for (int64_t k = 0; k < K; k++) {
+                        for (int64_t o = 0; o < Cout; o++) {
+                            for (int64_t ic = 0; ic < Cin; ic++) {
+                                acc[o + Cout * (i * s + k + full * bb)] +=
+                                    (double)F(w)[ic + Cin * (k * Cout + o)] * at(F(buf), Cin, L, ic, i, bb);
+                            }
+                        }
+                    }
+                }
+                for (int64_t t = 0; t < n * s; t++) {
+                    for (int64_t o = 0; o < Cout; o++) {
+                        ref[o + Cout * (t + n * s * bb)] = acc[o + Cout * (t + s + full * bb)] + F(b)[o];
+                    }
+                }
+            }
+            char what[48];
+            snprintf(what, sizeof(what), "upconv_step s %d n %lld", s, (long long)n);
+            compare(what, got, ref, Cout * n * s * B);
+            free(acc);
+            free(ref);
+            ggml_free(ctx);
+        }
+    }
+}
+
 /* --------------------------------------------------------- residual unit */
 
 static void test_res_unit(void) {
@@ -558,6 +601,7 @@ int main(void) {
     test_conv1d();
     test_conv_narrow();
     test_upconv();
+    test_upconv_step();
     test_res_unit();
     printf("test_layers: %d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
