@@ -184,7 +184,8 @@ struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, s
     struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, T + 1, B, cols->nb[1], cols->nb[2], cols->nb[1]);
     struct ggml_tensor *hi = ggml_view_3d(ctx, cols, s * Cout, T + 1, B, cols->nb[1], cols->nb[2], half);
     struct ggml_tensor *y = ggml_add(ctx, lo, hi); /* [s*Cout, T+1, B] = [Cout, s*(T+1), B] */
-    y = ggml_view_3d(ctx, y, Cout, n_out, B, (size_t)Cout * sizeof(float), y->nb[2], (size_t)(crop * Cout) * sizeof(float));
+    y = ggml_view_3d(ctx, y, Cout, n_out, B, (size_t)Cout * sizeof(float), y->nb[2],
+                     (size_t)(crop * Cout) * sizeof(float));
     return b ? ggml_add(ctx, y, b) : y;
 }
 

@@ -33,7 +33,7 @@
 #ifndef CODECRT_S3GEN_H
 #define CODECRT_S3GEN_H
 
-#include "internal.h"
+#include "layers.h"
 
 #define S3_VOCAB 6561          /* speech token ids 0..6560 */
 #define S3_SOS 6561            /* Chatterbox LM start-of-speech id (dropped) */

@@ -340,7 +340,8 @@ static struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_
         }
     }
     x = snac_snake(ctx, w, gf, x, "decoder.out_snake", shape->cpu_ops);
-    x = cr_conv_narrow(ctx, x, W(w, "decoder.out.weight"), W(w, "decoder.out.bias"), SNAC_DW_K, 3, 3); /* [1, T*hop, B] */
+    x = cr_conv_narrow(ctx, x, W(w, "decoder.out.weight"), W(w, "decoder.out.bias"), SNAC_DW_K, 3,
+                       3); /* [1, T*hop, B] */
     x = ggml_tanh(ctx, x);
     ggml_set_name(x, "pcm");
     ggml_set_output(x);

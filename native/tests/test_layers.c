@@ -104,7 +104,8 @@ static void dwconv_ref(double *y, const float *x, const float *w, const float *b
 }
 
 /* Pointwise conv / linear: w [Cin, Cout] (ggml ne), y [Cout, N]. */
-static void pw_ref(double *y, const double *x, const float *w, const float *bias, int64_t Cin, int64_t Cout, int64_t N) {
+static void pw_ref(double *y, const double *x, const float *w, const float *bias, int64_t Cin, int64_t Cout,
+                   int64_t N) {
     for (int64_t n = 0; n < N; n++) {
         for (int64_t o = 0; o < Cout; o++) {
             double acc = bias ? bias[o] : 0.0;
@@ -565,7 +566,8 @@ static void test_res_unit(void) {
             for (int64_t i = 0; i < C * L * B; i++) {
                 s1[i] = (float)snake_ref(F(buf)[i], F(u.alpha1)[i % C], F(u.inv_alpha1)[i % C]);
             }
-            double *h = malloc(sizeof(double) * (size_t)(C * n * B)), *ref = malloc(sizeof(double) * (size_t)(C * n * B));
+            double *h = malloc(sizeof(double) * (size_t)(C * n * B));
+            double *ref = malloc(sizeof(double) * (size_t)(C * n * B));
             dwconv_ref(h, s1, F(u.dw_w), F(u.dw_b), C, L, B, K, d, same ? P : 0, n);
             for (int64_t i = 0; i < C * n * B; i++) {
                 h[i] = snake_ref(h[i], F(u.alpha2)[i % C], F(u.inv_alpha2)[i % C]);

@@ -175,7 +175,8 @@ static void check_mismatch(void) {
         struct ggml_tensor *b1 = tf ? cr_states_append_tf(&st, x, 3) : cr_states_append(&st, x, 3);
         CHECK(!io.overflow && io.n_states == 1, "the listed state is taken");
         struct ggml_tensor *b2 = tf ? cr_states_append_tf(&st, x, 3) : cr_states_append(&st, x, 3);
-        CHECK(io.overflow && io.n_states == 2 && b2 && b2->ne[tf ? 0 : 1] == 8, "a state past the list fails the graph");
+        CHECK(io.overflow && io.n_states == 2 && b2 && b2->ne[tf ? 0 : 1] == 8,
+              "a state past the list fails the graph");
         (void)b1;
         ggml_free(ctx);
 
