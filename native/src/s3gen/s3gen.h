@@ -33,9 +33,10 @@
  * unless `cpu_ops`), F32 im2col (never ggml_conv_1d's F16 im2col), and no
  * ggml call that asserts on shapes the driver can produce.
  */
-#ifndef CODECRT_S3GEN_H
-#define CODECRT_S3GEN_H
+#ifndef CODECRT_S3GEN_INTERNAL_H
+#define CODECRT_S3GEN_INTERNAL_H
 
+#include "codecrt_s3gen.h"
 #include "layers.h"
 
 #define S3_VOCAB 6561          /* speech token ids 0..6560 */
@@ -189,4 +190,4 @@ struct ggml_tensor *s3_w(struct ggml_context *w, const char *fmt, ...)
 #endif
     ;
 
-#endif /* CODECRT_S3GEN_H */
+#endif /* CODECRT_S3GEN_INTERNAL_H */
