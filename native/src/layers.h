@@ -54,7 +54,7 @@ struct ggml_tensor *cr_pwconv(struct ggml_context *ctx, struct ggml_tensor *x, s
 /*
  * Linear layer y = W x + b: x [K, ...], w [K, M] (PyTorch Linear (M, K)),
  * b [M] or NULL -> [M, ...]. With ops (a CPU graph) the fused kernel of
- * ops_cpu_avx512 where it applies (AVX-512, F32, M a multiple of 16; bias in
+ * ops_avx512_linear.c where it applies (AVX-512, F32, M a multiple of 16; bias in
  * its epilogue); otherwise ggml_mul_mat and an add.
  */
 struct ggml_tensor *cr_linear(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
@@ -140,7 +140,7 @@ struct ggml_tensor *cr_dwconv_tf(struct ggml_context *ctx, struct ggml_tensor *t
  * Conv1d, stride 1: x [Cin, T, B], w [K, Cin, Cout] (PyTorch (Cout, Cin, K)),
  * b [Cout] or NULL, dilation d, zero padding pl, pr -> [Cout, T + pl + pr -
  * d (K-1), B]. "Same", valid and causal as for cr_dwconv. With ops (a CPU
- * graph) the fused convolution of ops_cpu_avx512 where it applies (no column
+ * graph) the fused convolution of ops_avx512_linear.c where it applies (no column
  * matrix); otherwise x is transposed to time fastest (one copy), padded along
  * time (ne0), unrolled by ggml's F32 im2col ([Cin*K, T', B], never the F16
  * im2col of ggml_conv_1d) and multiplied (cr_linear).

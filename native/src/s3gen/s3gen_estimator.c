@@ -27,7 +27,7 @@
  * attention bias (1 - mask) * -1e10 = 0), so every "* mask" is dropped.
  *
  * On the CPU (cpu_ops) the products and the attention are the fused kernels
- * of ops_cpu_avx512.c on AVX-512 CPUs (F32, or BF16 in a BF16 context; no
+ * of ops/ on AVX-512 CPUs (F32, or BF16 in a BF16 context; no
  * [T, T, 8, B] score tensor) and ggml's tiled F32 flash attention elsewhere,
  * and the element-wise chains around LayerNorm, Mish and GELU are fused
  * kernels of this file; other backends get the same arithmetic composed from
@@ -352,7 +352,7 @@ static struct ggml_tensor *est_heads(const est_graph *g, struct ggml_tensor *x) 
  * diffusers Attention (AttnProcessor2_0: scaled_dot_product_attention, scale
  * 1/8, no q/k/v bias; the reference's bias is 0 with its all-ones mask) on
  * x [256, T, B] (normed) -> [256, T, B]. On CPUs with AVX-512 our fused
- * kernel (ops_cpu_avx512.c, 2.6x ggml's there), on other CPUs ggml's tiled F32
+ * kernel (ops_avx512_attention.c, 2.6x ggml's there), on other CPUs ggml's tiled F32
  * flash attention; elsewhere two products around a softmax.
  */
 static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor *x, const char *p) {
