@@ -48,7 +48,7 @@ typedef struct vc_graph {
     struct ggml_cgraph *gf;
     cr_graph_io *io;
     int64_t T, B;              /* frames and sequences in the graph */
-    bool cpu_ops;              /* the fused CPU kernels of ops_cpu_avx512.c may be used */
+    bool cpu_ops;              /* the fused CPU kernels of ops/ops_avx512_*.c may be used */
     /* masked graphs only, else NULL */
     struct ggml_tensor *mask, *mask_bt, *kq_mask, *count;
 } vc_graph;

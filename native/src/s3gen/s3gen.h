@@ -1,11 +1,14 @@
 /*
- * s3gen.h: Chatterbox S3Gen (CosyVoice2 flow matching + HiFT vocoder), the
- * interface between the architecture driver (s3gen.c) and its three graph
- * builders. Not installed.
+ * s3gen.h: Chatterbox S3Gen (CosyVoice2 flow matching + HiFT vocoder): what
+ * its files share. Not installed.
  *
- *   s3gen.c            hyperparameters, tensor list, voices, the decode driver
- *                      (encoder graph, the Euler loop over the estimator graph,
- *                      F0 graph, host source, vocoder graph), streaming pieces
+ *   s3gen.c            hyperparameters, tensor list, the architecture table
+ *   s3gen_voice.c      voices: prompt and speaker conditioning
+ *   s3gen_stages.c     each stage as a graph kind of the lifecycle manager
+ *   s3gen_pipeline.c   the decode pipeline (encoder, the Euler loop over the
+ *                      estimator with guidance, F0, host source, vocoder,
+ *                      fade-in), the public flow/vocode calls and batches
+ *   s3gen_diag.c       the stage-by-stage diagnostics
  *   s3gen_encoder.c    token embedding + UpsampleConformerEncoder + encoder_proj
  *   s3gen_estimator.c  the ConditionalDecoder (Matcha U-Net), one evaluation
  *   s3gen_hift.c       HiFTGenerator: F0 predictor, sine source, iSTFT decoder
@@ -30,10 +33,11 @@
  * unless `cpu_ops`), F32 im2col (never ggml_conv_1d's F16 im2col), and no
  * ggml call that asserts on shapes the driver can produce.
  */
-#ifndef CODECRT_S3GEN_H
-#define CODECRT_S3GEN_H
+#ifndef CODECRT_S3GEN_INTERNAL_H
+#define CODECRT_S3GEN_INTERNAL_H
 
-#include "internal.h"
+#include "codecrt_s3gen.h"
+#include "layers.h"
 
 #define S3_VOCAB 6561          /* speech token ids 0..6560 */
 #define S3_SOS 6561            /* Chatterbox LM start-of-speech id (dropped) */
@@ -131,6 +135,54 @@ struct ggml_tensor *s3_hift_build(struct ggml_context *ctx, struct ggml_context 
 void s3_hift_set_inputs(const s3gen_hparams *hp, int64_t T, int64_t B, const s3_hift_io *io);
 int64_t s3_hift_max_elements(int64_t T, int64_t B);
 
+/* ---------------------------------------------------------------- driver */
+
+/* Batches (codecrt_flow_decode_batch, codecrt_vocode_batch) run in sub-batches
+   whose largest tensor stays under this many elements (512 MiB of F32): past
+   it a batch gains nothing on any device, and memory would grow with it. */
+#define S3_BATCH_ELEMENTS ((int64_t)1 << 27)
+
+struct codecrt_voice {
+    const cr_model *model;      /* the model it was made for (identity check only) */
+    int32_t n_tokens;
+    int32_t n_frames;           /* 2 * n_tokens */
+    int32_t *tokens;            /* [n_tokens] */
+    float *mel;                 /* [80][n_frames], channel major like the graphs' [T, 80] */
+    float spks[S3_MEL];         /* spk_embed_affine_layer(normalize(x-vector)) */
+};
+
+static inline const s3gen_hparams *s3_hp(const codecrt_context *ctx) { return ctx->model->hparams; }
+
+static inline const cr_cpu_ops *s3_cpu_ops(const codecrt_context *ctx) {
+    return ctx->cpu_ops ? &ctx->fused : NULL;
+}
+
+/* The stages (s3gen_stages.c). tokens [B][n] -> mu [B][80][2n]. */
+codecrt_status s3_encode(codecrt_context *ctx, const int32_t *tokens, int64_t n, int64_t B, float *mu);
+/* Allocate the estimator graph for [T, 80, B]; its inputs in *e. */
+codecrt_status s3_step_graph(codecrt_context *ctx, int64_t T, int64_t B, cr_graph_slot **slot, s3_estimator_io *e);
+/* One evaluation of that graph: dx/dt [B][80][T] into out. */
+codecrt_status s3_step_eval(codecrt_context *ctx, cr_graph_slot *slot, const s3_estimator_io *e, int64_t T,
+                            int64_t B, const float *x, const float *mu, const float *cond, const float *spks,
+                            const float *t, const float *r, float *out);
+/* mel [K][80][F] -> f0 [K][F] */
+codecrt_status s3_f0(codecrt_context *ctx, const float *mel, int64_t F, int64_t K, float *f0);
+/* mel [K][80][F] + source [K][F*480] -> pcm [K][F*480] */
+codecrt_status s3_hift(codecrt_context *ctx, const float *mel, int64_t F, int64_t K, const float *source,
+                       float *pcm);
+
+/* Validation shared by the pipeline and the diagnostics (s3gen_pipeline.c);
+   each leaves its message in ctx. */
+codecrt_status s3_check_ctx(codecrt_context *ctx);
+codecrt_status s3_check_tokens(codecrt_context *ctx, const int32_t *tokens, int64_t n);
+/* n_seq mels of F frames each: F within the context's limit, every value finite */
+codecrt_status s3_check_mel(codecrt_context *ctx, const float *mel, int64_t F, int64_t n_seq);
+/* st, with ctx's message cleared on success. */
+codecrt_status s3_status(codecrt_context *ctx, codecrt_status st);
+/* cr_arch.decode: tokens to PCM, both stages and the fade-in. */
+codecrt_status s3_decode(codecrt_context *ctx, const codecrt_decode_params *p, const codecrt_codes *codes,
+                         int32_t n_frames, float *pcm);
+
 /* Shared helper: weight lookup by printf-style name (validated at load). */
 struct ggml_tensor *s3_w(struct ggml_context *w, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -138,4 +190,4 @@ struct ggml_tensor *s3_w(struct ggml_context *w, const char *fmt, ...)
 #endif
     ;
 
-#endif /* CODECRT_S3GEN_H */
+#endif /* CODECRT_S3GEN_INTERNAL_H */

@@ -1,8 +1,8 @@
 /*
- * ops_cpu.c: fused CPU kernels for element-wise chains that dominate the
- * decoders' time when composed from ggml ops (each op is a full pass over
- * memory). They run as ggml custom ops, so they are used only when the graph
- * runs on the CPU backend; GPU graphs use the composed form.
+ * ops_snake.c: the fused CPU Snake, an element-wise chain that dominates a
+ * decoder's time when composed from ggml ops (each op is a full pass over
+ * memory). It runs as a ggml custom op, so only when the graph runs on the
+ * CPU backend; GPU graphs use the composed, fusable form (layers.h).
  */
 #include <math.h>
 

@@ -111,23 +111,6 @@ void s3_encoder_specs(const s3gen_hparams *hp, cr_spec_list *s) {
 
 /* ----------------------------------------------------------- graph pieces */
 
-/* LayerNorm over channels. x: [C, T, B]. */
-static struct ggml_tensor *enc_norm(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *g,
-                                    struct ggml_tensor *b, float eps) {
-    return ggml_add(ctx, ggml_mul(ctx, ggml_norm(ctx, x, eps), g), b);
-}
-
-/* Linear: w [Cin, Cout], x [Cin, T, B], b [Cout] or NULL -> [Cout, T, B]. */
-static struct ggml_tensor *enc_linear(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                      struct ggml_tensor *b, const cr_cpu_ops *cpu) {
-    struct ggml_tensor *y = cpu ? cr_linear_cpu(ctx, x, w, b, cpu) : NULL; /* AVX-512 CPUs */
-    if (y) {
-        return y;
-    }
-    y = ggml_mul_mat(ctx, w, x);
-    return b ? ggml_add(ctx, y, b) : y;
-}
-
 /*
  * Conv1d, stride 1, zero padding pl/pr. x: [Cin, T, B], w: [K, Cin, Cout],
  * b: [Cout] -> [Cout, T + pl + pr - K + 1, B]. The F32 im2col reads
@@ -140,14 +123,14 @@ static struct ggml_tensor *enc_conv(struct ggml_context *ctx, struct ggml_tensor
     struct ggml_tensor *xt = ggml_cont(ctx, ggml_transpose(ctx, x));         /* [T, Cin, B] */
     xt = ggml_pad_ext(ctx, xt, pl, pr, 0, 0, 0, 0, 0, 0);                    /* [T+pl+pr, Cin, B] */
     struct ggml_tensor *col = ggml_im2col(ctx, w, xt, 1, 0, 0, 0, 1, 0, false, GGML_TYPE_F32); /* [Cin*K, T', B] */
-    return enc_linear(ctx, col, ggml_reshape_2d(ctx, w, K * Cin, Cout), b, cpu); /* [Cout, T', B] */
+    return cr_linear(ctx, col, ggml_reshape_2d(ctx, w, K * Cin, Cout), b, cpu); /* [Cout, T', B] */
 }
 
 /* LinearNoSubsampling + EspnetRelPositionalEncoding's scaling: x [512, T, B]. */
 static struct ggml_tensor *enc_embed(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
                                      const char *name, const cr_cpu_ops *cpu) {
-    x = enc_linear(ctx, x, s3_w(w, "enc.%s.out.0.weight", name), s3_w(w, "enc.%s.out.0.bias", name), cpu);
-    x = enc_norm(ctx, x, s3_w(w, "enc.%s.out.1.weight", name), s3_w(w, "enc.%s.out.1.bias", name), ENC_EMB_EPS);
+    x = cr_linear(ctx, x, s3_w(w, "enc.%s.out.0.weight", name), s3_w(w, "enc.%s.out.0.bias", name), cpu);
+    x = cr_layer_norm(ctx, x, s3_w(w, "enc.%s.out.1.weight", name), s3_w(w, "enc.%s.out.1.bias", name), ENC_EMB_EPS);
     return ggml_scale(ctx, x, sqrtf((float)S3_D_MODEL));
 }
 
@@ -187,19 +170,19 @@ static struct ggml_tensor *enc_attention(struct ggml_context *ctx, struct ggml_c
                                          struct ggml_tensor *pos, struct ggml_tensor *mask, const char *pre, const cr_cpu_ops *cpu) {
     const int64_t D = S3_D_MODEL, n = x->ne[1], B = x->ne[2], L = pos->ne[1], n8 = enc_keys(n);
     struct ggml_tensor *q =
-        enc_linear(ctx, x, s3_w(w, "%s.linear_q.weight", pre), s3_w(w, "%s.linear_q.bias", pre), cpu);
+        cr_linear(ctx, x, s3_w(w, "%s.linear_q.weight", pre), s3_w(w, "%s.linear_q.bias", pre), cpu);
     struct ggml_tensor *k =
-        enc_linear(ctx, x, s3_w(w, "%s.linear_k.weight", pre), s3_w(w, "%s.linear_k.bias", pre), cpu);
+        cr_linear(ctx, x, s3_w(w, "%s.linear_k.weight", pre), s3_w(w, "%s.linear_k.bias", pre), cpu);
     struct ggml_tensor *v =
-        enc_linear(ctx, x, s3_w(w, "%s.linear_v.weight", pre), s3_w(w, "%s.linear_v.bias", pre), cpu);
-    struct ggml_tensor *p = enc_linear(ctx, pos, s3_w(w, "%s.linear_pos.weight", pre), NULL, cpu); /* [512, L] */
+        cr_linear(ctx, x, s3_w(w, "%s.linear_v.weight", pre), s3_w(w, "%s.linear_v.bias", pre), cpu);
+    struct ggml_tensor *p = cr_linear(ctx, pos, s3_w(w, "%s.linear_pos.weight", pre), NULL, cpu); /* [512, L] */
     if (cpu) {
         /* AVX-512 CPUs: the fused kernel takes both score terms, the shift, the
            softmax and the product with v, over the n real keys (no padding, no mask) */
         struct ggml_tensor *o = cr_relpos_attention_cpu(ctx, q, k, v, p, s3_w(w, "%s.pos_bias_u", pre),
                                                         s3_w(w, "%s.pos_bias_v", pre), cpu);
         if (o) {
-            return enc_linear(ctx, o, s3_w(w, "%s.linear_out.weight", pre), s3_w(w, "%s.linear_out.bias", pre),
+            return cr_linear(ctx, o, s3_w(w, "%s.linear_out.weight", pre), s3_w(w, "%s.linear_out.bias", pre),
                               cpu);
         }
     }
@@ -228,7 +211,7 @@ static struct ggml_tensor *enc_attention(struct ggml_context *ctx, struct ggml_c
     struct ggml_tensor *o = ggml_mul_mat(ctx, v, att);
     o = ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3)); /* [64, 8, n, B] */
     o = ggml_reshape_3d(ctx, o, D, n, B);
-    return enc_linear(ctx, o, s3_w(w, "%s.linear_out.weight", pre), s3_w(w, "%s.linear_out.bias", pre), cpu);
+    return cr_linear(ctx, o, s3_w(w, "%s.linear_out.weight", pre), s3_w(w, "%s.linear_out.bias", pre), cpu);
 }
 
 /* ConformerEncoderLayer, normalize_before, no macaron, no conv module. */
@@ -237,15 +220,15 @@ static struct ggml_tensor *enc_layer(struct ggml_context *ctx, struct ggml_conte
                                      const cr_cpu_ops *cpu) {
     char pre[GGML_MAX_NAME];
     snprintf(pre, sizeof(pre), "enc.%s.%d.self_attn", stack, i);
-    struct ggml_tensor *h = enc_norm(ctx, x, s3_w(w, "enc.%s.%d.norm_mha.weight", stack, i),
+    struct ggml_tensor *h = cr_layer_norm(ctx, x, s3_w(w, "enc.%s.%d.norm_mha.weight", stack, i),
                                      s3_w(w, "enc.%s.%d.norm_mha.bias", stack, i), ENC_LN_EPS);
     x = ggml_add(ctx, x, enc_attention(ctx, w, h, pos, mask, pre, cpu));
-    h = enc_norm(ctx, x, s3_w(w, "enc.%s.%d.norm_ff.weight", stack, i), s3_w(w, "enc.%s.%d.norm_ff.bias", stack, i),
+    h = cr_layer_norm(ctx, x, s3_w(w, "enc.%s.%d.norm_ff.weight", stack, i), s3_w(w, "enc.%s.%d.norm_ff.bias", stack, i),
                  ENC_LN_EPS);
-    h = enc_linear(ctx, h, s3_w(w, "enc.%s.%d.feed_forward.w_1.weight", stack, i),
+    h = cr_linear(ctx, h, s3_w(w, "enc.%s.%d.feed_forward.w_1.weight", stack, i),
                    s3_w(w, "enc.%s.%d.feed_forward.w_1.bias", stack, i), cpu); /* [2048, n, B] */
     h = ggml_silu(ctx, h);
-    h = enc_linear(ctx, h, s3_w(w, "enc.%s.%d.feed_forward.w_2.weight", stack, i),
+    h = cr_linear(ctx, h, s3_w(w, "enc.%s.%d.feed_forward.w_2.weight", stack, i),
                    s3_w(w, "enc.%s.%d.feed_forward.w_2.bias", stack, i), cpu);
     return ggml_add(ctx, x, h);
 }
@@ -312,8 +295,8 @@ struct ggml_tensor *s3_encoder_build(struct ggml_context *ctx, struct ggml_conte
     for (int i = 0; i < ENC_UP_BLOCKS; i++) {
         x = enc_layer(ctx, w, x, pos2, mask2, "up_encoders", i, cpu);
     }
-    x = enc_norm(ctx, x, s3_w(w, "enc.after_norm.weight"), s3_w(w, "enc.after_norm.bias"), ENC_EMB_EPS);
-    x = enc_linear(ctx, x, s3_w(w, "flow.encoder_proj.weight"), s3_w(w, "flow.encoder_proj.bias"),
+    x = cr_layer_norm(ctx, x, s3_w(w, "enc.after_norm.weight"), s3_w(w, "enc.after_norm.bias"), ENC_EMB_EPS);
+    x = cr_linear(ctx, x, s3_w(w, "flow.encoder_proj.weight"), s3_w(w, "flow.encoder_proj.bias"),
                    cpu); /* [80, 2T, B] */
     return ggml_cont(ctx, ggml_transpose(ctx, x)); /* [2T, 80, B] */
 }

@@ -5,7 +5,7 @@
  * (mul_mat, im2col, conv_2d_dw_direct, sum_rows, norm, rms_norm, soft_max,
  * exp, sin, cos, clamp, concat, col2im_1d, and elementwise arithmetic); on
  * the CPU backend the products, convolutions and 64-channel-head attention
- * take the fused kernels of ops_cpu_avx512.c where they apply (cpu_ops).
+ * take the fused kernels of ops/ops_avx512_*.c where they apply (cpu_ops).
  */
 #include <math.h>
 #include <stdio.h>

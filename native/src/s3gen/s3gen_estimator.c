@@ -27,7 +27,7 @@
  * attention bias (1 - mask) * -1e10 = 0), so every "* mask" is dropped.
  *
  * On the CPU (cpu_ops) the products and the attention are the fused kernels
- * of ops_cpu_avx512.c on AVX-512 CPUs (F32, or BF16 in a BF16 context; no
+ * of ops/ on AVX-512 CPUs (F32, or BF16 in a BF16 context; no
  * [T, T, 8, B] score tensor) and ggml's tiled F32 flash attention elsewhere,
  * and the element-wise chains around LayerNorm, Mish and GELU are fused
  * kernels of this file; other backends get the same arithmetic composed from
@@ -278,17 +278,6 @@ typedef struct est_graph {
     const cr_cpu_ops *cpu;
 } est_graph;
 
-/* y = W x (+ b): x [in, ...], W ne [in, out] -> [out, ...]. b may be NULL. */
-static struct ggml_tensor *est_linear(const est_graph *g, struct ggml_tensor *x, struct ggml_tensor *w,
-                                      struct ggml_tensor *b) {
-    struct ggml_tensor *fused = g->cpu ? cr_linear_cpu(g->ctx, x, w, b, g->cpu) : NULL; /* AVX-512 CPUs */
-    if (fused) {
-        return fused;
-    }
-    struct ggml_tensor *y = ggml_mul_mat(g->ctx, w, x);
-    return b ? ggml_add(g->ctx, y, b) : y;
-}
-
 static struct ggml_tensor *est_mish(const est_graph *g, struct ggml_tensor *x) {
     if (g->cpu) {
         return ggml_map_custom1(g->ctx, x, est_mish_kernel, GGML_N_TASKS_MAX, NULL);
@@ -324,7 +313,8 @@ static struct ggml_tensor *est_causal_conv(const est_graph *g, struct ggml_tenso
     }
     struct ggml_tensor *xt = ggml_pad_ext(g->ctx, ggml_transpose(g->ctx, x), EST_K - 1, 0, 0, 0, 0, 0, 0, 0);
     struct ggml_tensor *col = ggml_im2col(g->ctx, k, xt, 1, 0, 0, 0, 1, 0, false, GGML_TYPE_F32); /* [3Cin, T, B] */
-    return est_linear(g, col, ggml_reshape_2d(g->ctx, k, EST_K * Cin, Cout), s3_w(g->w, "%s.bias", p));
+    return cr_linear(g->ctx, col, ggml_reshape_2d(g->ctx, k, EST_K * Cin, Cout), s3_w(g->w, "%s.bias", p),
+                     g->cpu);
 }
 
 /* CausalBlock1D: conv -> LayerNorm over channels -> Mish. p names the block
@@ -342,13 +332,14 @@ static struct ggml_tensor *est_resnet(const est_graph *g, struct ggml_tensor *x,
     char q[GGML_MAX_NAME];
     est_name(q, "%s.block1", p);
     struct ggml_tensor *h = est_block(g, x, q);
-    struct ggml_tensor *t = est_linear(g, g->tm, s3_w(g->w, "%s.mlp.1.weight", p), s3_w(g->w, "%s.mlp.1.bias", p));
+    struct ggml_tensor *t =
+        cr_linear(g->ctx, g->tm, s3_w(g->w, "%s.mlp.1.weight", p), s3_w(g->w, "%s.mlp.1.bias", p), g->cpu);
     h = ggml_add(g->ctx, h, ggml_reshape_3d(g->ctx, t, EST_CH, 1, t->ne[1])); /* per sequence, over time */
     est_name(q, "%s.block2", p);
     h = est_block(g, h, q);
     struct ggml_tensor *r = s3_w(g->w, "%s.res_conv.weight", p);
-    return ggml_add(g->ctx, h, est_linear(g, x, ggml_reshape_2d(g->ctx, r, r->ne[1], r->ne[2]),
-                                          s3_w(g->w, "%s.res_conv.bias", p)));
+    return ggml_add(g->ctx, h, cr_linear(g->ctx, x, ggml_reshape_2d(g->ctx, r, r->ne[1], r->ne[2]),
+                                          s3_w(g->w, "%s.res_conv.bias", p), g->cpu));
 }
 
 /* [512, T, B] -> per head [64, T, 8, B] (a view). */
@@ -361,18 +352,19 @@ static struct ggml_tensor *est_heads(const est_graph *g, struct ggml_tensor *x) 
  * diffusers Attention (AttnProcessor2_0: scaled_dot_product_attention, scale
  * 1/8, no q/k/v bias; the reference's bias is 0 with its all-ones mask) on
  * x [256, T, B] (normed) -> [256, T, B]. On CPUs with AVX-512 our fused
- * kernel (ops_cpu_avx512.c, 2.6x ggml's there), on other CPUs ggml's tiled F32
+ * kernel (ops_avx512_attention.c, 2.6x ggml's there), on other CPUs ggml's tiled F32
  * flash attention; elsewhere two products around a softmax.
  */
 static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor *x, const char *p) {
     const int64_t T = x->ne[1], B = x->ne[2];
     const float scale = 1.0f / sqrtf((float)EST_HEAD_DIM);
-    struct ggml_tensor *q = est_linear(g, x, s3_w(g->w, "%s.to_q.weight", p), NULL); /* [512, T, B] */
-    struct ggml_tensor *k = est_linear(g, x, s3_w(g->w, "%s.to_k.weight", p), NULL);
-    struct ggml_tensor *v = est_linear(g, x, s3_w(g->w, "%s.to_v.weight", p), NULL);
+    struct ggml_tensor *q = cr_linear(g->ctx, x, s3_w(g->w, "%s.to_q.weight", p), NULL, g->cpu); /* [512, T, B] */
+    struct ggml_tensor *k = cr_linear(g->ctx, x, s3_w(g->w, "%s.to_k.weight", p), NULL, g->cpu);
+    struct ggml_tensor *v = cr_linear(g->ctx, x, s3_w(g->w, "%s.to_v.weight", p), NULL, g->cpu);
     struct ggml_tensor *o = g->cpu ? cr_attention_cpu(g->ctx, q, k, v, g->cpu) : NULL; /* [512, T, B]; AVX-512 CPUs */
     if (o) {
-        return est_linear(g, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p));
+        return cr_linear(g->ctx, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p),
+                         g->cpu);
     }
     q = est_heads(g, q);
     k = est_heads(g, k);
@@ -387,7 +379,7 @@ static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor 
         o = ggml_cont(g->ctx, ggml_permute(g->ctx, o, 0, 2, 1, 3));                     /* [64, 8, T, B] */
     }
     o = ggml_reshape_3d(g->ctx, o, EST_INNER, T, B);
-    return est_linear(g, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p));
+    return cr_linear(g->ctx, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p), g->cpu);
 }
 
 /* BasicTransformerBlock (layer norms, self-attention, GELU feed-forward; no cross-attention). */
@@ -401,10 +393,11 @@ static struct ggml_tensor *est_transformer(const est_graph *g, struct ggml_tenso
     h = est_norm(g, x, q, false);
     /* diffusers GELU (approximate="none") of ff.net.0.proj */
     struct ggml_tensor *b1 = s3_w(g->w, "%s.ff.net.0.proj.bias", p);
-    h = est_linear(g, h, s3_w(g->w, "%s.ff.net.0.proj.weight", p), NULL);
+    h = cr_linear(g->ctx, h, s3_w(g->w, "%s.ff.net.0.proj.weight", p), NULL, g->cpu);
     h = g->cpu ? ggml_map_custom2(g->ctx, h, b1, est_bias_gelu_kernel, GGML_N_TASKS_MAX, NULL)
                : ggml_gelu_erf(g->ctx, ggml_add(g->ctx, h, b1));
-    h = est_linear(g, h, s3_w(g->w, "%s.ff.net.2.weight", p), s3_w(g->w, "%s.ff.net.2.bias", p));
+    h = cr_linear(g->ctx, h, s3_w(g->w, "%s.ff.net.2.weight", p), s3_w(g->w, "%s.ff.net.2.bias", p),
+                  g->cpu);
     return ggml_add(g->ctx, x, h);
 }
 
@@ -422,9 +415,11 @@ static struct ggml_tensor *est_stage(const est_graph *g, struct ggml_tensor *x, 
 
 /* TimestepEmbedding: e [320, n] -> linear_2(silu(linear_1(e))) [1024, n]. */
 static struct ggml_tensor *est_time_mlp(const est_graph *g, struct ggml_tensor *e) {
-    e = est_linear(g, e, s3_w(g->w, "est.time_mlp.linear_1.weight"), s3_w(g->w, "est.time_mlp.linear_1.bias"));
+    e = cr_linear(g->ctx, e, s3_w(g->w, "est.time_mlp.linear_1.weight"), s3_w(g->w, "est.time_mlp.linear_1.bias"),
+                  g->cpu);
     e = ggml_silu(g->ctx, e);
-    return est_linear(g, e, s3_w(g->w, "est.time_mlp.linear_2.weight"), s3_w(g->w, "est.time_mlp.linear_2.bias"));
+    return cr_linear(g->ctx, e, s3_w(g->w, "est.time_mlp.linear_2.weight"),
+                     s3_w(g->w, "est.time_mlp.linear_2.bias"), g->cpu);
 }
 
 /* ------------------------------------------------------------------ graph */
@@ -449,7 +444,7 @@ struct ggml_tensor *s3_estimator_build(struct ggml_context *ctx, struct ggml_con
     if (hp->meanflow) {
         struct ggml_tensor *et = ggml_view_2d(ctx, temb, EST_TIME, B, temb->nb[1], 0);
         struct ggml_tensor *er = ggml_view_2d(ctx, temb, EST_TIME, B, temb->nb[1], (size_t)B * temb->nb[1]);
-        temb = est_linear(&g, ggml_concat(ctx, et, er, 0), s3_w(w, "est.time_embed_mixer.weight"), NULL);
+        temb = cr_linear(ctx, ggml_concat(ctx, et, er, 0), s3_w(w, "est.time_embed_mixer.weight"), NULL, g.cpu);
     }
     g.tm = est_mish(&g, temb); /* every resnet's mlp starts with Mish */
 
@@ -471,7 +466,7 @@ struct ggml_tensor *s3_estimator_build(struct ggml_context *ctx, struct ggml_con
     h = est_causal_conv(&g, h, "est.up_blocks.0.2");
     h = est_block(&g, h, "est.final_block");
     struct ggml_tensor *fp = s3_w(w, "est.final_proj.weight");
-    h = est_linear(&g, h, ggml_reshape_2d(ctx, fp, fp->ne[1], fp->ne[2]), s3_w(w, "est.final_proj.bias"));
+    h = cr_linear(ctx, h, ggml_reshape_2d(ctx, fp, fp->ne[1], fp->ne[2]), s3_w(w, "est.final_proj.bias"), g.cpu);
     return ggml_cont(ctx, ggml_transpose(ctx, h)); /* [T, 80, B] */
 }
 

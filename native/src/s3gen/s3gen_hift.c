@@ -126,21 +126,6 @@ static struct ggml_tensor *hift_transpose(struct ggml_context *ctx, struct ggml_
 }
 
 /*
- * W x (+ b) for x [K, ...] and w2 [K, M] -> [M, ...]: on the CPU backend the
- * fused AVX-512 kernel where it applies (bias in its epilogue, about twice
- * ggml's F32 product on this model's shapes), else ggml's product.
- */
-static struct ggml_tensor *hift_product(struct ggml_context *ctx, struct ggml_tensor *w2, struct ggml_tensor *x,
-                                        struct ggml_tensor *b, const cr_cpu_ops *cpu_ops) {
-    struct ggml_tensor *y = cpu_ops ? cr_linear_cpu(ctx, x, w2, b, cpu_ops) : NULL;
-    if (y) {
-        return y;
-    }
-    y = ggml_mul_mat(ctx, w2, x);
-    return b ? ggml_add(ctx, y, b) : y;
-}
-
-/*
  * Conv1d of a time-fastest xt [T, Cin, B] with w ne [K, Cin, Cout] (PyTorch
  * (Cout, Cin, K)) and b [Cout] -> [Cout, T_out, B]. The im2col rows are
  * ic*K + k, the order of the kernel flattened to [K*Cin, Cout].
@@ -149,7 +134,7 @@ static struct ggml_tensor *hift_conv_t(struct ggml_context *ctx, struct ggml_ten
                                        struct ggml_tensor *b, int stride, int pad, int dilation, const cr_cpu_ops *cpu_ops) {
     const int64_t K = w->ne[0], cin = w->ne[1], cout = w->ne[2];
     struct ggml_tensor *cols = ggml_im2col(ctx, w, xt, stride, 0, pad, 0, dilation, 0, false, GGML_TYPE_F32);
-    return hift_product(ctx, ggml_reshape_2d(ctx, w, K * cin, cout), cols, b, cpu_ops);
+    return cr_linear(ctx, cols, ggml_reshape_2d(ctx, w, K * cin, cout), b, cpu_ops);
 }
 
 /*
@@ -198,7 +183,7 @@ static struct ggml_tensor *hift_conv(struct ggml_context *ctx, struct ggml_tenso
     struct ggml_tensor *args[1] = {x};
     struct ggml_tensor *cols = ggml_custom_4d(ctx, GGML_TYPE_F32, K * cin, x->ne[1], x->ne[2], 1, args, 1,
                                               hift_im2col_kernel, GGML_N_TASKS_MAX, (void *)(intptr_t)dilation);
-    return hift_product(ctx, ggml_reshape_2d(ctx, w, K * cin, cout), cols, b, cpu_ops);
+    return cr_linear(ctx, cols, ggml_reshape_2d(ctx, w, K * cin, cout), b, cpu_ops);
 }
 
 /*
@@ -245,7 +230,7 @@ static struct ggml_tensor *hift_upconv(struct ggml_context *ctx, struct ggml_ten
                                        int u, int p, int pad_left, const cr_cpu_ops *cpu_ops) {
     const int64_t K = w->ne[0], cout = w->ne[1], cin = w->ne[2], L = x->ne[1], B = x->ne[2];
     struct ggml_tensor *wt = hift_transpose(ctx, ggml_reshape_2d(ctx, w, K * cout, cin)); /* [Cin, K*Cout] */
-    struct ggml_tensor *cols = hift_product(ctx, wt, x, NULL, cpu_ops);                   /* [K*Cout, L, B] */
+    struct ggml_tensor *cols = cr_linear(ctx, x, wt, NULL, cpu_ops);                      /* [K*Cout, L, B] */
     struct ggml_tensor *y = NULL;
     for (int64_t b = 0; b < B; b++) {
         struct ggml_tensor *cb = ggml_view_2d(ctx, cols, K * cout, L, cols->nb[1], (size_t)b * cols->nb[2]);
@@ -264,7 +249,7 @@ static struct ggml_tensor *hift_source_branch(struct ggml_context *ctx, struct g
     struct ggml_tensor *wd = s3_w(w, "hift.source_downs.%d.weight", i), *bd = s3_w(w, "hift.source_downs.%d.bias", i);
     struct ggml_tensor *y;
     if (wd->ne[0] == 1) { /* 1x1: a plain product on the channels-fastest spectrum */
-        y = hift_product(ctx, ggml_reshape_2d(ctx, wd, wd->ne[1], wd->ne[2]), s, bd, cpu_ops);
+        y = cr_linear(ctx, s, ggml_reshape_2d(ctx, wd, wd->ne[1], wd->ne[2]), bd, cpu_ops);
     } else { /* kernel 2u, stride u, padding u/2: 120T+1 frames -> 120T/u */
         const int u = (int)(wd->ne[0] / 2);
         y = hift_conv_t(ctx, st, wd, bd, u, u / 2, 1, cpu_ops);
