@@ -1,8 +1,8 @@
 """Load test of a running codecd server: N concurrent real-time Orpheus streams.
 
-    python bench/serve_load.py --url ws://127.0.0.1:8765 --model snac_24khz [--n 1,4,16]
-    python bench/serve_load.py --spawn demo              # starts `codecd serve --model demo=demo`
-    python bench/serve_load.py --spawn path/model.gguf --search --max-n 256
+    python -m bench serve --url ws://127.0.0.1:8765 --model snac_24khz [--n 1,4,16]
+    python -m bench serve --spawn demo              # starts `codecd serve --model demo=demo`
+    python -m bench serve --spawn path/model.gguf --search --max-n 256
 
 Each client opens one stream (``--per-conn`` streams share a connection) and
 sends raw Orpheus token ids, 7 tokens (one group = 2048 samples at 24 kHz) per

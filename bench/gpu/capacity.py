@@ -1,7 +1,7 @@
 """GPU capacity: offline throughput and real-time stream capacity, codecrt against PyTorch.
 
-    python bench/gpu_capacity.py [--device cuda:0] [--batches 1,4,16,64,256,1024]
-                                 [--streams 64,256,512,1024,1536,2048]
+    python -m bench gpu [--device cuda:0] [--batches 1,4,16,64,256,1024]
+                        [--streams 64,256,512,1024,1536,2048]
 
 SNAC 24 kHz with random weights. Prints markdown tables:
   * offline throughput (seconds of audio per second) for each batch, codecrt
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import reference  # noqa: E402
