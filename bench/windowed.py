@@ -17,8 +17,9 @@ Models are full-size random-weight ones (``codecd.convert.random_vocos``; ``--sm
 the small test configs): the errors are those of random weights and random codes, a
 relative comparison of the settings; real checkpoints attend more locally.
 
-    python bench/windowed.py [--kinds wavtokenizer-75,neucodec,xcodec2] [--seconds 6]
+    python -m bench windowed [--kinds wavtokenizer-75,neucodec,xcodec2] [--seconds 6]
                              [--threads 2] [--streams 4] [--small] [--gguf MODEL.gguf ...]
+                             [--device cpu|cuda:0]
 
 ``--gguf`` measures converted checkpoints instead of random models (with random codes;
 ``--codes FILE.npy`` gives the codes of real speech, one 1-D array, used for every model).
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default="wavtokenizer-75,neucodec,xcodec2")
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu")
     ap.add_argument("--streams", type=int, default=0, help="also step this many streams together")
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
     what = "converted models" if args.gguf else \
         f"{'small' if args.small else 'full-size'} random-weight models"
-    print(f"device cpu, {args.threads} threads, {args.seconds:g} s of "
+    print(f"device {args.device}, {args.threads} threads, {args.seconds:g} s of "
           f"{'codes from ' + args.codes if args.codes else 'random codes'}, {what}\n")
     print("| codec | C/L/A/O | latency ms | rel L2 vs offline | worst 20 ms block | "
           "frames decoded per output frame | windowed wall s (CPU s) | x real time |")
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                                       small=args.small)) for kind in args.kinds.split(",")]
         for kind, path in models:
             with codecrt.Model(str(path)) as m, \
-                    codecrt.Context(m, device="cpu", n_threads=args.threads) as ctx:
+                    codecrt.Context(m, device=args.device, n_threads=args.threads) as ctx:
                 info = m.info
                 fps = info.sample_rate / info.hop_length
                 n = int(round(args.seconds * fps))
