@@ -312,3 +312,29 @@ def test_families_spec_layouts_and_windows():
     # a 40 tokens/s WavTokenizer takes OuteTTS' layout too (4096 codes); a 1024-code model not
     assert model_spec("m", info("wavtokenizer", 600, 24000, 4096)).layouts[0] == "outetts_wavtokenizer"
     assert model_spec("m", info("wavtokenizer", 320, 24000, 1024)).layouts == ("levels",)
+
+
+@pytest.mark.parametrize("n_prefix", [3, 40, 120])
+def test_prefix_is_left_context_as_in_neutts(ctxs, n_prefix):
+    """NeuTTS' voice prompt codes lead the stream as left context and are never output: the
+    windowed decode with a prefix equals NeuTTS' loop with n_prefix, and a stream opened with
+    the prefix yields it bit for bit."""
+    import codecrt
+
+    ctx = ctxs["neucodec"]
+    hop = ctx.model_info.hop_length
+    codes = _codes("neucodec", n_prefix + 83, n_prefix)
+    ours = windowed_decode(_decoder(ctx), codes, hop, DEFAULT_WINDOW, n_prefix=n_prefix)
+    theirs = np.concatenate(list(neutts_stream(_decoder(ctx), codes, hop, n_prefix=n_prefix,
+                                               upstream_final=False)))
+    assert ours.shape == theirs.shape == (83 * hop,)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=4e-7 * float(np.abs(theirs).max()))
+    s = WindowedStream(ctx, prefix=codes[:n_prefix])
+    for i in range(n_prefix, codes.size, 7):
+        s.push([codes[i:i + 7]])
+        _drain(codecrt, ctx, [s])
+    s.finish()
+    _drain(codecrt, ctx, [s])
+    st = s.stats
+    assert st.done and st.frames_pushed == 83 and st.total_samples == 83 * hop
+    assert np.array_equal(s.pull(), ours)

@@ -24,7 +24,11 @@ Pieces k = 0, 1, ..., each starting at frame kC:
   output is ``(w_a a + w_b b) / (w_a + w_b)`` (float32, in that order); elsewhere
   it is the piece's sample itself.
 
-The output has exactly ``N * hop`` samples. :func:`windowed_decode` computes it
+With a *prefix* of P codes (NeuTTS' voice prompt codes, which lead its LM's
+output), piece k starts at frame P + kC instead of kC: the prefix is left context
+and is never output.
+
+The output has exactly ``(N - P) * hop`` samples. :func:`windowed_decode` computes it
 offline from a decode function; a :class:`WindowedStream` yields the same
 samples, bit for bit, as codes arrive: a regular piece is decoded once its C + A
 codes from kC on have arrived, the final one when the stream is finished. The
@@ -129,8 +133,9 @@ class _Pieces:
         self.codes = np.zeros(0, dtype=np.int32)  # codes from frame `base` on
         self.base = 0                    # codes before it are no window's any more: dropped
         self.finished = False
+        self.first = 0                   # codes before it are left context only (a prompt)
         self.k = 0                       # regular pieces decoded
-        self.frames_final = 0            # frames whose samples are final
+        self.frames_final = 0            # frames (from `first` on) whose samples are final
         self.final_done = False
         self.held = np.zeros(0, dtype=np.float32)    # previous piece's overlap samples
         self.held_w = np.zeros(0, dtype=np.float32)  # and their weights
@@ -150,11 +155,16 @@ class _Pieces:
     def done(self) -> bool:
         return self.finished and (self.final_done or self.frames_final >= self.n)
 
+    def set_prefix(self, codes: I32) -> None:
+        """Codes before the utterance (NeuTTS' voice prompt): left context, never output."""
+        self.append(codes)
+        self.first = self.frames_final = int(codes.size)
+
     def window(self) -> tuple[int, int] | None:
         """The next piece's window [start, end) of codes, or None if it cannot be decoded yet."""
         if self.done:
             return None
-        p, s, n = self.p, self.k * self.p.chunk, self.n
+        p, s, n = self.p, self.first + self.k * self.p.chunk, self.n
         start = max(s - p.lookback - p.overlap, 0)
         if n - s >= p.chunk + p.lookahead:
             return start, s + p.chunk + p.lookahead
@@ -167,7 +177,7 @@ class _Pieces:
         p, hop = self.p, self.hop
         if pcm.shape != ((end - start) * hop,):
             raise ValueError(f"window of {end - start} frames decoded to {pcm.shape} samples")
-        s = self.k * p.chunk
+        s = self.first + self.k * p.chunk
         final = end - s < p.chunk + p.lookahead
         e = end if final else s + p.chunk + 2 * p.overlap
         piece = np.array(pcm[(s - start) * hop:(e - start) * hop], dtype=np.float32)
@@ -186,7 +196,7 @@ class _Pieces:
         self.held_w = _triangle(piece.size)[keep:].copy()
         self.frames_final = s + p.chunk
         self.k += 1
-        drop = max(self.k * p.chunk - p.lookback - p.overlap, 0) - self.base
+        drop = max(self.first + self.k * p.chunk - p.lookback - p.overlap, 0) - self.base
         if drop > 0:  # the next window starts there: keep the codes bounded
             self.codes = self.codes[drop:].copy()
             self.base += drop
@@ -194,11 +204,17 @@ class _Pieces:
 
 
 def windowed_decode(decode: Callable[[I32], F32], codes: npt.ArrayLike, hop: int,
-                    params: WindowParams = DEFAULT_WINDOW) -> F32:
+                    params: WindowParams = DEFAULT_WINDOW, n_prefix: int = 0) -> F32:
     """The windowed decode of a whole utterance ``codes`` [N] (the module's definition):
-    ``decode(window_codes) -> pcm`` decodes one window offline (``Context.decode``)."""
+    ``decode(window_codes) -> pcm`` decodes one window offline (``Context.decode``).
+    ``codes[:n_prefix]`` are left context only (NeuTTS' voice prompt): pieces start at
+    frame ``n_prefix`` and the output has ``(N - n_prefix) * hop`` samples."""
     pc = _Pieces(params, hop)
-    pc.append(np.ascontiguousarray(np.asarray(codes, dtype=np.int32).reshape(-1)))
+    c = np.ascontiguousarray(np.asarray(codes, dtype=np.int32).reshape(-1))
+    if not 0 <= n_prefix <= c.size:
+        raise ValueError(f"n_prefix {n_prefix} outside 0..{c.size}")
+    pc.set_prefix(c[:n_prefix])
+    pc.append(c[n_prefix:])
     pc.finished = True
     out: list[F32] = []
     while (win := pc.window()) is not None:
@@ -214,9 +230,11 @@ class WindowedStream:
     """A windowed stream on a ``codecrt.Context`` (the stream protocol, ``codecrt.CodecStream``).
 
     One level of codes in ``[0, codebook_size)``; output as the module's definition,
-    equal to :func:`windowed_decode` of the same codes and window."""
+    equal to :func:`windowed_decode` of the same codes and window. ``prefix``: codes
+    before the utterance (NeuTTS' voice prompt codes), left context never output."""
 
-    def __init__(self, ctx: Any, params: WindowParams = DEFAULT_WINDOW) -> None:
+    def __init__(self, ctx: Any, params: WindowParams = DEFAULT_WINDOW,
+                 prefix: npt.ArrayLike | None = None) -> None:
         info = ctx.model_info
         if info.n_levels != 1:
             raise ValueError(f"windowed streams take one level of codes, the model has "
@@ -228,6 +246,8 @@ class WindowedStream:
         self._pc = _Pieces(params, self.hop)
         self._ready_pcm: list[F32] = []
         self._closed = False
+        if prefix is not None:
+            self._pc.set_prefix(self._checked([prefix], 0))
 
     stepper: ClassVar[Callable[[Any, Sequence[Any]], Any]]
 
@@ -242,6 +262,13 @@ class WindowedStream:
             raise codecrt.StateError("the stream is closed")
         if self._pc.finished:
             raise codecrt.StateError("codes pushed after finish()")
+        a = self._checked(levels, self._pc.n)
+        if a.size:
+            self._pc.append(a)
+
+    def _checked(self, levels: Sequence[npt.ArrayLike], at: int) -> I32:
+        import codecrt
+
         if len(levels) != 1:
             raise codecrt.CodeShapeError(f"expected 1 level of codes, got {len(levels)}")
         a = np.asarray(levels[0])
@@ -252,10 +279,9 @@ class WindowedStream:
         bad = np.flatnonzero((a < 0) | (a >= self.codebook_size))
         if bad.size:
             j = int(bad[0])
-            raise codecrt.CodeRangeError(f"code {int(a[j])} at index {self._pc.n + j} is outside "
+            raise codecrt.CodeRangeError(f"code {int(a[j])} at index {at + j} is outside "
                                          f"[0, {self.codebook_size})")
-        if a.size:
-            self._pc.append(a.astype(np.int32))
+        return a.astype(np.int32)
 
     def finish(self) -> None:
         import codecrt
@@ -285,8 +311,9 @@ class WindowedStream:
 
         pc = self._pc
         done = pc.done
-        return codecrt.StreamStats(frames_pushed=pc.n, frames_decoded=pc.frames_final,
-                                   total_samples=pc.n * self.hop if done else -1,
+        return codecrt.StreamStats(frames_pushed=pc.n - pc.first,
+                                   frames_decoded=pc.frames_final - pc.first,
+                                   total_samples=(pc.n - pc.first) * self.hop if done else -1,
                                    finished=pc.finished, ready=self._window() is not None,
                                    done=done)
 
