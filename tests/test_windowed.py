@@ -253,8 +253,8 @@ def _ref_case(arch: str, root: Path) -> tuple[Any, Any, Path]:
     return mod, model, convert(root / arch, root / f"{arch}.gguf", config=over, progress=False)
 
 
-@pytest.mark.parametrize("arch", ["wavtokenizer", "neucodec"])
-def test_parity_with_neutts_loop_on_the_reference(arch, tmp_path):
+@pytest.mark.parametrize("arch", ["wavtokenizer", "neucodec", "xcodec2"])
+def test_parity_with_neutts_loop_on_the_reference(arch, tmp_path, record_property):
     """Our windowed decode of the converted model == NeuTTS' loop run on the PyTorch reference
     decoder (``reference_windowed_decode(..., upstream_final=False)``): f32 rel L2 <= 1e-4."""
     codecrt = codecrt_or_skip()
@@ -265,6 +265,7 @@ def test_parity_with_neutts_loop_on_the_reference(arch, tmp_path):
         ours = windowed_decode(_decoder(ctx), codes, m.info.hop_length)
     theirs = ref.reference_windowed_decode(model, codes, upstream_final=False)
     rel = float(np.linalg.norm(ours - theirs) / np.linalg.norm(theirs))
+    record_property("rel_l2", rel)
     assert ours.shape == theirs.shape and rel <= 1e-4, rel
 
 
