@@ -48,10 +48,11 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @contextlib.asynccontextmanager
-async def serving(models: dict[str, Path], names: list[str]) -> AsyncIterator[Server]:
+async def serving(models: dict[str, Path], names: list[str],
+                  voices_dir: Path | None = None) -> AsyncIterator[Server]:
     cfg = Config(listen="127.0.0.1:0", models=[ModelSource(n, str(models[n])) for n in names],
                  devices=["cpu"], threads=2, max_ahead_s=0.0, send_timeout_s=10.0,
-                 drain_timeout_s=2.0)
+                 drain_timeout_s=2.0, **({"voices_dir": str(voices_dir)} if voices_dir else {}))
     assert not cfg.validate()
     srv = Server(cfg, {n: str(models[n]) for n in names},
                  engine_overrides={"start_timeout_s": 120.0})
@@ -62,11 +63,13 @@ async def serving(models: dict[str, Path], names: list[str]) -> AsyncIterator[Se
         await srv.close()
 
 
-def offline_windowed(path: Path, codes: np.ndarray, params: WindowParams) -> np.ndarray:
+def offline_windowed(path: Path, codes: np.ndarray, params: WindowParams,
+                     n_prefix: int = 0) -> np.ndarray:
     import codecrt
 
     with codecrt.Model(str(path)) as m, codecrt.Context(m, device="cpu", n_threads=2) as ctx:
-        return windowed_decode(lambda c: ctx.decode([c]), codes, m.info.hop_length, params)
+        return windowed_decode(lambda c: ctx.decode([c]), codes, m.info.hop_length, params,
+                               n_prefix=n_prefix)
 
 
 def test_ten_streams_per_codec_equal_the_offline_windowed_decode(models: dict[str, Path]) -> None:
@@ -177,3 +180,41 @@ def test_llasa_ids_and_range_errors(models: dict[str, Path]) -> None:
 
     got = asyncio.run(main())
     assert got == f32_to_s16le(offline_windowed(models["xc"], codes, DEFAULT_WINDOW))
+
+
+def test_prompt_codes_voice_leads_the_stream(models: dict[str, Path], tmp_path: Path) -> None:
+    """A NeuCodec voice of prompt codes (NeuTTS' reference codes): the stream decodes them as
+    left context and outputs only its own codes, as NeuTTS' loop does; an XCodec2 voice is not
+    offered on NeuCodec models; an unknown voice is refused."""
+    from codecd.families.voices import prompt_codes_voice, write_voice
+
+    rng = np.random.default_rng(9)
+    prompt = rng.integers(0, 65536, 60).astype(np.int32)
+    codes = rng.integers(0, 65536, 71).astype(np.int32)
+    write_voice(prompt_codes_voice("ella", prompt, "neucodec"), tmp_path / "ella.voice.gguf")
+    write_voice(prompt_codes_voice("llasa1", prompt[:9], "xcodec2"), tmp_path / "llasa1.voice.gguf")
+
+    async def main() -> bytes:
+        async with serving(models, ["neu"], voices_dir=tmp_path) as srv:
+            c = await Client.open(srv.port)
+            (spec,) = [m for m in c.hello["models"] if m["name"] == "neu"]
+            assert spec["voices"] == ["ella"]
+            await c.send({"type": "start", "stream_id": "v", "model": "neu", "layout": "neutts",
+                          "voice": "ella"})
+            await c.send({"type": "tokens", "stream_id": "v", "tokens": codes[:40].tolist()})
+            await c.send({"type": "tokens", "stream_id": "v", "tokens": codes[40:].tolist()})
+            await c.send({"type": "end", "stream_id": "v"})
+            await c.send({"type": "start", "stream_id": "u", "model": "neu", "layout": "neutts",
+                          "voice": "llasa1"})
+            t = await c.terminal("u", 60)
+            assert t["type"] == "error" and t["code"] == "unknown_voice", t
+            t = await c.terminal("v", 120)
+            assert t["type"] == "done" and t["samples"] == codes.size * 480, t
+            audio = bytes(c.rec("v")["audio"])
+            await c.close()
+            return audio
+
+    got = asyncio.run(main())
+    want = offline_windowed(models["neu"], np.concatenate([prompt, codes]), DEFAULT_WINDOW,
+                            n_prefix=prompt.size)
+    assert got == f32_to_s16le(want)

@@ -375,7 +375,7 @@ WindowedStream.stepper = staticmethod(step_windows)
 
 class WindowedModel(LoadedModel):
     """A non-causal model in a worker: one context, windowed streams (exact: ``window``;
-    low latency: ``low_window``)."""
+    low latency: ``low_window``), optionally led by a voice's prompt codes (left context)."""
 
     def __init__(self, name: str, model: Any, config: Any, device: str,
                  window: WindowParams = DEFAULT_WINDOW,
@@ -388,6 +388,29 @@ class WindowedModel(LoadedModel):
         self.ctx = make_context(model, config, device)
         self.chunk_frames = window.chunk
         self.latency_samples = window.latency_frames * model.info.hop_length
+        self.voices = self._load_voices()
+
+    def _load_voices(self) -> dict[str, Any]:
+        """The configured prompt-codes voices of this model's architecture (name -> codes);
+        others (S3Gen voices, other codecs') are skipped, unreadable ones logged."""
+        from .voices import VoiceError, read_voice
+
+        info = self.model.info
+        out: dict[str, Any] = {}
+        for name, path in sorted(self.config.voices.items()):
+            try:
+                d = read_voice(path)
+            except VoiceError as e:
+                logger.warning("voice %r (%s) skipped for model %s: %s", name, path, self.name, e)
+                continue
+            if d.model_arch != info.arch:
+                continue
+            if int(d.prompt_tokens.max()) >= info.codebook_sizes[0]:
+                logger.warning("voice %r (%s) skipped for model %s: codes beyond its %d", name,
+                               path, self.name, info.codebook_sizes[0])
+                continue
+            out[name] = d.prompt_tokens
+        return out
 
     def warm(self) -> dict[str, Any]:
         """Reserve the buffers of the longest window at the largest batch bucket (the envelope
@@ -421,7 +444,13 @@ class WindowedModel(LoadedModel):
             raise StreamRefused("bad_message", f"window options: {e}") from None
 
     def open_stream(self, options: Any) -> tuple[Any, int]:
-        s = WindowedStream(self.ctx, self.params_for(options))
+        prefix = None
+        if options.voice is not None:
+            prefix = self.voices.get(options.voice)
+            if prefix is None:
+                raise StreamRefused("unknown_voice", f"model {self.name!r} has no voice "
+                                    f"{options.voice!r}; voices: {', '.join(self.voices) or 'none'}")
+        s = WindowedStream(self.ctx, self.params_for(options), prefix=prefix)
         return s, s.latency_samples
 
     def close(self) -> None:
