@@ -36,7 +36,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Config", "ModelSource", "ConfigError", "load_config", "add_arguments",
            "resolve_models", "redacted", "format_config", "DEMO_SOURCE", "parse_listen",
-           "build_demo_model", "SECRET_FIELDS"]
+           "build_demo_model", "demo_model_path", "ensure_demo_model", "DEMO_OUT_GAIN",
+           "SECRET_FIELDS"]
 
 DEMO_SOURCE = "demo"
 SECRET_FIELDS = ("auth_token",)
@@ -396,12 +397,12 @@ def resolve_models(cfg: Config) -> dict[str, str]:
     cache = Path(cfg.cache_dir).expanduser()
     for m in cfg.models:
         if m.source == DEMO_SOURCE:
-            path = cache / "demo_snac_24khz.gguf"
+            path = demo_model_path(cache)
             if not path.is_file():
                 cache.mkdir(parents=True, exist_ok=True)
                 build_demo_model(path)
             logger.warning("model %s is the DEMO model: random SNAC 24 kHz weights, its audio "
-                           "is NOISE; for testing the service only", m.name)
+                           "is NOISE (at about -20 dBFS); for testing the service only", m.name)
             out[m.name] = str(path)
         elif m.source.startswith("hf:"):
             out[m.name] = str(_hf_model(m.source[3:], cache))
@@ -436,11 +437,38 @@ DEMO_SNAC: dict[str, Any] = {
 }
 
 
+#: gain of the demo model's last convolution: a decode of uniform random codes comes out at
+#: about -20 dBFS RMS (measured: -19.7 to -20.1 dB over 5 seeds, 1 s each), not saturated
+#: full-scale noise
+DEMO_OUT_GAIN = 2e-4
+DEMO_DESCRIPTION = ("codecd demo: SNAC 24 kHz shapes with seeded random weights (seed 0), a real "
+                    "decode whose audio is noise; the last convolution is scaled by 2e-4 so the "
+                    "output sits near -20 dBFS RMS instead of full-scale")
+
+
+def demo_model_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where the demo model lives in ``cache_dir`` (default: the configured default); the
+    name carries the version of its recipe, so a file from an older recipe is not reused."""
+    return Path(cache_dir if cache_dir is not None else _default_cache()).expanduser() \
+        / "demo_snac_24khz.v2.gguf"
+
+
+def ensure_demo_model(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The demo model's path, built on first use."""
+    path = demo_model_path(cache_dir)
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        build_demo_model(path)
+    return path
+
+
 def build_demo_model(path: str | os.PathLike[str], seed: int = 0,
                      hp: Mapping[str, Any] | None = None) -> Path:
-    """Write a random-weight SNAC GGUF with the 24 kHz model's shapes (its audio is noise)."""
+    """Write a random-weight SNAC GGUF with the 24 kHz model's shapes (its audio is noise,
+    at about -20 dBFS RMS: :data:`DEMO_OUT_GAIN`)."""
     from .convert.random_snac import write_random_snac
 
-    out = write_random_snac(path, DEMO_SNAC if hp is None else hp, seed=seed, name="snac_demo_random")
+    out = write_random_snac(path, DEMO_SNAC if hp is None else hp, seed=seed, name="snac_demo_random",
+                            out_gain=DEMO_OUT_GAIN, description=DEMO_DESCRIPTION)
     logger.info("wrote demo model %s", out)
     return out

@@ -204,7 +204,8 @@ class Server:
         for n, s in self.specs.items():
             logger.info("model %s: %s %d Hz, %d levels, layouts %s", n, s.arch, s.sample_rate,
                         s.n_levels, ",".join(s.layouts))
-        logger.info("ready: %d worker(s) on %s", len(self.pool.engines), ",".join(cfg.devices))
+        logger.info("ready: %d worker(s) on %s", len(self.pool.engines),
+                    ", ".join(e.devices_used() for e in self.pool.engines))
         sd_notify("READY=1")
 
     def _healthy(self, timeout: float) -> Callable[[], Awaitable[bool]]:
