@@ -482,12 +482,18 @@ async def _with_server(args, main) -> int:
     if args.model != DEMO:
         main.close()
         raise UsageError(f"--url is required (only --model {DEMO} can start a local server)")
-    from .demo import local_demo_server
+    from .config import Config, ModelSource
+    from .server import Server
 
     print("no --url: starting a daemon with the demo model in this process", file=sys.stderr)
-    async with local_demo_server() as url:
-        args.url = url
+    srv = Server(Config(listen="127.0.0.1:0", models=[ModelSource(DEMO, "demo")],
+                        devices=["auto"], batch_buckets=[1]))
+    await srv.start()
+    try:
+        args.url = f"ws://127.0.0.1:{srv.port}"
         return int(await main)
+    finally:
+        await srv.close()
 
 
 async def _stream_main(args, layout: str, payload) -> int:

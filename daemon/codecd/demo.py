@@ -4,8 +4,6 @@
   :func:`demo_ids` is the same as Orpheus token ids, what ``codecd decode/stream/play
   --model demo`` without CODES and the browser page's "demo sequence" send (the page
   fetches it from ``GET /demo/tokens.json``);
-* :func:`local_demo_server`: a daemon serving the demo model in this process, on an
-  ephemeral loopback port, for ``codecd stream`` and ``codecd play`` without ``--url``.
 
 The demo model (``codecd.config.build_demo_model``) has random weights: its audio is
 noise, at about -20 dBFS RMS.
@@ -13,16 +11,14 @@ noise, at about -20 dBFS RMS.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import AsyncIterator
 
 import numpy as np
 import numpy.typing as npt
 
 from .families import orpheus
 
-__all__ = ["DEMO_GROUPS", "demo_levels", "demo_ids", "local_demo_server"]
+__all__ = ["DEMO_GROUPS", "demo_levels", "demo_ids"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,26 +36,3 @@ def demo_ids(groups: int = DEMO_GROUPS, seed: int = 1) -> npt.NDArray[np.int64]:
     """The demo sequence as Orpheus LM token ids (what ``orpheus_ids`` streams carry)."""
     codes = orpheus.levels_to_orpheus(demo_levels(groups, seed))
     return np.asarray(orpheus.codes_to_orpheus_ids(codes), dtype=np.int64)
-
-
-@contextlib.asynccontextmanager
-async def local_demo_server(threads: int = 0, cache_dir: str | None = None
-                            ) -> AsyncIterator[str]:
-    """A daemon with the demo model (as ``demo``) on 127.0.0.1, in this process; yields its
-    ``ws://`` URL and shuts it down on exit."""
-    from .config import Config, ModelSource
-    from .server import Server
-
-    kw: dict[str, object] = {}
-    if cache_dir is not None:
-        kw["cache_dir"] = cache_dir
-    cfg = Config(listen="127.0.0.1:0", models=[ModelSource("demo", "demo")], devices=["auto"],
-                 threads=threads, batch_buckets=[1], **kw)  # type: ignore[arg-type]
-    srv = Server(cfg)
-    await srv.start()
-    try:
-        url = f"ws://127.0.0.1:{srv.port}"
-        logger.info("serving the demo model in this process at %s", url)
-        yield url
-    finally:
-        await srv.close()

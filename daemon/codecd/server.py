@@ -51,6 +51,7 @@ from .metrics import ServerMetrics
 from .pacing import PacedStream, Pacer
 from .protocol import ErrorCode, Limits
 from .sdnotify import sd_notify, systemd_listen_socket, watchdog, watchdog_interval_s
+from .web import WebRoutes
 from .actions import (
     Action,
     Close,
@@ -128,7 +129,7 @@ class Server:
         self._routes = Routes(config, self.server_metrics, self.metrics, ready=self._is_ready,
                               accepting=lambda: self.ready and not self.draining,
                               connections=lambda ip: (len(self._conns), self._per_ip[ip]),
-                              refresh_stats=self._refresh_stats)
+                              refresh_stats=self._refresh_stats, web=WebRoutes(config))
 
     # ------------------------------------------------------------- state
 
@@ -174,7 +175,8 @@ class Server:
                                   max_size=cfg.max_message_bytes, max_queue=64,
                                   write_limit=max(4096, cfg.sndbuf_bytes or 32768),
                                   close_timeout=2.0, ping_interval=20, ping_timeout=20,
-                                  server_header=f"codecd/{__version__}")
+                                  server_header=f"codecd/{__version__}",
+                                  select_subprotocol=self._routes.web.select_subprotocol)
         if self._sock is not None:
             self._ws_server = await serve(self._handler, sock=self._sock, **kw)
         else:
