@@ -67,6 +67,10 @@ def test_ticket_book_single_use_expiry_and_origin() -> None:
     assert book.redeem(a, "http://h:1") and not book.redeem(a, "http://h:1")
     b = book.issue("http://h:1")
     assert not book.redeem(b, "http://evil") and not book.redeem(b, "http://h:1")  # burnt
+    d = book.issue(None)  # a same-origin fetch sends no Origin: good from the page's own only
+    assert not book.redeem(d, "http://evil") and not book.redeem(d, "http://h:1")
+    d = book.issue(None)
+    assert book.redeem(d, "http://h:1", unbound_ok=True)
     c = book.issue(None)
     now[0] = 30.0
     assert not book.redeem(c, None) and book.outstanding == 0
@@ -134,6 +138,17 @@ def test_browser_auth_ticket_bearer_offer_and_origin(small: Path,
                 await connect(url, subprotocols=other, origin="http://evil.example",
                               open_timeout=5)
             assert ei.value.response.status_code == 401
+            # a same-origin fetch sends no Origin: its ticket is good from the page's origin only
+            for origin, status in (("http://evil.example", 401), (me, 101)):
+                _, _, body = await get(port, "/auth/ticket", bearer)
+                offer = json.loads(body)["subprotocols"]
+                if status == 101:
+                    async with connect(url, subprotocols=offer, origin=origin, open_timeout=5):
+                        pass
+                else:
+                    with pytest.raises(InvalidStatus) as ei:
+                        await connect(url, subprotocols=offer, origin=origin, open_timeout=5)
+                    assert ei.value.response.status_code == status
             async with connect(url, subprotocols=["codecd.v1", f"codecd.bearer.{token}"],
                                open_timeout=5) as ws:
                 assert json.loads(await ws.recv())["type"] == "hello"

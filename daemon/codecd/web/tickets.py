@@ -7,7 +7,9 @@ it); codecd answers with a ticket, and the page offers it in the upgrade's
 ``codecd.v1`` (the one the server selects, so the ticket is never echoed). A
 ticket is 32 random bytes (base64url: only RFC 7230 token characters), lives
 ``ttl_s`` seconds, is redeemed at most once, and only by an upgrade carrying
-the same ``Origin`` as the request that obtained it. Nothing secret goes into
+the same ``Origin`` as the request that obtained it (a same-origin ``fetch`` sends no
+``Origin``: such a ticket is only good on an upgrade from the server's own origin, or
+from a client that sends none). Nothing secret goes into
 a URL, so none lands in an access log.
 """
 
@@ -66,15 +68,18 @@ class TicketBook:
         self.issued += 1
         return t
 
-    def redeem(self, ticket: str, origin: str | None) -> bool:
-        """True once for a live ticket offered from the origin that obtained it."""
+    def redeem(self, ticket: str, origin: str | None, *, unbound_ok: bool = False) -> bool:
+        """True once for a live ticket offered from the origin that obtained it. A ticket
+        obtained without an ``Origin`` (browsers send none on a same-origin GET) is bound to
+        none: it is accepted when ``unbound_ok`` (the caller's judgement that ``origin`` is
+        the server's own, or absent)."""
         self._expire()
         entry = self._live.pop(ticket, None)  # single use, even when the origin is wrong
         if entry is None:
             self.refused += 1
             return False
         _, bound = entry
-        if bound != origin:
+        if bound != origin and not (bound is None and unbound_ok):
             self.refused += 1
             return False
         self.redeemed += 1

@@ -11,7 +11,7 @@ const MAX_BACKOFF_MS = 4000;
 // Everything the page knows, on window for tests and for the curious (devtools).
 const state = {
   ws: null, hello: null, everOpen: false, reconnects: 0, backoff: 250, retryTimer: null,
-  seq: 0, stream: null, last: null, audio: null, node: null, analyser: null,
+  lostAt: 0, seq: 0, stream: null, last: null, audio: null, node: null, analyser: null,
   events: [], metrics: {streams: [], tick: [], batch: [], fetched: 0, errors: 0},
 };
 window.codecd = state;
@@ -76,6 +76,7 @@ function scheduleReconnect(why) {
 
 function onClose(ws, e) {
   if (ws !== state.ws) return;
+  if (ws.everOpen) state.lostAt = performance.now();
   $("play").disabled = true;
   if (state.stream) finishStream(`connection lost mid-stream (close ${e.code})`);
   log(`connection closed (code ${e.code}${e.reason ? `, ${e.reason}` : ""})`);
@@ -95,7 +96,8 @@ function onHello(msg) {
   fillSelect($("format"), formats, $("format").value || "pcm_f32le");
   onModelChange();
   $("play").disabled = false;
-  setStatus("open", again ? `connected to ${msg.server} (reconnected after the server restarted)`
+  const away = again ? ((performance.now() - state.lostAt) / 1000).toFixed(1) : "";
+  setStatus("open", again ? `connected to ${msg.server} (reconnected after ${away} s away)`
                           : `connected to ${msg.server}`);
   log(again ? `reconnected: the server is back (${msg.server})` : `hello from ${msg.server}`);
 }
@@ -126,7 +128,7 @@ function onMessage(ws, e) {
   const msg = JSON.parse(e.data);
   const s = state.stream;
   switch (msg.type) {
-    case "hello": return onHello(msg);
+    case "hello": ws.everOpen = true; return onHello(msg);
     case "started":
       if (s && msg.stream_id === s.id) {
         s.rate = msg.sample_rate;
