@@ -189,7 +189,7 @@ def test_page_behind_the_token(browser: Any, server: ServerThread, tmp_path: Pat
 
 
 def test_page_reconnects_after_a_server_restart(browser: Any, server: ServerThread) -> None:
-    """The server stops and comes back on the same port: the page says it is reconnecting, then that it reconnected, and can play."""
+    """The server stops and comes back on the same port: the page says it is reconnecting, then that it reconnected; it streams again and Stop cancels."""
     port = server.start(_free_port())
     pg = Page(browser, port)
     try:
@@ -202,8 +202,16 @@ def test_page_reconnects_after_a_server_restart(browser: Any, server: ServerThre
                 ".dataset.state === 'open'")
         assert "reconnected after" in pg.status()[1]
         assert any("reconnected" in e for e in pg.js("window.codecd.events"))
-        assert pg.page.is_enabled("#play")
         pg.shot("page-reconnected.png")
+        # the new connection streams; Stop cancels (barge-in) once audio flows
+        pg.page.select_option("#pace", "1")
+        pg.page.click("#play")
+        pg.wait("window.codecd.stream !== null && window.codecd.stream.received > 0")
+        pg.page.click("#stop")
+        pg.wait("window.codecd.last !== null")
+        last = pg.js("window.codecd.last")
+        assert last["outcome"] == "cancelled" and 0 < last["received"] < DEMO_SAMPLES, last
+        assert pg.page.is_enabled("#play")
         assert pg.errors == []
     finally:
         pg.close()
