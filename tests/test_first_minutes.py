@@ -60,6 +60,21 @@ def test_demo_model_is_a_real_decode_near_minus_20_dbfs(tmp_path: Path) -> None:
     assert DEMO_OUT_GAIN < 1.0
 
 
+def test_one_s16_rounding_rule(tmp_path: Path) -> None:
+    """decode's WAV writer and the wire round f32 to s16 by the same rule, where a float32 product would not."""
+    from codecd.audio import f32_to_s16le
+
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.uniform(-1.2, 1.2, 200_000),
+                        (np.arange(-40, 41) + 0.5) / 32767.0]).astype(np.float32)
+    cli.write_wav(tmp_path / "a.wav", x, 24000)
+    _, got = _read_s16(tmp_path / "a.wav")
+    assert np.array_equal(got, np.frombuffer(f32_to_s16le(x), "<i2"))
+    f32_rule = np.round(np.clip(x, -1, 1) * np.float32(32767)).astype(np.int16)  # the old writer
+    in_range = np.abs(x) <= 1.0
+    assert np.count_nonzero((f32_rule != got) & in_range) > 0  # 1 LSB apart: this test can fail
+
+
 def test_decode_and_stream_demo_bit_identical(xdg: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str],
                                               caplog: pytest.LogCaptureFixture) -> None:

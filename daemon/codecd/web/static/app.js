@@ -373,22 +373,28 @@ async function pollMetrics() {
     M.errors += 1;
     $("metrics-age").textContent = `(unreachable: ${e.message})`;
   }
-  if (!$("view-server").hidden) {
+  {
     chart($("chart-streams"), M.streams, "#2d6cdf");
     chart($("chart-tick"), M.tick, "#c0392b");
     chart($("chart-batch"), M.batch, "#1e8449");
   }
 }
 
+// the smallest 1, 2 or 5 times a power of ten at or above v: the chart's top
+function niceCeil(v) {
+  const p = 10 ** Math.floor(Math.log10(v));
+  return [1, 2, 5, 10].map((m) => m * p).find((t) => t >= v * (1 - 1e-9));
+}
+
 function chart(c, data, color) {
   const g = c.getContext("2d"), w = c.width, h = c.height;
   g.clearRect(0, 0, w, h);
-  const top = Math.max(1e-9, ...data) * 1.15;
+  const top = niceCeil(Math.max(1e-9, ...data));
   g.strokeStyle = "#e4e6ee";
   g.strokeRect(0.5, 0.5, w - 1, h - 1);
   g.fillStyle = "#889";
   g.font = "10px system-ui";
-  g.fillText(top.toPrecision(3), 4, 11);
+  g.fillText(String(+top.toPrecision(3)), 4, 11);
   g.strokeStyle = color;
   g.lineWidth = 1.5;
   g.beginPath();
@@ -432,7 +438,8 @@ function init() {
     }
   };
   if (location.hash === "#server") showView("server");
-  setInterval(pollMetrics, 1000);
+  // /metrics asks every worker for fresh stats: poll only while the view is on screen
+  setInterval(() => { if (!$("view-server").hidden && !document.hidden) pollMetrics(); }, 1000);
   requestAnimationFrame(drawWave);
   connect();
 }
