@@ -2,8 +2,10 @@
 
 ``/healthz`` (the process answers), ``/readyz`` (200 once every worker serves and
 until shutdown begins), ``/metrics`` (Prometheus text, after a fresh stats query
-to the workers). An upgrade is refused with 401 (bearer token), 403 (Origin)
-or 503 (not ready, shutting down, connection limits); 404 for anything else.
+to the workers); the browser page's routes (``codecd.web``: ``/``, ``/static/*``,
+``/demo/tokens.json``, ``/auth/ticket``). An upgrade is refused with 401 (bearer
+token, or a browser credential in the subprotocol offer), 403 (Origin) or 503 (not
+ready, shutting down, connection limits); 404 for anything else.
 """
 
 from __future__ import annotations
