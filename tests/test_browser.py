@@ -172,7 +172,7 @@ def test_page_plays_the_demo_sample_exact_and_charts_metrics(browser: Any,
 
 
 def test_page_behind_the_token(browser: Any, server: ServerThread, tmp_path: Path) -> None:
-    """With auth_token set the page says unauthorized; with the token typed in it gets a ticket, connects and plays a picked token file."""
+    """With auth_token set the page says unauthorized; with the token typed in it gets a ticket, connects, refuses a file that is not tokens and plays a picked token file."""
     from codecd.demo import demo_ids
     from codecd.families.orpheus import ids_to_custom_tokens
 
@@ -185,6 +185,12 @@ def test_page_behind_the_token(browser: Any, server: ServerThread, tmp_path: Pat
         pg.page.click("#connect")
         pg.wait("window.codecd.hello !== null")
         assert pg.status()[0] == "open"
+        bad = tmp_path / "bad.txt"
+        bad.write_text("128266 hello 128267")
+        pg.page.set_input_files("#file", str(bad))
+        pg.page.click("#play")
+        pg.wait("window.codecd.events.some(e => e.startsWith('cannot stream: not a token: hello'))")
+        assert pg.js("window.codecd.stream") is None and pg.page.is_enabled("#play")
         pg.page.set_input_files("#file", str(tokens))
         assert pg.js("document.querySelector('input[name=source]:checked').value") == "file"
         last = pg.play()
