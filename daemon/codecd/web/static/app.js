@@ -45,7 +45,10 @@ async function credentials() {
 
 async function connect() {
   clearTimeout(state.retryTimer);
-  if (state.ws && state.ws.readyState <= WebSocket.OPEN) state.ws.close(1000);
+  const old = state.ws;
+  state.ws = null;  // its close event is not a lost connection: onClose ignores it
+  if (state.stream) finishStream("stopped: reconnecting");
+  if (old && old.readyState <= WebSocket.OPEN) old.close(1000);
   let cred;
   try {
     cred = await credentials();
@@ -287,6 +290,10 @@ async function play() {
   }
   await ensureAudio(model.sample_rate);
   const ws = state.ws;
+  if (!ws || ws.readyState !== WebSocket.OPEN || state.stream) {
+    log("cannot stream: not connected");
+    return;
+  }
   const s = {id: `page-${Date.now().toString(36)}-${++state.seq}`, format: $("format").value,
              t0: performance.now(), firstAudio: null, firstSound: null, received: 0,
              sent: null, rate: model.sample_rate, cancelled: false};
