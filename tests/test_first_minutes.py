@@ -148,3 +148,27 @@ def test_git_ignores_venvs_builds_and_caches(tmp_path: Path) -> None:
                        capture_output=True, text=True)
     ignored = set(p.stdout.split())
     assert ignored == set(paths), set(paths) - ignored
+
+
+def test_readme_quick_start_starts_with_a_venv_and_its_commands_exist() -> None:
+    """The README's quick start makes a venv first, installs the play extra, and every codecd line in it parses."""
+    import re
+    import shlex
+    import tomllib
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block is not None
+    lines = [ln.split("#", 1)[0].strip() for ln in block.group(1).splitlines()]
+    lines = [ln for ln in lines if ln]
+    first_pip = next(i for i, ln in enumerate(lines) if "pip install" in ln)
+    assert any("-m venv venv" in ln for ln in lines[:first_pip]), lines
+    assert 'pip install ".[play]"' in lines[first_pip]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "sounddevice" in extras["play"]
+    parser = cli.build_parser()
+    cmds = [shlex.split(ln)[1:] for ln in lines if ln.startswith("codecd ")]
+    assert len(cmds) >= 2
+    for argv in cmds:
+        parser.parse_args(argv)  # SystemExit (a failed test) on an unknown command or flag
