@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from conftest import codecrt_or_skip
@@ -33,3 +35,13 @@ def test_doctor_sections_survive_each_others_failures(monkeypatch: pytest.Monkey
     out = doctor.report()
     assert "failed: RuntimeError: probe exploded" in out
     assert "== versions" in out and "== PortAudio" in out and "== config in effect" in out
+
+
+def test_doctor_shows_a_config_serve_would_refuse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no model configured, doctor says serve would refuse, and still prints the settings."""
+    for k in [k for k in os.environ if k.startswith("CODECD_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("CODECD_MAX_BATCH", "12")
+    lines = doctor.config_in_effect()
+    assert lines[0].startswith("invalid, codecd serve would refuse it: models: none configured")
+    assert "max_batch = 12" in lines

@@ -108,7 +108,12 @@ def config_in_effect(config: str | None = None) -> list[str]:
     try:
         cfg = load_config(config)
     except ConfigError as e:
-        return [f"invalid: {e}"]
+        try:
+            cfg = load_config(config, validate=False)
+        except ConfigError:
+            return [f"invalid: {e}"]
+        return [f"invalid, codecd serve would refuse it: {e}",
+                *format_config(cfg).rstrip("\n").splitlines()]
     return format_config(cfg).rstrip("\n").splitlines()
 
 
