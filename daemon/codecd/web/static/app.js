@@ -191,12 +191,18 @@ function onAudio(b) {
 // ------------------------------------------------------------------ audio
 
 async function ensureAudio(rate) {
-  if (state.audio && state.audio.sampleRate === rate) {
+  if (state.audio && (state.audio.sampleRate === rate || state.audioAsked === rate)) {
     await state.audio.resume();
     return;
   }
   if (state.audio) await state.audio.close();
-  const ctx = new AudioContext({sampleRate: rate, latencyHint: "interactive"});
+  let ctx;
+  try {
+    ctx = new AudioContext({sampleRate: rate, latencyHint: "interactive"});
+  } catch (e) {  // a browser without this rate: its own rate, and the server resamples
+    ctx = new AudioContext({latencyHint: "interactive"});
+    log(`audio: ${rate} Hz not available (${e.message}); asking the server for ${ctx.sampleRate} Hz`);
+  }
   await ctx.audioWorklet.addModule("/static/player-worklet.js");
   const node = new AudioWorkletNode(ctx, "codecd-player", {outputChannelCount: [1]});
   const analyser = ctx.createAnalyser();
@@ -204,7 +210,7 @@ async function ensureAudio(rate) {
   node.connect(analyser);
   analyser.connect(ctx.destination);
   node.port.onmessage = (e) => onPlayer(e.data);
-  Object.assign(state, {audio: ctx, node, analyser});
+  Object.assign(state, {audio: ctx, audioAsked: rate, node, analyser});
   await ctx.resume();
   log(`audio: ${ctx.sampleRate} Hz, base latency ${(ctx.baseLatency * 1000).toFixed(1)} ms`);
 }
@@ -304,7 +310,7 @@ async function play() {
   $("play").disabled = true;
   $("stop").disabled = false;
   const start = {type: "start", stream_id: s.id, model: model.name, layout: src.layout,
-                 format: s.format, sample_rate: model.sample_rate};
+                 format: s.format, sample_rate: state.audio.sampleRate};
   if ($("voice").value) start.voice = $("voice").value;
   ws.send(JSON.stringify(start));
   log(`streaming ${src.name}: ${src.tokens.length} tokens (${src.layout}) to ${model.name}`);
