@@ -22,7 +22,7 @@ import pytest
 from conftest import ROOT, codecrt_or_skip
 
 from codecd.config import Config, ModelSource, ensure_demo_model
-from codecd.demo import DEMO_GROUPS
+from codecd.demo import DEMO_GROUPS, demo_ids
 from codecd.server import Server
 
 CHROMIUM = os.environ.get("CODECD_CHROMIUM", "/usr/bin/chromium")
@@ -173,7 +173,6 @@ def test_page_plays_the_demo_sample_exact_and_charts_metrics(browser: Any,
 
 def test_page_behind_the_token(browser: Any, server: ServerThread, tmp_path: Path) -> None:
     """With auth_token set the page says unauthorized; with the token typed in it gets a ticket, connects, refuses a file that is not tokens and plays a picked token file."""
-    from codecd.demo import demo_ids
     from codecd.families.orpheus import ids_to_custom_tokens
 
     tokens = tmp_path / "tokens.txt"
@@ -202,8 +201,9 @@ def test_page_behind_the_token(browser: Any, server: ServerThread, tmp_path: Pat
         pg.close()
 
 
-def test_page_reconnects_after_a_server_restart(browser: Any, server: ServerThread) -> None:
-    """The server stops and comes back on the same port: the page says it is reconnecting, then that it reconnected; it streams again and Stop cancels."""
+def test_page_reconnects_after_a_server_restart(browser: Any, server: ServerThread,
+                                                tmp_path: Path) -> None:
+    """The server stops and comes back on the same port: the page says it is reconnecting, then that it reconnected; it streams again, Stop cancels, a starved stream counts underruns."""
     port = server.start(_free_port())
     pg = Page(browser, port)
     try:
@@ -226,6 +226,18 @@ def test_page_reconnects_after_a_server_restart(browser: Any, server: ServerThre
         last = pg.js("window.codecd.last")
         assert last["outcome"] == "cancelled" and 0 < last["received"] < DEMO_SAMPLES, last
         assert pg.page.is_enabled("#play")
+        # tokens at half the real-time rate, no prebuffer: the worklet runs dry and says so,
+        # and still plays every sample the server sent
+        short = tmp_path / "short.txt"
+        short.write_text(" ".join(str(int(t)) for t in demo_ids(12)))
+        pg.page.set_input_files("#file", str(short))
+        pg.page.fill("#prebuffer", "0")
+        pg.page.select_option("#pace", "0.5")
+        pg.page.click("#play")
+        pg.wait("window.codecd.last !== null && window.codecd.last.outcome === 'played'", 60)
+        last = pg.js("window.codecd.last")
+        assert last["played"] == last["sent"] == 12 * 2048 and last["underruns"] >= 1, last
+        assert pg.page.text_content("#underruns") == str(last["underruns"])
         assert pg.errors == []
     finally:
         pg.close()
