@@ -75,6 +75,7 @@ def test_one_s16_rounding_rule(tmp_path: Path) -> None:
     assert np.count_nonzero((f32_rule != got) & in_range) > 0  # 1 LSB apart: this test can fail
 
 
+@pytest.mark.slow  # 21-33 s on the shared 2-core box: the full-size demo model, twice, and a daemon
 def test_decode_and_stream_demo_bit_identical(xdg: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str],
                                               caplog: pytest.LogCaptureFixture) -> None:
