@@ -16,7 +16,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from websockets.asyncio.server import ServerConnection
 from websockets.http11 import Request, Response
@@ -24,6 +24,9 @@ from websockets.http11 import Request, Response
 from .config import Config
 from .metrics import ServerMetrics
 from .session import SessionMetrics
+
+if TYPE_CHECKING:
+    from .web import WebRoutes
 
 __all__ = ["Routes", "peer_ip"]
 
@@ -56,7 +59,7 @@ class Routes:
     accepting: Callable[[], bool]  # new connections are welcome (ready, not draining)
     connections: Callable[[str], tuple[int, int]]  # (open connections, of this peer)
     refresh_stats: Callable[[], Awaitable[object]]  # before /metrics
-    web: Any = None  # codecd.web.WebRoutes: the page, tickets, browser credentials
+    web: WebRoutes | None = None  # the page, tickets, browser credentials
 
     async def process_request(self, conn: ServerConnection, req: Request) -> Response | None:
         path = req.path.split("?", 1)[0]

@@ -126,10 +126,11 @@ class Server:
         self._closed = asyncio.Event()
         self.session_limits: SessionLimits | None = None
         self.server_metrics = ServerMetrics(self)
+        self._web = WebRoutes(config)  # the browser page and its credentials (codecd.web)
         self._routes = Routes(config, self.server_metrics, self.metrics, ready=self._is_ready,
                               accepting=lambda: self.ready and not self.draining,
                               connections=lambda ip: (len(self._conns), self._per_ip[ip]),
-                              refresh_stats=self._refresh_stats, web=WebRoutes(config))
+                              refresh_stats=self._refresh_stats, web=self._web)
 
     # ------------------------------------------------------------- state
 
@@ -176,7 +177,7 @@ class Server:
                                   write_limit=max(4096, cfg.sndbuf_bytes or 32768),
                                   close_timeout=2.0, ping_interval=20, ping_timeout=20,
                                   server_header=f"codecd/{__version__}",
-                                  select_subprotocol=self._routes.web.select_subprotocol)
+                                  select_subprotocol=self._web.select_subprotocol)
         if self._sock is not None:
             self._ws_server = await serve(self._handler, sock=self._sock, **kw)
         else:
