@@ -29,6 +29,7 @@
  *              are declared in include/codecrt_s3gen.h)
  *     vocos/   WavTokenizer, NeuCodec and XCodec2 on shared Vocos blocks (vocos.h:
  *              GroupNorm ResNet, attention, the iSTFT head)
+ *     dac/     DAC (dac.h maps its files)
  */
 #ifndef CODECRT_INTERNAL_H
 #define CODECRT_INTERNAL_H
@@ -258,6 +259,10 @@ typedef struct cr_arch {
        NULL means the single-graph path of build_decode. */
     codecrt_status (*decode)(struct codecrt_context *ctx, const codecrt_decode_params *params,
                              const codecrt_codes *codes, int32_t n_frames, float *pcm);
+    /* Points a sequence of n_frames frames fills at a point of the decoder
+       with rate samples per frame: where stream masks end. NULL: n_frames *
+       rate. DAC's odd strides lose a sample each (dac/dac.h). */
+    int64_t (*valid_points)(const struct cr_model *model, int64_t n_frames, int32_t rate);
 } cr_arch;
 
 const cr_arch *cr_arch_find(const char *name);
@@ -268,6 +273,7 @@ extern const cr_arch cr_arch_s3gen;
 extern const cr_arch cr_arch_wavtokenizer;
 extern const cr_arch cr_arch_neucodec;
 extern const cr_arch cr_arch_xcodec2;
+extern const cr_arch cr_arch_dac;
 
 /* ------------------------------------------------------------------- model */
 
