@@ -1,0 +1,179 @@
+"""DAC through the daemon: a real server on 127.0.0.1, real websockets clients, a tiny DAC.
+
+The model is a random DAC in the released layout (weight_g / weight_v, the tiny config of
+tests/references/dac.py: strides 8, 5, 4, 2, 4 codebooks) written with numpy alone and
+converted by codecd.convert; the daemon's streams must give the offline decode's samples,
+bit for bit in s16, for the ``dac_frames`` layout and per-level codes, 10 streams at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import codecrt_or_skip
+from test_server import Client, expected
+
+pytest.importorskip("websockets")
+pytest.importorskip("gguf")
+
+from codecd.config import Config, ModelSource  # noqa: E402
+from codecd.convert.dac import convert_dac_state_dict  # noqa: E402
+from codecd.families.dac import levels_to_frames  # noqa: E402
+from codecd.protocol import encode_token_frame  # noqa: E402
+from codecd.server import Server  # noqa: E402
+
+KWARGS = {"encoder_dim": 4, "encoder_rates": [2, 4, 5, 8], "latent_dim": 32, "decoder_dim": 32,
+          "decoder_rates": [8, 5, 4, 2], "n_codebooks": 4, "codebook_size": 1024, "codebook_dim": 8,
+          "quantizer_dropout": False, "sample_rate": 24000}
+NQ = KWARGS["n_codebooks"]
+
+
+def random_dac_state_dict(seed: int) -> dict[str, np.ndarray]:
+    """The decoder and quantizer tensors of dac.DAC(**KWARGS) in its checkpoint layout, random."""
+    rng = np.random.default_rng(seed)
+    sd: dict[str, np.ndarray] = {}
+
+    def conv(name: str, cout: int, cin: int, k: int, g_dim: int) -> None:
+        v = rng.normal(0, 1, (cout, cin, k)).astype(np.float32)
+        sd[f"{name}.weight_v"] = v
+        sd[f"{name}.weight_g"] = rng.uniform(0.3, 0.8, (v.shape[0], 1, 1)).astype(np.float32)
+        sd[f"{name}.bias"] = rng.normal(0, 0.05, g_dim).astype(np.float32)
+
+    def snake(name: str, c: int) -> None:
+        sd[f"{name}.alpha"] = rng.uniform(0.5, 1.5, (1, c, 1)).astype(np.float32)
+
+    L, D, H = KWARGS["latent_dim"], KWARGS["decoder_dim"], KWARGS["codebook_dim"]
+    for q in range(NQ):
+        sd[f"quantizer.quantizers.{q}.codebook.weight"] = rng.normal(0, 1, (1024, H)).astype(np.float32)
+        conv(f"quantizer.quantizers.{q}.out_proj", L, H, 1, L)
+    conv("decoder.model.0", D, L, 7, D)
+    c = D
+    for i, s in enumerate(KWARGS["decoder_rates"]):
+        b = f"decoder.model.{1 + i}.block"
+        snake(f"{b}.0", c)
+        conv(f"{b}.1", c, c // 2, 2 * s, c // 2)  # ConvTranspose1d weight (Cin, Cout, K)
+        c //= 2
+        for j in range(3):
+            r = f"{b}.{2 + j}.block"
+            snake(f"{r}.0", c)
+            conv(f"{r}.1", c, c, 7, c)
+            snake(f"{r}.2", c)
+            conv(f"{r}.3", c, c, 1, c)
+    snake("decoder.model.5", c)
+    conv("decoder.model.6", 1, c, 7, 1)
+    return sd
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    codecrt_or_skip()
+    path = tmp_path_factory.mktemp("dacdaemon") / "dac.gguf"
+    return convert_dac_state_dict(random_dac_state_dict(7), KWARGS, path)
+
+
+@pytest.fixture(scope="module")
+def offline(tiny: Path) -> Any:
+    import codecrt
+
+    model = codecrt.Model(tiny)
+    ctx = codecrt.Context(model, device="cpu", n_threads=1)
+    yield lambda levels: ctx.decode(levels).copy()
+    ctx.close()
+    model.close()
+
+
+@contextlib.asynccontextmanager
+async def serving(tiny: Path) -> AsyncIterator[Server]:
+    cfg = Config(listen="127.0.0.1:0", models=[ModelSource("dac", str(tiny))], devices=["cpu"],
+                 threads=1, max_ahead_s=0.0, max_batch=16, max_streams=16, send_timeout_s=5.0,
+                 drain_timeout_s=2.0, gather_ms=5.0)
+    assert not cfg.validate()
+    srv = Server(cfg, {"dac": str(tiny)}, engine_overrides={"start_timeout_s": 60.0, "warm_buckets": (1,)})
+    await srv.start()
+    try:
+        yield srv
+    finally:
+        await srv.close()
+
+
+def start(sid: str, layout: str, fmt: str = "pcm_s16le") -> dict[str, Any]:
+    return {"type": "start", "stream_id": sid, "model": "dac", "layout": layout, "format": fmt}
+
+
+async def send_codes(c: Client, sid: str, levels: list[np.ndarray], layout: str, rng: np.random.Generator) -> None:
+    """The codes in random pieces (frames split anywhere in dac_frames), JSON and binary frames mixed."""
+    if layout == "dac_frames":
+        toks = levels_to_frames(levels)
+        cuts = sorted({0, toks.size, *map(int, rng.integers(0, toks.size, 5))})
+        for a, b in zip(cuts, cuts[1:]):
+            if rng.random() < 0.5:
+                await c.send({"type": "tokens", "stream_id": sid, "tokens": toks[a:b].tolist()})
+            else:
+                await c.send(encode_token_frame(sid, toks[a:b]))
+    else:
+        n = len(levels[0])
+        cuts = sorted({0, n, *map(int, rng.integers(0, n, 3))})
+        for a, b in zip(cuts, cuts[1:]):
+            await c.send({"type": "tokens", "stream_id": sid, "levels": [lv[a:b].tolist() for lv in levels]})
+    await c.send({"type": "end", "stream_id": sid})
+
+
+def test_ten_streams_bit_identical_to_offline(tiny: Path, offline: Any) -> None:
+    """10 concurrent streams (dac_frames and levels, s16 and f32): each one's audio is the
+    offline decode's, bit for bit."""
+    async def main() -> None:
+        async with serving(tiny) as srv:
+            c = await Client.open(srv.port)
+            (spec,) = [m for m in c.hello["models"] if m["name"] == "dac"]
+            assert spec["arch"] == "dac" and spec["n_levels"] == NQ
+            assert spec["layouts"] == ["dac_frames", "levels"]
+            rng = np.random.default_rng(1)
+            jobs = []
+            for i in range(10):
+                layout = "dac_frames" if i % 2 == 0 else "levels"
+                fmt = "pcm_f32le" if i % 3 == 0 else "pcm_s16le"
+                n = int(rng.integers(1, 60))
+                levels = [rng.integers(0, 1024, n).astype(np.int32) for _ in range(NQ)]
+                await c.send(start(f"s{i}", layout, fmt))
+                jobs.append((f"s{i}", levels, layout, fmt))
+            await asyncio.gather(*(send_codes(c, sid, lv, lay, rng) for sid, lv, lay, _ in jobs))
+            for sid, levels, _, fmt in jobs:
+                t = await c.terminal(sid, 60)
+                assert t["type"] == "done", t
+                got = bytes(c.rec(sid)["audio"])
+                want = expected(offline, levels, fmt, 24000)
+                assert len(got) == len(want) == len(levels[0]) * 320 * (2 if fmt == "pcm_s16le" else 4)
+                assert got == want, sid
+            await c.close()
+    asyncio.run(main())
+
+
+def test_bad_codes_and_broken_frames(tiny: Path) -> None:
+    """A code outside the codebook (OuteTTS' <|c1_1024|>) is token_range; an end in the middle
+    of a frame is broken_group; another stream on the connection is untouched."""
+    async def main() -> None:
+        async with serving(tiny) as srv:
+            c = await Client.open(srv.port)
+            await c.send(start("ok", "dac_frames"))
+            await c.send(start("range", "dac_frames"))
+            await c.send(start("broken", "dac_frames"))
+            await c.send({"type": "tokens", "stream_id": "range", "tokens": [1, 2, 3, 4, 5, 1024]})
+            await c.send({"type": "tokens", "stream_id": "broken", "tokens": [1, 2, 3, 4, 5, 6]})
+            await c.send({"type": "end", "stream_id": "broken"})
+            await c.send({"type": "tokens", "stream_id": "ok", "tokens": list(range(4 * 12))})
+            await c.send({"type": "end", "stream_id": "ok"})
+            t = await c.terminal("range", 30)
+            assert t["type"] == "error" and t["code"] == "token_range", t
+            t = await c.terminal("broken", 30)
+            assert t["type"] == "error" and t["code"] == "broken_group", t
+            t = await c.terminal("ok", 30)
+            assert t["type"] == "done" and len(c.rec("ok")["audio"]) == 12 * 320 * 2, t
+            await c.close()
+    asyncio.run(main())
