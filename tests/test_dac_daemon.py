@@ -24,58 +24,20 @@ pytest.importorskip("websockets")
 pytest.importorskip("gguf")
 
 from codecd.config import Config, ModelSource  # noqa: E402
-from codecd.convert.dac import convert_dac_state_dict  # noqa: E402
+from codecd.convert.random_dac import CONFIGS, write_random_dac  # noqa: E402
 from codecd.families.dac import levels_to_frames  # noqa: E402
 from codecd.protocol import encode_token_frame  # noqa: E402
 from codecd.server import Server  # noqa: E402
 
-KWARGS = {"encoder_dim": 4, "encoder_rates": [2, 4, 5, 8], "latent_dim": 32, "decoder_dim": 32,
-          "decoder_rates": [8, 5, 4, 2], "n_codebooks": 4, "codebook_size": 1024, "codebook_dim": 8,
-          "quantizer_dropout": False, "sample_rate": 24000}
+KWARGS = CONFIGS["tiny"]
 NQ = KWARGS["n_codebooks"]
-
-
-def random_dac_state_dict(seed: int) -> dict[str, np.ndarray]:
-    """The decoder and quantizer tensors of dac.DAC(**KWARGS) in its checkpoint layout, random."""
-    rng = np.random.default_rng(seed)
-    sd: dict[str, np.ndarray] = {}
-
-    def conv(name: str, cout: int, cin: int, k: int, g_dim: int) -> None:
-        v = rng.normal(0, 1, (cout, cin, k)).astype(np.float32)
-        sd[f"{name}.weight_v"] = v
-        sd[f"{name}.weight_g"] = rng.uniform(0.3, 0.8, (v.shape[0], 1, 1)).astype(np.float32)
-        sd[f"{name}.bias"] = rng.normal(0, 0.05, g_dim).astype(np.float32)
-
-    def snake(name: str, c: int) -> None:
-        sd[f"{name}.alpha"] = rng.uniform(0.5, 1.5, (1, c, 1)).astype(np.float32)
-
-    L, D, H = KWARGS["latent_dim"], KWARGS["decoder_dim"], KWARGS["codebook_dim"]
-    for q in range(NQ):
-        sd[f"quantizer.quantizers.{q}.codebook.weight"] = rng.normal(0, 1, (1024, H)).astype(np.float32)
-        conv(f"quantizer.quantizers.{q}.out_proj", L, H, 1, L)
-    conv("decoder.model.0", D, L, 7, D)
-    c = D
-    for i, s in enumerate(KWARGS["decoder_rates"]):
-        b = f"decoder.model.{1 + i}.block"
-        snake(f"{b}.0", c)
-        conv(f"{b}.1", c, c // 2, 2 * s, c // 2)  # ConvTranspose1d weight (Cin, Cout, K)
-        c //= 2
-        for j in range(3):
-            r = f"{b}.{2 + j}.block"
-            snake(f"{r}.0", c)
-            conv(f"{r}.1", c, c, 7, c)
-            snake(f"{r}.2", c)
-            conv(f"{r}.3", c, c, 1, c)
-    snake("decoder.model.5", c)
-    conv("decoder.model.6", 1, c, 7, 1)
-    return sd
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     codecrt_or_skip()
     path = tmp_path_factory.mktemp("dacdaemon") / "dac.gguf"
-    return convert_dac_state_dict(random_dac_state_dict(7), KWARGS, path)
+    return write_random_dac("tiny", path, seed=7)
 
 
 @pytest.fixture(scope="module")
