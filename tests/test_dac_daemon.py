@@ -25,7 +25,8 @@ pytest.importorskip("gguf")
 
 from codecd.config import Config, ModelSource  # noqa: E402
 from codecd.convert.random_dac import CONFIGS, write_random_dac  # noqa: E402
-from codecd.families.dac import levels_to_frames  # noqa: E402
+from codecd.families.dac import levels_to_frames, parse_outetts_text  # noqa: E402
+from codecd.families.layout import LayoutRangeError, LayoutShapeError  # noqa: E402
 from codecd.protocol import encode_token_frame  # noqa: E402
 from codecd.server import Server  # noqa: E402
 
@@ -139,3 +140,17 @@ def test_bad_codes_and_broken_frames(tiny: Path) -> None:
             assert t["type"] == "done" and len(c.rec("ok")["audio"]) == 12 * 320 * 2, t
             await c.close()
     asyncio.run(main())
+
+
+def test_outetts_text() -> None:
+    """OuteTTS 1.0's printed audio tokens: c1 and c2 in order (word markers and features
+    skipped), cut to the shorter list as outetts does; <|c1_1024|> is refused."""
+    text = ("<|audio_start|>\n<|word_start|>hi<|features|><|t_0.27|><|energy_3|><|code|>"
+            "<|c1_5|><|c2_1023|><|c1_0|><|c2_7|><|word_end|>\n<|word_start|>x<|code|><|c1_9|><|audio_end|>")
+    c1, c2 = parse_outetts_text(text)
+    assert c1.tolist() == [5, 0] and c2.tolist() == [1023, 7]
+    assert levels_to_frames([c1, c2]).tolist() == [5, 1023, 0, 7]
+    with pytest.raises(LayoutRangeError, match="c2_1024"):
+        parse_outetts_text("<|c1_1|><|c2_1024|>")
+    with pytest.raises(LayoutShapeError):
+        parse_outetts_text("<|c1_1|>")

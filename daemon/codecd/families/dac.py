@@ -19,6 +19,7 @@ code: it is refused (``token_range``), as any code outside ``[0, 1024)``.
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -28,7 +29,10 @@ from .base import Family, LoadedModel
 from .layout import LEVELS, Assembler, Layout, LayoutRangeError, LayoutShapeError
 from .native import ExactStreamModel
 
-__all__ = ["DacFamily", "DAC_FRAMES", "frames_to_levels", "levels_to_frames"]
+__all__ = ["DacFamily", "DAC_FRAMES", "frames_to_levels", "levels_to_frames", "parse_outetts_text"]
+
+_OUTETTS_C1 = re.compile(r"<\|c1_(\d+)\|>")
+_OUTETTS_C2 = re.compile(r"<\|c2_(\d+)\|>")
 
 
 def frames_to_levels(tokens: npt.ArrayLike, n_codebooks: int) -> list[npt.NDArray[np.int32]]:
@@ -43,6 +47,26 @@ def frames_to_levels(tokens: npt.ArrayLike, n_codebooks: int) -> list[npt.NDArra
 def levels_to_frames(levels: Sequence[npt.ArrayLike]) -> npt.NDArray[np.int32]:
     """One array per codebook (equal lengths) -> frame-major codes."""
     return np.ascontiguousarray(np.stack([np.asarray(x, dtype=np.int32) for x in levels], axis=1).reshape(-1))
+
+
+def parse_outetts_text(text: str, codebook_size: int = 1024) -> list[npt.NDArray[np.int32]]:
+    """OuteTTS 1.0's audio tokens in LM text (``<|c1_N|>``, ``<|c2_M|>``; everything else
+    skipped) -> ``[codebook 0, codebook 1]`` int32 codes, as outetts extracts them: every c1 in
+    order, every c2 in order, both cut to the shorter. A value outside ``[0, codebook_size)``
+    (OuteTTS' vocabulary has 1024) is a :class:`LayoutRangeError` naming it."""
+    levels = []
+    for q, rx in enumerate((_OUTETTS_C1, _OUTETTS_C2)):
+        vals = np.asarray([int(m) for m in rx.findall(text)], dtype=np.int64)
+        bad = np.flatnonzero(vals >= codebook_size)
+        if bad.size:
+            j = int(bad[0])
+            raise LayoutRangeError(f"<|c{q + 1}_{int(vals[j])}|> (the {j}th c{q + 1} token) is not a code "
+                                   f"of [0, {codebook_size})", index=j, value=int(vals[j]), level=q)
+        levels.append(vals)
+    n = min(len(levels[0]), len(levels[1]))
+    if n == 0:
+        raise LayoutShapeError("no <|c1_N|><|c2_M|> audio tokens found")
+    return [np.ascontiguousarray(a[:n], dtype=np.int32) for a in levels]
 
 
 class _FramesAssembler(Assembler):
