@@ -323,3 +323,37 @@ def test_f16_weights(codecrt, cases, tmp_path):
         assert m.info.weight_type == "f16"
         got = ctx.decode(levels(codes))
     assert check_against_reference(got, want, 20, case.hop) <= 1e-2
+
+
+# ------------------------------------------------------------------ BF16 products
+
+
+def bf16_or_skip(codecrt, gguf):
+    with codecrt.Model(str(gguf)) as m:
+        try:
+            codecrt.Context(m, device="cpu", precision="bf16").close()
+        except codecrt.CodecrtError as e:  # no AVX512-BF16 here, or CODECRT_PORTABLE_OPS
+            pytest.skip(f"precision bf16 unavailable: {e}")
+
+
+BF16_TOL = 3e-2
+
+
+def test_bf16_products(codecrt, cases):
+    """precision="bf16" (opt-in, AVX512-BF16 CPUs): the convolutions, 1x1 convs and transposed
+    convs as BF16 products summed in F32 stay within BF16_TOL of dac itself (and are not
+    F32-close, so the mode is really on); its streams equal its offline decode."""
+    case = cases("tiny")
+    bf16_or_skip(codecrt, case.gguf)
+    codes = ref.random_codes(case.config, 37, np.random.default_rng(8), batch=2)
+    want = ref.reference_decode(case.model, codes)
+    with codecrt.Model(str(case.gguf)) as m, \
+            codecrt.Context(m, device="cpu", precision="bf16", stream_chunk_frames=3) as ctx:
+        got = ctx.decode(levels(codes))
+        lv = levels(codes[0])
+        streamed, _ = run_stream(ctx, lv, [0, 5, 6, 30, 37])
+        offline = ctx.decode(lv)
+    err = check_against_reference(got, want, 37, case.hop)
+    print(f"\nDAC tiny, BF16 products: relative L2 {err:.2e}")
+    assert F32_TOL < err < BF16_TOL
+    assert np.abs(streamed - offline).max() < 1e-6

@@ -187,6 +187,7 @@ typedef struct cr_stream_shape {
     int32_t chunk;       /* frames per tick */
     int32_t n_batch;     /* streams in the graph (bucketed) */
     bool cpu_ops;
+    const cr_cpu_ops *ops; /* with cpu_ops: the context's fused kernels (BF16 mode, packs); else NULL */
     /* edge tick: some stream is at its first ticks or past its end, so states
        are gated by keep and tensors masked to [0, end). A steady tick (every
        point of every stream inside the utterance) needs neither. */
@@ -200,6 +201,7 @@ typedef struct cr_decode_shape {
     bool noise;
     bool masked;        /* valid lengths may be shorter than n_frames / n_batch */
     bool cpu_ops;       /* graph runs on the CPU backend: fused custom ops allowed */
+    const cr_cpu_ops *ops; /* with cpu_ops: the context's fused kernels (BF16 mode, packs); else NULL */
     bool frames_masked; /* masked, and frames are bucketed too (frame_bucket > 0): the valid frames may be
                            fewer than n_frames. Without it a masked graph pads the batch only; an
                            architecture whose sequences never mix can then ignore the padding */

@@ -390,6 +390,7 @@ static struct ggml_cgraph *cr_build_stream_graph(void *user, struct ggml_context
         .chunk = key->n_frames,
         .n_batch = key->n_batch,
         .cpu_ops = ctx->cpu_ops,
+        .ops = ctx->cpu_ops ? &ctx->fused : NULL,
         .masked = key->kind == CODECRT_GRAPH_STREAM_EDGE,
     };
     struct ggml_cgraph *gf = ctx->model->arch->build_stream(ctx->model, ctx0, ctx->weights, &shape,

@@ -137,19 +137,22 @@ struct ggml_tensor *dac_snake(struct ggml_context *ctx, struct ggml_context *w, 
     return cr_snake(ctx, gf, x, dac_w(w, "%s.alpha", prefix), dac_w(w, "%s.inv_alpha", prefix), cpu_ops);
 }
 
-/* F32 products for the fused kernels (DAC has no BF16 mode) */
-static const cr_cpu_ops dac_f32_ops = {.bf16 = false, .packs = NULL};
+const cr_cpu_ops *dac_ops(bool cpu_ops, const cr_cpu_ops *ops) {
+    static const cr_cpu_ops f32 = {.bf16 = false, .packs = NULL};
+    return !cpu_ops ? NULL : ops ? ops : &f32;
+}
 
 struct ggml_tensor *dac_conv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                             struct ggml_tensor *b, int dil, int pad, bool cpu_ops) {
+                             struct ggml_tensor *b, int dil, int pad, const cr_cpu_ops *ops) {
     if (!ggml_is_contiguous(x)) {
         x = ggml_cont(ctx, x);
     }
-    return cr_conv1d(ctx, x, w, b, dil, pad, pad, cpu_ops ? &dac_f32_ops : NULL);
+    return cr_conv1d(ctx, x, w, b, dil, pad, pad, ops);
 }
 
 struct ggml_tensor *dac_res_branch(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
-                                   struct ggml_tensor *buf, int i, int j, bool same, bool cpu_ops) {
+                                   struct ggml_tensor *buf, int i, int j, bool same, const cr_cpu_ops *ops) {
+    const bool cpu_ops = ops != NULL;
     int dil = 1;
     for (int k = 0; k < j; k++) {
         dil *= 3;
@@ -158,11 +161,11 @@ struct ggml_tensor *dac_res_branch(struct ggml_context *ctx, struct ggml_context
     snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake1", i, j);
     struct ggml_tensor *y = dac_snake(ctx, w, gf, buf, p, cpu_ops);
     y = dac_conv(ctx, y, dac_w(w, "decoder.block.%d.res.%d.conv.weight", i, j),
-                 dac_w(w, "decoder.block.%d.res.%d.conv.bias", i, j), dil, same ? 3 * dil : 0, cpu_ops);
+                 dac_w(w, "decoder.block.%d.res.%d.conv.bias", i, j), dil, same ? 3 * dil : 0, ops);
     snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake2", i, j);
     y = dac_snake(ctx, w, gf, y, p, cpu_ops);
     return cr_linear(ctx, y, dac_w(w, "decoder.block.%d.res.%d.pw.weight", i, j),
-                     dac_w(w, "decoder.block.%d.res.%d.pw.bias", i, j), cpu_ops ? &dac_f32_ops : NULL);
+                     dac_w(w, "decoder.block.%d.res.%d.pw.bias", i, j), ops);
 }
 
 /* --------------------------------------------------------- stream shape */
@@ -216,6 +219,7 @@ static int32_t dac_decode_context_frames(const cr_model *model) {
 
 const cr_arch cr_arch_dac = {
     .name = "dac",
+    .bf16_products = true,
     .hparams_size = sizeof(dac_hparams),
     .read_hparams = dac_read_hparams,
     .fill_info = dac_fill_info,

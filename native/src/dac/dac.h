@@ -84,11 +84,15 @@ struct ggml_tensor *dac_snake(struct ggml_context *ctx, struct ggml_context *w, 
  * context before the n new ones (a stream). Returns [C, n, B].
  */
 struct ggml_tensor *dac_res_branch(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
-                                   struct ggml_tensor *buf, int i, int j, bool same, bool cpu_ops);
+                                   struct ggml_tensor *buf, int i, int j, bool same, const cr_cpu_ops *ops);
 
-/* The k7 convolutions (input, residual units): the fused CPU convolution when cpu_ops. */
+/* The fused kernels a graph's products use: the context's (F32, or BF16 products with
+   CODECRT_PRECISION_BF16) on the CPU backend, NULL (ggml's ops) elsewhere. */
+const cr_cpu_ops *dac_ops(bool cpu_ops, const cr_cpu_ops *ops);
+
+/* The k7 convolutions (input, residual units): the fused CPU convolution where ops applies. */
 struct ggml_tensor *dac_conv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                             struct ggml_tensor *b, int dil, int pad, bool cpu_ops);
+                             struct ggml_tensor *b, int dil, int pad, const cr_cpu_ops *ops);
 
 /* ------------------------------------------------- offline (dac_decode.c) */
 

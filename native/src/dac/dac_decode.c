@@ -25,6 +25,7 @@ struct ggml_cgraph *dac_build_decode(const cr_model *model, struct ggml_context 
     const dac_hparams *hp = model->hparams;
     const int64_t T = shape->n_frames, B = shape->n_batch, L = hp->latent_dim;
     const bool cpu = shape->cpu_ops;
+    const cr_cpu_ops *ops = dac_ops(cpu, shape->ops);
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
     char name[32];
 
@@ -51,7 +52,7 @@ struct ggml_cgraph *dac_build_decode(const cr_model *model, struct ggml_context 
     }
     struct ggml_tensor *x = dac_mask(ctx, ggml_reshape_3d(ctx, z, L, T, B), masks[0]);
 
-    x = dac_conv(ctx, x, dac_w(w, "decoder.in.weight"), dac_w(w, "decoder.in.bias"), 1, 3, cpu); /* [D, T, B] */
+    x = dac_conv(ctx, x, dac_w(w, "decoder.in.weight"), dac_w(w, "decoder.in.bias"), 1, 3, ops); /* [D, T, B] */
     x = dac_mask(ctx, x, masks[0]);
 
     char p[64];
@@ -61,10 +62,10 @@ struct ggml_cgraph *dac_build_decode(const cr_model *model, struct ggml_context 
         x = dac_snake(ctx, w, gf, x, p, cpu);
         /* ConvTranspose1d(k 2s, stride s, padding ceil(s/2)): s n - (s mod 2) samples */
         x = cr_upconv(ctx, x, dac_w(w, "decoder.block.%d.up.weight", i), dac_w(w, "decoder.block.%d.up.bias", i), s,
-                      (s + 1) / 2, dac_points(hp, T, i + 1));
+                      (s + 1) / 2, dac_points(hp, T, i + 1), ops);
         x = dac_mask(ctx, x, masks[i + 1]);
         for (int j = 0; j < 3; j++) {
-            struct ggml_tensor *y = dac_res_branch(ctx, w, gf, x, i, j, true, cpu);
+            struct ggml_tensor *y = dac_res_branch(ctx, w, gf, x, i, j, true, ops);
             x = dac_mask(ctx, ggml_add(ctx, x, y), masks[i + 1]);
         }
     }

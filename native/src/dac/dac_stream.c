@@ -35,6 +35,7 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
     const dac_hparams *hp = model->hparams;
     const int64_t N = shape->chunk, B = shape->n_batch, L = hp->latent_dim;
     const bool cpu = shape->cpu_ops;
+    const cr_cpu_ops *ops = dac_ops(cpu, shape->ops);
     cr_states st;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
     cr_states_init(&st, ctx, gf, pool, n_pool, io, B, shape->masked);
@@ -53,7 +54,7 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
     struct ggml_tensor *x = cr_states_mask(&st, ggml_reshape_3d(ctx, z, L, N, B), r, d);
 
     struct ggml_tensor *buf = cr_states_append(&st, x, 6); /* [L, 6+N, B] */
-    x = dac_conv(ctx, buf, dac_w(w, "decoder.in.weight"), dac_w(w, "decoder.in.bias"), 1, 0, cpu); /* valid */
+    x = dac_conv(ctx, buf, dac_w(w, "decoder.in.weight"), dac_w(w, "decoder.in.bias"), 1, 0, ops); /* valid */
     d += 3;
     x = cr_states_mask(&st, x, r, d);
 
@@ -64,7 +65,7 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
         buf = cr_states_append(&st, x, 1); /* [C_i, 1+n, B] */
         buf = dac_snake(ctx, w, gf, buf, p, cpu);
         x = cr_upconv_step(ctx, buf, dac_w(w, "decoder.block.%d.up.weight", i),
-                           dac_w(w, "decoder.block.%d.up.bias", i), s); /* [C_i+1, n*s, B] */
+                           dac_w(w, "decoder.block.%d.up.bias", i), s, ops); /* [C_i+1, n*s, B] */
         n *= s;
         r *= s;
         d = d * s + (s + 1) / 2;
@@ -73,7 +74,7 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
             const int P = 3 * dil;
             d += P;
             buf = cr_states_append(&st, x, 2 * P); /* [C, 2P+n, B] */
-            struct ggml_tensor *y = dac_res_branch(ctx, w, gf, buf, i, j, false, cpu);
+            struct ggml_tensor *y = dac_res_branch(ctx, w, gf, buf, i, j, false, ops);
             struct ggml_tensor *xd = ggml_view_3d(ctx, buf, buf->ne[0], n, B, buf->nb[1], buf->nb[2],
                                                   (size_t)P * buf->nb[1]);
             x = cr_states_mask(&st, ggml_add(ctx, xd, y), r, d);
