@@ -357,3 +357,21 @@ def test_bf16_products(codecrt, cases):
     print(f"\nDAC tiny, BF16 products: relative L2 {err:.2e}")
     assert F32_TOL < err < BF16_TOL
     assert np.abs(streamed - offline).max() < 1e-6
+
+
+def test_gpu_launch_limits_hold_for_long_decodes(codecrt, cases):
+    """The portable graphs (what GPUs run) checked by the shape guard with CUDA's launch-grid
+    rules (CODECRT_GUARD_GRID=65535) on the CPU: 300 frames (96,000 samples per sequence,
+    past 65,535) decode, as do streams, with nothing refused; equal to the plain decode."""
+    case = cases("tiny")
+    rng = np.random.default_rng(12)
+    lv = [rng.integers(0, 1024, (2, 300)).astype(np.int32) for _ in range(4)]
+    with codecrt.Model(str(case.gguf)) as m:
+        with codecrt.Context(m, device="cpu") as ctx:
+            want = ctx.decode(lv)
+        with runtime_env(CODECRT_PORTABLE_OPS="1", CODECRT_GUARD_GRID="65535"), \
+                codecrt.Context(m, device="cpu", stream_chunk_frames=8) as ctx:
+            got = ctx.decode(lv)
+            streamed, _ = run_stream(ctx, [x[0] for x in lv], [0, 100, 300])
+    assert rel_l2(got, want) <= 1e-5
+    assert np.abs(streamed - want[0]).max() < 1e-5
