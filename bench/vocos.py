@@ -1,8 +1,8 @@
-"""Offline decode speed of WavTokenizer, NeuCodec and XCodec2: codecrt against the PyTorch reference.
+"""Offline decode speed of WavTokenizer, NeuCodec, XCodec2 and DAC: codecrt against the PyTorch reference.
 
 Both decode the same random codes in the same process, alternately, best of --repeat. codecrt
-decodes a full-size random-weight model (``codecd.convert.random_vocos``); the reference
-(``tests/references``: outetts' vendored WavTokenizer, the neucodec and xcodec2 packages) is built
+decodes a full-size random-weight model (``codecd.convert.random_vocos``, ``random_dac``); the reference
+(``tests/references``: outetts' vendored WavTokenizer, the neucodec, xcodec2 and dac packages) is built
 with its own seeded weights, when its package is importable (``--no-torch`` skips it). Weights do
 not change the work; parity is the tests' job (tests/test_wavtokenizer.py, tests/test_neucodec.py).
 
@@ -38,6 +38,8 @@ REFERENCES = {
     "wavtokenizer-40": ("references.wavtokenizer", "40token", "outetts"),
     "neucodec": ("references.neucodec", "24khz", "neucodec"),
     "xcodec2": ("references.xcodec2", "16khz", "xcodec2"),
+    "dac-24khz": ("references.dac", "24khz", "dac"),
+    "dac-44khz": ("references.dac", "44khz", "dac"),
 }
 
 
@@ -67,6 +69,8 @@ def torch_decoder(kind: str, device: str, threads: int):
     def decode(codes: np.ndarray):
         t = torch.as_tensor(codes.astype(np.int64), device=dev)
         with torch.inference_mode():
+            if kind.startswith("dac"):  # codes [B, n_q, T]
+                return model.decode(model.quantizer.from_codes(t)[0])
             if kind.startswith("wavtokenizer"):
                 feats = model.codes_to_features(t[None])
                 return model(feats, bandwidth_id=torch.tensor([0], device=dev))
@@ -91,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import codecrt
+    from codecd.convert.random_dac import write_random_dac
     from codecd.convert.random_vocos import write_random_vocos
 
     tmp = Path(tempfile.mkdtemp(prefix="codecd-vocos-bench-"))
@@ -102,24 +107,31 @@ def main(argv: list[str] | None = None) -> int:
         for kind in args.kinds.split(","):
             path = tmp / f"{kind}.gguf"
             if not path.exists():
-                write_random_vocos(kind, path, seed=1)
+                if kind.startswith("dac-"):
+                    write_random_dac(kind[len("dac-"):], path, seed=1)
+                else:
+                    write_random_vocos(kind, path, seed=1)
             ref = None if args.no_torch else torch_decoder(kind, args.device, threads)
             with codecrt.Model(str(path)) as m, codecrt.Context(m, device=args.device, n_threads=threads,
                                                                 max_batch=64) as ctx:
                 T = int(round(args.seconds * m.info.sample_rate / m.info.hop_length))
                 for B in (int(b) for b in args.batch.split(",")):
-                    codes = np.random.default_rng(B).integers(0, m.info.codebook_sizes[0], (B, T)).astype(np.int32)
+                    nq = m.info.n_levels  # codes [B, n_q, T]; one level but for DAC
+                    codes = np.random.default_rng(B).integers(0, m.info.codebook_sizes[0], (B, nq, T)).astype(np.int32)
+                    lv = [np.ascontiguousarray(codes[:, q]) for q in range(nq)]
+                    if nq == 1:
+                        codes = codes[:, 0]
                     try:
-                        ctx.decode([codes])              # warm: graph built and reserved
+                        ctx.decode(lv)                   # warm: graph built and reserved
                     except codecrt.TooLargeError as e:   # one graph: attention over the whole utterance
                         print(f"| {kind} | {B} | {T} | too large: {e.message} | | | | |", flush=True)
                         continue
-                    tc, cc = best(lambda c=codes: ctx.decode([c]), args.repeat, lambda: None)
+                    tc, cc = best(lambda c=lv: ctx.decode(c), args.repeat, lambda: None)
                     audio = B * args.seconds
                     row = f"| {kind} | {B} | {T} | {tc:.3f} ({cc:.2f}) | {audio / tc:.1f} |"
                     if ref is not None:
                         decode, sync = ref
-                        decode(codes[:, : min(T, 20)])
+                        decode(codes[..., : min(T, 20)])
                         sync()
                         tr, cr = best(lambda c=codes, f=decode: f(c), args.repeat, sync)
                         row += f" {tr:.3f} ({cr:.2f}) | {audio / tr:.1f} | {tr / tc:.2f}x |"

@@ -49,14 +49,14 @@ def test_table_covers_protocol_layouts_and_converters():
 
 def test_unknown_architecture():
     """An architecture no family claims: an error for the worker, generic defaults for a spec."""
-    assert find_family("dac") is None
-    with pytest.raises(UnknownFamilyError, match="dac"):
-        family_for("dac")
-    spec = model_spec("toy", dict(SNAC_INFO, arch="dac", codebook_sizes=[1024] * 3))
+    assert find_family("nosuchcodec") is None
+    with pytest.raises(UnknownFamilyError, match="nosuchcodec"):
+        family_for("nosuchcodec")
+    spec = model_spec("toy", dict(SNAC_INFO, arch="nosuchcodec", codebook_sizes=[1024] * 3))
     assert spec.layouts == ("levels",) and spec.low_latency_samples is None
     assert not spec.needs_voice
     with pytest.raises(UnknownFamilyError):
-        family_for("dac", generic=True).load("toy", None, None, "cpu")
+        family_for("nosuchcodec", generic=True).load("toy", None, None, "cpu")
 
 
 def test_snac_spec_layouts_and_low_latency():

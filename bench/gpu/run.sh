@@ -20,7 +20,7 @@
 #   s3bench  python -m bench s3gen --random --device cuda:0 --threads 16 $S3GEN_ARGS [--repeat 2]
 #   check    python -m bench check, TF32 off, with ggml's CUDA fusion on and off
 #   sweep    python -m bench sweep $SWEEP_ARGS        every graph kind up to 300 s [the suite's]
-#   vocos    WavTokenizer/NeuCodec/XCodec2 GPU tests (TF32 on, off), python -m bench vocos and
+#   vocos    WavTokenizer/NeuCodec/XCodec2 and DAC GPU tests (TF32 on, off), python -m bench vocos and
 #            python -m bench windowed on cuda:0
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -107,11 +107,12 @@ check() {
 }
 
 vocos() {
-    # WavTokenizer, NeuCodec, XCodec2: full-size random models (no torch needed), CUDA against the CPU
+    # WavTokenizer, NeuCodec, XCodec2, DAC 24/44 kHz: full-size random models (no torch needed), CUDA against the CPU
     for tf32 in on off; do
-        stage "vocos GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/test_vocos_gpu.py"
+        stage "vocos GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/test_vocos_gpu.py tests/test_dac_gpu.py"
         if [ $tf32 = off ]; then export NVIDIA_TF32_OVERRIDE=0; else unset NVIDIA_TF32_OVERRIDE; fi
-        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_vocos_gpu.py 2>&1 \
+        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_vocos_gpu.py \
+            tests/test_dac_gpu.py 2>&1 \
             | tee "$OUT/vocos_gpu_tests_tf32_$tf32.txt" \
             | grep -E "passed|failed|error|CUDA vs CPU|on CUDA|Error" | tee -a "$OUT/report.txt"
     done

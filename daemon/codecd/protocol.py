@@ -57,8 +57,8 @@ KIND_AUDIO = 0x02
 #: ``level`` byte of a token frame that carries the stream's token sequence (orpheus layouts)
 LEVEL_SEQUENCE = 0xFF
 
-LAYOUTS = ("orpheus_ids", "orpheus", "levels", "chatterbox_ids", "outetts_wavtokenizer", "neutts",
-           "llasa", "llasa_ids")
+LAYOUTS = ("orpheus_ids", "orpheus", "levels", "chatterbox_ids", "dac_frames", "outetts_wavtokenizer",
+           "neutts", "llasa", "llasa_ids")
 FORMATS = ("pcm_s16le", "pcm_f32le", "mulaw")
 LATENCIES = ("exact", "low")
 #: output rate of ``mulaw`` streams when ``sample_rate`` is not given
@@ -204,7 +204,7 @@ class Limits:
     #: stream ids: 1..max_stream_id_len characters (and at most 255 bytes of UTF-8)
     max_stream_id_len: int = 64
     max_name_len: int = 128  # model, voice, client names
-    max_levels: int = 16
+    max_levels: int = 32
     min_sample_rate: int = 8000
     max_sample_rate: int = 192000
 

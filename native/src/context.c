@@ -340,6 +340,7 @@ static struct ggml_cgraph *cr_build_decode(void *user, struct ggml_context *ctx0
         .noise = (key->flags & CR_FLAG_NOISE) != 0,
         .masked = (key->flags & CR_FLAG_MASKED) != 0,
         .cpu_ops = ctx->cpu_ops,
+        .ops = ctx->cpu_ops ? &ctx->fused : NULL,
         .frames_masked = (key->flags & CR_FLAG_MASKED) != 0 && ctx->params.frame_bucket > 0,
     };
     return ctx->model->arch->build_decode(ctx->model, ctx0, ctx->weights, &shape, io);
@@ -585,6 +586,7 @@ static codecrt_status cr_decode_graph(codecrt_context *ctx, const codecrt_decode
         .noise = p->noise != 0,
         .masked = (key.flags & CR_FLAG_MASKED) != 0,
         .cpu_ops = ctx->cpu_ops,
+        .ops = ctx->cpu_ops ? &ctx->fused : NULL,
         .frames_masked = (key.flags & CR_FLAG_MASKED) != 0 && ctx->params.frame_bucket > 0,
     };
     if ((st = cr_grow((void **)&ctx->scratch, &ctx->scratch_cap, m->arch->scratch_floats(m, &shape),

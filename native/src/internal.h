@@ -29,6 +29,7 @@
  *              are declared in include/codecrt_s3gen.h)
  *     vocos/   WavTokenizer, NeuCodec and XCodec2 on shared Vocos blocks (vocos.h:
  *              GroupNorm ResNet, attention, the iSTFT head)
+ *     dac/     DAC (dac.h maps its files)
  */
 #ifndef CODECRT_INTERNAL_H
 #define CODECRT_INTERNAL_H
@@ -186,6 +187,7 @@ typedef struct cr_stream_shape {
     int32_t chunk;       /* frames per tick */
     int32_t n_batch;     /* streams in the graph (bucketed) */
     bool cpu_ops;
+    const cr_cpu_ops *ops; /* with cpu_ops: the context's fused kernels (BF16 mode, packs); else NULL */
     /* edge tick: some stream is at its first ticks or past its end, so states
        are gated by keep and tensors masked to [0, end). A steady tick (every
        point of every stream inside the utterance) needs neither. */
@@ -199,6 +201,7 @@ typedef struct cr_decode_shape {
     bool noise;
     bool masked;        /* valid lengths may be shorter than n_frames / n_batch */
     bool cpu_ops;       /* graph runs on the CPU backend: fused custom ops allowed */
+    const cr_cpu_ops *ops; /* with cpu_ops: the context's fused kernels (BF16 mode, packs); else NULL */
     bool frames_masked; /* masked, and frames are bucketed too (frame_bucket > 0): the valid frames may be
                            fewer than n_frames. Without it a masked graph pads the batch only; an
                            architecture whose sequences never mix can then ignore the padding */
@@ -258,6 +261,10 @@ typedef struct cr_arch {
        NULL means the single-graph path of build_decode. */
     codecrt_status (*decode)(struct codecrt_context *ctx, const codecrt_decode_params *params,
                              const codecrt_codes *codes, int32_t n_frames, float *pcm);
+    /* Points a sequence of n_frames frames fills at a point of the decoder
+       with rate samples per frame: where stream masks end. NULL: n_frames *
+       rate. DAC's odd strides lose a sample each (dac/dac.h). */
+    int64_t (*valid_points)(const struct cr_model *model, int64_t n_frames, int32_t rate);
 } cr_arch;
 
 const cr_arch *cr_arch_find(const char *name);
@@ -268,6 +275,7 @@ extern const cr_arch cr_arch_s3gen;
 extern const cr_arch cr_arch_wavtokenizer;
 extern const cr_arch cr_arch_neucodec;
 extern const cr_arch cr_arch_xcodec2;
+extern const cr_arch cr_arch_dac;
 
 /* ------------------------------------------------------------------- model */
 

@@ -175,10 +175,10 @@ struct ggml_tensor *cr_conv_narrow(struct ggml_context *ctx, struct ggml_tensor 
 }
 
 struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                              struct ggml_tensor *b, int s, int crop, int64_t n_out) {
+                              struct ggml_tensor *b, int s, int crop, int64_t n_out, const cr_cpu_ops *ops) {
     const int64_t T = x->ne[1], B = x->ne[2], Cout = w->ne[1] / (2 * s);
     struct ggml_tensor *xp = cr_pad_frames(ctx, x, 1, 1); /* [Cin, T+2, B] */
-    struct ggml_tensor *cols = cr_mm(ctx, w, xp);          /* [2s*Cout, T+2, B] */
+    struct ggml_tensor *cols = ops ? cr_linear(ctx, xp, w, NULL, ops) : cr_mm(ctx, w, xp); /* [2s*Cout, T+2, B] */
     const size_t half = (size_t)(s * Cout) * sizeof(float);
     /* block j = lo at padded frame j+1 + hi at padded frame j, j = 0..T */
     struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, T + 1, B, cols->nb[1], cols->nb[2], cols->nb[1]);
@@ -190,9 +190,9 @@ struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, s
 }
 
 struct ggml_tensor *cr_upconv_step(struct ggml_context *ctx, struct ggml_tensor *buf, struct ggml_tensor *w,
-                                   struct ggml_tensor *b, int s) {
+                                   struct ggml_tensor *b, int s, const cr_cpu_ops *ops) {
     const int64_t n = buf->ne[1] - 1, B = buf->ne[2], Cout = w->ne[1] / (2 * s);
-    struct ggml_tensor *cols = cr_mm(ctx, w, buf); /* [2s*Cout, n+1, B] */
+    struct ggml_tensor *cols = ops ? cr_linear(ctx, buf, w, NULL, ops) : cr_mm(ctx, w, buf); /* [2s*Cout, n+1, B] */
     const size_t half = (size_t)(s * Cout) * sizeof(float);
     struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, n, B, cols->nb[1], cols->nb[2], cols->nb[1]);
     struct ggml_tensor *hi = ggml_view_3d(ctx, cols, s * Cout, n, B, cols->nb[1], cols->nb[2], half);

@@ -172,10 +172,11 @@ struct ggml_tensor *cr_conv_narrow(struct ggml_context *ctx, struct ggml_tensor 
  * output_padding op: crop = p, n_out = (T-1)*s - 2p + 2s + op (SNAC and DAC:
  * p = ceil(s/2), SNAC adds op = s % 2 for T*s samples); a causal one trimmed
  * of its last s samples (Mimi): crop 0, n_out = T*s. Needs crop + n_out <=
- * (T+1)*s.
+ * (T+1)*s. ops: NULL for ggml's product (cr_mm), or a CPU graph's fused
+ * kernels (cr_linear: F32 or BF16 products where they apply).
  */
 struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                              struct ggml_tensor *b, int s, int crop, int64_t n_out);
+                              struct ggml_tensor *b, int s, int crop, int64_t n_out, const cr_cpu_ops *ops);
 
 /*
  * The same transposed conv in a stream tick: buf [Cin, 1+n, B] holds the
@@ -186,7 +187,7 @@ struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, s
  * uncropped sample t + s of buf, i.e. t + s - crop of the cropped layer.
  */
 struct ggml_tensor *cr_upconv_step(struct ggml_context *ctx, struct ggml_tensor *buf, struct ggml_tensor *w,
-                                   struct ggml_tensor *b, int s);
+                                   struct ggml_tensor *b, int s, const cr_cpu_ops *ops);
 
 /* ---------------------------------------------------------- residual units */
 

@@ -390,6 +390,7 @@ static struct ggml_cgraph *cr_build_stream_graph(void *user, struct ggml_context
         .chunk = key->n_frames,
         .n_batch = key->n_batch,
         .cpu_ops = ctx->cpu_ops,
+        .ops = ctx->cpu_ops ? &ctx->fused : NULL,
         .masked = key->kind == CODECRT_GRAPH_STREAM_EDGE,
     };
     struct ggml_cgraph *gf = ctx->model->arch->build_stream(ctx->model, ctx0, ctx->weights, &shape,
@@ -473,7 +474,9 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
         for (int32_t b = 0; b < B; b++) {
             const codecrt_stream *s = b < n ? ready[b] : NULL;
             const int64_t t0 = s ? s->ticks * chunk * ti->rate - ti->delay : 0;
-            const int64_t end = s && s->total_frames >= 0 ? s->total_frames * ti->rate : CR_NO_END;
+            const int64_t end = !s || s->total_frames < 0 ? CR_NO_END
+                                : m->arch->valid_points ? m->arch->valid_points(m, s->total_frames, ti->rate)
+                                                        : s->total_frames * ti->rate;
             for (int64_t i = 0; i < len; i++) {
                 const int64_t tt = t0 + i;
                 const size_t k = (size_t)b * (size_t)len + (size_t)i;

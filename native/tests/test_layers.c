@@ -456,7 +456,7 @@ static void test_upconv(void) {
             struct ggml_context *ctx = new_ctx();
             struct ggml_tensor *x = rnd(ctx, Cin, T, B, 1.0f, -1.0f), *w = rnd(ctx, Cin, K * Cout, 1, 1.0f, -1.0f);
             struct ggml_tensor *b = rnd1(ctx, Cout);
-            struct ggml_tensor *y = cr_upconv(ctx, x, w, b, s, p, n_out);
+            struct ggml_tensor *y = cr_upconv(ctx, x, w, b, s, p, n_out, NULL);
             check_shape("upconv", y, Cout, n_out, B);
             const float *got = compute(ctx, graph(ctx), &y);
             const int64_t full = (T + 1) * s;
@@ -500,7 +500,7 @@ static void test_upconv_step(void) {
             struct ggml_context *ctx = new_ctx();
             struct ggml_tensor *buf = rnd(ctx, Cin, L, B, 1.0f, -1.0f), *w = rnd(ctx, Cin, K * Cout, 1, 1.0f, -1.0f);
             struct ggml_tensor *b = rnd1(ctx, Cout);
-            struct ggml_tensor *y = cr_upconv_step(ctx, buf, w, b, s);
+            struct ggml_tensor *y = cr_upconv_step(ctx, buf, w, b, s, NULL);
             check_shape("upconv_step", y, Cout, n * s, B);
             const float *got = compute(ctx, graph(ctx), &y);
             double *acc = calloc((size_t)(Cout * full * B), sizeof(double));

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import neucodec, s3gen, snac, wavtokenizer
-from .common import DTYPES, ConversionError, load_config, load_state_dict
+from . import dac, neucodec, s3gen, snac, wavtokenizer
+from .common import DTYPES, ConversionError, load_checkpoint, load_config
 
 __all__ = ["convert", "ConversionError", "ARCHITECTURES", "Architecture", "register", "find_checkpoint"]
 
@@ -52,6 +52,9 @@ register(Architecture("neucodec", neucodec.detect_neucodec, neucodec.convert_neu
                       "NeuCodec decoder (NeuTTS Air/Nano; 50 Hz FSQ codes, 24 kHz)", needs_config=False))
 register(Architecture("xcodec2", neucodec.detect_xcodec2, neucodec.convert_xcodec2_state_dict,
                       "XCodec2 decoder (Llasa; 50 Hz FSQ codes, 16 kHz)", needs_config=False))
+register(Architecture("dac", dac.detect, dac.convert_dac_state_dict,
+                      "DAC, descript-audio-codec (44.1/24/16 kHz; IBM DAC.speech for OuteTTS 1.0); "
+                      "the config is the .pth's metadata kwargs"))
 
 #: weight files looked for in a checkpoint folder, in order
 WEIGHT_FILES = ("pytorch_model.bin", "model.safetensors", "diffusion_pytorch_model.safetensors",
@@ -95,7 +98,9 @@ def convert(src: str | os.PathLike, dst: str | os.PathLike, *, dtype: str = "f32
     if dtype not in DTYPES:
         raise ConversionError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     weights, cfg = find_checkpoint(src, config)
-    state_dict = load_state_dict(weights)
+    state_dict, embedded = load_checkpoint(weights)
+    if cfg is None:
+        cfg = embedded  # a checkpoint that carries its own config (DAC's metadata kwargs)
     if arch is None:
         found = [a for a in ARCHITECTURES.values() if a.detect(cfg, state_dict.keys())]
         if not found:

@@ -156,20 +156,31 @@ def _import_torch():
 
 def load_state_dict(path: str | os.PathLike) -> dict[str, Any]:
     """Load a flat state dict from ``.safetensors`` or a torch pickle (``weights_only=True``)."""
+    return load_checkpoint(path)[0]
+
+
+def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(state dict, embedded config or None) of a checkpoint file.
+
+    The embedded config is the ``metadata["kwargs"]`` mapping that audiotools'
+    ``BaseModel.save`` writes beside ``state_dict`` (DAC's released ``.pth``
+    files): the model's constructor arguments.
+    """
     path = Path(path)
     if not path.is_file():
         raise ConversionError(f"checkpoint file not found: {path}")
+    embedded: dict[str, Any] | None = None
     if path.suffix == ".safetensors":
         try:
             from safetensors.numpy import load_file
         except ImportError:
-            return read_safetensors(path)
+            return read_safetensors(path), None
         try:
-            return dict(load_file(str(path)))
+            return dict(load_file(str(path))), None
         except Exception as e:
             # bf16 and friends are not numpy types; our reader widens them
             try:
-                return read_safetensors(path)
+                return read_safetensors(path), None
             except ConversionError:
                 raise ConversionError(f"{path}: cannot read safetensors file ({e})") from None
     torch = _import_torch()
@@ -181,10 +192,13 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, Any]:
     # ("model_state_dict": OuteTTS' WavTokenizer decoder_model.pt)
     for key in ("state_dict", "model_state_dict", "model", "generator"):
         if isinstance(obj, dict) and key in obj and isinstance(obj[key], dict) and not _is_tensor_dict(obj):
+            meta = obj.get("metadata") if key == "state_dict" else None
+            if isinstance(meta, dict) and isinstance(meta.get("kwargs"), dict):
+                embedded = dict(meta["kwargs"])
             obj = obj[key]
     if not isinstance(obj, dict) or not _is_tensor_dict(obj):
         raise ConversionError(f"{path}: does not hold a state dict (a mapping of names to tensors)")
-    return dict(obj)
+    return dict(obj), embedded
 
 
 def _is_tensor_dict(d: dict) -> bool:

@@ -62,6 +62,8 @@ def detect(config: Mapping[str, Any] | None, keys) -> bool:
     if config is not None and "vq_strides" in config and "decoder_rates" in config:
         return True
     keys = set(keys)
+    if "decoder.model.1.block.0.alpha" in keys:
+        return False  # DAC: its decoder.model.1 is a decoder block, SNAC's a 1x1 conv
     return "quantizer.quantizers.0.codebook.weight" in keys and any(k.startswith("decoder.model.") for k in keys)
 
 

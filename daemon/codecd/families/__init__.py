@@ -13,6 +13,7 @@ from typing import Any
 
 from .base import Family, LoadedModel, ModelSpec, StreamPlan, StreamRefused
 from .layout import get_layout, layout_names, register_layouts
+from .dac import DacFamily
 from .neucodec import NeuCodecFamily
 from .s3gen import S3GenFamily
 from .snac import SnacFamily
@@ -26,8 +27,8 @@ __all__ = [
 ]
 
 #: every family codecd serves
-FAMILIES: tuple[Family, ...] = (SnacFamily(), S3GenFamily(), WavTokenizerFamily(), NeuCodecFamily(),
-                                XCodec2Family())
+FAMILIES: tuple[Family, ...] = (SnacFamily(), S3GenFamily(), DacFamily(), WavTokenizerFamily(),
+                                NeuCodecFamily(), XCodec2Family())
 
 
 def _index(families: tuple[Family, ...]) -> dict[str, Family]:

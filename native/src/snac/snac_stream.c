@@ -106,7 +106,7 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
             buf = snac_snake(ctx, w, gf, buf, p, true);
         }
         x = cr_upconv_step(ctx, buf, snac_w(w, "decoder.block.%d.up.weight", i), snac_w(w, "decoder.block.%d.up.bias", i),
-                           s); /* [Cout, n*s, B] */
+                           s, NULL); /* [Cout, n*s, B] */
         n *= s;
         r *= s;
         d = d * s + (s + 1) / 2;

@@ -1,0 +1,113 @@
+"""DAC on the GPU (opt-in, marker `gpu`): CUDA against the CPU, offline and streamed.
+
+Run on a CUDA build with ``CODECD_TEST_GPU=1 pytest -m gpu -s tests/test_dac_gpu.py``
+(``bench/gpu/run.sh vocos`` does). The models are the released 24 kHz (32 codebooks) and
+44.1 kHz (9) sizes with random weights (``codecd.convert.random_dac``: numpy only, no torch or
+reference package on the device machine), converted by the converter; every GPU decode is
+compared with the same decode on the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from conftest import codecrt_or_skip
+
+pytestmark = pytest.mark.gpu
+
+GPU = os.environ.get("CODECD_GPU_DEVICE", "cuda:0")
+TF32_OFF = os.environ.get("NVIDIA_TF32_OVERRIDE") == "0"
+TOL = 1e-4 if TF32_OFF else 2e-3  # relative L2, GPU against CPU (see tests/test_gpu.py)
+
+
+def rel_l2(a, b):
+    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
+
+
+@pytest.fixture(scope="module")
+def codecrt():
+    return codecrt_or_skip()
+
+
+@pytest.fixture(scope="module", params=["24khz", "44khz"])
+def model(request, tmp_path_factory):
+    from codecd.convert.random_dac import write_random_dac
+
+    name = request.param
+    return name, write_random_dac(name, tmp_path_factory.mktemp("dac") / f"{name}.gguf", seed=3)
+
+
+def codes_for(m, rng, shape):
+    return [rng.integers(0, m.info.codebook_sizes[q], shape).astype(np.int32) for q in range(m.info.n_levels)]
+
+
+def test_cuda_matches_cpu(codecrt, model):
+    """A batch of 3 x 201 frames, and the same through frame buckets (masked graphs), on CUDA and
+    on the CPU: relative L2 within TOL; the samples the odd stride loses stay silence."""
+    name, path = model
+    rng = np.random.default_rng(1)
+    with codecrt.Model(str(path)) as m, codecrt.Context(m, device="cpu") as cpu, \
+            codecrt.Context(m, device=GPU) as gpu, \
+            codecrt.Context(m, device=GPU, frame_bucket=64, batch_bucket=True) as bucketed:
+        assert gpu.device.startswith("CUDA")
+        lv = codes_for(m, rng, (3, 201))
+        want = cpu.decode(lv)
+        got = gpu.decode(lv)
+        masked = bucketed.decode(lv)
+    err, err_masked = rel_l2(got, want), rel_l2(masked, want)
+    print(f"\nDAC {name}: CUDA vs CPU relative L2 {err:.2e}, bucketed (masked) {err_masked:.2e}")
+    assert err <= TOL and err_masked <= TOL
+    if name == "24khz":  # 320 T - 8 samples, then silence
+        assert not np.any(want[:, -8:]) and not np.any(got[:, -8:])
+
+
+def test_long_decode_in_pieces_on_gpu(codecrt, model):
+    """30 s at batch 1 (pieces under the piece budget, each with the receptive field as context)
+    on CUDA match the CPU's decode of the same codes."""
+    name, path = model
+    rng = np.random.default_rng(2)
+    with codecrt.Model(str(path)) as m, codecrt.Context(m, device=GPU) as gpu, \
+            codecrt.Context(m, device="cpu") as cpu:
+        T = int(30 * m.info.sample_rate / m.info.hop_length)
+        lv = codes_for(m, rng, T)
+        got = gpu.decode(lv)
+        want = cpu.decode(lv)
+        computes = gpu.stats.computes
+    err = rel_l2(got, want)
+    print(f"\nDAC {name}: {T} frames (30 s) on CUDA in {computes} graph(s), relative L2 to the CPU {err:.2e}")
+    assert np.isfinite(got).all() and err <= TOL
+
+
+def test_streams_on_gpu_match_offline(codecrt, model):
+    """16 streams stepped together on CUDA, codes pushed in random pieces: each equals the CPU's
+    offline decode within TOL (the tick graphs that GPUs run)."""
+    name, path = model
+    rng = np.random.default_rng(3)
+    with codecrt.Model(str(path)) as m, codecrt.Context(m, device="cpu") as cpu, \
+            codecrt.Context(m, device=GPU, max_batch=16, max_streams=16, batch_bucket=True,
+                            stream_chunk_frames=4) as gpu:
+        utter = [codes_for(m, rng, int(rng.integers(20, 120))) for _ in range(16)]
+        want = [cpu.decode(u) for u in utter]
+        streams = [gpu.stream() for _ in utter]
+        fed = [0] * len(utter)
+        out: list[list[np.ndarray]] = [[] for _ in utter]
+        while not all(s.done for s in streams):
+            for i, (s, u) in enumerate(zip(streams, utter)):
+                n = len(u[0])
+                if fed[i] < n:
+                    b = min(n, fed[i] + int(rng.integers(1, 9)))
+                    s.push([x[fed[i]:b] for x in u])
+                    fed[i] = b
+                    if b == n:
+                        s.finish()
+            gpu.step([s for s in streams if not s.done])
+            for i, s in enumerate(streams):
+                out[i].append(s.pull())
+        for s in streams:
+            s.close()
+    errs = [rel_l2(np.concatenate(o), w) for o, w in zip(out, want)]
+    print(f"\nDAC {name}: 16 streams on CUDA vs CPU offline, worst relative L2 {max(errs):.2e}")
+    assert max(errs) <= TOL
