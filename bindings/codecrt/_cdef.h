@@ -10,8 +10,8 @@
  * exactly as in the headers, in the same order.
  */
 
-#define CODECRT_API_VERSION 3
-#define CODECRT_MAX_LEVELS 16
+#define CODECRT_API_VERSION 4
+#define CODECRT_MAX_LEVELS 32
 #define CODECRT_MAX_BACKENDS 4
 
 typedef enum codecrt_status {

@@ -49,8 +49,8 @@
 extern "C" {
 #endif
 
-#define CODECRT_API_VERSION 3 /* 3: codecrt_context_params.precision */
-#define CODECRT_MAX_LEVELS 16
+#define CODECRT_API_VERSION 4 /* 3: codecrt_context_params.precision; 4: CODECRT_MAX_LEVELS 32 (Mimi) */
+#define CODECRT_MAX_LEVELS 32
 #define CODECRT_MAX_BACKENDS 4
 
 typedef enum codecrt_status {

@@ -218,6 +218,9 @@ typedef struct cr_arch {
     const char *name;
     /* its CPU graphs have a BF16 product mode (CODECRT_PRECISION_BF16) */
     bool bf16_products;
+    /* codes may carry the first K levels only, 1 <= K <= n_levels (RVQ
+       codecs: the rest count as absent, Mimi's 8 of 32 codebooks) */
+    bool levels_prefix;
     size_t hparams_size;
     /* Read and check hyperparameters from the GGUF metadata into hp. */
     codecrt_status (*read_hparams)(const struct gguf_context *gguf, void *hp, cr_err *err);
@@ -268,6 +271,7 @@ extern const cr_arch cr_arch_s3gen;
 extern const cr_arch cr_arch_wavtokenizer;
 extern const cr_arch cr_arch_neucodec;
 extern const cr_arch cr_arch_xcodec2;
+extern const cr_arch cr_arch_mimi;
 
 /* ------------------------------------------------------------------- model */
 

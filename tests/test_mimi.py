@@ -1,0 +1,172 @@
+"""Mimi decoded by codecrt equals moshi's and transformers' (seeded random weights, our converter).
+
+The references are built by ``tests/references/mimi.py`` (moshi ``get_mimi(None, cfg)``, and
+transformers ``MimiModel`` from the same weights), perturbed away from their init, saved in
+either released layout (kyutai/mimi's ``config.json`` + ``model.safetensors``, or moshi's
+single ``tokenizer-e351c8d8-checkpoint125.safetensors``) and converted by ``codecd.convert``.
+The tiny config (same code paths, a 12-step = 6-frame attention window so that short decodes
+cross it) runs fast; the released config once (slow).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import codecrt_or_skip
+
+F32_TOL = 1e-4
+
+pytest.importorskip("torch")
+pytest.importorskip("moshi")
+ref = pytest.importorskip("references.mimi")
+
+
+def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
+
+
+@contextlib.contextmanager
+def runtime_env(**values: str):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def codecrt():
+    return codecrt_or_skip()
+
+
+class Case:
+    """A seeded moshi Mimi saved in a released layout and converted (f32)."""
+
+    def __init__(self, name: str, layout: str, root: Path, seed: int = 7):
+        from codecd.convert import convert
+
+        self.config = ref.CONFIGS[name]
+        with ref.torch_threads(1):
+            self.model = ref.build_reference(self.config, seed)
+        self.folder = root / f"{name}_{layout}"
+        ref.save_released_layout(self.model, self.folder, layout=layout)
+        # moshi's single file has no config: the tiny sizes are passed, the release's are the default
+        config = dict(self.config) if layout == "moshi" and name != "mimi" else None
+        self.gguf = convert(self.folder, root / f"{name}_{layout}.gguf", config=config, progress=False)
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mimi")
+    cache: dict[tuple[str, str], Case] = {}
+
+    def get(name: str, layout: str = "transformers") -> Case:
+        if (name, layout) not in cache:
+            cache[(name, layout)] = Case(name, layout, root)
+        return cache[(name, layout)]
+
+    return get
+
+
+def levels(codes: np.ndarray) -> list[np.ndarray]:
+    """[B, K, T] -> K arrays [B, T] (the runtime's levels layout, one per codebook)."""
+    return [np.ascontiguousarray(codes[:, k, :]) for k in range(codes.shape[1])]
+
+
+def decode(codecrt, gguf, codes: np.ndarray, **ctx_args) -> np.ndarray:
+    with codecrt.Model(str(gguf)) as m, codecrt.Context(m, device="cpu", **ctx_args) as ctx:
+        return ctx.decode(levels(codes))
+
+
+def test_layouts_convert_alike(cases):
+    """kyutai/mimi (NEOX q/k, transformers names) and moshi's file (interleaved q/k) give the same GGUF tensors."""
+    gguf = pytest.importorskip("gguf")
+    a = {t.name: np.array(t.data) for t in gguf.GGUFReader(str(cases("tiny", "transformers").gguf)).tensors}
+    b = {t.name: np.array(t.data) for t in gguf.GGUFReader(str(cases("tiny", "moshi").gguf)).tensors}
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.parametrize("ops", ["cpu", "portable"])
+@pytest.mark.parametrize("n_q", [1, 8, 32])
+@pytest.mark.parametrize("layout", ["transformers", "moshi"])
+def test_parity_tiny(codecrt, cases, layout, n_q, ops, record_property):
+    """Batch 2 of 23 frames (46 transformer steps: past the 12-step window), 1, 8 or 32 codebooks,
+    with the fused CPU kernels and with the portable graphs that GPUs run: relative L2 <= 1e-4
+    against moshi's decode."""
+    case = cases("tiny", layout)
+    codes = ref.random_codes(case.config, 23, n_q, np.random.default_rng(n_q), batch=2)
+    with ref.torch_threads(1):
+        want = ref.reference_decode(case.model, codes)
+    env = {"CODECRT_PORTABLE_OPS": "1"} if ops == "portable" else {}
+    with runtime_env(**env):
+        got = decode(codecrt, case.gguf, codes)
+    assert got.shape == want.shape == (2, 23 * ref.FRAME_SAMPLES)
+    err = rel_l2(got, want)
+    record_property("rel_l2", err)
+    assert err <= F32_TOL
+    assert float(np.sqrt(np.mean(want**2))) > 1e-3
+
+
+def test_parity_transformers_reference(codecrt, cases, record_property):
+    """transformers' MimiModel (NEOX RoPE on permuted q/k, its own window mask) from the same weights."""
+    case = cases("tiny", "transformers")
+    with ref.torch_threads(1):
+        hf = ref.load_released(case.folder, case.config, impl="transformers")
+        codes = ref.random_codes(case.config, 19, 8, np.random.default_rng(3), batch=1)
+        want = ref.reference_decode(hf, codes)
+    got = decode(codecrt, case.gguf, codes)
+    err = rel_l2(got, want)
+    record_property("rel_l2", err)
+    assert err <= F32_TOL
+
+
+def test_bucketed_batch_equals_alone(codecrt, cases):
+    """Sequences of a batch (padded to a bucket) decode as they do alone: the decoder is causal."""
+    case = cases("tiny")
+    codes = ref.random_codes(case.config, 13, 8, np.random.default_rng(4), batch=3)
+    with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu", frame_bucket=16, batch_bucket=True) as ctx:
+        both = ctx.decode(levels(codes))
+        for b in range(3):
+            alone = ctx.decode(levels(codes[b:b + 1]))
+            np.testing.assert_allclose(both[b], alone[0], rtol=0, atol=1e-6)
+
+
+def test_bad_codes(codecrt, cases):
+    """More codebooks than the model's, none, or a code out of range: clear errors."""
+    case = cases("tiny")
+    rng = np.random.default_rng(5)
+    with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
+        assert m.info.n_levels == 32 and m.info.hop_length == ref.FRAME_SAMPLES
+        with pytest.raises(codecrt.CodecrtError, match="code levels"):
+            ctx.decode(levels(ref.random_codes(case.config, 4, 32, rng, batch=1)) + [np.zeros((1, 4), np.int32)])
+        bad = ref.random_codes(case.config, 4, 8, rng, batch=1)
+        bad[0, 3, 2] = case.config["codebook_size"]
+        with pytest.raises(codecrt.CodecrtError, match="outside"):
+            ctx.decode(levels(bad))
+
+
+@pytest.mark.slow
+def test_parity_released(codecrt, cases, record_property):
+    """The released sizes: 2 s at 8 codebooks and 30 s (past the 10 s window) at 32, relative L2 <= 1e-4."""
+    case = cases("mimi", "moshi")
+    for n_frames, n_q in ((25, 8), (375, 32)):
+        codes = ref.random_codes(case.config, n_frames, n_q, np.random.default_rng(n_frames), batch=1)
+        with ref.torch_threads(1):
+            want = ref.reference_decode(case.model, codes)
+        got = decode(codecrt, case.gguf, codes)
+        err = rel_l2(got, want)
+        record_property(f"rel_l2_{n_frames}x{n_q}", err)
+        print(f"\nMimi released: {n_frames} frames, {n_q} codebooks: relative L2 {err:.2e}")
+        assert err <= F32_TOL
