@@ -111,6 +111,7 @@ def _config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     checks = [("use_causal_conv", True), ("pad_mode", "constant"), ("trim_right_ratio", 1.0),
               ("use_conv_shortcut", False), ("hidden_act", "gelu"), ("attention_bias", False),
               ("audio_channels", 1)]
+    checks.append(("num_residual_layers", 1))
     for key, want in checks:
         if cfg[key] != want:
             raise ConversionError(f"Mimi config: {key} = {cfg[key]!r}; the runtime implements {want!r}")
@@ -215,7 +216,7 @@ def build_tensors(sd: StateDict, cfg: Mapping[str, Any], layout: str,
         return _expect(sd.get(key), (n,), key)
 
     # quantizer: codebooks 0..nsem-1 (semantic group), nsem..nq-1 (acoustic group),
-    # each embedding_sum / max(usage, eps), then one all-zero row (absent codebooks)
+    # each embedding_sum / max(usage, eps) followed by one all-zero row (code `bins`: an absent codebook)
     books = []
     for k in range(nq):
         sem = k < nsem
@@ -223,8 +224,8 @@ def build_tensors(sd: StateDict, cfg: Mapping[str, Any], layout: str,
         esum = _expect(sd.get(s_key), (bins, cdim), s_key).astype(np.float64)
         usage = _expect(sd.get(u_key), (bins,), u_key).astype(np.float64)
         books.append(esum / np.maximum(usage, CODEBOOK_EPS)[:, None])
-    books.append(np.zeros((1, cdim)))
-    put("quant.codebooks", np.concatenate(books, 0).astype(np.float32))  # ne [cdim, nq*bins + 1]
+        books.append(np.zeros((1, cdim)))
+    put("quant.codebooks", np.concatenate(books, 0).astype(np.float32))  # ne [cdim, nq*(bins + 1)]
     for sem, name in ((True, "quant.first.proj"), (False, "quant.rest.proj")):
         key = nm.group(sem) + "output_proj.weight"
         put(name, _expect(sd.get(key), (D, cdim, 1), key)[..., 0])  # ne [cdim, D]
@@ -296,7 +297,11 @@ def build_tensors(sd: StateDict, cfg: Mapping[str, Any], layout: str,
         idx += 1
         for j in range(n_res):
             hid = C // comp
-            conv(idx, f"dec.res{i}.{j}.conv1", hid, C, KR, "block.1.")
+            pre = nm.dec(idx, "block.1.")
+            w = _expect(sd.weight(pre), (hid, C, KR), pre + " weight")
+            # the narrow conv's layout: ne [C, KR*hid], row k*hid + oc
+            put(f"dec.res{i}.{j}.conv1.weight", np.ascontiguousarray(w.transpose(2, 0, 1).reshape(KR * hid, C)))
+            put(f"dec.res{i}.{j}.conv1.bias", vec(pre + ".bias", hid))
             w = _expect(sd.weight(nm.dec(idx, "block.3.")), (C, hid, 1), nm.dec(idx, "block.3.") + " weight")
             put(f"dec.res{i}.{j}.conv2.weight", w[..., 0])           # ne [hid, C]
             put(f"dec.res{i}.{j}.conv2.bias", vec(nm.dec(idx, "block.3.") + ".bias", C))

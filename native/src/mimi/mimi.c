@@ -42,10 +42,10 @@ static codecrt_status mimi_read_hparams(const struct gguf_context *g, void *hp_,
                        hp->up_stride);
     }
     if (hp->sample_rate < 1000 || hp->dim < 2 || hp->n_heads < 1 || hp->dim % hp->n_heads ||
-        mimi_head_dim(hp) % 2 || hp->n_layers > MIMI_MAX_LAYERS || hp->n_res > MIMI_MAX_RES) {
+        mimi_head_dim(hp) % 2 || hp->n_layers > MIMI_MAX_LAYERS || hp->n_res != 1) {
         return cr_fail(err, CODECRT_E_BAD_HPARAMS,
-                       "mimi: dim %d, %d heads (even head size), %d layers (<= %d), %d residual blocks (<= %d)",
-                       hp->dim, hp->n_heads, hp->n_layers, MIMI_MAX_LAYERS, hp->n_res, MIMI_MAX_RES);
+                       "mimi: dim %d, %d heads (even head size), %d layers (<= %d), %d residual blocks per ratio (1)",
+                       hp->dim, hp->n_heads, hp->n_layers, MIMI_MAX_LAYERS, hp->n_res);
     }
     if (hp->n_q > CODECRT_MAX_LEVELS || hp->n_q_sem >= hp->n_q) {
         return cr_fail(err, CODECRT_E_BAD_HPARAMS, "mimi: %d codebooks (at most %d), %d semantic (fewer)", hp->n_q,
@@ -89,7 +89,7 @@ static void mimi_fill_info(const void *hp_, codecrt_model_info *info) {
 static void mimi_tensor_specs(const void *hp_, cr_spec_list *s) {
     const mimi_hparams *hp = hp_;
     const int64_t D = hp->dim, F = hp->ff;
-    cr_spec_add(s, false, 2, hp->cdim, (int64_t)hp->n_q * hp->bins + 1, "quant.codebooks");
+    cr_spec_add(s, false, 2, hp->cdim, (int64_t)hp->n_q * (hp->bins + 1), "quant.codebooks");
     cr_spec_add(s, false, 2, hp->cdim, D, "quant.first.proj");
     cr_spec_add(s, false, 2, hp->cdim, D, "quant.rest.proj");
     cr_spec_add(s, false, 2, D, 4, "upsample.weight");
@@ -111,7 +111,7 @@ static void mimi_tensor_specs(const void *hp_, cr_spec_list *s) {
         cr_spec_add(s, false, 2, ci, 2 * (int64_t)hp->ratios[i] * co, "dec.up%d.weight", i);
         cr_spec_add(s, false, 1, co, 1, "dec.up%d.bias", i);
         for (int j = 0; j < hp->n_res; j++) {
-            cr_spec_add3(s, false, hp->res_kernel, co, hid, "dec.res%d.%d.conv1.weight", i, j);
+            cr_spec_add(s, false, 2, co, (int64_t)hp->res_kernel * hid, "dec.res%d.%d.conv1.weight", i, j);
             cr_spec_add(s, false, 1, hid, 1, "dec.res%d.%d.conv1.bias", i, j);
             cr_spec_add(s, false, 2, hid, co, "dec.res%d.%d.conv2.weight", i, j);
             cr_spec_add(s, false, 1, co, 1, "dec.res%d.%d.conv2.bias", i, j);
@@ -132,27 +132,20 @@ struct ggml_tensor *mimi_w(struct ggml_context *w, const char *fmt, ...) {
     return ggml_get_tensor(w, name);
 }
 
-/* rows of nk codebooks per frame, [cdim, nk * T * B] codebook fastest -> their sum [cdim, T, B] */
-static struct ggml_tensor *mimi_group_sum(struct ggml_context *ctx, struct ggml_tensor *rows, int64_t nk,
-                                          int64_t T, int64_t B) {
-    const int64_t H = rows->ne[0];
-    if (nk == 1) {
-        return ggml_reshape_3d(ctx, rows, H, T, B);
-    }
-    /* [H, nk, T*B] -> [nk, H, T*B] -> sum over nk */
-    struct ggml_tensor *r = ggml_reshape_3d(ctx, rows, H, nk, T * B);
-    r = ggml_cont(ctx, ggml_permute(ctx, r, 1, 0, 2, 3));
-    r = ggml_sum_rows(ctx, r); /* [1, H, T*B] */
-    return ggml_reshape_3d(ctx, r, H, T, B);
-}
-
 struct ggml_tensor *mimi_quantizer(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,
-                                   struct ggml_tensor *idx_sem, struct ggml_tensor *idx_ac, int64_t T, int64_t B) {
-    struct ggml_tensor *cb = mimi_w(w, "quant.codebooks");
-    struct ggml_tensor *es = mimi_group_sum(ctx, ggml_get_rows(ctx, cb, idx_sem), hp->n_q_sem, T, B);
-    struct ggml_tensor *ea = mimi_group_sum(ctx, ggml_get_rows(ctx, cb, idx_ac), hp->n_q - hp->n_q_sem, T, B);
-    struct ggml_tensor *z = cr_pwconv(ctx, es, mimi_w(w, "quant.first.proj"), NULL);
-    return ggml_add(ctx, z, cr_pwconv(ctx, ea, mimi_w(w, "quant.rest.proj"), NULL)); /* [D, T, B] */
+                                   struct ggml_tensor *const *codes, int64_t T, int64_t B) {
+    struct ggml_tensor *cb = mimi_w(w, "quant.codebooks"); /* [cdim, n_q * (bins + 1)] */
+    struct ggml_tensor *e[2] = {NULL, NULL};               /* per group: sum of the looked-up rows [cdim, T*B] */
+    for (int k = 0; k < hp->n_q; k++) {
+        struct ggml_tensor *book = ggml_view_2d(ctx, cb, hp->cdim, hp->bins + 1, cb->nb[1],
+                                                (size_t)k * (size_t)(hp->bins + 1) * cb->nb[1]);
+        struct ggml_tensor *r = ggml_get_rows(ctx, book, codes[k]);
+        const int g = k >= hp->n_q_sem;
+        e[g] = e[g] ? ggml_add(ctx, e[g], r) : r;
+    }
+    struct ggml_tensor *z = cr_pwconv(ctx, ggml_reshape_3d(ctx, e[0], hp->cdim, T, B), mimi_w(w, "quant.first.proj"), NULL);
+    return ggml_add(ctx, z, cr_pwconv(ctx, ggml_reshape_3d(ctx, e[1], hp->cdim, T, B), mimi_w(w, "quant.rest.proj"),
+                                      NULL)); /* [D, T, B] */
 }
 
 struct ggml_tensor *mimi_upsample(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *buf,

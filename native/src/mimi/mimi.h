@@ -12,7 +12,8 @@
  * (released sizes: D 512, 32 codebooks of 2048 x 256, 8 layers x 8 heads,
  * window 250 steps, SEANet 1024 -> 64 channels, ratios 8 6 5 4):
  *
- *   codes [K, T] (K in 1..n_q; absent codebooks index the zero row)
+ *   codes [K, T] (K in 1..n_q; an absent codebook reads code `bins`: the
+ *     zero row that follows each codebook)
  *     -> get_rows(codebooks) summed within the semantic group (codebooks
  *        0..n_sem-1) and the acoustic group (the rest), each group's
  *        output_proj (1x1, no bias), summed                      [D, T]
@@ -70,11 +71,10 @@ typedef struct mimi_hparams {
 /* Indices into the graph's io[] table. */
 enum {
     MIMI_IO_OUT = 0,
-    MIMI_IO_IDX_SEM = 1,  /* I32 [n_sem * T * B], codebook fastest: k*bins + code, or n_q*bins (zero row) */
-    MIMI_IO_IDX_AC = 2,   /* I32 [(n_q - n_sem) * T * B] */
-    MIMI_IO_POS = 3,      /* I32 [2T * B]: absolute transformer step */
-    MIMI_IO_MASK = 4,     /* F32 attention mask (offline [2T, 2T]; stream [S + 2n, 2n, 1, B]) */
-    MIMI_IO_END = 5
+    MIMI_IO_POS = 1,      /* I32 [2T * B]: absolute transformer step */
+    MIMI_IO_MASK = 2,     /* F32 [2T, 2T] (keys, queries): 0 inside the causal window, else -INF */
+    MIMI_IO_CODES = 3,    /* + codebook: I32 [T * B], `bins` for an absent codebook */
+    MIMI_IO_END = MIMI_IO_CODES + CODECRT_MAX_LEVELS
 };
 _Static_assert(MIMI_IO_END <= CR_MAX_IO, "io table too small");
 
@@ -92,9 +92,9 @@ struct ggml_tensor *mimi_w(struct ggml_context *w, const char *fmt, ...)
 #endif
     ;
 
-/* idx_sem, idx_ac: I32 code-row indices (above) -> [D, T, B]. */
+/* codes[k]: I32 [T*B] codes of codebook k, `bins` where the codebook is absent (its zero row) -> [D, T, B]. */
 struct ggml_tensor *mimi_quantizer(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,
-                                   struct ggml_tensor *idx_sem, struct ggml_tensor *idx_ac, int64_t T, int64_t B);
+                                   struct ggml_tensor *const *codes, int64_t T, int64_t B);
 
 /* Depthwise causal upsample: buf [D, 1+n, B] (the previous frame, then n new
    ones) -> [D, 2n, B]. Offline, buf is the input padded with one zero frame. */
@@ -125,9 +125,5 @@ size_t mimi_scratch_floats(const cr_model *model, const cr_decode_shape *shape);
 int64_t mimi_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, int64_t context);
 void mimi_set_inputs(const cr_model *model, const cr_decode_shape *shape, const cr_graph_io *io,
                      const cr_decode_inputs *in);
-/* Fill the code-row indices of B sequences (T frames each, K levels, padded
-   with the zero row) into dst_sem / dst_ac. */
-void mimi_fill_indices(const mimi_hparams *hp, const codecrt_codes *codes, int64_t frame0, int64_t Tv, int64_t Tg,
-                       int64_t Bg, int32_t *dst_sem, int32_t *dst_ac);
 
 #endif /* CODECRT_MIMI_H */

@@ -31,10 +31,11 @@ static struct ggml_tensor *mimi_seanet(struct ggml_context *ctx, struct ggml_con
         x = ggml_elu(ctx, x);
         /* ConvTranspose1d(k 2r, stride r) with its last r samples trimmed: T*r samples */
         x = cr_upconv(ctx, x, mimi_w(w, "dec.up%d.weight", i), mimi_w(w, "dec.up%d.bias", i), r, 0, t);
-        for (int j = 0, dil = 1; j < hp->n_res; j++, dil *= hp->dil_base) {
+        for (int j = 0; j < hp->n_res; j++) { /* one block (dilation 1), checked at load */
             struct ggml_tensor *y = ggml_elu(ctx, x);
-            y = cr_conv1d(ctx, y, mimi_w(w, "dec.res%d.%d.conv1.weight", i, j), mimi_w(w, "dec.res%d.%d.conv1.bias", i, j),
-                          dil, dil * (hp->res_kernel - 1), 0, ops);
+            /* C -> C/compress, k3, as K shifted products: never a [C*K, T] column matrix */
+            y = cr_conv_narrow(ctx, y, mimi_w(w, "dec.res%d.%d.conv1.weight", i, j),
+                               mimi_w(w, "dec.res%d.%d.conv1.bias", i, j), hp->res_kernel, hp->res_kernel - 1, 0);
             y = ggml_elu(ctx, y);
             y = cr_pwconv(ctx, y, mimi_w(w, "dec.res%d.%d.conv2.weight", i, j), mimi_w(w, "dec.res%d.%d.conv2.bias", i, j));
             x = ggml_add(ctx, x, y);
@@ -53,12 +54,15 @@ struct ggml_cgraph *mimi_build_decode(const cr_model *model, struct ggml_context
     const cr_cpu_ops *ops = shape->cpu_ops ? &k_f32_ops : NULL;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, CR_GRAPH_SIZE, false);
 
-    io[MIMI_IO_IDX_SEM] = mimi_input(ctx, GGML_TYPE_I32, hp->n_q_sem * T * B, 1, "idx.sem");
-    io[MIMI_IO_IDX_AC] = mimi_input(ctx, GGML_TYPE_I32, (hp->n_q - hp->n_q_sem) * T * B, 1, "idx.ac");
+    char name[32];
+    for (int k = 0; k < hp->n_q; k++) {
+        snprintf(name, sizeof(name), "codes.%d", k);
+        io[MIMI_IO_CODES + k] = mimi_input(ctx, GGML_TYPE_I32, T * B, 1, name);
+    }
     io[MIMI_IO_POS] = mimi_input(ctx, GGML_TYPE_I32, S * B, 1, "pos");
     io[MIMI_IO_MASK] = mimi_input(ctx, GGML_TYPE_F32, S, S, "mask"); /* [keys, queries] */
 
-    struct ggml_tensor *x = mimi_quantizer(ctx, w, hp, io[MIMI_IO_IDX_SEM], io[MIMI_IO_IDX_AC], T, B); /* [D, T, B] */
+    struct ggml_tensor *x = mimi_quantizer(ctx, w, hp, io + MIMI_IO_CODES, T, B); /* [D, T, B] */
     x = mimi_upsample(ctx, w, cr_pad_frames(ctx, x, 1, 0), T);                                       /* [D, S, B] */
 
     const int64_t hd = mimi_head_dim(hp), H = hp->n_heads;
@@ -108,38 +112,16 @@ int64_t mimi_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, in
     int64_t t = S;
     for (int i = 0; i < hp->n_ratios; i++) {
         const int64_t r = hp->ratios[i], ci = mimi_channels(hp, i), co = mimi_channels(hp, i + 1);
-        const int64_t in = ci * t * B * hp->kernel; /* im2col of the first conv, an upper bound */
+        const int64_t in = i == 0 ? (int64_t)hp->dim * t * B * hp->kernel : 0; /* the first conv's im2col */
         const int64_t cols = 2 * r * co * (t + 2) * B;
+        (void)ci;
         t *= r;
-        const int64_t out = co * t * B * hp->res_kernel;
+        const int64_t out = co * (t + hp->res_kernel) * B * hp->res_kernel / hp->compress + co * t * B;
         best = in > best ? in : best;
         best = cols > best ? cols : best;
         best = out > best ? out : best;
     }
     return best;
-}
-
-void mimi_fill_indices(const mimi_hparams *hp, const codecrt_codes *codes, int64_t frame0, int64_t Tv, int64_t Tg,
-                       int64_t Bg, int32_t *dst_sem, int32_t *dst_ac) {
-    const int32_t zero_row = hp->n_q * hp->bins;
-    const int64_t Bv = codes->n_batch, len = codes->lengths[0];
-    const int nsem = hp->n_q_sem, nac = hp->n_q - hp->n_q_sem;
-    for (int64_t b = 0; b < Bg; b++) {
-        for (int64_t t = 0; t < Tg; t++) {
-            const bool valid = b < Bv && t < Tv;
-            for (int k = 0; k < hp->n_q; k++) {
-                int32_t v = zero_row;
-                if (valid && k < codes->n_levels) {
-                    v = k * hp->bins + codes->levels[k][b * len + frame0 + t];
-                }
-                if (k < nsem) {
-                    dst_sem[(b * Tg + t) * nsem + k] = v;
-                } else {
-                    dst_ac[(b * Tg + t) * nac + (k - nsem)] = v;
-                }
-            }
-        }
-    }
 }
 
 void mimi_set_inputs(const cr_model *model, const cr_decode_shape *shape, const cr_graph_io *gio,
@@ -148,11 +130,19 @@ void mimi_set_inputs(const cr_model *model, const cr_decode_shape *shape, const 
     const mimi_hparams *hp = model->hparams;
     const int64_t Tg = shape->n_frames, Bg = shape->n_batch, S = Tg * hp->up_stride;
     int32_t *iv = (int32_t *)in->scratch;
-    const int64_t nsem = (int64_t)hp->n_q_sem * Tg * Bg, nac = (int64_t)(hp->n_q - hp->n_q_sem) * Tg * Bg;
+    const codecrt_codes *codes = in->codes;
+    const int64_t Tv = in->n_frames, Bv = codes->n_batch;
 
-    mimi_fill_indices(hp, in->codes, 0, in->n_frames, Tg, Bg, iv, iv + nsem);
-    ggml_backend_tensor_set(io[MIMI_IO_IDX_SEM], iv, 0, (size_t)nsem * sizeof(int32_t));
-    ggml_backend_tensor_set(io[MIMI_IO_IDX_AC], iv + nsem, 0, (size_t)nac * sizeof(int32_t));
+    for (int k = 0; k < hp->n_q; k++) {
+        /* absent codebooks (k >= K) and padding read the zero row after each codebook */
+        const int32_t *src = k < codes->n_levels ? codes->levels[k] : NULL;
+        for (int64_t b = 0; b < Bg; b++) {
+            for (int64_t t = 0; t < Tg; t++) {
+                iv[b * Tg + t] = src && b < Bv && t < Tv ? src[b * Tv + t] : hp->bins;
+            }
+        }
+        ggml_backend_tensor_set(io[MIMI_IO_CODES + k], iv, 0, (size_t)(Tg * Bg) * sizeof(int32_t));
+    }
     const int64_t p0 = in->frame_offset * hp->up_stride;
     for (int64_t b = 0; b < Bg; b++) {
         for (int64_t t = 0; t < S; t++) {
