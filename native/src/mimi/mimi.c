@@ -51,8 +51,9 @@ static codecrt_status mimi_read_hparams(const struct gguf_context *g, void *hp_,
         return cr_fail(err, CODECRT_E_BAD_HPARAMS, "mimi: %d codebooks (at most %d), %d semantic (fewer)", hp->n_q,
                        CODECRT_MAX_LEVELS, hp->n_q_sem);
     }
-    if ((int64_t)hp->n_q * hp->bins + 1 > INT32_MAX / 2 || hp->context > 1 << 16 || hp->kernel > 64 ||
-        hp->last_kernel > 64 || hp->res_kernel > 64 || hp->dil_base > 64) {
+    if ((int64_t)hp->n_q * (hp->bins + 1) > INT32_MAX / 2 || hp->context < 2 || hp->context > 1 << 16 ||
+        hp->kernel < 2 || hp->kernel > 64 || hp->last_kernel < 2 || hp->last_kernel > 64 || hp->res_kernel < 2 ||
+        hp->res_kernel > 64 || hp->dil_base > 64) {
         return cr_fail(err, CODECRT_E_BAD_HPARAMS, "mimi hyperparameters out of range");
     }
     int64_t hop = 1;
@@ -206,6 +207,12 @@ static int32_t mimi_stream_chunk_multiple(const cr_model *model) {
     return 1;
 }
 
+/* Every layer is causal: a frame's audio is final when the frame arrives. */
+static int32_t mimi_stream_latency(const cr_model *model) {
+    (void)model;
+    return 0;
+}
+
 /* An exact piece needs n_layers * (context - 1) steps of left context: with
    the released sizes 1,000 frames (80 s), more than a piece holds. */
 static int32_t mimi_decode_context_frames(const cr_model *model) {
@@ -225,5 +232,8 @@ const cr_arch cr_arch_mimi = {
     .max_tensor_elements = mimi_max_tensor_elements,
     .set_decode_inputs = mimi_set_inputs,
     .stream_chunk_multiple = mimi_stream_chunk_multiple,
+    .stream_states = mimi_stream_states,
+    .stream_latency = mimi_stream_latency,
+    .build_stream = mimi_build_stream,
     .decode_context_frames = mimi_decode_context_frames,
 };

@@ -121,6 +121,10 @@ struct ggml_tensor *mimi_ff(struct ggml_context *ctx, struct ggml_context *w, co
 
 struct ggml_cgraph *mimi_build_decode(const cr_model *model, struct ggml_context *ctx, struct ggml_context *w,
                                       const cr_decode_shape *shape, cr_graph_io *io);
+int mimi_stream_states(const cr_model *model, cr_state_spec *specs, int max);
+struct ggml_cgraph *mimi_build_stream(const cr_model *model, struct ggml_context *ctx, struct ggml_context *w,
+                                      const cr_stream_shape *shape, struct ggml_tensor *const *pool, int n_pool,
+                                      cr_graph_io *io);
 size_t mimi_scratch_floats(const cr_model *model, const cr_decode_shape *shape);
 int64_t mimi_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, int64_t context);
 void mimi_set_inputs(const cr_model *model, const cr_decode_shape *shape, const cr_graph_io *io,

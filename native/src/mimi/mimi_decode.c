@@ -104,7 +104,9 @@ int64_t mimi_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, in
     const mimi_hparams *hp = model->hparams;
     const int64_t S = (T + context) * hp->up_stride;
     int64_t best = 3 * (int64_t)hp->dim * S * B;
-    const int64_t ff = (int64_t)hp->ff * S * B, kq = S * S * hp->n_heads * B;
+    /* scores [keys, queries, heads, B]; a stream tick's keys include its W-1 steps of state */
+    const int64_t keys = S + (context > 0 ? hp->context : 0);
+    const int64_t ff = (int64_t)hp->ff * S * B, kq = keys * S * hp->n_heads * B;
     const int64_t cb = (int64_t)hp->n_q * hp->cdim * (T + context) * B;
     best = ff > best ? ff : best;
     best = kq > best ? kq : best;
