@@ -170,3 +170,136 @@ def test_parity_released(codecrt, cases, record_property):
         record_property(f"rel_l2_{n_frames}x{n_q}", err)
         print(f"\nMimi released: {n_frames} frames, {n_q} codebooks: relative L2 {err:.2e}")
         assert err <= F32_TOL
+
+
+# ------------------------------------------------------------------ streaming
+
+
+def stream_decode(ctx, codes: np.ndarray, pushes: list[int]) -> np.ndarray:
+    """One stream, codes [K, T] pushed in pieces of the given sizes, a tick after each push."""
+    s = ctx.stream()
+    out, t = [], 0
+    for n in pushes:
+        s.push([codes[k, t:t + n] for k in range(codes.shape[0])])
+        t += n
+        ctx.step([s])
+        out.append(s.pull())
+    s.finish()
+    while not s.done:
+        ctx.step([s])
+        out.append(s.pull())
+    s.close()
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("ops", ["cpu", "portable"])
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7])
+def test_stream_equals_offline(codecrt, cases, chunk, ops):
+    """Ticks of 1, 2, 3 and 7 frames over 29 frames (58 steps: the 12-step window passed many
+    times), pushed frame by frame: the streamed audio equals the offline decode (f32 noise)."""
+    case = cases("tiny")
+    codes = ref.random_codes(case.config, 29, 8, np.random.default_rng(10 + chunk), batch=1)
+    env = {"CODECRT_PORTABLE_OPS": "1"} if ops == "portable" else {}
+    with runtime_env(**env), codecrt.Model(str(case.gguf)) as m:
+        with codecrt.Context(m, device="cpu") as ctx:
+            want = ctx.decode(levels(codes))[0]
+        with codecrt.Context(m, device="cpu", stream_chunk_frames=chunk) as ctx:
+            got = stream_decode(ctx, codes[0], [1] * 29)
+    assert got.shape == want.shape
+    assert float(np.abs(got - want).max()) <= 1e-5
+
+
+def test_stream_random_pushes(codecrt, cases):
+    """Random push sizes (1..9 frames, several ticks per step call) equal the offline decode."""
+    case = cases("tiny")
+    rng = np.random.default_rng(11)
+    codes = ref.random_codes(case.config, 40, 32, rng, batch=1)
+    pushes: list[int] = []
+    while sum(pushes) < 40:
+        pushes.append(int(min(rng.integers(1, 10), 40 - sum(pushes))))
+    with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu", stream_chunk_frames=2) as ctx:
+        want = ctx.decode(levels(codes))[0]
+        got = stream_decode(ctx, codes[0], pushes)
+    assert float(np.abs(got - want).max()) <= 1e-5
+
+
+def test_batched_streams_at_different_positions(codecrt, cases):
+    """Six streams with 1 to 32 codebooks and different lengths, started at different ticks, stepped
+    together (one batched graph per tick): each equals its own offline decode."""
+    case = cases("tiny")
+    rng = np.random.default_rng(12)
+    specs = [(1, 17, 0), (8, 25, 0), (32, 9, 3), (3, 30, 5), (16, 12, 8), (8, 21, 2)]  # (K, frames, start tick)
+    codes = [ref.random_codes(case.config, T, K, rng, batch=1)[0] for K, T, _ in specs]
+    with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
+        wants = [ctx.decode([c[k:k + 1] for k in range(c.shape[0])])[0] for c in codes]
+        streams = [None] * len(specs)
+        outs: list[list[np.ndarray]] = [[] for _ in specs]
+        pos = [0] * len(specs)
+        for tick in range(64):
+            live = []
+            for i, (K, T, start) in enumerate(specs):
+                if tick == start:
+                    streams[i] = ctx.stream()
+                s = streams[i]
+                if s is None or s.done:
+                    continue
+                if pos[i] < T:
+                    s.push([codes[i][k, pos[i]:pos[i] + 1] for k in range(K)])
+                    pos[i] += 1
+                    if pos[i] == T:
+                        s.finish()
+                live.append(s)
+            if not live:
+                break
+            ctx.step(live)
+            for i, s in enumerate(streams):
+                if s is not None:
+                    outs[i].append(s.pull())
+    for i, want in enumerate(wants):
+        got = np.concatenate(outs[i])
+        assert got.shape == want.shape, i
+        assert float(np.abs(got - want).max()) <= 1e-5, i
+
+
+def test_stream_codebook_count(codecrt, cases):
+    """A stream's codebook count is fixed by its first push: another count later, more than the
+    model's, or none, is a clear error that leaves the stream usable."""
+    case = cases("tiny")
+    codes = ref.random_codes(case.config, 3, 8, np.random.default_rng(13), batch=1)[0]
+    with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
+        s = ctx.stream()
+        with pytest.raises(codecrt.CodecrtError, match="code levels"):
+            s.push([codes[0, :1]] * 33)
+        s.push([codes[k, :1] for k in range(8)])
+        with pytest.raises(codecrt.CodecrtError, match="started with 8"):
+            s.push([codes[k, 1:2] for k in range(4)])
+        s.push([codes[k, 1:3] for k in range(8)])
+        s.finish()
+        out = []
+        while not s.done:
+            ctx.step([s])
+            out.append(s.pull())
+        want = ctx.decode([codes[k:k + 1] for k in range(8)])[0]
+        np.testing.assert_allclose(np.concatenate(out), want, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_stream_released(codecrt, cases, record_property):
+    """The released sizes streamed frame by frame over 12 s (past the 250-step window) equal the
+    offline decode; prints the CPU cost of a 1-frame tick (one stream, shared machine)."""
+    import time
+
+    case = cases("mimi", "moshi")
+    codes = ref.random_codes(case.config, 150, 8, np.random.default_rng(14), batch=1)
+    with codecrt.Model(str(case.gguf)) as m:
+        with codecrt.Context(m, device="cpu") as ctx:
+            want = ctx.decode(levels(codes))[0]
+        with codecrt.Context(m, device="cpu", stream_chunk_frames=1) as ctx:
+            t0 = time.process_time()
+            got = stream_decode(ctx, codes[0], [1] * 150)
+            per_frame = (time.process_time() - t0) / 150
+    err = float(np.abs(got - want).max())
+    record_property("max_abs", err)
+    record_property("cpu_ms_per_frame", per_frame * 1e3)
+    print(f"\nMimi released streamed 150 frames: max |diff| {err:.2e}, {per_frame * 1e3:.1f} ms CPU per frame")
+    assert err <= 1e-5
