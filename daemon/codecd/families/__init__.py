@@ -13,6 +13,7 @@ from typing import Any
 
 from .base import Family, LoadedModel, ModelSpec, StreamPlan, StreamRefused
 from .layout import get_layout, layout_names, register_layouts
+from .mimi import MimiFamily
 from .s3gen import S3GenFamily
 from .snac import SnacFamily
 
@@ -23,7 +24,7 @@ __all__ = [
 ]
 
 #: every family codecd serves
-FAMILIES: tuple[Family, ...] = (SnacFamily(), S3GenFamily())
+FAMILIES: tuple[Family, ...] = (SnacFamily(), S3GenFamily(), MimiFamily())
 
 
 
