@@ -247,10 +247,10 @@ def build_tensors(sd: StateDict, cfg: Mapping[str, Any], layout: str,
         put(f"tr.{i}.norm2.bias", vec(p + ("post_attention_layernorm.bias" if layout == "transformers"
                                            else "norm2.bias"), D))
         if layout == "transformers":
-            q = _neox_to_interleaved(_expect(sd.get(p + "self_attn.q_proj.weight"), (D, D), p + "q_proj"), H)
-            k = _neox_to_interleaved(_expect(sd.get(p + "self_attn.k_proj.weight"), (D, D), p + "k_proj"), H)
-            v = _expect(sd.get(p + "self_attn.v_proj.weight"), (D, D), p + "v_proj")
-            qkv = np.concatenate([q, k, v], 0)
+            wq = _neox_to_interleaved(_expect(sd.get(p + "self_attn.q_proj.weight"), (D, D), p + "q_proj"), H)
+            wk = _neox_to_interleaved(_expect(sd.get(p + "self_attn.k_proj.weight"), (D, D), p + "k_proj"), H)
+            wv = _expect(sd.get(p + "self_attn.v_proj.weight"), (D, D), p + "v_proj")
+            qkv = np.concatenate([wq, wk, wv], 0)
             o = _expect(sd.get(p + "self_attn.o_proj.weight"), (D, D), p + "o_proj")
             ls1 = vec(p + "self_attn_layer_scale.scale", D)
             ls2 = vec(p + "mlp_layer_scale.scale", D)
