@@ -19,6 +19,7 @@ SUITES: dict[str, Suite] = {
     "serve": Suite("bench.serve", "load test of codecd serve: N concurrent real-time streams"),
     "s3gen": Suite("bench.s3gen", "Chatterbox S3Gen throughput and first-chunk latency"),
     "vocos": Suite("bench.vocos", "WavTokenizer, NeuCodec, XCodec2 offline, codecrt against PyTorch"),
+    "windowed": Suite("bench.windowed", "WavTokenizer, NeuCodec, XCodec2 windowed streams: error, cost"),
     "gpu": Suite("bench.gpu.capacity", "GPU capacity: offline throughput and real-time streams"),
     "sweep": Suite("bench.gpu.sweep", "GPU shape sweep: every graph kind up to 300 s (issue 24)"),
     "profile": Suite("bench.gpu.profile_tick", "CUDA kernel profile of one streaming tick"),

@@ -20,7 +20,8 @@
 #   s3bench  python -m bench s3gen --random --device cuda:0 --threads 16 $S3GEN_ARGS [--repeat 2]
 #   check    python -m bench check, TF32 off, with ggml's CUDA fusion on and off
 #   sweep    python -m bench sweep $SWEEP_ARGS        every graph kind up to 300 s [the suite's]
-#   vocos    WavTokenizer/NeuCodec/XCodec2 GPU tests (TF32 on, off) and python -m bench vocos on cuda:0
+#   vocos    WavTokenizer/NeuCodec/XCodec2 GPU tests (TF32 on, off), python -m bench vocos and
+#            python -m bench windowed on cuda:0
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/codecd-gpu-out}
@@ -119,6 +120,9 @@ vocos() {
     # the PyTorch columns appear where the reference packages are installed
     python3 -m bench vocos --device cuda:0 --threads 16 --seconds 10 --batch 1,16,64 2>&1 \
         | tee "$OUT/vocos_bench.md" | tee -a "$OUT/report.txt"
+    stage "vocos windowed streams: python3 -m bench windowed --device cuda:0 --seconds 10 --streams 64"
+    python3 -m bench windowed --device cuda:0 --threads 16 --seconds 10 --streams 64 2>&1 \
+        | tee "$OUT/windowed_bench.md" | tee -a "$OUT/report.txt"
 }
 
 sweep() {

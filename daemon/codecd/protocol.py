@@ -57,7 +57,8 @@ KIND_AUDIO = 0x02
 #: ``level`` byte of a token frame that carries the stream's token sequence (orpheus layouts)
 LEVEL_SEQUENCE = 0xFF
 
-LAYOUTS = ("orpheus_ids", "orpheus", "levels", "chatterbox_ids")
+LAYOUTS = ("orpheus_ids", "orpheus", "levels", "chatterbox_ids", "outetts_wavtokenizer", "neutts",
+           "llasa", "llasa_ids")
 FORMATS = ("pcm_s16le", "pcm_f32le", "mulaw")
 LATENCIES = ("exact", "low")
 #: output rate of ``mulaw`` streams when ``sample_rate`` is not given

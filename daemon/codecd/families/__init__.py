@@ -14,8 +14,11 @@ from typing import Any
 from .base import Family, LoadedModel, ModelSpec, StreamPlan, StreamRefused
 from .layout import get_layout, layout_names, register_layouts
 from .mimi import MimiFamily
+from .neucodec import NeuCodecFamily
 from .s3gen import S3GenFamily
 from .snac import SnacFamily
+from .wavtokenizer import WavTokenizerFamily
+from .xcodec2 import XCodec2Family
 
 __all__ = [
     "FAMILIES", "Family", "LoadedModel", "ModelSpec", "StreamPlan", "StreamRefused",
@@ -24,8 +27,8 @@ __all__ = [
 ]
 
 #: every family codecd serves
-FAMILIES: tuple[Family, ...] = (SnacFamily(), S3GenFamily(), MimiFamily())
-
+FAMILIES: tuple[Family, ...] = (SnacFamily(), S3GenFamily(), WavTokenizerFamily(), NeuCodecFamily(),
+                                XCodec2Family(), MimiFamily())
 
 
 def _index(families: tuple[Family, ...]) -> dict[str, Family]:

@@ -47,11 +47,11 @@ How the codecs to come fit, without touching server, session, engine or worker:
   returns the stream's ``n_levels`` (the session then takes and checks that many
   levels) and its worker ``options``, and an
   ``open_stream`` that passes it to the runtime's stream parameters;
-* a windowed attention codec (NeuCodec, XCodec2): a stream class of its own
-  in the bindings (overlapping windows, a crossfade; its own stepper batching
-  equal windows), opened by ``open_stream`` with the window and crossfade of
-  the plan's ``options``; :meth:`Family.plan_stream` reports the latency those
-  imply.
+* a windowed attention codec (WavTokenizer, NeuCodec, XCodec2): a stream class
+  of its own (:mod:`codecd.families.windowed`: overlapping windows, an
+  overlap-add; its own stepper batching equal windows), opened by
+  ``open_stream`` with the window of the plan's ``options``;
+  :meth:`Family.plan_stream` reports the latency it implies.
 
 Adding a codec: the runtime's C file and its registration, a converter module
 (``codecd/convert``), a family module here with its entry in the table, its

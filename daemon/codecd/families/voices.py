@@ -1,7 +1,14 @@
-"""Voices: the conditioning of models that speak in a given voice (Chatterbox S3Gen).
+"""Voices: the conditioning of models that speak in a given voice (Chatterbox S3Gen), and the
+prompt codes that lead an LM's output (NeuTTS on NeuCodec).
 
-A voice is a prompt (its S3 speech tokens and their 80-bin, 50 Hz mel
+An S3Gen voice is a prompt (its S3 speech tokens and their 80-bin, 50 Hz mel
 spectrogram: two frames per token) and a 192-d speaker embedding (x-vector).
+A *prompt-codes* voice (``model_arch`` a windowed codec's architecture:
+``neucodec``, ``xcodec2``, ``wavtokenizer``) holds only codes, ``prompt_tokens``
+(``prompt_mel`` [0, 80] and ``speaker`` [0] empty): the reference codes NeuTTS
+puts before the LM's output, which a windowed stream decodes as left context and
+never outputs (:mod:`codecd.families.windowed`). NeuTTS' reference files (a
+saved tensor of codes, ``samples/*.pt``) read as NeuCodec prompt-codes voices.
 
 * :func:`read_conds` reads a Chatterbox conditioning file (``conds.pt``, as
   written by ``Conditionals.save``; its ``gen`` dict holds ``prompt_token``,
@@ -27,13 +34,16 @@ from typing import Any
 import numpy as np
 
 __all__ = ["VoiceError", "VoiceData", "read_conds", "read_voice", "write_voice", "VoiceStore",
-           "default_voices_dir", "load_voice_file"]
+           "default_voices_dir", "load_voice_file", "prompt_codes_voice", "PROMPT_CODE_ARCHS"]
 
 N_MELS = 80
 SPEAKER_DIM = 192
 VOCAB_SIZE = 6561
 MEL_PER_TOKEN = 2
 VOICE_ARCH = "codecd-voice"
+#: architectures whose voices are prompt codes only (one codebook of at most 65536 codes)
+PROMPT_CODE_ARCHS = ("neucodec", "xcodec2", "wavtokenizer")
+MAX_PROMPT_CODE = 65536
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -52,6 +62,13 @@ class VoiceData:
 
     def validate(self) -> VoiceData:
         t, m, s = self.prompt_tokens, self.prompt_mel, self.speaker
+        if self.model_arch in PROMPT_CODE_ARCHS:
+            if t.ndim != 1 or not t.size or m.size or s.size:
+                raise VoiceError(f"voice {self.name!r}: a {self.model_arch} voice is prompt codes "
+                                 f"[n > 0] only, got tokens {t.shape}, mel {m.shape}, speaker {s.shape}")
+            if t.dtype.kind not in "iu" or int(t.min()) < 0 or int(t.max()) >= MAX_PROMPT_CODE:
+                raise VoiceError(f"voice {self.name!r}: prompt codes outside [0, {MAX_PROMPT_CODE})")
+            return self
         if t.ndim != 1 or m.ndim != 2 or m.shape[1] != N_MELS or s.shape != (SPEAKER_DIM,):
             raise VoiceError(f"voice {self.name!r}: shapes tokens {t.shape}, mel {m.shape}, speaker {s.shape}; "
                              f"expected [n], [2n, {N_MELS}], [{SPEAKER_DIM}]")
@@ -85,6 +102,8 @@ def read_conds(path: str | os.PathLike, name: str | None = None) -> VoiceData:
         d = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise VoiceError(f"{path}: not a readable conditioning file ({type(e).__name__}: {e})") from None
+    if isinstance(d, torch.Tensor):  # NeuTTS' reference codes (torch.save(ref_codes))
+        return prompt_codes_voice(name or path.stem, _np(d), "neucodec", str(path.resolve()))
     gen = d.get("gen") if isinstance(d, dict) else None
     if not isinstance(gen, dict):
         raise VoiceError(f"{path}: no 'gen' conditionals (expected Chatterbox Conditionals.save output)")
@@ -101,6 +120,18 @@ def read_conds(path: str | os.PathLike, name: str | None = None) -> VoiceData:
                      prompt_mel=np.ascontiguousarray(mel, dtype=np.float32),
                      speaker=np.ascontiguousarray(spk, dtype=np.float32), source=str(path.resolve()))
     return data.validate()
+
+
+def prompt_codes_voice(name: str, codes: Any, model_arch: str, source: str = "") -> VoiceData:
+    """A prompt-codes voice (see the module docstring) for models of ``model_arch``."""
+    if model_arch not in PROMPT_CODE_ARCHS:
+        raise VoiceError(f"prompt-codes voices are for {', '.join(PROMPT_CODE_ARCHS)}, "
+                         f"not {model_arch!r}")
+    c = np.asarray(codes).reshape(-1)
+    if c.dtype.kind not in "iu":
+        raise VoiceError(f"voice {name!r}: prompt codes of dtype {c.dtype}, expected integers")
+    return VoiceData(name, c.astype(np.int32), np.zeros((0, N_MELS), np.float32),
+                     np.zeros(0, np.float32), model_arch, source).validate()
 
 
 def write_voice(data: VoiceData, path: str | os.PathLike) -> Path:
