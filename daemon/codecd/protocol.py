@@ -204,7 +204,7 @@ class Limits:
     #: stream ids: 1..max_stream_id_len characters (and at most 255 bytes of UTF-8)
     max_stream_id_len: int = 64
     max_name_len: int = 128  # model, voice, client names
-    max_levels: int = 32
+    max_levels: int = 32  # the runtime's CODECRT_MAX_LEVELS (Mimi: 32 codebooks)
     min_sample_rate: int = 8000
     max_sample_rate: int = 192000
 
@@ -236,6 +236,9 @@ class Start:
     noise: bool = False
     seed: int | None = None
     voice: str | None = None
+    #: codebooks (levels) the stream sends, the model's first ones (Mimi: 8 for Moshi, 32 for
+    #: CSM); None: every level of the model. The model's family checks it.
+    codebooks: int | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -500,9 +503,10 @@ def _parse_start(f: _Fields, sid: str, limits: Limits) -> Start:
     noise = f.bool_("noise", False)
     seed = f.int_("seed", 0, _UINT64_MAX)
     voice = f.str_("voice", max_len=limits.max_name_len)
+    codebooks = f.int_("codebooks", 1, 64)
     assert model is not None and layout is not None
     return Start(stream_id=sid, model=model, layout=layout, format=fmt, sample_rate=rate,
-                 latency=latency, noise=noise, seed=seed, voice=voice)
+                 latency=latency, noise=noise, seed=seed, voice=voice, codebooks=codebooks)
 
 
 def parse_binary(data: bytes, limits: Limits = DEFAULT_LIMITS) -> TokenChunk:
@@ -558,7 +562,8 @@ def encode_client(msg: ClientMessage) -> str:
     elif isinstance(msg, Start):
         d = {"type": "start", "stream_id": msg.stream_id, "model": msg.model,
              "layout": msg.layout, "format": msg.format, "sample_rate": msg.sample_rate,
-             "latency": msg.latency, "noise": msg.noise, "seed": msg.seed, "voice": msg.voice}
+             "latency": msg.latency, "noise": msg.noise, "seed": msg.seed, "voice": msg.voice,
+             "codebooks": msg.codebooks}
     elif isinstance(msg, TokenChunk):
         if msg.stream_id is None:
             assert msg.tokens is not None

@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-#define CODECRT_API_VERSION 4 /* 3: codecrt_context_params.precision; 4: CODECRT_MAX_LEVELS 32 (DAC 24 kHz) */
+#define CODECRT_API_VERSION 4 /* 3: codecrt_context_params.precision; 4: CODECRT_MAX_LEVELS 32 (DAC 24 kHz, Mimi) */
 #define CODECRT_MAX_LEVELS 32
 #define CODECRT_MAX_BACKENDS 4
 

@@ -376,9 +376,10 @@ static codecrt_status cr_validate_codes(const codecrt_context *ctx, const codecr
     if (!codes || !codes->levels || !codes->lengths) {
         return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "codes, levels and lengths must not be NULL");
     }
-    if (codes->n_levels != info->n_levels) {
-        return cr_fail(err, CODECRT_E_SHAPE, "got %d code levels, model '%s' has %d", codes->n_levels,
-                       info->arch, info->n_levels);
+    if (ctx->model->arch->levels_prefix ? codes->n_levels < 1 || codes->n_levels > info->n_levels
+                                        : codes->n_levels != info->n_levels) {
+        return cr_fail(err, CODECRT_E_SHAPE, "got %d code levels, model '%s' has %s%d", codes->n_levels,
+                       info->arch, ctx->model->arch->levels_prefix ? "1 to " : "", info->n_levels);
     }
     if (codes->n_batch < 1) {
         return cr_fail(err, CODECRT_E_SHAPE, "batch of %d sequences", codes->n_batch);

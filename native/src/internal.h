@@ -221,6 +221,11 @@ typedef struct cr_arch {
     const char *name;
     /* its CPU graphs have a BF16 product mode (CODECRT_PRECISION_BF16) */
     bool bf16_products;
+    /* codes may carry the first K levels only, 1 <= K <= n_levels (RVQ
+       codecs: the rest count as absent, Mimi's 8 of 32 codebooks). A
+       stream's K is fixed by its first push; its tick graphs read code
+       codebook_size[l] at every absent level l (the architecture's zero row). */
+    bool levels_prefix;
     size_t hparams_size;
     /* Read and check hyperparameters from the GGUF metadata into hp. */
     codecrt_status (*read_hparams)(const struct gguf_context *gguf, void *hp, cr_err *err);
@@ -276,6 +281,7 @@ extern const cr_arch cr_arch_wavtokenizer;
 extern const cr_arch cr_arch_neucodec;
 extern const cr_arch cr_arch_xcodec2;
 extern const cr_arch cr_arch_dac;
+extern const cr_arch cr_arch_mimi;
 
 /* ------------------------------------------------------------------- model */
 
@@ -489,6 +495,8 @@ struct codecrt_stream {
     codecrt_stream_params params;
     cr_i32_vec levels[CODECRT_MAX_LEVELS]; /* pending codes; start = consumed prefix dropped */
     int64_t level_base[CODECRT_MAX_LEVELS]; /* codes dropped from the front so far */
+    int32_t n_levels;                       /* levels this stream carries: the model's, or (levels_prefix
+                                               architectures) those of its first push; 0 until then */
     int64_t ticks;                          /* chunks consumed */
     int64_t total_frames;                   /* -1 until finish */
     int64_t samples_pulled;

@@ -164,6 +164,7 @@ static void cr_stream_clear(codecrt_stream *s) {
         s->levels[l].start = 0;
         s->level_base[l] = 0;
     }
+    s->n_levels = s->ctx->model->arch->levels_prefix ? 0 : s->ctx->model->info.n_levels;
     s->ticks = 0;
     s->total_frames = -1;
     s->samples_pulled = 0;
@@ -232,8 +233,8 @@ static int64_t cr_stream_level_len(const codecrt_stream *s, int l) {
 /* Frames for which every level has its codes. */
 static int64_t cr_stream_frames_complete(const codecrt_stream *s) {
     const codecrt_model_info *info = &s->ctx->model->info;
-    int64_t f = INT64_MAX;
-    for (int l = 0; l < info->n_levels; l++) {
+    int64_t f = s->n_levels > 0 ? INT64_MAX : 0;
+    for (int l = 0; l < s->n_levels; l++) {
         const int64_t fl = cr_stream_level_len(s, l) * info->level_stride[l];
         f = fl < f ? fl : f;
     }
@@ -268,11 +269,16 @@ codecrt_status codecrt_stream_push(codecrt_stream *s, const codecrt_codes *codes
     if (codes->n_batch != 1) {
         return cr_fail(&s->err, CODECRT_E_SHAPE, "a stream takes one sequence, got a batch of %d", codes->n_batch);
     }
-    if (codes->n_levels != info->n_levels) {
-        return cr_fail(&s->err, CODECRT_E_SHAPE, "got %d code levels, model has %d", codes->n_levels,
-                       info->n_levels);
+    if (s->n_levels == 0) { /* a levels_prefix architecture: the first push fixes the stream's levels */
+        if (codes->n_levels < 1 || codes->n_levels > info->n_levels) {
+            return cr_fail(&s->err, CODECRT_E_SHAPE, "got %d code levels, model has 1 to %d", codes->n_levels,
+                           info->n_levels);
+        }
+    } else if (codes->n_levels != s->n_levels) {
+        return cr_fail(&s->err, CODECRT_E_SHAPE, "got %d code levels, %s %d", codes->n_levels,
+                       s->ctx->model->arch->levels_prefix ? "the stream started with" : "model has", s->n_levels);
     }
-    for (int l = 0; l < info->n_levels; l++) {
+    for (int l = 0; l < codes->n_levels; l++) {
         const int64_t n = codes->lengths[l];
         if (n < 0 || n > (1 << 24)) {
             return cr_fail(&s->err, CODECRT_E_SHAPE, "level %d: bad length %lld", l, (long long)n);
@@ -289,7 +295,7 @@ codecrt_status codecrt_stream_push(codecrt_stream *s, const codecrt_codes *codes
             }
         }
     }
-    for (int l = 0; l < info->n_levels; l++) {
+    for (int l = 0; l < codes->n_levels; l++) {
         if (codes->lengths[l] > 0 && !cr_i32_push(&s->levels[l], codes->levels[l], codes->lengths[l])) {
             /* cannot happen after partial appends: grow failed on level l, roll back earlier levels */
             for (int k = 0; k < l; k++) {
@@ -298,6 +304,7 @@ codecrt_status codecrt_stream_push(codecrt_stream *s, const codecrt_codes *codes
             return cr_fail(&s->err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
         }
     }
+    s->n_levels = codes->n_levels;
     return CODECRT_OK;
 }
 
@@ -310,7 +317,7 @@ codecrt_status codecrt_stream_finish(codecrt_stream *s) {
         return cr_fail(&s->err, CODECRT_E_STATE, "finish called twice");
     }
     const int64_t f0 = cr_stream_level_len(s, 0) * info->level_stride[0];
-    for (int l = 1; l < info->n_levels; l++) {
+    for (int l = 1; l < s->n_levels; l++) {
         const int64_t fl = cr_stream_level_len(s, l) * info->level_stride[l];
         if (fl != f0) {
             return cr_fail(&s->err, CODECRT_E_SHAPE,
@@ -458,6 +465,12 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
                 continue;
             }
             codecrt_stream *s = ready[b];
+            if (l >= s->n_levels) { /* absent level (levels_prefix): the architecture's zero row */
+                for (int64_t i = 0; i < per; i++) {
+                    dst[i] = info->codebook_size[l];
+                }
+                continue;
+            }
             const cr_i32_vec *v = &s->levels[l];
             const int64_t first = s->ticks * per; /* absolute code index */
             for (int64_t i = 0; i < per; i++) {
@@ -524,7 +537,7 @@ static codecrt_status cr_stream_collect(codecrt_context *ctx, const cr_graph_io 
         }
         /* drop codes that no later tick reads */
         const codecrt_model_info *info = &ctx->model->info;
-        for (int l = 0; l < info->n_levels; l++) {
+        for (int l = 0; l < s->n_levels; l++) {
             cr_i32_vec *v = &s->levels[l];
             const int64_t consumed = s->ticks * ctx->pool.chunk / info->level_stride[l] - s->level_base[l];
             const int64_t drop = consumed < v->n - v->start ? consumed : v->n - v->start;

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import dac, neucodec, s3gen, snac, wavtokenizer
+from . import dac, mimi, neucodec, s3gen, snac, wavtokenizer
 from .common import DTYPES, ConversionError, load_checkpoint, load_config
 
 __all__ = ["convert", "ConversionError", "ARCHITECTURES", "Architecture", "register", "find_checkpoint"]
@@ -50,6 +50,9 @@ register(Architecture("wavtokenizer", wavtokenizer.detect, wavtokenizer.convert_
                       needs_config=False))
 register(Architecture("neucodec", neucodec.detect_neucodec, neucodec.convert_neucodec_state_dict,
                       "NeuCodec decoder (NeuTTS Air/Nano; 50 Hz FSQ codes, 24 kHz)", needs_config=False))
+register(Architecture("mimi", mimi.detect, mimi.convert_mimi_state_dict,
+                      "Mimi decoder (Kyutai; Moshi, Sesame CSM): 1..32 RVQ codebooks at 12.5 Hz, 24 kHz",
+                      needs_config=False))
 register(Architecture("xcodec2", neucodec.detect_xcodec2, neucodec.convert_xcodec2_state_dict,
                       "XCodec2 decoder (Llasa; 50 Hz FSQ codes, 16 kHz)", needs_config=False))
 register(Architecture("dac", dac.detect, dac.convert_dac_state_dict,

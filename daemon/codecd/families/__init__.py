@@ -14,6 +14,7 @@ from typing import Any
 from .base import Family, LoadedModel, ModelSpec, StreamPlan, StreamRefused
 from .layout import get_layout, layout_names, register_layouts
 from .dac import DacFamily
+from .mimi import MimiFamily
 from .neucodec import NeuCodecFamily
 from .s3gen import S3GenFamily
 from .snac import SnacFamily
@@ -28,7 +29,7 @@ __all__ = [
 
 #: every family codecd serves
 FAMILIES: tuple[Family, ...] = (SnacFamily(), S3GenFamily(), DacFamily(), WavTokenizerFamily(),
-                                NeuCodecFamily(), XCodec2Family())
+                                NeuCodecFamily(), XCodec2Family(), MimiFamily())
 
 
 def _index(families: tuple[Family, ...]) -> dict[str, Family]:

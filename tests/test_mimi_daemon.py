@@ -1,0 +1,102 @@
+"""Mimi through the daemon: ``codecd serve`` (in-process Server, real websockets on 127.0.0.1)
+streams the tiny Mimi model; each stream sends its own number of codebooks, fixed at ``start``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import codecrt_or_skip
+
+pytest.importorskip("torch")
+pytest.importorskip("moshi")
+pytest.importorskip("websockets")
+ref = pytest.importorskip("references.mimi")
+from test_server import Client, running  # noqa: E402
+
+from codecd.audio import OutputConverter  # noqa: E402
+from codecd.protocol import encode_token_frame  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def mimi_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from codecd.convert import convert
+
+    codecrt_or_skip()
+    root = tmp_path_factory.mktemp("mimi_daemon")
+    with ref.torch_threads(1):
+        model = ref.build_reference(ref.MIMI_TINY, 21)
+    ref.save_released_layout(model, root / "tiny", layout="transformers")
+    return convert(root / "tiny", root / "tiny.gguf", progress=False)
+
+
+@pytest.mark.slow
+def test_twenty_streams_of_different_codebook_counts(mimi_gguf: Path) -> None:
+    """20 concurrent streams (1 to 32 codebooks, 3 to 40 frames, JSON and binary frames in random
+    pieces) come back as the offline decode of their codes, in s16."""
+    import codecrt
+
+    rng = np.random.default_rng(3)
+    cases = []
+    for i in range(20):
+        k = int(rng.choice([1, 8, 32, int(rng.integers(1, 33))]))
+        cases.append((f"s{i}", ref.random_codes(ref.MIMI_TINY, int(rng.integers(3, 41)), k, rng)))
+    with codecrt.Model(str(mimi_gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
+        want = {}
+        for sid, codes in cases:
+            conv = OutputConverter(24000, 24000, "pcm_s16le")
+            a, _ = conv.feed(ctx.decode([codes[k:k + 1] for k in range(codes.shape[0])])[0])
+            b, _ = conv.flush()
+            want[sid] = a + b
+
+    async def send(c: Client, sid: str, codes: np.ndarray) -> None:
+        n = codes.shape[1]
+        cuts = sorted({0, n, *map(int, rng.integers(0, n, 3))})
+        for a, b in zip(cuts, cuts[1:]):
+            if rng.random() < 0.5:
+                await c.send({"type": "tokens", "stream_id": sid,
+                              "levels": [codes[k, a:b].tolist() for k in range(codes.shape[0])]})
+            else:
+                for k in range(codes.shape[0]):
+                    await c.send(encode_token_frame(sid, codes[k, a:b], level=k))
+            await asyncio.sleep(0)
+        await c.send({"type": "end", "stream_id": sid})
+
+    async def main() -> dict[str, Any]:
+        async with running(mimi_gguf, max_batch=32) as srv:
+            # two connections of 10 (a connection holds at most 16 streams)
+            conns = [await Client.open(srv.port) for _ in range(2)]
+            for i, (sid, codes) in enumerate(cases):
+                await conns[i % 2].send({"type": "start", "stream_id": sid, "model": "small",
+                                         "layout": "levels", "codebooks": int(codes.shape[0])})
+            await asyncio.gather(*(send(conns[i % 2], sid, codes) for i, (sid, codes) in enumerate(cases)))
+            out = {}
+            for i, (sid, _) in enumerate(cases):
+                c = conns[i % 2]
+                t = await c.terminal(sid, timeout=60)
+                assert t["type"] == "done", t
+                out[sid] = bytes(c.rec(sid)["audio"])
+            # a start with more codebooks than the model has is refused, the connection stays usable
+            c = conns[0]
+            await c.send({"type": "start", "stream_id": "bad", "model": "small", "layout": "levels",
+                          "codebooks": 33})
+            t = await c.terminal("bad")
+            assert t["type"] == "error" and "1 to 32" in t["message"], t
+            for c in conns:
+                await c.close()
+            return out
+
+    got = asyncio.run(main())
+    worst, differ = 0, 0
+    for sid, _ in cases:
+        g = np.frombuffer(got[sid], "<i2").astype(int)
+        w = np.frombuffer(want[sid], "<i2").astype(int)
+        assert g.shape == w.shape, sid
+        worst = max(worst, int(np.abs(g - w).max()))
+        differ += int(np.count_nonzero(g != w))
+    print(f"\nMimi via the daemon: 20 streams, {differ} s16 samples differ from offline, by at most {worst}")
+    assert worst <= 1, worst
