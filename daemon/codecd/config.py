@@ -104,6 +104,9 @@ class Config:
     send_timeout_s: float = _f(5.0, "deadline of one send; a client that does not read is "
                                "closed with 'slow_reader'")
     sndbuf_bytes: int = _f(32768, "SO_SNDBUF of each accepted socket (0: the OS default)")
+    output_budget_s: float = _f(2.5, "audio a connection may owe its client (queued or "
+                                "being decoded) before its streams wait for it to read "
+                                "(back-pressure; 0: no budget)")
     max_ahead_s: float = _f(1.0, "audio is sent at most this far ahead of real time per "
                             "stream (0: no pacing)")
     auth_token: str | None = _f(None, "bearer token required on the websocket upgrade "
@@ -186,7 +189,7 @@ class Config:
             v = getattr(self, k)
             if not (math.isfinite(v) and v > 0):
                 errs.append(f"{k}: must be > 0, got {v}")
-        for k in ("gather_ms", "max_ahead_s"):
+        for k in ("gather_ms", "max_ahead_s", "output_budget_s"):
             v = getattr(self, k)
             if not (math.isfinite(v) and v >= 0):
                 errs.append(f"{k}: must be >= 0, got {v}")

@@ -191,6 +191,7 @@ class Server:
             max_streams=cfg.max_streams_per_connection,
             max_pending_tokens=max(64, int(cfg.max_queued_frames * cpf)),
             max_duration_s=cfg.max_stream_duration_s, idle_timeout_s=cfg.idle_timeout_s,
+            output_budget_s=cfg.output_budget_s,
             finish_timeout_s=max(120.0, cfg.max_stream_duration_s + 60.0),
             protocol=Limits(max_message_bytes=cfg.max_message_bytes))
         skw.update(self._session_overrides)
@@ -287,7 +288,11 @@ class Server:
                     await ws.close(item.code, item.reason)
                 return
             try:
-                await asyncio.wait_for(ws.send(item), timeout)
+                if isinstance(item, SendBinary):
+                    await asyncio.wait_for(ws.send(item.data), timeout)
+                    sess.on_sent(item)
+                else:
+                    await asyncio.wait_for(ws.send(item), timeout)
             except asyncio.TimeoutError:
                 logger.warning("connection %d: client did not read for %.1f s: slow_reader",
                                sess.id, timeout, extra={"conn": sess.id})
@@ -318,7 +323,10 @@ class Server:
         sess = conn.session
         followups: list[Action] = []
         for a in actions:
-            if isinstance(a, (SendBinary, SendText)):
+            if isinstance(a, SendBinary):
+                if not conn.closing:
+                    conn.out.put_nowait(a)  # the writer tells the session once it is written
+            elif isinstance(a, SendText):
                 if not conn.closing:
                     conn.out.put_nowait(a.data)
             elif isinstance(a, EnginePush):
@@ -363,7 +371,7 @@ class Server:
         now = time.monotonic()
         if ps.start(now):
             self._ttfa_t0[key] = now
-        if self.config.max_ahead_s <= 0:
+        if not self._holds:
             self._engine_call(conn, key, self.pool.push, followups, levels)  # type: ignore[union-attr]
             return
         ps.hold(levels)
@@ -373,11 +381,24 @@ class Server:
         """Hand the engine what pacing lets go now (and a held ``end`` after it)."""
         pool = self.pool
         assert pool is not None
-        for arrs in ps.due(time.monotonic(), self.config.max_ahead_s):
-            if not self._engine_call(conn, ps.key, pool.push, followups, arrs):  # type: ignore[arg-type]
-                return
+        ahead = self.config.max_ahead_s if self.config.max_ahead_s > 0 else float("inf")
+        sess, key = conn.session, ps.key
+        room = sess.output_room_s(key)  # type: ignore[arg-type]
+        before = ps.frames_pushed
+        try:
+            for arrs in ps.due(time.monotonic(), ahead, room * ps.frames_per_s):
+                if not self._engine_call(conn, key, pool.push, followups, arrs):  # type: ignore[arg-type]
+                    return
+        finally:
+            sess.on_released(key, ps.frames_pushed - before)  # type: ignore[arg-type]
         if ps.finish_due():
             self._engine_call(conn, ps.key, pool.finish, followups)  # type: ignore[arg-type]
+
+    @property
+    def _holds(self) -> bool:
+        """Codes wait in the pacer: for pacing, or for a connection's output budget."""
+        assert self.session_limits is not None
+        return self.config.max_ahead_s > 0 or self.session_limits.output_budget_s > 0
 
     def _forget(self, key: StreamKey) -> None:
         self._pacer.drop(key)
@@ -417,7 +438,7 @@ class Server:
         while True:
             now = time.monotonic()
             held = 0
-            if len(self._pacer) and self.config.max_ahead_s > 0:
+            if len(self._pacer) and self._holds:
                 for ps in self._pacer.waiting():
                     conn = self._conns.get(ps.key.session)  # type: ignore[attr-defined]
                     if conn is None:

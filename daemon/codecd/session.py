@@ -53,6 +53,7 @@ from .actions import (
     StreamKey,
 )
 from .audio import OutputConverter
+from .budget import DEFAULT_OUTPUT_BUDGET_S, OutputBudget
 from .families import ModelSpec, StreamRefused, family_for, get_layout
 from .families.layout import Assembler, LayoutError
 from .protocol import (
@@ -104,6 +105,9 @@ class SessionLimits:
     finish_timeout_s: float = 120.0
     #: closed stream ids remembered for dropping their in-flight messages
     max_closed_ids: int = 1024
+    #: seconds of audio the connection may owe its client (queued, or decodable in the
+    #: engine) before its streams' codes wait (back-pressure); <= 0: no budget
+    output_budget_s: float = DEFAULT_OUTPUT_BUDGET_S
     protocol: Limits = DEFAULT_LIMITS
 
 
@@ -215,6 +219,7 @@ class Session:
         self._by_key: dict[StreamKey, _Stream] = {}
         self._closed_ids: OrderedDict[str, None] = OrderedDict()
         self._drop_bare = False  # the bare-array stream was cancelled/failed: drop its tail
+        self.budget = OutputBudget(limits.output_budget_s)
 
     # --------------------------------------------------------------- inspection
 
@@ -241,6 +246,7 @@ class Session:
                 "max_pending_tokens": self.limits.max_pending_tokens,
                 "max_duration_s": self.limits.max_duration_s,
                 "idle_timeout_s": self.limits.idle_timeout_s,
+                "output_budget_s": self.limits.output_budget_s,
             },
         }
 
@@ -306,7 +312,8 @@ class Session:
 
     def tick(self, now: float | None = None) -> list[Action]:
         """Periodic check of time limits: idle open streams and ended streams the engine
-        never finished fail with ``idle_timeout`` / ``engine_error``."""
+        returns no audio for (since ``end`` or their last audio) fail with ``idle_timeout``
+        / ``engine_error``."""
         if self.closed:
             return []
         t = self.clock() if now is None else now
@@ -317,9 +324,31 @@ class Session:
                                    f"no input for {self.limits.idle_timeout_s:g} s")
             elif st.state == _ENDING and t - st.ended_at > self.limits.finish_timeout_s:
                 acts += self._fail(st, ErrorCode.ENGINE_ERROR,
-                                   f"decoder did not finish within "
-                                   f"{self.limits.finish_timeout_s:g} s")
+                                   f"decoder made no progress for "
+                                   f"{self.limits.finish_timeout_s:g} s after end")
         return acts
+
+    # ---------------------------------------------------------- output budget
+
+    def output_room_s(self, key: StreamKey) -> float:
+        """Seconds of audio the stream's codes may add in the engine now (the connection's
+        output budget; ``inf`` without one). The server holds back what does not fit."""
+        st = self._by_key.get(key)
+        if st is None:
+            return float("inf")
+        group_s = max(st.strides) * st.spec.hop_length / st.spec.sample_rate
+        return self.budget.room_s(key, group_s)
+
+    def on_released(self, key: StreamKey, frames: int) -> None:
+        """The server handed ``frames`` finest-level frames of the stream to the engine."""
+        st = self._by_key.get(key)
+        if st is not None and frames:
+            self.budget.released(key, frames * st.spec.hop_length / st.spec.sample_rate)
+
+    def on_sent(self, action: SendBinary) -> None:
+        """An audio frame was written to the socket (or dropped with the connection)."""
+        if action.audio_s:
+            self.budget.sent(action.audio_s, len(action.data))
 
     # ---------------------------------------------------------------- engine
 
@@ -339,6 +368,9 @@ class Session:
         acts = [] if st.opened else self.on_opened(key)  # started always comes first
         pcm = np.asarray(pcm_f32, dtype=np.float32).reshape(-1)
         st.samples_in += int(pcm.size)
+        self.budget.produced(key, pcm.size / st.spec.sample_rate)
+        if st.state == _ENDING:  # progress: the finish deadline counts from the last audio
+            st.ended_at = self.clock()
         data, n = st.converter.feed(pcm)
         return acts + self._audio_frame(st, data, n)
 
@@ -387,7 +419,9 @@ class Session:
         st.seq += 1
         self.metrics.samples_sent += n
         self.metrics.audio_bytes_sent += len(data)
-        return [SendBinary(frame)]
+        seconds = n / st.out_rate
+        self.budget.queued(seconds, len(frame))
+        return [SendBinary(frame, st.key, seconds)]
 
     def _mark_closed(self, stream_id: str) -> None:
         self._closed_ids[stream_id] = None
@@ -398,6 +432,7 @@ class Session:
     def _free(self, st: _Stream) -> None:
         self._streams.pop(st.stream_id, None)
         self._by_key.pop(st.key, None)
+        self.budget.drop(st.key)
         self._mark_closed(st.stream_id)
         if st.admitted:
             st.admitted = False
@@ -530,6 +565,9 @@ class Session:
                      codes_per_frame=sum(1.0 / s for s in strides), level_codes=[0] * n)
         self._streams[sid] = st
         self._by_key[key] = st
+        # what the decoder holds back by design: its look-ahead, one chunk, one group
+        hold = plan.latency_samples + (spec.chunk_frames + max(strides)) * spec.hop_length
+        self.budget.open(key, hold / spec.sample_rate)
         self._closed_ids.pop(sid, None)
         self._drop_bare = False
         self.metrics.streams_started += 1
