@@ -175,3 +175,145 @@ def test_budget_back_pressure_keeps_streams_and_slots(small: Path, offline: Any)
             assert srv.active_streams == 0
     asyncio.run(main())
 
+
+
+# -------------------------------------------------------------- HTTP and handshake
+
+
+async def raw_http(port: int, request: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Send raw bytes, read the whole reply: status, headers (in order, repeats kept), body."""
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(request)
+    await w.drain()
+    data = await asyncio.wait_for(r.read(), 5)
+    w.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = [(k.strip().lower(), v.strip()) for k, _, v in
+               (ln.partition(":") for ln in lines[1:])]
+    return int(lines[0].split()[1]), headers, body
+
+
+def upgrade_request(*extra: str, method: str = "GET", path: str = "/") -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Upgrade: websocket",
+             "Connection: Upgrade", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+             "Sec-WebSocket-Version: 13", *extra]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def test_duplicate_handshake_headers_get_400_without_traceback(
+        small: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A repeated Authorization, Upgrade or Origin header is a clean 400 (no 500, no ERROR
+    log); the websocket's own repeated headers are refused too; a good upgrade still works."""
+    async def main() -> None:
+        async with running(small, auth_token="s3cret",
+                           allowed_origins=["https://ok.example"]) as srv:
+            ok = "Authorization: Bearer s3cret"
+            for extra in ((ok, ok), (ok, "Authorization: Bearer nope"),
+                          (ok, "Upgrade: websocket"),
+                          (ok, "Origin: https://ok.example", "Origin: https://ok.example"),
+                          ("Authorization: Bearer nope", "Authorization: Bearer nope")):
+                status, headers, body = await raw_http(srv.port, upgrade_request(*extra))
+                assert status == 400, (extra, status, body)
+                assert b"sent 2 times" in body
+            for extra in ((ok, "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="),
+                          (ok, "Sec-WebSocket-Version: 13")):
+                status, _, body = await raw_http(srv.port, upgrade_request(*extra))
+                assert status == 400, (extra, status, body)
+            c = await Client.open(srv.port, additional_headers={"Authorization": "Bearer s3cret"})
+            await c.close()
+    with caplog.at_level("INFO"):
+        asyncio.run(main())
+    bad = [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL") or r.exc_info]
+    assert not bad, [r.getMessage() for r in bad]
+
+
+def test_every_response_has_one_content_type_and_other_methods_get_405(small: Path) -> None:
+    """Every route's response carries Content-Type once; DELETE/POST/BREW get 405 with
+    Allow on every path; HEAD gets the headers without a body."""
+    async def main() -> None:
+        async with running(small) as srv:
+            for path in ("/healthz", "/readyz", "/metrics", "/nope"):
+                status, headers, body = await raw_http(
+                    srv.port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                names = [k for k, _ in headers]
+                assert names.count("content-type") == 1, (path, headers)
+                assert len(names) == len(set(names)), (path, headers)
+                assert status == (404 if path == "/nope" else 200)
+                for method in ("DELETE", "POST", "BREW"):
+                    status, headers, _ = await raw_http(
+                        srv.port, f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                    assert status == 405, (method, path)
+                    assert ("allow", "GET, HEAD") in headers
+                status, headers, body = await raw_http(
+                    srv.port, f"HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                assert status == (404 if path == "/nope" else 200) and body == b"", path
+            status, headers, _ = await raw_http(srv.port, upgrade_request(method="POST"))
+            assert status == 405
+    asyncio.run(main())
+
+
+# -------------------------------------------------------------- token messages
+
+
+def test_huge_integers_fail_only_their_stream_with_the_value_sent(small: Path,
+                                                                  offline: Any) -> None:
+    """A token of thousands of digits (beyond Python's int-string limit) or just beyond
+    int64 gets token_range for its stream with the value as sent (a decimal string); the
+    connection and a concurrent stream carry on, exact."""
+    async def main() -> None:
+        rng = np.random.default_rng(20)
+        async with running(small) as srv:
+            c = await Client.open(srv.port)
+            levels = small_codes(400, rng)
+            await c.send(start_msg("ok"))
+            huge = "9" * 5000
+            cases = {"h": ("orpheus_ids", f'"tokens":[128266,{huge}]', 1, huge),
+                     "n": ("orpheus", f'"tokens":[1,2,3,-{huge}]', 3, "-" + huge),
+                     "i": ("orpheus", '"tokens":[1,9223372036854775808]', 1,
+                           "9223372036854775808"),
+                     "l": ("levels", '"levels":[[1],[2,3],[4,-99999999999999999999]]', 1,
+                           "-99999999999999999999")}
+            for sid, (layout, body, _, _) in cases.items():
+                await c.send(start_msg(sid, layout))
+                await c.send('{"type":"tokens","stream_id":"%s",%s}' % (sid, body))
+            await c.send(start_msg("bare", "orpheus"))  # a bare array: the only open stream
+            await send_stream(c, "ok", levels, "orpheus_ids", rng)
+            for sid, (layout, _, index, value) in cases.items():
+                e = await c.terminal(sid)
+                assert e["code"] == "token_range", e
+                assert e["index"] == index and e["value"] == value, (sid, e)
+                assert len(e["message"]) < 300
+                if layout == "levels":
+                    assert e["level"] == 2
+            assert (await c.terminal("ok"))["type"] == "done"
+            assert_same_audio(bytes(c.rec("ok")["audio"]),
+                              expected(offline, levels, "pcm_s16le", SR), "pcm_s16le")
+            await c.send("[5, %s]" % huge)  # bare array: goes to the only open stream
+            e = await c.terminal("bare")
+            assert e["code"] == "token_range" and e["value"] == huge and e["index"] == 1, e
+            assert not c.conn_errors and c.ws.close_code is None
+            await c.close()
+    asyncio.run(main())
+
+
+def test_binary_frame_for_a_missing_level_is_bad_binary(small: Path) -> None:
+    """A binary token frame for a level the model lacks, or a level byte that does not fit
+    the stream's layout, fails that stream with bad_binary (as protocol.md says)."""
+    async def main() -> None:
+        async with running(small) as srv:
+            c = await Client.open(srv.port)
+            await c.send(start_msg("lv", "levels"))
+            await c.send(encode_token_frame("lv", [1, 2], level=7))
+            await c.send(start_msg("seq", "levels"))
+            await c.send(encode_token_frame("seq", [1, 2]))  # 0xFF on a levels stream
+            await c.send(start_msg("orp", "orpheus"))
+            await c.send(encode_token_frame("orp", [1, 2], level=0))
+            await c.send(start_msg("js", "levels"))
+            await c.send({"type": "tokens", "stream_id": "js", "levels": [[1], [1], [1], [1]]})
+            for sid in ("lv", "seq", "orp"):
+                assert (await c.terminal(sid))["code"] == "bad_binary", sid
+            assert (await c.terminal("js"))["code"] == "bad_message"
+            assert c.ws.close_code is None
+            await c.close()
+    asyncio.run(main())

@@ -4,11 +4,15 @@
 until shutdown begins), ``/metrics`` (Prometheus text, after a fresh stats query
 to the workers). An upgrade is refused with 401 (bearer token), 403 (Origin)
 or 503 (not ready, shutting down, connection limits); 404 for anything else.
+Methods other than GET and HEAD get 405 on every path; a request that repeats a
+header the server reads (``Upgrade``, ``Authorization``, ``Origin``) gets 400.
+Each response carries each header once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hmac
 import logging
 import socket
@@ -32,13 +36,35 @@ def peer_ip(conn: ServerConnection) -> str:
     return str(ra[0]) if ra else "?"
 
 
+#: the methods every route answers (HEAD: the same headers, no body)
+METHODS = ("GET", "HEAD")
+#: request headers the server reads, which must therefore come at most once
+SINGLE_HEADERS = ("Upgrade", "Authorization", "Origin")
+
+
+class BadRequest(Exception):
+    """A request the server cannot read unambiguously (answered 400)."""
+
+
+def header(req: Request, name: str) -> str | None:
+    """The value of a header that must come at most once; BadRequest when it is repeated."""
+    values = req.headers.get_all(name)
+    if len(values) > 1:
+        raise BadRequest(f"{name} header sent {len(values)} times")
+    return values[0] if values else None
+
+
 def _respond(conn: ServerConnection, status: int, body: str,
              content_type: str = "text/plain; charset=utf-8",
-             extra: dict[str, str] | None = None) -> Response:
+             extra: dict[str, str] | None = None, head: bool = False) -> Response:
     r = conn.respond(status, body)
-    r.headers["Content-Type"] = content_type
-    for k, v in (extra or {}).items():
+    # respond() already sets Content-Type: replace it (a Headers item assignment appends)
+    for k, v in {"Content-Type": content_type, **(extra or {})}.items():
+        if k in r.headers:
+            del r.headers[k]
         r.headers[k] = v
+    if head:  # the GET response's headers (Content-Length included), without its body
+        r = dataclasses.replace(r, body=b"")
     return r
 
 
@@ -55,19 +81,32 @@ class Routes:
     refresh_stats: Callable[[], Awaitable[object]]  # before /metrics
 
     async def process_request(self, conn: ServerConnection, req: Request) -> Response | None:
+        if req.method not in METHODS:
+            self._refuse("bad_method")
+            return _respond(conn, 405, "method not allowed\n",
+                            extra={"Allow": ", ".join(METHODS)})
+        head = req.method == "HEAD"
+        try:
+            for name in SINGLE_HEADERS:
+                header(req, name)
+        except BadRequest as e:
+            self._refuse("bad_request")
+            logger.info("refused %s: %s", peer_ip(conn), e)
+            return _respond(conn, 400, f"bad request: {e}\n", head=head)
         path = req.path.split("?", 1)[0]
         if path == "/healthz":
-            return _respond(conn, 200, "ok\n")
+            return _respond(conn, 200, "ok\n", head=head)
         if path == "/readyz":
             ok = self.ready()
-            return _respond(conn, 200 if ok else 503, "ready\n" if ok else "not ready\n")
+            return _respond(conn, 200 if ok else 503, "ready\n" if ok else "not ready\n",
+                            head=head)
         if path == "/metrics":
             with contextlib.suppress(Exception):
                 await self.refresh_stats()
             return _respond(conn, 200, self.metrics.exposition(),
-                            "text/plain; version=0.0.4; charset=utf-8")
-        if req.headers.get("Upgrade", "").lower() != "websocket":
-            return _respond(conn, 404, "not found\n")
+                            "text/plain; version=0.0.4; charset=utf-8", head=head)
+        if (header(req, "Upgrade") or "").lower() != "websocket" or head:
+            return _respond(conn, 404, "not found\n", head=head)
         return self._check_upgrade(conn, req)
 
     def _refuse(self, reason: str) -> None:
@@ -76,7 +115,7 @@ class Routes:
     def _check_upgrade(self, conn: ServerConnection, req: Request) -> Response | None:
         cfg = self.config
         if cfg.auth_token is not None:
-            auth = req.headers.get("Authorization", "")
+            auth = header(req, "Authorization") or ""
             scheme, _, tok = auth.partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(
                     tok.strip().encode(), cfg.auth_token.encode()):
@@ -85,7 +124,7 @@ class Routes:
                 logger.info("refused %s: unauthorized", peer_ip(conn))
                 return _respond(conn, 401, "unauthorized\n",
                                 extra={"WWW-Authenticate": 'Bearer realm="codecd"'})
-        origin = req.headers.get("Origin")
+        origin = header(req, "Origin")
         if origin is not None and cfg.allowed_origins and "*" not in cfg.allowed_origins \
                 and origin not in cfg.allowed_origins:
             self._refuse("bad_origin")

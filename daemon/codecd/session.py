@@ -61,6 +61,7 @@ from .protocol import (
     FORMATS,
     LAYOUTS,
     MULAW_DEFAULT_RATE,
+    SEQUENCE_KEY,
     Cancel,
     ClientMessage,
     End,
@@ -175,6 +176,29 @@ class _Stream:
     def pending_tokens(self) -> float:
         decoded_frames = self.samples_in / self.spec.hop_length
         return self.tokens_accepted - decoded_frames * self.codes_per_frame
+
+
+def _as_sent(e: LayoutError, m: TokenChunk) -> tuple[str, dict[str, Any]]:
+    """The message and details of a layout error, with ``value`` as the client sent it:
+    a token beyond int64 reaches the layouts clamped, and its text was kept by the parser
+    (``value`` is then that decimal text, as a string)."""
+    details = dict(e.details)
+    value = details.get("value")
+    if not m.wide or not isinstance(value, int):
+        return str(e), details
+    level = details.get("level")
+    key = SEQUENCE_KEY if level is None else int(level)
+    arr = m.tokens if level is None else (m.levels or {}).get(key)
+    texts = m.wide.get(key, {})
+    if arr is None or not texts:
+        return str(e), details
+    hits = np.flatnonzero(arr == value)
+    if not hits.size or int(hits[0]) not in texts:
+        return str(e), details
+    text = texts[int(hits[0])]
+    details["value"] = text
+    short = text if len(text) <= 40 else f"{text[:20]}...({len(text.lstrip('-'))} digits)"
+    return str(e).replace(str(value), short, 1), details
 
 
 class _Fail(Exception):
@@ -629,20 +653,27 @@ class Session:
                         f"(limit {self.limits.max_pending_tokens}); send no faster than the "
                         "audio plays out")
         layout = st.start.layout
+        # a binary frame's level byte the stream cannot take is a bad binary frame
+        form = ErrorCode.BAD_BINARY if m.binary else ErrorCode.BAD_MESSAGE
         if st.takes_levels:
             if m.levels is None:
-                raise _Fail(ErrorCode.BAD_MESSAGE, f"stream has layout {layout!r}: send 'levels' "
-                                                   "(or binary frames with a level index)")
+                raise _Fail(form, f"stream has layout {layout!r}: send 'levels' "
+                                  "(or binary frames with a level index)")
+            bad = [l for l in m.levels if l >= len(st.strides)]
+            if m.binary and bad:
+                raise _Fail(form, f"binary frame for level {bad[0]}: the stream has "
+                                  f"{len(st.strides)} levels")
             payload: Any = m.levels
         else:
             if m.tokens is None:
-                raise _Fail(ErrorCode.BAD_MESSAGE, f"stream has layout {layout!r}: send "
-                                                   "'tokens' (or binary level 0xFF)")
+                raise _Fail(form, f"stream has layout {layout!r}: send "
+                                  "'tokens' (or binary level 0xFF)")
             payload = m.tokens
         try:
             levels = st.assembler.feed(payload)
         except LayoutError as e:
-            raise _Fail(ErrorCode(e.code), str(e), **e.details) from None
+            msg, details = _as_sent(e, m)
+            raise _Fail(ErrorCode(e.code), msg, **details) from None
         st.tokens_accepted += n
         if levels is None:
             return []
