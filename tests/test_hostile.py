@@ -317,3 +317,55 @@ def test_binary_frame_for_a_missing_level_is_bad_binary(small: Path) -> None:
             assert c.ws.close_code is None
             await c.close()
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("access,auth,metrics_token,want", [
+    ("auto", None, None, {None: 200}),
+    ("auto", "s3cret", None, {None: 401, "nope": 401, "s3cret": 200}),
+    ("auto", "s3cret", "m3trics", {None: 401, "s3cret": 401, "m3trics": 200}),
+    ("token", None, "m3trics", {None: 401, "m3trics": 200}),
+    ("loopback", "s3cret", None, {None: 200}),
+    ("open", "s3cret", None, {None: 200}),
+])
+def test_metrics_access(small: Path, access: str, auth: str | None, metrics_token: str | None,
+                        want: dict[str | None, int]) -> None:
+    """/metrics follows metrics_access: with a bearer token configured it is no longer open
+    by default; a separate metrics token, loopback only, or open when asked."""
+    async def main() -> None:
+        async with running(small, metrics_access=access, auth_token=auth,
+                           metrics_token=metrics_token) as srv:
+            for tok, status in want.items():
+                hdr = f"Authorization: Bearer {tok}\r\n" if tok else ""
+                got, headers, body = await raw_http(
+                    srv.port, f"GET /metrics HTTP/1.1\r\nHost: x\r\n{hdr}\r\n".encode())
+                assert got == status, (tok, got)
+                assert (b"codecd_streams_active" in body) == (status == 200)
+    asyncio.run(main())
+
+
+def test_metrics_loopback_refuses_other_peers(small: Path) -> None:
+    """metrics_access = loopback: a peer on a non-loopback address gets 403."""
+    addrs = [a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+             if not a[4][0].startswith("127.")]
+    if not addrs:
+        pytest.skip("no non-loopback IPv4 address on this host")
+
+    async def main() -> None:
+        async with running(small, listen="0.0.0.0:0", metrics_access="loopback") as srv:
+            r, w = await asyncio.open_connection(addrs[0], srv.port)
+            w.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = await asyncio.wait_for(r.read(), 5)
+            w.close()
+            assert data.split()[1] == b"403", data[:100]
+            assert (await raw_http(srv.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"))[0] \
+                == 200
+    asyncio.run(main())
+
+
+def test_loopback_addresses() -> None:
+    """What metrics_access = loopback admits: 127.0.0.0/8, ::1, IPv4-mapped loopback."""
+    from codecd.http import _is_loopback
+    for ip in ("127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1"):
+        assert _is_loopback(ip), ip
+    for ip in ("10.0.0.1", "192.168.1.2", "::ffff:10.0.0.1", "2001:db8::1", "?", ""):
+        assert not _is_loopback(ip), ip

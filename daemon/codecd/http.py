@@ -4,7 +4,8 @@
 until shutdown begins), ``/metrics`` (Prometheus text, after a fresh stats query
 to the workers). An upgrade is refused with 401 (bearer token), 403 (Origin)
 or 503 (not ready, shutting down, connection limits); 404 for anything else.
-Methods other than GET and HEAD get 405 on every path; a request that repeats a
+``/metrics`` follows ``metrics_access``: 401 without the bearer token, 403 from a
+peer that is not loopback. Methods other than GET and HEAD get 405 on every path; a request that repeats a
 header the server reads (``Upgrade``, ``Authorization``, ``Origin``) gets 400.
 Each response carries each header once.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hmac
+import ipaddress
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -52,6 +54,22 @@ def header(req: Request, name: str) -> str | None:
     if len(values) > 1:
         raise BadRequest(f"{name} header sent {len(values)} times")
     return values[0] if values else None
+
+
+def _bearer_ok(auth: str | None, token: str) -> bool:
+    """``Authorization: Bearer <token>`` with this token (constant-time comparison)."""
+    scheme, _, tok = (auth or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(tok.strip().encode(),
+                                                              token.encode())
+
+
+def _is_loopback(ip: str) -> bool:
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(addr, "ipv4_mapped", None)  # ::ffff:127.0.0.1 on a dual-stack socket
+    return bool((mapped or addr).is_loopback)
 
 
 def _respond(conn: ServerConnection, status: int, body: str,
@@ -101,6 +119,9 @@ class Routes:
             return _respond(conn, 200 if ok else 503, "ready\n" if ok else "not ready\n",
                             head=head)
         if path == "/metrics":
+            refused = self._check_metrics(conn, req)
+            if refused is not None:
+                return refused
             with contextlib.suppress(Exception):
                 await self.refresh_stats()
             return _respond(conn, 200, self.metrics.exposition(),
@@ -109,16 +130,31 @@ class Routes:
             return _respond(conn, 404, "not found\n", head=head)
         return self._check_upgrade(conn, req)
 
+    def _check_metrics(self, conn: ServerConnection, req: Request) -> Response | None:
+        """``metrics_access``: None when this peer may read /metrics, else the refusal."""
+        cfg = self.config
+        access = cfg.metrics_access
+        token = cfg.metrics_token or cfg.auth_token
+        if access == "open" or (access == "auto" and token is None):
+            return None
+        if access == "loopback":
+            if _is_loopback(peer_ip(conn)):
+                return None
+            self._refuse("metrics_not_loopback")
+            return _respond(conn, 403, "metrics are served to loopback peers only\n")
+        if token is not None and _bearer_ok(header(req, "Authorization"), token):
+            return None
+        self._refuse("metrics_unauthorized")
+        return _respond(conn, 401, "unauthorized\n",
+                        extra={"WWW-Authenticate": 'Bearer realm="codecd-metrics"'})
+
     def _refuse(self, reason: str) -> None:
         self.metrics.conn_refused.labels(reason).inc()
 
     def _check_upgrade(self, conn: ServerConnection, req: Request) -> Response | None:
         cfg = self.config
         if cfg.auth_token is not None:
-            auth = header(req, "Authorization") or ""
-            scheme, _, tok = auth.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                    tok.strip().encode(), cfg.auth_token.encode()):
+            if not _bearer_ok(header(req, "Authorization"), cfg.auth_token):
                 self._refuse("unauthorized")
                 self.session_metrics.errors["unauthorized"] += 1
                 logger.info("refused %s: unauthorized", peer_ip(conn))
