@@ -369,3 +369,48 @@ def test_loopback_addresses() -> None:
         assert _is_loopback(ip), ip
     for ip in ("10.0.0.1", "192.168.1.2", "::ffff:10.0.0.1", "2001:db8::1", "?", ""):
         assert not _is_loopback(ip), ip
+
+
+# -------------------------------------------------------------- worker death
+
+
+def test_worker_death_after_started_is_engine_error_never_busy(small: Path) -> None:
+    """Streams told started whose worker dies get engine_error, also when their next
+    tokens reach the engine while it restarts (which refuses them with busy); starts during
+    the restart get busy, and the worker comes back."""
+    import os
+    import signal
+
+    async def main() -> None:
+        rng = np.random.default_rng(21)
+        async with running(small) as srv:
+            c = await Client.open(srv.port)
+            ids = LAYOUTS.codes_to_orpheus_ids(LAYOUTS.levels_to_orpheus(small_codes(400, rng)))
+            sids = [f"k{i}" for i in range(4)]
+            for sid in sids:
+                await c.send(start_msg(sid))
+            await c.until(lambda: all(any(m["type"] == "started" for m in c.rec(s)["msgs"])
+                                      for s in sids))
+            os.kill(srv.pool.engines[0].pid, signal.SIGKILL)
+            t0 = time.monotonic()
+            i = 0
+            # tokens race the worker's death: some reach the engine between its EOF and
+            # the reaping that fails its streams, where the engine refuses them with busy
+            while not all(c.rec(s)["terminal"] for s in sids) and time.monotonic() - t0 < 3:
+                for sid in sids:
+                    await c.send(encode_token_frame(sid, ids[i % 100 * 7:i % 100 * 7 + 7]))
+                i += 1
+                await asyncio.sleep(0.001)
+            await c.send(start_msg("late"))
+            for sid in sids:
+                e = await c.terminal(sid, 5)
+                assert (e["type"], e.get("code")) == ("error", "engine_error"), e
+            late = await c.terminal("late", 5)
+            assert late["type"] == "error" and late["code"] in ("busy", "engine_error"), late
+            if late["code"] == "engine_error":  # it was started before the death was seen
+                assert any(m["type"] == "started" for m in c.rec("late")["msgs"])
+            else:
+                assert not any(m["type"] == "started" for m in c.rec("late")["msgs"])
+            assert c.ws.close_code is None
+            await c.close()
+    asyncio.run(main())

@@ -481,6 +481,18 @@ def test_engine_error_fails_one_stream():
     assert EngineCancel(ka) in acts and h.s.open_streams == ["b"]
 
 
+def test_busy_after_started_is_engine_error():
+    """busy refuses a start; once started was sent, a busy from the engine (its worker died
+    and is restarting) fails the stream with engine_error: never started then busy."""
+    h = Harness()
+    h.start("a")  # opened at once: started sent
+    h.text(type="start", stream_id="b", model="snac_24khz", layout="orpheus_ids")  # not yet
+    ka, kb = h.key("a"), h.key("b")
+    e = only_error(h.s.on_engine_error(ka, "busy", "engine 0 is restarting"))
+    assert e["code"] == "engine_error" and "restarting" in e["message"]
+    assert only_error(h.s.on_engine_error(kb, "busy", "engine 0 is restarting"))["code"] == "busy"
+
+
 # ------------------------------------------------------------------- bare arrays
 
 

@@ -428,6 +428,11 @@ class Session:
         except ValueError:
             ec = ErrorCode.ENGINE_ERROR
             message = f"{code}: {message}"
+        if ec == ErrorCode.BUSY and st.opened:
+            # busy refuses a start; a stream already told started lost its decoder
+            # (a worker that died and is restarting): that is engine_error
+            ec = ErrorCode.ENGINE_ERROR
+            message = f"decoder lost: {message}"
         return self._fail(st, ec, message)
 
     # ------------------------------------------------------------- internals
