@@ -414,3 +414,80 @@ def test_worker_death_after_started_is_engine_error_never_busy(small: Path) -> N
             assert c.ws.close_code is None
             await c.close()
     asyncio.run(main())
+
+
+# -------------------------------------------------------------- nothing lost
+
+
+def test_nothing_lost_under_faults(small: Path, offline: Any) -> None:
+    """Every stream a client started ends with one message naming it, under faults: a
+    worker kill (engine_error), a cancel (cancelled), SIGTERM-style shutdown (shutting_down
+    per stream, then 1001), a normal end (done carrying every sample of every token sent,
+    exact); a client that stops reading is closed with 1008 slow_reader."""
+    import os
+    import signal
+
+    async def main() -> None:
+        rng = np.random.default_rng(22)
+        async with running(small, send_timeout_s=0.5, sndbuf_bytes=4096, drain_timeout_s=0.3,
+                           output_budget_s=0.0, max_queued_frames=1 << 16) as srv:
+            sent: dict[str, int] = {}  # frames of whole token groups sent, per stream
+
+            async def feed(c: Client, sid: str, frames: int, end: bool) -> list[np.ndarray]:
+                lv = small_codes(frames, rng)
+                await c.send(start_msg(sid))
+                await send_stream(c, sid, lv, "orpheus_ids", rng, end=end)
+                sent[sid] = frames
+                return lv
+
+            # 1. a worker kill: every stream of that worker gets engine_error
+            a = await Client.open(srv.port)
+            for i in range(4):
+                await feed(a, f"w{i}", 400, end=False)
+            await a.until(lambda: all(len(a.rec(f"w{i}")["audio"]) for i in range(4)))
+            os.kill(srv.pool.engines[0].pid, signal.SIGKILL)
+            for i in range(4):
+                assert (await a.terminal(f"w{i}", 5))["code"] == "engine_error"
+            while not srv._is_ready():
+                await asyncio.sleep(0.05)
+            # 2. done, cancelled, and a stream open at shutdown, on one connection
+            b = await Client.open(srv.port)
+            done_lv = await feed(b, "done", 800, end=True)
+            await feed(b, "cancel", 400, end=False)
+            await b.send({"type": "cancel", "stream_id": "cancel"})
+            await feed(b, "open", 400, end=False)
+            assert (await b.terminal("done"))["type"] == "done"
+            assert (await b.terminal("cancel"))["type"] == "cancelled"
+            # 3. a client that stops reading
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", srv.port))
+            slow = await connect(f"ws://127.0.0.1:{srv.port}/", sock=s, max_queue=1,
+                                 compression=None, max_size=None)
+            await slow.recv()
+            await slow.send(json.dumps(start_msg("big", format="pcm_f32le", sample_rate=192000)))
+            toks = LAYOUTS.codes_to_orpheus_ids(LAYOUTS.levels_to_orpheus(small_codes(8000, rng)))
+            for i in range(0, len(toks), 2800):
+                await slow.send(encode_token_frame("big", toks[i:i + 2800]))
+            await slow.send(json.dumps({"type": "end", "stream_id": "big"}))
+            deadline = time.monotonic() + 8
+            while slow.transport.get_extra_info("socket") is not None and \
+                    srv.metrics.errors.get("slow_reader", 0) == 0:
+                assert time.monotonic() < deadline, "slow reader not closed"
+                await asyncio.sleep(0.05)
+            slow.transport.abort()
+            # 4. shutdown: the open stream is named
+            await srv.close()
+            assert await b.closed() == 1001
+            assert (b.rec("open")["terminal"] or {}).get("code") == "shutting_down"
+            # the accounting: one terminal per stream, done carries all its audio
+            for c in (a, b):
+                for sid, r in c.streams.items():
+                    t = r["terminal"]
+                    assert t is not None and t.get("stream_id", sid) == sid, (sid, r["msgs"])
+            assert b.rec("done")["terminal"]["samples"] == sent["done"] * 4
+            assert_same_audio(bytes(b.rec("done")["audio"]),
+                              expected(offline, done_lv, "pcm_s16le", SR), "pcm_s16le")
+            assert srv.metrics.errors["slow_reader"] == 1
+            assert srv.active_streams == 0
+    asyncio.run(main())

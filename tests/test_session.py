@@ -585,11 +585,15 @@ def test_hello_twice_is_fatal():
 
 
 def test_shutdown_and_connection_lost():
-    """shutdown -> shutting_down + Close(1001); connection_lost cancels and releases all."""
+    """shutdown -> shutting_down for each open stream, then for the connection, and
+    Close(1001); connection_lost cancels and releases all."""
     h = Harness()
     h.start("a")
     acts = h.s.shutdown()
-    assert only_error(acts)["code"] == "shutting_down" and has_close(acts).code == 1001
+    errs = errors(acts)
+    assert [(e["code"], e.get("stream_id")) for e in errs] == [("shutting_down", "a"),
+                                                               ("shutting_down", None)]
+    assert has_close(acts).code == 1001 and h.released == 1
     h = Harness()
     h.start("a")
     h.start("b")

@@ -310,22 +310,29 @@ class Session:
         self.metrics.messages_received += 1
         return self._dispatch(msg)
 
-    def fail_connection(self, code: ErrorCode | str, message: str) -> list[Action]:
+    def fail_connection(self, code: ErrorCode | str, message: str, *,
+                        name_streams: bool = False) -> list[Action]:
         """End the connection with an error (server-side reasons: ``slow_reader``,
-        ``unauthorized``, ``shutting_down``, ...): ``error``, engine cancels, ``Close``."""
+        ``unauthorized``, ``shutting_down``, ...): ``error``, engine cancels, ``Close``.
+        ``name_streams``: first an ``error`` with the same code for each open stream, so
+        that every stream the client started ends with a message naming it."""
         if self.closed:
             return []
         code = ErrorCode(code)
         self._count_error(code)
         logger.info("session %d: closing: %s: %s", self.id, code.value, message)
-        acts: list[Action] = [SendText(encode_error(code, message))]
+        acts: list[Action] = []
+        if name_streams:
+            acts += [SendText(encode_error(code, message, sid)) for sid in self._streams]
+        acts.append(SendText(encode_error(code, message)))
         acts += self._drop_all(failed=True)
         acts.append(Close(close_code_for(code), truncate_reason(f"{code.value}: {message}")))
         self.closed = True
         return acts
 
     def shutdown(self, message: str = "server is shutting down") -> list[Action]:
-        return self.fail_connection(ErrorCode.SHUTTING_DOWN, message)
+        """``shutting_down`` for each open stream, then for the connection, and Close(1001)."""
+        return self.fail_connection(ErrorCode.SHUTTING_DOWN, message, name_streams=True)
 
     def connection_lost(self) -> list[Action]:
         """The connection closed (either side): cancel every stream, release their slots."""
