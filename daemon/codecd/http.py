@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from websockets.asyncio.server import ServerConnection
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 
 from .config import Config
 from .metrics import ServerMetrics
@@ -99,6 +100,17 @@ class Routes:
     refresh_stats: Callable[[], Awaitable[object]]  # before /metrics
 
     async def process_request(self, conn: ServerConnection, req: Request) -> Response | None:
+        resp = await self._route(conn, req)
+        proto = conn.protocol
+        if proto.eof_sent and proto.state is State.CONNECTING:
+            # bytes after the request that are not websocket frames made the library end
+            # the connection already; answering too would trip its own assertion (an
+            # ERROR traceback per such request). Marked closed, it is dropped silently.
+            logger.info("dropped %s: junk after the request", peer_ip(conn))
+            proto.state = State.CLOSED
+        return resp
+
+    async def _route(self, conn: ServerConnection, req: Request) -> Response | None:
         if req.method not in METHODS:
             self._refuse("bad_method")
             return _respond(conn, 405, "method not allowed\n",
