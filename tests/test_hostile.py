@@ -491,3 +491,54 @@ def test_nothing_lost_under_faults(small: Path, offline: Any) -> None:
             assert srv.metrics.errors["slow_reader"] == 1
             assert srv.active_streams == 0
     asyncio.run(main())
+
+
+def test_error_flood_without_reading_is_bounded(small: Path, offline: Any) -> None:
+    """A client that floods bad input (each answered by a 50 KB token_range error) and never
+    reads: the server stops reading it once 1 MiB waits to be sent, so the queue stays
+    bounded; it is closed with slow_reader; another connection's stream is exact."""
+    from codecd.server import OUT_HIGH
+
+    async def main() -> None:
+        rng = np.random.default_rng(23)
+        async with running(small, send_timeout_s=2.0, sndbuf_bytes=4096) as srv:
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(("127.0.0.1", srv.port))
+            ws = await connect(f"ws://127.0.0.1:{srv.port}/", sock=s, max_queue=1,
+                               compression=None, max_size=None, write_limit=4096)
+            await ws.recv()
+            huge = "9" * 50000
+            peak = [0]
+
+            async def flood() -> None:
+                for i in range(200):
+                    await ws.send(json.dumps(start_msg(f"h{i}")))
+                    await ws.send('{"type":"tokens","stream_id":"h%d","tokens":[%s]}' % (i, huge))
+
+            async def watch() -> None:
+                while True:
+                    for conn in list(srv._conns.values()):
+                        peak[0] = max(peak[0], conn.queued_bytes)
+                    await asyncio.sleep(0.005)
+
+            watcher = asyncio.create_task(watch())
+            flooder = asyncio.create_task(flood())
+            other = await Client.open(srv.port)
+            levels = small_codes(400, rng)
+            await other.send(start_msg("o"))
+            await send_stream(other, "o", levels, "orpheus_ids", rng)
+            assert (await other.terminal("o"))["type"] == "done"
+            assert_same_audio(bytes(other.rec("o")["audio"]),
+                              expected(offline, levels, "pcm_s16le", SR), "pcm_s16le")
+            deadline = time.monotonic() + 15
+            while srv.metrics.errors.get("slow_reader", 0) == 0:
+                assert time.monotonic() < deadline, "flooder not closed"
+                await asyncio.sleep(0.05)
+            watcher.cancel()
+            flooder.cancel()
+            ws.transport.abort()
+            assert srv.metrics.errors["token_range"] >= 20  # the queue did fill up
+            assert peak[0] <= OUT_HIGH + 2 * 60000, peak[0]
+            await other.close()
+    asyncio.run(main())

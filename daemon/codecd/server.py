@@ -71,6 +71,11 @@ logger = logging.getLogger(__name__)
 TICK_S = 0.25  # Session.tick period
 PACE_S = 0.02  # release period of paced codes
 _CLOSE = object()
+#: bytes queued for one connection above which its input is not read until the writer has
+#: sent it down to OUT_LOW: a client that floods bad input without reading the errors
+#: cannot grow the queue (audio is bounded by the output budget)
+OUT_HIGH = 1 << 20
+OUT_LOW = 1 << 18
 
 
 def voice_files(root: str) -> dict[str, str]:
@@ -87,6 +92,27 @@ class _Conn:
     out: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     writer: asyncio.Task[None] | None = None
     closing: bool = False
+    queued_bytes: int = 0  # of the frames in ``out``
+    space: asyncio.Event = field(default_factory=asyncio.Event)  # queued_bytes <= OUT_LOW
+
+    def put(self, item: Any, nbytes: int) -> None:
+        self.queued_bytes += nbytes
+        self.out.put_nowait(item)
+
+    def taken(self, nbytes: int) -> None:
+        self.queued_bytes -= nbytes
+        if self.queued_bytes <= OUT_LOW:
+            self.space.set()
+
+    async def wait_space(self) -> None:
+        """Until the writer has sent the queue down to OUT_LOW (or has stopped)."""
+        if self.queued_bytes <= OUT_HIGH:
+            return
+        self.space.clear()
+        waiter = asyncio.ensure_future(self.space.wait())
+        assert self.writer is not None
+        await asyncio.wait({waiter, self.writer}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
 
 
 # ------------------------------------------------------------------ server
@@ -252,6 +278,7 @@ class Server:
                 self._apply(conn, acts)
                 if sess.closed:
                     break
+                await conn.wait_space()
         except ConnectionClosed:
             pass
         except Exception:
@@ -279,6 +306,8 @@ class Server:
         timeout = self.config.send_timeout_s
         while True:
             item = await conn.out.get()
+            n = len(item.data) if isinstance(item, SendBinary) else \
+                len(item) if isinstance(item, str) else 0
             if item is _CLOSE:
                 with contextlib.suppress(Exception):
                     await ws.close(1000)
@@ -293,6 +322,7 @@ class Server:
                     sess.on_sent(item)
                 else:
                     await asyncio.wait_for(ws.send(item), timeout)
+                conn.taken(n)
             except asyncio.TimeoutError:
                 logger.warning("connection %d: client did not read for %.1f s: slow_reader",
                                sess.id, timeout, extra={"conn": sess.id})
@@ -325,10 +355,10 @@ class Server:
         for a in actions:
             if isinstance(a, SendBinary):
                 if not conn.closing:
-                    conn.out.put_nowait(a)  # the writer tells the session once it is written
+                    conn.put(a, len(a.data))  # the writer tells the session once it is written
             elif isinstance(a, SendText):
                 if not conn.closing:
-                    conn.out.put_nowait(a.data)
+                    conn.put(a.data, len(a.data))
             elif isinstance(a, EnginePush):
                 self._push(conn, a.key, a.levels, followups)
             elif isinstance(a, EngineOpen):
