@@ -30,7 +30,7 @@ from websockets.exceptions import InvalidStatus
 
 from smallmodel import small_codes
 from test_server import (  # noqa: F401  (codecrt, offline, small: fixtures)
-    SR, Client, assert_same_audio, codecrt, expected, metric_value, metrics, offline, send_stream,
+    SR, Client, assert_same_audio, codecrt, expected, http_get, metric_value, metrics, offline, send_stream,
     serve_process, small, start_msg, wait_ready)
 
 SHIPPED = Path(__file__).resolve().parent.parent / "systemd" / "haproxy" / "codecd.cfg"
@@ -166,6 +166,7 @@ def start_daemons(stack: ExitStack, small: Path, tmp_path: Path, n: int) -> list
         log = tmp_path / f"daemon{i + 1}.log"
         p, port = stack.enter_context(serve_process(
             small, log, "--max-ahead-s", "0", "--drain-timeout-s", "10",
+            "--metrics-access", "loopback",
             env={"CODECD_AUTH_TOKEN": TOKEN}))
         daemons.append(Daemon(p, port, log))
 
@@ -232,6 +233,7 @@ def test_proxy_passes_authorization(proxy: Proxy) -> None:
         refused = [metric_value(await metrics(d.port), "codecd_errors_total", code="unauthorized")
                    for d in proxy.daemons]
         assert sum(refused) == 2  # checked by the daemons themselves
+        assert (await http_get(proxy.port, "/metrics"))[0] == 403  # not through the proxy
     asyncio.run(main())
 
 

@@ -244,6 +244,35 @@ def test_huge_and_negative_ints_parse():
     m = P.parse_text(obj(type="tokens", stream_id="s", tokens=[-5, 10**30, -(10**30)]))
     assert isinstance(m, P.TokenChunk) and m.tokens is not None
     assert m.tokens.tolist() == [-5, 2**63 - 1, -(2**63)]
+    assert m.wide == {P.SEQUENCE_KEY: {1: str(10**30), 2: str(-(10**30))}}
+
+
+@pytest.mark.parametrize("digits", [4300, 4301, 20000])
+def test_ints_beyond_the_int_string_limit_parse(digits):
+    """Integers of thousands of digits (Python's int-string limit is 4300) parse: clamped,
+    their text kept as sent, in token arrays, levels and bare arrays."""
+    big = "7" * digits
+    m = P.parse_text('{"type":"tokens","stream_id":"s","tokens":[1,-%s]}' % big)
+    assert m.tokens.tolist() == [1, -(2**63)] and m.wide == {P.SEQUENCE_KEY: {1: "-" + big}}
+    m = P.parse_text('{"type":"tokens","stream_id":"s","levels":[[1],[%s]]}' % big)
+    assert m.levels[1].tolist() == [2**63 - 1] and m.wide == {1: {0: big}}
+    m = P.parse_text("[%s]" % big)
+    assert m.stream_id is None and m.wide == {P.SEQUENCE_KEY: {0: big}}
+
+
+def test_huge_ints_in_other_fields_are_bad_message():
+    """A huge integer where a bounded one belongs is bad_message for the stream, briefly."""
+    e = perr(P.parse_text, '{"type":"start","stream_id":"s","model":"m","layout":"orpheus",'
+                           '"seed":%s}' % ("9" * 5000))
+    assert (e.code, e.stream_id) == (ErrorCode.BAD_MESSAGE, "s") and len(e.message) < 200
+    e = perr(P.parse_text, '{"type":"hello","version":%s}' % ("9" * 5000))
+    assert e.code == ErrorCode.BAD_MESSAGE
+
+
+def test_binary_chunks_are_marked_binary():
+    """Token chunks from binary frames say so (the session's bad_binary for bad levels)."""
+    assert P.parse_binary(P.encode_token_frame("s", [1], 2)).binary
+    assert not P.parse_text(obj(type="tokens", stream_id="s", tokens=[1])).binary
 
 
 # ----------------------------------------------------------------- binary errors

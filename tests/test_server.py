@@ -554,7 +554,8 @@ def test_auth_origin_and_connection_limits(small: Path) -> None:
     """Wrong bearer token: 401; bad Origin: 403; over the per-IP connection or stream limit: 503 / busy."""
     async def main() -> None:
         async with running(small, auth_token="s3cret", allowed_origins=["https://ok.example"],
-                           max_connections_per_ip=2, max_streams=2) as srv:
+                           max_connections_per_ip=2, max_streams=2,
+                           metrics_access="loopback") as srv:
             url = f"ws://127.0.0.1:{srv.port}/"
             for hdrs, status in (({}, 401), ({"Authorization": "Bearer nope"}, 401),
                                  ({"Authorization": "Bearer s3cret",

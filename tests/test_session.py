@@ -481,6 +481,18 @@ def test_engine_error_fails_one_stream():
     assert EngineCancel(ka) in acts and h.s.open_streams == ["b"]
 
 
+def test_busy_after_started_is_engine_error():
+    """busy refuses a start; once started was sent, a busy from the engine (its worker died
+    and is restarting) fails the stream with engine_error: never started then busy."""
+    h = Harness()
+    h.start("a")  # opened at once: started sent
+    h.text(type="start", stream_id="b", model="snac_24khz", layout="orpheus_ids")  # not yet
+    ka, kb = h.key("a"), h.key("b")
+    e = only_error(h.s.on_engine_error(ka, "busy", "engine 0 is restarting"))
+    assert e["code"] == "engine_error" and "restarting" in e["message"]
+    assert only_error(h.s.on_engine_error(kb, "busy", "engine 0 is restarting"))["code"] == "busy"
+
+
 # ------------------------------------------------------------------- bare arrays
 
 
@@ -573,11 +585,15 @@ def test_hello_twice_is_fatal():
 
 
 def test_shutdown_and_connection_lost():
-    """shutdown -> shutting_down + Close(1001); connection_lost cancels and releases all."""
+    """shutdown -> shutting_down for each open stream, then for the connection, and
+    Close(1001); connection_lost cancels and releases all."""
     h = Harness()
     h.start("a")
     acts = h.s.shutdown()
-    assert only_error(acts)["code"] == "shutting_down" and has_close(acts).code == 1001
+    errs = errors(acts)
+    assert [(e["code"], e.get("stream_id")) for e in errs] == [("shutting_down", "a"),
+                                                               ("shutting_down", None)]
+    assert has_close(acts).code == 1001 and h.released == 1
     h = Harness()
     h.start("a")
     h.start("b")

@@ -73,7 +73,12 @@ class SendText:
 
 @dataclass(frozen=True)
 class SendBinary:
+    """A binary frame; an audio frame names its stream and the seconds of audio it carries
+    (the connection's output budget counts them until the frame is written)."""
+
     data: bytes
+    key: StreamKey | None = None
+    audio_s: float = 0.0
 
 
 @dataclass(frozen=True)

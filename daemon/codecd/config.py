@@ -40,10 +40,11 @@ __all__ = ["Config", "ModelSource", "ConfigError", "load_config", "add_arguments
            "SECRET_FIELDS"]
 
 DEMO_SOURCE = "demo"
-SECRET_FIELDS = ("auth_token",)
+SECRET_FIELDS = ("auth_token", "metrics_token")
 ENV_PREFIX = "CODECD_"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+METRICS_ACCESS = ("auto", "token", "loopback", "open")
 FLOW_PRECISIONS = ("f32", "bf16")  # codecrt.Context(precision=...)
 
 
@@ -105,10 +106,17 @@ class Config:
     send_timeout_s: float = _f(5.0, "deadline of one send; a client that does not read is "
                                "closed with 'slow_reader'")
     sndbuf_bytes: int = _f(32768, "SO_SNDBUF of each accepted socket (0: the OS default)")
+    output_budget_s: float = _f(2.5, "audio a connection may owe its client (queued or "
+                                "being decoded) before its streams wait for it to read "
+                                "(back-pressure; 0: no budget)")
     max_ahead_s: float = _f(1.0, "audio is sent at most this far ahead of real time per "
                             "stream (0: no pacing)")
     auth_token: str | None = _f(None, "bearer token required on the websocket upgrade "
                                 "(Authorization: Bearer ...)")
+    metrics_access: str = _f("auto", "who may read /metrics: auto (a bearer token when "
+                             "metrics_token or auth_token is set, else anyone), token, "
+                             "loopback (peers on 127.0.0.0/8 or ::1 only), open")
+    metrics_token: str | None = _f(None, "bearer token for /metrics (default: auth_token)")
     allowed_origins: list[str] = _f(list, "Origin values allowed on the upgrade (empty: any; "
                                     "requests without Origin are always allowed)",
                                     factory=True, metavar="ORIGIN,...")
@@ -187,7 +195,7 @@ class Config:
             v = getattr(self, k)
             if not (math.isfinite(v) and v > 0):
                 errs.append(f"{k}: must be > 0, got {v}")
-        for k in ("gather_ms", "max_ahead_s"):
+        for k in ("gather_ms", "max_ahead_s", "output_budget_s"):
             v = getattr(self, k)
             if not (math.isfinite(v) and v >= 0):
                 errs.append(f"{k}: must be >= 0, got {v}")
@@ -197,6 +205,11 @@ class Config:
             errs.append(f"log_format: one of {', '.join(LOG_FORMATS)}, got {self.log_format!r}")
         if self.log_level not in LOG_LEVELS:
             errs.append(f"log_level: one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        if self.metrics_access not in METRICS_ACCESS:
+            errs.append(f"metrics_access: one of {', '.join(METRICS_ACCESS)}, got "
+                        f"{self.metrics_access!r}")
+        elif self.metrics_access == "token" and not (self.metrics_token or self.auth_token):
+            errs.append("metrics_access: token needs metrics_token or auth_token")
         if self.auth_token is not None and not self.auth_token:
             errs.append("auth_token: empty (leave it unset for no authentication)")
         return errs
@@ -259,11 +272,12 @@ def _coerce(name: str, v: Any, where: str) -> Any:
             if isinstance(v, bool):
                 raise ValueError("expected a number")
             return float(v)
-        if v is None or (name == "auth_token" and v == ""):
+        if v is None or (name in SECRET_FIELDS and v == ""):
             return None
         if not isinstance(v, str):
             raise ValueError("expected a string")
-        return v.lower() if name in ("log_format", "log_level", "flow_precision") else v
+        return v.lower() if name in ("log_format", "log_level", "flow_precision",
+                                     "metrics_access") else v
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {name}: {e} (got {v!r})") from None
 

@@ -6,12 +6,18 @@ to the workers); the browser page's routes (``codecd.web``: ``/``, ``/static/*``
 ``/demo/tokens.json``, ``/auth/ticket``). An upgrade is refused with 401 (bearer
 token, or a browser credential in the subprotocol offer), 403 (Origin) or 503 (not
 ready, shutting down, connection limits); 404 for anything else.
+``/metrics`` follows ``metrics_access``: 401 without the bearer token, 403 from a
+peer that is not loopback. Methods other than GET and HEAD get 405 on every path; a request that repeats a
+header the server reads (``Upgrade``, ``Authorization``, ``Origin``) gets 400.
+Each response carries each header once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hmac
+import ipaddress
 import logging
 import socket
 from collections.abc import Awaitable, Callable
@@ -20,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from websockets.asyncio.server import ServerConnection
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 
 from .config import Config
 from .metrics import ServerMetrics
@@ -28,7 +35,7 @@ from .session import SessionMetrics
 if TYPE_CHECKING:
     from .web import WebRoutes
 
-__all__ = ["Routes", "peer_ip"]
+__all__ = ["Routes", "peer_ip", "respond", "header", "bearer_ok", "BadRequest"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +45,51 @@ def peer_ip(conn: ServerConnection) -> str:
     return str(ra[0]) if ra else "?"
 
 
-def _respond(conn: ServerConnection, status: int, body: str,
+#: the methods every route answers (HEAD: the same headers, no body)
+METHODS = ("GET", "HEAD")
+#: request headers the server reads, which must therefore come at most once
+SINGLE_HEADERS = ("Upgrade", "Authorization", "Origin")
+
+
+class BadRequest(Exception):
+    """A request the server cannot read unambiguously (answered 400)."""
+
+
+def header(req: Request, name: str) -> str | None:
+    """The value of a header that must come at most once; BadRequest when it is repeated."""
+    values = req.headers.get_all(name)
+    if len(values) > 1:
+        raise BadRequest(f"{name} header sent {len(values)} times")
+    return values[0] if values else None
+
+
+def bearer_ok(auth: str | None, token: str) -> bool:
+    """``Authorization: Bearer <token>`` with this token (constant-time comparison)."""
+    scheme, _, tok = (auth or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(tok.strip().encode(),
+                                                              token.encode())
+
+
+def _is_loopback(ip: str) -> bool:
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(addr, "ipv4_mapped", None)  # ::ffff:127.0.0.1 on a dual-stack socket
+    return bool((mapped or addr).is_loopback)
+
+
+def respond(conn: ServerConnection, status: int, body: str,
              content_type: str = "text/plain; charset=utf-8",
-             extra: dict[str, str] | None = None) -> Response:
+             extra: dict[str, str] | None = None, head: bool = False) -> Response:
     r = conn.respond(status, body)
-    r.headers["Content-Type"] = content_type
-    for k, v in (extra or {}).items():
+    # respond() already sets Content-Type: replace it (a Headers item assignment appends)
+    for k, v in {"Content-Type": content_type, **(extra or {})}.items():
+        if k in r.headers:
+            del r.headers[k]
         r.headers[k] = v
+    if head:  # the GET response's headers (Content-Length included), without its body
+        r = dataclasses.replace(r, body=b"")
     return r
 
 
@@ -62,21 +107,68 @@ class Routes:
     web: WebRoutes | None = None  # the page, tickets, browser credentials
 
     async def process_request(self, conn: ServerConnection, req: Request) -> Response | None:
+        resp = await self._route(conn, req)
+        proto = conn.protocol
+        if proto.eof_sent and proto.state is State.CONNECTING:
+            # bytes after the request that are not websocket frames made the library end
+            # the connection already; answering too would trip its own assertion (an
+            # ERROR traceback per such request). Marked closed, it is dropped silently.
+            logger.info("dropped %s: junk after the request", peer_ip(conn))
+            proto.state = State.CLOSED
+        return resp
+
+    async def _route(self, conn: ServerConnection, req: Request) -> Response | None:
+        if req.method not in METHODS:
+            self._refuse("bad_method")
+            return respond(conn, 405, "method not allowed\n",
+                            extra={"Allow": ", ".join(METHODS)})
+        head = req.method == "HEAD"
+        try:
+            for name in SINGLE_HEADERS:
+                header(req, name)
+        except BadRequest as e:
+            self._refuse("bad_request")
+            logger.info("refused %s: %s", peer_ip(conn), e)
+            return respond(conn, 400, f"bad request: {e}\n", head=head)
         path = req.path.split("?", 1)[0]
         if path == "/healthz":
-            return _respond(conn, 200, "ok\n")
+            return respond(conn, 200, "ok\n", head=head)
         if path == "/readyz":
             ok = self.ready()
-            return _respond(conn, 200 if ok else 503, "ready\n" if ok else "not ready\n")
+            return respond(conn, 200 if ok else 503, "ready\n" if ok else "not ready\n",
+                            head=head)
         if path == "/metrics":
+            refused = self._check_metrics(conn, req)
+            if refused is not None:
+                return refused
             with contextlib.suppress(Exception):
                 await self.refresh_stats()
-            return _respond(conn, 200, self.metrics.exposition(),
-                            "text/plain; version=0.0.4; charset=utf-8")
-        if req.headers.get("Upgrade", "").lower() != "websocket":
+            return respond(conn, 200, self.metrics.exposition(),
+                            "text/plain; version=0.0.4; charset=utf-8", head=head)
+        if (header(req, "Upgrade") or "").lower() != "websocket" or head:
             page = None if self.web is None else await self.web.handle(conn, req, path)
-            return page if page is not None else _respond(conn, 404, "not found\n")
+            if page is not None and head:  # the GET response's headers, without its body
+                page = dataclasses.replace(page, body=b"")
+            return page if page is not None else respond(conn, 404, "not found\n", head=head)
         return self._check_upgrade(conn, req)
+
+    def _check_metrics(self, conn: ServerConnection, req: Request) -> Response | None:
+        """``metrics_access``: None when this peer may read /metrics, else the refusal."""
+        cfg = self.config
+        access = cfg.metrics_access
+        token = cfg.metrics_token or cfg.auth_token
+        if access == "open" or (access == "auto" and token is None):
+            return None
+        if access == "loopback":
+            if _is_loopback(peer_ip(conn)):
+                return None
+            self._refuse("metrics_not_loopback")
+            return respond(conn, 403, "metrics are served to loopback peers only\n")
+        if token is not None and bearer_ok(header(req, "Authorization"), token):
+            return None
+        self._refuse("metrics_unauthorized")
+        return respond(conn, 401, "unauthorized\n",
+                        extra={"WWW-Authenticate": 'Bearer realm="codecd-metrics"'})
 
     def _refuse(self, reason: str) -> None:
         self.metrics.conn_refused.labels(reason).inc()
@@ -84,32 +176,29 @@ class Routes:
     def _check_upgrade(self, conn: ServerConnection, req: Request) -> Response | None:
         cfg = self.config
         if cfg.auth_token is not None:
-            auth = req.headers.get("Authorization", "")
-            scheme, _, tok = auth.partition(" ")
-            if (scheme.lower() != "bearer" or not hmac.compare_digest(
-                    tok.strip().encode(), cfg.auth_token.encode())) and not (
+            if not bearer_ok(header(req, "Authorization"), cfg.auth_token) and not (
                     self.web is not None and self.web.authorize(req)):
                 self._refuse("unauthorized")
                 self.session_metrics.errors["unauthorized"] += 1
                 logger.info("refused %s: unauthorized", peer_ip(conn))
-                return _respond(conn, 401, "unauthorized\n",
+                return respond(conn, 401, "unauthorized\n",
                                 extra={"WWW-Authenticate": 'Bearer realm="codecd"'})
-        origin = req.headers.get("Origin")
+        origin = header(req, "Origin")
         if origin is not None and cfg.allowed_origins and "*" not in cfg.allowed_origins \
                 and origin not in cfg.allowed_origins:
             self._refuse("bad_origin")
             self.session_metrics.errors["bad_origin"] += 1
             logger.info("refused %s: origin %r not allowed", peer_ip(conn), origin)
-            return _respond(conn, 403, "origin not allowed\n")
+            return respond(conn, 403, "origin not allowed\n")
         if not self.accepting():
             self._refuse("not_ready")
-            return _respond(conn, 503, "not ready\n", extra={"Retry-After": "1"})
+            return respond(conn, 503, "not ready\n", extra={"Retry-After": "1"})
         ip = peer_ip(conn)
         total, of_ip = self.connections(ip)
         if total >= cfg.max_connections or of_ip >= cfg.max_connections_per_ip:
             self._refuse("too_many_connections")
             logger.info("refused %s: connection limit", ip)
-            return _respond(conn, 503, "too many connections\n", extra={"Retry-After": "1"})
+            return respond(conn, 503, "too many connections\n", extra={"Retry-After": "1"})
         if cfg.sndbuf_bytes:
             sock = conn.transport.get_extra_info("socket")
             if sock is not None:

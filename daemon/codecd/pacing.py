@@ -11,6 +11,7 @@ the engine; an ``end`` waits until the held codes have gone.
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -55,12 +56,16 @@ class PacedStream:
             return True
         return False
 
-    def due(self, now: float, max_ahead_s: float) -> Iterator[Codes]:
+    def due(self, now: float, max_ahead_s: float, max_frames: float = math.inf
+            ) -> Iterator[Codes]:
         """The held codes that may go now, whole groups of the coarsest level; each one yielded
         counts as handed over once the consumer asks for the next (a consumer that stops
-        after a failed push leaves the rest held)."""
+        after a failed push leaves the rest held). ``max_ahead_s`` inf: no pacing;
+        ``max_frames``: at most this many frames now (the connection's output budget)."""
         assert self.t0 is not None
-        allowed = int((now - self.t0 + max_ahead_s) * self.frames_per_s)
+        ahead = (now - self.t0 + max_ahead_s) * self.frames_per_s
+        cap = min(ahead, self.frames_pushed + max_frames)
+        allowed = self.frames_pushed + (1 << 62) if math.isinf(cap) else int(cap)
         while self.held:
             budget = allowed - self.frames_pushed
             if budget <= 0:

@@ -44,7 +44,7 @@ __all__ = [
     "ServerHello", "Started", "Done", "Cancelled", "Error", "AudioFrame", "ServerMessage",
     "parse_text", "parse_binary", "encode_hello", "encode_started", "encode_done",
     "encode_cancelled", "encode_error", "encode_audio", "encode_client", "encode_token_frame",
-    "parse_server_text", "parse_audio", "valid_stream_id", "truncate_reason",
+    "parse_server_text", "parse_audio", "valid_stream_id", "truncate_reason", "SEQUENCE_KEY",
 ]
 
 logger = logging.getLogger(__name__)
@@ -247,13 +247,18 @@ class TokenChunk:
 
     ``stream_id`` is None for a bare JSON array (the connection's only open
     stream). ``levels`` maps a level index to that level's codes. Arrays are
-    int64 (JSON integers beyond int64 are clamped to its range; they are out of
-    range for every layout anyway).
+    int64: JSON integers beyond int64 are clamped to its range (they are out of
+    range for every layout anyway), and ``wide`` keeps their decimal text as sent,
+    by level (:data:`SEQUENCE_KEY` for ``tokens``) and position in the message, so
+    that a ``token_range`` error can name the value that was sent.
     """
 
     stream_id: str | None
     tokens: npt.NDArray[np.int64] | None = None
     levels: dict[int, npt.NDArray[np.int64]] | None = None
+    wide: dict[int, dict[int, str]] = field(default_factory=dict)
+    #: it came in a binary frame (a level the stream cannot take is then ``bad_binary``)
+    binary: bool = False
 
     @property
     def count(self) -> int:
@@ -345,8 +350,40 @@ def valid_stream_id(s: object, limits: Limits = DEFAULT_LIMITS) -> bool:
     return len(s.encode("utf-8")) <= _MAX_ID_BYTES
 
 
+#: ``TokenChunk.wide`` key of the token sequence (``tokens``, bare arrays)
+SEQUENCE_KEY = -1
+
+
+class _WideInt:
+    """A JSON integer too long for Python's int-string conversion limit: its text only."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _parse_wide(text: str) -> int | _WideInt:
+    return _WideInt(text) if len(text) > 40 else int(text)
+
+
 def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return (isinstance(v, int) and not isinstance(v, bool)) or isinstance(v, _WideInt)
+
+
+def _int_text(v: int | _WideInt) -> str:
+    return v.text if isinstance(v, _WideInt) else str(v)
+
+
+def _loads(data: str) -> Any:
+    """JSON with integers of any length: the fast parser first; integers beyond Python's
+    int-string limit (thousands of digits) are kept as :class:`_WideInt`."""
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except ValueError as e:
+        if "integer string conversion" not in str(e):
+            raise
+    return json.loads(data, parse_constant=_reject_constant, parse_int=_parse_wide)
 
 
 class _Fields:
@@ -386,8 +423,8 @@ class _Fields:
             return None
         if not _is_int(v):
             raise self.err(f"field {key!r} must be an integer")
-        if not (lo <= v <= hi):
-            raise self.err(f"{key} {v} is outside [{lo}, {hi}]", code)
+        if isinstance(v, _WideInt) or not (lo <= v <= hi):
+            raise self.err(f"{key} {_short(_int_text(v))} is outside [{lo}, {hi}]", code)
         return int(v)
 
     def bool_(self, key: str, default: bool) -> bool:
@@ -403,7 +440,10 @@ def _short(s: str, n: int = 40) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
-def _int_array(values: object, what: str, f: _Fields, limits: Limits) -> npt.NDArray[np.int64]:
+def _int_array(values: object, what: str, f: _Fields, limits: Limits,
+               wide: dict[int, str] | None = None) -> npt.NDArray[np.int64]:
+    """The integers of a JSON array as int64; those beyond int64 are clamped to its range
+    (out of range for every layout) and their text, as sent, goes into ``wide``."""
     if not isinstance(values, list):
         raise f.err(f"{what} must be an array of integers")
     if len(values) > limits.max_tokens_per_message:
@@ -412,9 +452,19 @@ def _int_array(values: object, what: str, f: _Fields, limits: Limits) -> npt.NDA
     for j, v in enumerate(values):
         if not _is_int(v):
             raise f.err(f"{what}[{j}] is not an integer")
-    # clamp Python ints beyond int64: they are out of range for every layout
-    clamped = [v if _INT64_MIN <= v <= _INT64_MAX else (_INT64_MAX if v > 0 else _INT64_MIN)
-               for v in values]
+    try:
+        return np.array(values, dtype=np.int64)
+    except (OverflowError, TypeError):  # beyond int64, or a _WideInt
+        pass
+    clamped: list[int] = []
+    for j, v in enumerate(values):
+        if isinstance(v, int) and _INT64_MIN <= v <= _INT64_MAX:
+            clamped.append(v)
+            continue
+        text = _int_text(v)
+        clamped.append(_INT64_MIN if text.startswith("-") else _INT64_MAX)
+        if wide is not None:
+            wide[j] = text
     return np.array(clamped, dtype=np.int64)
 
 
@@ -434,14 +484,16 @@ def parse_text(data: str, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
         raise ProtocolError(ErrorCode.MESSAGE_TOO_BIG,
                             f"text frame over {limits.max_message_bytes} bytes")
     try:
-        obj = json.loads(data, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, int digit limit, nesting
+        obj = _loads(data)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, nesting
         raise ProtocolError(ErrorCode.BAD_JSON, f"invalid JSON: {_short(str(e), 80)}") from None
 
     if isinstance(obj, list):  # bare token array (what LM servers print)
         f = _Fields({}, "tokens", None)
+        wide: dict[int, str] = {}
         try:
-            return TokenChunk(None, tokens=_int_array(obj, "bare token array", f, limits))
+            arr = _int_array(obj, "bare token array", f, limits, wide)
+            return TokenChunk(None, tokens=arr, wide={SEQUENCE_KEY: wide} if wide else {})
         except ProtocolError as e:
             e.bare = True
             raise
@@ -476,17 +528,21 @@ def parse_text(data: str, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
         has_t, has_l = obj.get("tokens") is not None, obj.get("levels") is not None
         if has_t == has_l:
             raise f.err("exactly one of 'tokens' and 'levels' is required")
+        wides: dict[int, dict[int, str]] = {}
         if has_t:
-            return TokenChunk(sid, tokens=_int_array(obj["tokens"], "tokens", f, limits))
+            wides[SEQUENCE_KEY] = {}
+            arr = _int_array(obj["tokens"], "tokens", f, limits, wides[SEQUENCE_KEY])
+            return TokenChunk(sid, tokens=arr, wide={k: w for k, w in wides.items() if w})
         lv = obj["levels"]
         if not isinstance(lv, list) or not (1 <= len(lv) <= limits.max_levels):
             raise f.err(f"'levels' must be an array of 1..{limits.max_levels} integer arrays")
-        levels = {l: _int_array(a, f"levels[{l}]", f, limits) for l, a in enumerate(lv)}
+        levels = {l: _int_array(a, f"levels[{l}]", f, limits, wides.setdefault(l, {}))
+                  for l, a in enumerate(lv)}
         total = sum(int(a.size) for a in levels.values())
         if total > limits.max_tokens_per_message:
             raise f.err(f"{total} codes, limit {limits.max_tokens_per_message}",
                         ErrorCode.MESSAGE_TOO_BIG)
-        return TokenChunk(sid, levels=levels)
+        return TokenChunk(sid, levels=levels, wide={k: w for k, w in wides.items() if w})
     if mtype == "end":
         return End(sid)
     return Cancel(sid)
@@ -543,11 +599,11 @@ def parse_binary(data: bytes, limits: Limits = DEFAULT_LIMITS) -> TokenChunk:
                             msg_type="tokens")
     arr = np.frombuffer(payload, dtype="<i4").astype(np.int64)
     if level == LEVEL_SEQUENCE:
-        return TokenChunk(sid, tokens=arr)
+        return TokenChunk(sid, tokens=arr, binary=True)
     if level >= limits.max_levels:
         raise ProtocolError(ErrorCode.BAD_BINARY, f"level {level} >= {limits.max_levels}", sid,
                             msg_type="tokens")
-    return TokenChunk(sid, levels={level: arr})
+    return TokenChunk(sid, levels={level: arr}, binary=True)
 
 
 def _dumps(obj: Mapping[str, Any]) -> str:

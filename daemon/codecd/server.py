@@ -72,6 +72,11 @@ logger = logging.getLogger(__name__)
 TICK_S = 0.25  # Session.tick period
 PACE_S = 0.02  # release period of paced codes
 _CLOSE = object()
+#: bytes queued for one connection above which its input is not read until the writer has
+#: sent it down to OUT_LOW: a client that floods bad input without reading the errors
+#: cannot grow the queue (audio is bounded by the output budget)
+OUT_HIGH = 1 << 20
+OUT_LOW = 1 << 18
 
 
 def voice_files(root: str) -> dict[str, str]:
@@ -88,6 +93,27 @@ class _Conn:
     out: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     writer: asyncio.Task[None] | None = None
     closing: bool = False
+    queued_bytes: int = 0  # of the frames in ``out``
+    space: asyncio.Event = field(default_factory=asyncio.Event)  # queued_bytes <= OUT_LOW
+
+    def put(self, item: Any, nbytes: int) -> None:
+        self.queued_bytes += nbytes
+        self.out.put_nowait(item)
+
+    def taken(self, nbytes: int) -> None:
+        self.queued_bytes -= nbytes
+        if self.queued_bytes <= OUT_LOW:
+            self.space.set()
+
+    async def wait_space(self) -> None:
+        """Until the writer has sent the queue down to OUT_LOW (or has stopped)."""
+        if self.queued_bytes <= OUT_HIGH:
+            return
+        self.space.clear()
+        waiter = asyncio.ensure_future(self.space.wait())
+        assert self.writer is not None
+        await asyncio.wait({waiter, self.writer}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
 
 
 # ------------------------------------------------------------------ server
@@ -194,6 +220,7 @@ class Server:
             max_streams=cfg.max_streams_per_connection,
             max_pending_tokens=max(64, int(cfg.max_queued_frames * cpf)),
             max_duration_s=cfg.max_stream_duration_s, idle_timeout_s=cfg.idle_timeout_s,
+            output_budget_s=cfg.output_budget_s,
             finish_timeout_s=max(120.0, cfg.max_stream_duration_s + 60.0),
             protocol=Limits(max_message_bytes=cfg.max_message_bytes))
         skw.update(self._session_overrides)
@@ -255,6 +282,7 @@ class Server:
                 self._apply(conn, acts)
                 if sess.closed:
                     break
+                await conn.wait_space()
         except ConnectionClosed:
             pass
         except Exception:
@@ -282,6 +310,8 @@ class Server:
         timeout = self.config.send_timeout_s
         while True:
             item = await conn.out.get()
+            n = len(item.data) if isinstance(item, SendBinary) else \
+                len(item) if isinstance(item, str) else 0
             if item is _CLOSE:
                 with contextlib.suppress(Exception):
                     await ws.close(1000)
@@ -291,7 +321,12 @@ class Server:
                     await ws.close(item.code, item.reason)
                 return
             try:
-                await asyncio.wait_for(ws.send(item), timeout)
+                if isinstance(item, SendBinary):
+                    await asyncio.wait_for(ws.send(item.data), timeout)
+                    sess.on_sent(item)
+                else:
+                    await asyncio.wait_for(ws.send(item), timeout)
+                conn.taken(n)
             except asyncio.TimeoutError:
                 logger.warning("connection %d: client did not read for %.1f s: slow_reader",
                                sess.id, timeout, extra={"conn": sess.id})
@@ -322,9 +357,12 @@ class Server:
         sess = conn.session
         followups: list[Action] = []
         for a in actions:
-            if isinstance(a, (SendBinary, SendText)):
+            if isinstance(a, SendBinary):
                 if not conn.closing:
-                    conn.out.put_nowait(a.data)
+                    conn.put(a, len(a.data))  # the writer tells the session once it is written
+            elif isinstance(a, SendText):
+                if not conn.closing:
+                    conn.put(a.data, len(a.data))
             elif isinstance(a, EnginePush):
                 self._push(conn, a.key, a.levels, followups)
             elif isinstance(a, EngineOpen):
@@ -367,7 +405,7 @@ class Server:
         now = time.monotonic()
         if ps.start(now):
             self._ttfa_t0[key] = now
-        if self.config.max_ahead_s <= 0:
+        if not self._holds:
             self._engine_call(conn, key, self.pool.push, followups, levels)  # type: ignore[union-attr]
             return
         ps.hold(levels)
@@ -377,11 +415,24 @@ class Server:
         """Hand the engine what pacing lets go now (and a held ``end`` after it)."""
         pool = self.pool
         assert pool is not None
-        for arrs in ps.due(time.monotonic(), self.config.max_ahead_s):
-            if not self._engine_call(conn, ps.key, pool.push, followups, arrs):  # type: ignore[arg-type]
-                return
+        ahead = self.config.max_ahead_s if self.config.max_ahead_s > 0 else float("inf")
+        sess, key = conn.session, ps.key
+        room = sess.output_room_s(key)  # type: ignore[arg-type]
+        before = ps.frames_pushed
+        try:
+            for arrs in ps.due(time.monotonic(), ahead, room * ps.frames_per_s):
+                if not self._engine_call(conn, key, pool.push, followups, arrs):  # type: ignore[arg-type]
+                    return
+        finally:
+            sess.on_released(key, ps.frames_pushed - before)  # type: ignore[arg-type]
         if ps.finish_due():
             self._engine_call(conn, ps.key, pool.finish, followups)  # type: ignore[arg-type]
+
+    @property
+    def _holds(self) -> bool:
+        """Codes wait in the pacer: for pacing, or for a connection's output budget."""
+        assert self.session_limits is not None
+        return self.config.max_ahead_s > 0 or self.session_limits.output_budget_s > 0
 
     def _forget(self, key: StreamKey) -> None:
         self._pacer.drop(key)
@@ -421,7 +472,7 @@ class Server:
         while True:
             now = time.monotonic()
             held = 0
-            if len(self._pacer) and self.config.max_ahead_s > 0:
+            if len(self._pacer) and self._holds:
                 for ps in self._pacer.waiting():
                     conn = self._conns.get(ps.key.session)  # type: ignore[attr-defined]
                     if conn is None:

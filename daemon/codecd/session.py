@@ -53,6 +53,7 @@ from .actions import (
     StreamKey,
 )
 from .audio import OutputConverter
+from .budget import DEFAULT_OUTPUT_BUDGET_S, OutputBudget
 from .families import ModelSpec, StreamRefused, family_for, get_layout
 from .families.layout import Assembler, LayoutError
 from .protocol import (
@@ -60,6 +61,7 @@ from .protocol import (
     FORMATS,
     LAYOUTS,
     MULAW_DEFAULT_RATE,
+    SEQUENCE_KEY,
     Cancel,
     ClientMessage,
     End,
@@ -104,6 +106,9 @@ class SessionLimits:
     finish_timeout_s: float = 120.0
     #: closed stream ids remembered for dropping their in-flight messages
     max_closed_ids: int = 1024
+    #: seconds of audio the connection may owe its client (queued, or decodable in the
+    #: engine) before its streams' codes wait (back-pressure); <= 0: no budget
+    output_budget_s: float = DEFAULT_OUTPUT_BUDGET_S
     protocol: Limits = DEFAULT_LIMITS
 
 
@@ -173,6 +178,29 @@ class _Stream:
         return self.tokens_accepted - decoded_frames * self.codes_per_frame
 
 
+def _as_sent(e: LayoutError, m: TokenChunk) -> tuple[str, dict[str, Any]]:
+    """The message and details of a layout error, with ``value`` as the client sent it:
+    a token beyond int64 reaches the layouts clamped, and its text was kept by the parser
+    (``value`` is then that decimal text, as a string)."""
+    details = dict(e.details)
+    value = details.get("value")
+    if not m.wide or not isinstance(value, int):
+        return str(e), details
+    level = details.get("level")
+    key = SEQUENCE_KEY if level is None else int(level)
+    arr = m.tokens if level is None else (m.levels or {}).get(key)
+    texts = m.wide.get(key, {})
+    if arr is None or not texts:
+        return str(e), details
+    hits = np.flatnonzero(arr == value)
+    if not hits.size or int(hits[0]) not in texts:
+        return str(e), details
+    text = texts[int(hits[0])]
+    details["value"] = text
+    short = text if len(text) <= 40 else f"{text[:20]}...({len(text.lstrip('-'))} digits)"
+    return str(e).replace(str(value), short, 1), details
+
+
 class _Fail(Exception):
     """Internal: fail the current stream with this error."""
 
@@ -215,6 +243,7 @@ class Session:
         self._by_key: dict[StreamKey, _Stream] = {}
         self._closed_ids: OrderedDict[str, None] = OrderedDict()
         self._drop_bare = False  # the bare-array stream was cancelled/failed: drop its tail
+        self.budget = OutputBudget(limits.output_budget_s)
 
     # --------------------------------------------------------------- inspection
 
@@ -241,6 +270,7 @@ class Session:
                 "max_pending_tokens": self.limits.max_pending_tokens,
                 "max_duration_s": self.limits.max_duration_s,
                 "idle_timeout_s": self.limits.idle_timeout_s,
+                "output_budget_s": self.limits.output_budget_s,
             },
         }
 
@@ -280,22 +310,29 @@ class Session:
         self.metrics.messages_received += 1
         return self._dispatch(msg)
 
-    def fail_connection(self, code: ErrorCode | str, message: str) -> list[Action]:
+    def fail_connection(self, code: ErrorCode | str, message: str, *,
+                        name_streams: bool = False) -> list[Action]:
         """End the connection with an error (server-side reasons: ``slow_reader``,
-        ``unauthorized``, ``shutting_down``, ...): ``error``, engine cancels, ``Close``."""
+        ``unauthorized``, ``shutting_down``, ...): ``error``, engine cancels, ``Close``.
+        ``name_streams``: first an ``error`` with the same code for each open stream, so
+        that every stream the client started ends with a message naming it."""
         if self.closed:
             return []
         code = ErrorCode(code)
         self._count_error(code)
         logger.info("session %d: closing: %s: %s", self.id, code.value, message)
-        acts: list[Action] = [SendText(encode_error(code, message))]
+        acts: list[Action] = []
+        if name_streams:
+            acts += [SendText(encode_error(code, message, sid)) for sid in self._streams]
+        acts.append(SendText(encode_error(code, message)))
         acts += self._drop_all(failed=True)
         acts.append(Close(close_code_for(code), truncate_reason(f"{code.value}: {message}")))
         self.closed = True
         return acts
 
     def shutdown(self, message: str = "server is shutting down") -> list[Action]:
-        return self.fail_connection(ErrorCode.SHUTTING_DOWN, message)
+        """``shutting_down`` for each open stream, then for the connection, and Close(1001)."""
+        return self.fail_connection(ErrorCode.SHUTTING_DOWN, message, name_streams=True)
 
     def connection_lost(self) -> list[Action]:
         """The connection closed (either side): cancel every stream, release their slots."""
@@ -306,7 +343,8 @@ class Session:
 
     def tick(self, now: float | None = None) -> list[Action]:
         """Periodic check of time limits: idle open streams and ended streams the engine
-        never finished fail with ``idle_timeout`` / ``engine_error``."""
+        returns no audio for (since ``end`` or their last audio) fail with ``idle_timeout``
+        / ``engine_error``."""
         if self.closed:
             return []
         t = self.clock() if now is None else now
@@ -317,9 +355,31 @@ class Session:
                                    f"no input for {self.limits.idle_timeout_s:g} s")
             elif st.state == _ENDING and t - st.ended_at > self.limits.finish_timeout_s:
                 acts += self._fail(st, ErrorCode.ENGINE_ERROR,
-                                   f"decoder did not finish within "
-                                   f"{self.limits.finish_timeout_s:g} s")
+                                   f"decoder made no progress for "
+                                   f"{self.limits.finish_timeout_s:g} s after end")
         return acts
+
+    # ---------------------------------------------------------- output budget
+
+    def output_room_s(self, key: StreamKey) -> float:
+        """Seconds of audio the stream's codes may add in the engine now (the connection's
+        output budget; ``inf`` without one). The server holds back what does not fit."""
+        st = self._by_key.get(key)
+        if st is None:
+            return float("inf")
+        group_s = max(st.strides) * st.spec.hop_length / st.spec.sample_rate
+        return self.budget.room_s(key, group_s)
+
+    def on_released(self, key: StreamKey, frames: int) -> None:
+        """The server handed ``frames`` finest-level frames of the stream to the engine."""
+        st = self._by_key.get(key)
+        if st is not None and frames:
+            self.budget.released(key, frames * st.spec.hop_length / st.spec.sample_rate)
+
+    def on_sent(self, action: SendBinary) -> None:
+        """An audio frame was written to the socket (or dropped with the connection)."""
+        if action.audio_s:
+            self.budget.sent(action.audio_s, len(action.data))
 
     # ---------------------------------------------------------------- engine
 
@@ -339,6 +399,9 @@ class Session:
         acts = [] if st.opened else self.on_opened(key)  # started always comes first
         pcm = np.asarray(pcm_f32, dtype=np.float32).reshape(-1)
         st.samples_in += int(pcm.size)
+        self.budget.produced(key, pcm.size / st.spec.sample_rate)
+        if st.state == _ENDING:  # progress: the finish deadline counts from the last audio
+            st.ended_at = self.clock()
         data, n = st.converter.feed(pcm)
         return acts + self._audio_frame(st, data, n)
 
@@ -372,6 +435,11 @@ class Session:
         except ValueError:
             ec = ErrorCode.ENGINE_ERROR
             message = f"{code}: {message}"
+        if ec == ErrorCode.BUSY and st.opened:
+            # busy refuses a start; a stream already told started lost its decoder
+            # (a worker that died and is restarting): that is engine_error
+            ec = ErrorCode.ENGINE_ERROR
+            message = f"decoder lost: {message}"
         return self._fail(st, ec, message)
 
     # ------------------------------------------------------------- internals
@@ -387,7 +455,9 @@ class Session:
         st.seq += 1
         self.metrics.samples_sent += n
         self.metrics.audio_bytes_sent += len(data)
-        return [SendBinary(frame)]
+        seconds = n / st.out_rate
+        self.budget.queued(seconds, len(frame))
+        return [SendBinary(frame, st.key, seconds)]
 
     def _mark_closed(self, stream_id: str) -> None:
         self._closed_ids[stream_id] = None
@@ -398,6 +468,7 @@ class Session:
     def _free(self, st: _Stream) -> None:
         self._streams.pop(st.stream_id, None)
         self._by_key.pop(st.key, None)
+        self.budget.drop(st.key)
         self._mark_closed(st.stream_id)
         if st.admitted:
             st.admitted = False
@@ -530,6 +601,9 @@ class Session:
                      codes_per_frame=sum(1.0 / s for s in strides), level_codes=[0] * n)
         self._streams[sid] = st
         self._by_key[key] = st
+        # what the decoder holds back by design: its look-ahead, one chunk, one group
+        hold = plan.latency_samples + (spec.chunk_frames + max(strides)) * spec.hop_length
+        self.budget.open(key, hold / spec.sample_rate)
         self._closed_ids.pop(sid, None)
         self._drop_bare = False
         self.metrics.streams_started += 1
@@ -591,20 +665,27 @@ class Session:
                         f"(limit {self.limits.max_pending_tokens}); send no faster than the "
                         "audio plays out")
         layout = st.start.layout
+        # a binary frame's level byte the stream cannot take is a bad binary frame
+        form = ErrorCode.BAD_BINARY if m.binary else ErrorCode.BAD_MESSAGE
         if st.takes_levels:
             if m.levels is None:
-                raise _Fail(ErrorCode.BAD_MESSAGE, f"stream has layout {layout!r}: send 'levels' "
-                                                   "(or binary frames with a level index)")
+                raise _Fail(form, f"stream has layout {layout!r}: send 'levels' "
+                                  "(or binary frames with a level index)")
+            bad = [l for l in m.levels if l >= len(st.strides)]
+            if m.binary and bad:
+                raise _Fail(form, f"binary frame for level {bad[0]}: the stream has "
+                                  f"{len(st.strides)} levels")
             payload: Any = m.levels
         else:
             if m.tokens is None:
-                raise _Fail(ErrorCode.BAD_MESSAGE, f"stream has layout {layout!r}: send "
-                                                   "'tokens' (or binary level 0xFF)")
+                raise _Fail(form, f"stream has layout {layout!r}: send "
+                                  "'tokens' (or binary level 0xFF)")
             payload = m.tokens
         try:
             levels = st.assembler.feed(payload)
         except LayoutError as e:
-            raise _Fail(ErrorCode(e.code), str(e), **e.details) from None
+            msg, details = _as_sent(e, m)
+            raise _Fail(ErrorCode(e.code), msg, **details) from None
         st.tokens_accepted += n
         if levels is None:
             return []

@@ -101,6 +101,7 @@ class ModelSpec:
     voices: tuple[str, ...] = ()
     needs_voice: bool = False
     precision: str = "f32"  # of the model's products: "f32", or "bf16"
+    chunk_frames: int = 0  # frames a stream's decoder steps at once (it may hold one back)
 
     def __post_init__(self) -> None:
         if len(self.codebook_sizes) != self.n_levels or len(self.level_strides) != self.n_levels:
@@ -181,7 +182,8 @@ class Family(ABC):
                          layouts=fits, latency_samples=exact,
                          low_latency_samples=self.low_latency_samples(exact),
                          voices=tuple(info.get("voices", ())), needs_voice=self.needs_voice,
-                         precision=str(info.get("precision", "f32")))
+                         precision=str(info.get("precision", "f32")),
+                         chunk_frames=int(info.get("chunk_frames", 0)))
 
     def low_latency_samples(self, exact_latency: int) -> int | None:
         """The lag of a "low" latency stream (a shorter lookahead, finalized by a crossfade)

@@ -28,6 +28,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.http11 import Request, Response
 
 from ..config import Config
+from ..http import bearer_ok, header, respond
 from .tickets import SUBPROTOCOL, TicketBook, offered_credentials
 
 __all__ = ["WebRoutes", "STATIC_DIR", "TicketBook"]
@@ -46,12 +47,8 @@ _CSP = ("default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; 
 
 def _respond(conn: ServerConnection, status: int, body: str, content_type: str,
              extra: dict[str, str] | None = None) -> Response:
-    r = conn.respond(status, body)
-    r.headers["Content-Type"] = content_type
-    r.headers["X-Content-Type-Options"] = "nosniff"
-    for k, v in (extra or {}).items():
-        r.headers[k] = v
-    return r
+    return respond(conn, status, body, content_type,
+                   {"X-Content-Type-Options": "nosniff", **(extra or {})})
 
 
 def _same_origin(origin: str, host: str | None) -> bool:
@@ -112,14 +109,12 @@ class WebRoutes:
         token = self.config.auth_token
         if token is None:
             return _respond(conn, 200, json.dumps({"auth": False}), "application/json", nocache)
-        origin = req.headers.get("Origin")
+        origin = header(req, "Origin")
         if not self.origin_allowed(origin, req.headers.get("Host")):
             logger.info("ticket refused: origin %r not allowed", origin)
             return _respond(conn, 403, json.dumps({"error": "origin not allowed"}),
                             "application/json", nocache)
-        scheme, _, tok = req.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(tok.strip().encode(),
-                                                                 token.encode()):
+        if not bearer_ok(header(req, "Authorization"), token):
             logger.info("ticket refused: unauthorized")
             return _respond(conn, 401, json.dumps({"error": "unauthorized"}), "application/json",
                             {**nocache, "WWW-Authenticate": 'Bearer realm="codecd"'})
