@@ -86,6 +86,8 @@ class Config:
     devices: list[str] = _f(lambda: ["auto"], "decode devices, one worker process each "
                             "(cpu, cuda:0, ...)", factory=True, metavar="DEV,...")
     threads: int = _f(0, "CPU threads per worker (0: all cores)")
+    fronts: int = _f(0, "front processes (websockets, sessions) feeding the workers over "
+                     "shared memory (0: from the machine's cores and devices)")
     batch_buckets: list[int] = _f(list, "batch sizes warmed up at start (empty: the largest "
                                   "and 1)", factory=True, metavar="N,...")
     max_batch: int = _f(64, "most streams decoded in one tick")
@@ -173,7 +175,7 @@ class Config:
                 errs.append(f"models: {m.name}: no such GGUF file {s!r}")
         if not self.devices:
             errs.append("devices: at least one is needed")
-        ints = {"threads": 0, "max_batch": 1, "max_streams": 1, "max_streams_per_connection": 1,
+        ints = {"threads": 0, "fronts": 0, "max_batch": 1, "max_streams": 1, "max_streams_per_connection": 1,
                 "max_connections": 1, "max_connections_per_ip": 1, "max_queued_frames": 1,
                 "sndbuf_bytes": 0}
         for k, lo in ints.items():

@@ -53,6 +53,11 @@ class Routes:
     accepting: Callable[[], bool]  # new connections are welcome (ready, not draining)
     connections: Callable[[str], tuple[int, int]]  # (open connections, of this peer)
     refresh_stats: Callable[[], Awaitable[object]]  # before /metrics
+    #: the metrics text (default: ``metrics.exposition()``; a front: the daemon's totals)
+    exposition: Callable[[], str] | None = None
+    #: a front asks the daemon's main process, the one authority on the connection limits
+    #: (True: admitted; the front releases it when the connection ends)
+    admit_connection: Callable[[ServerConnection, str], Awaitable[bool]] | None = None
 
     async def process_request(self, conn: ServerConnection, req: Request) -> Response | None:
         path = req.path.split("?", 1)[0]
@@ -64,11 +69,19 @@ class Routes:
         if path == "/metrics":
             with contextlib.suppress(Exception):
                 await self.refresh_stats()
-            return _respond(conn, 200, self.metrics.exposition(),
+            text = self.exposition() if self.exposition is not None else \
+                self.metrics.exposition()
+            return _respond(conn, 200, text,
                             "text/plain; version=0.0.4; charset=utf-8")
         if req.headers.get("Upgrade", "").lower() != "websocket":
             return _respond(conn, 404, "not found\n")
-        return self._check_upgrade(conn, req)
+        resp = self._check_upgrade(conn, req)
+        if resp is None and self.admit_connection is not None and \
+                not await self.admit_connection(conn, peer_ip(conn)):
+            self._refuse("too_many_connections")
+            logger.info("refused %s: connection limit (daemon-wide)", peer_ip(conn))
+            return _respond(conn, 503, "too many connections\n", extra={"Retry-After": "1"})
+        return resp
 
     def _refuse(self, reason: str) -> None:
         self.metrics.conn_refused.labels(reason).inc()

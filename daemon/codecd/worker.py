@@ -34,7 +34,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import select
 import signal
+import socket
 import sys
 import time
 from collections import deque
@@ -43,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
+from .channel import WorkerEnds, recv_msg
 from .engine.config import EngineConfig
 from .families import LoadedModel, StreamRefused, family_for
 from . import wire
@@ -57,6 +60,11 @@ _PR_SET_PDEATHSIG = 1
 EXIT_START_FAILED = 3
 _RECENT = 128  # ticks kept for the stats' recent batch sizes and tick times
 _MAX_DRAIN = 256  # command messages applied before the worker ticks again
+#: a front's stream ids live in the worker as ``fid << _FID_SHIFT | sid`` (the control
+#: pipe's own streams, fid 0, keep their sids): every front numbers its streams from 1
+_FID_SHIFT = 40
+_SID_MASK = (1 << _FID_SHIFT) - 1
+_RETRY_S = 0.002  # poll timeout while a front's event ring is full
 
 
 def error_code_for(exc: BaseException) -> str:
@@ -140,12 +148,43 @@ class _Model:
     streams_failed: int = 0
 
 
+@dataclass(eq=False)
+class _FrontLink:
+    """A front attached to this worker: its rings, its streams, packets waiting for room."""
+
+    fid: int
+    ends: WorkerEnds
+    sids: set[int] = field(default_factory=set)  # worker-side sids of its open streams
+    backlog: deque[bytes] = field(default_factory=deque)
+    packets_in: int = 0
+    packets_out: int = 0
+
+
+def _local(m: wire.Message) -> wire.Message:
+    """An event for a front, with the front's own stream id."""
+    if type(m) is wire.AudioOut:
+        return wire.AudioOut(m.sid & _SID_MASK, m.pcm)
+    if type(m) is wire.StreamDone:
+        return wire.StreamDone(m.sid & _SID_MASK, m.total_samples)
+    if type(m) is wire.StreamFailed:
+        return wire.StreamFailed(m.sid & _SID_MASK, m.code, m.message)
+    assert type(m) is wire.StreamOpened
+    return wire.StreamOpened(m.sid & _SID_MASK, m.latency_samples, m.sample_rate,
+                             m.chunk_frames)
+
+
+_STREAM_EVENTS = (wire.AudioOut, wire.StreamDone, wire.StreamFailed, wire.StreamOpened)
+
+
 class Worker:
     """The worker's state and loop (runs in the child; see the module docstring)."""
 
     def __init__(self, conn: Connection, cfg: EngineConfig, device: str = "auto",
-                 index: int = 0) -> None:
+                 index: int = 0, fdsock: socket.socket | None = None) -> None:
         self.conn = conn
+        self.fdsock = fdsock
+        self.fronts: dict[int, _FrontLink] = {}
+        self._poller: Any = None
         self.cfg = cfg
         self.device = device
         self.index = index
@@ -294,6 +333,93 @@ class Worker:
             return
         st = m.streams.pop(sid)
         st.stream.close()
+        if sid > _SID_MASK:
+            link = self.fronts.get(sid >> _FID_SHIFT)
+            if link is not None:
+                link.sids.discard(sid)
+
+    # ---------------------------------------------------------------- fronts
+
+    def _on_control(self) -> None:
+        """A message from the daemon on the descriptor socket: attach or detach a front."""
+        assert self.fdsock is not None
+        while True:
+            try:
+                got = recv_msg(self.fdsock)
+            except BlockingIOError:
+                return
+            except ValueError as e:
+                logger.warning("bad control message: %s", e)
+                continue
+            if got is None:
+                raise EOFError("the daemon closed the descriptor socket")
+            msg, fds = got
+            op = msg.get("op")
+            if op == "attach" and len(fds) == 4:
+                fid = int(msg["fid"])
+                if fid in self.fronts:
+                    self._detach(fid)
+                self.fronts[fid] = _FrontLink(fid, WorkerEnds.from_fds(fds))
+                self._poller = None
+            elif op == "detach":
+                for fd in fds:
+                    os.close(fd)
+                self._detach(int(msg["fid"]))
+            else:
+                for fd in fds:
+                    os.close(fd)
+                logger.warning("unexpected control message %r", op)
+
+    def _detach(self, fid: int) -> None:
+        """A front has gone: its streams are closed (nobody is left to hear about them)."""
+        link = self.fronts.pop(fid, None)
+        if link is None:
+            return
+        for sid in list(link.sids):
+            self._close(sid)
+        link.ends.close()
+        self._poller = None
+
+    def _read_front(self, link: _FrontLink) -> None:
+        cons = link.ends.commands
+        alive = cons.on_doorbell()
+        base = link.fid << _FID_SHIFT
+        for rec in cons.records():
+            link.packets_in += 1
+            for cmd in wire.decode(bytes(rec)):  # a copy: arrays outlive the ring's room
+                self.commands += 1
+                t = type(cmd)
+                if t is wire.PushCodes:
+                    self._push(base | cmd.sid, cmd.levels)
+                elif t is wire.OpenStream:
+                    self._open(base | cmd.sid, cmd.model, cmd.options)
+                    if base | cmd.sid in self.where:
+                        link.sids.add(base | cmd.sid)
+                elif t is wire.FinishStream:
+                    self._finish(base | cmd.sid)
+                elif t is wire.CancelStream:
+                    self._close(base | cmd.sid)
+                else:
+                    logger.warning("unexpected command %s from front %d", t.__name__, link.fid)
+        if not alive:
+            self._detach(link.fid)
+
+    def _wait(self, timeout: float | None) -> bool:
+        """Whether the pipe, the descriptor socket or a front's doorbell is readable within
+        ``timeout`` seconds (None: until one is)."""
+        if self.fdsock is None:
+            return bool(self.conn.poll(timeout))
+        if self._poller is None:
+            p = select.poll()
+            p.register(self.conn.fileno(), select.POLLIN)
+            p.register(self.fdsock.fileno(), select.POLLIN)
+            for link in self.fronts.values():
+                p.register(link.ends.commands.doorbell.fileno(), select.POLLIN)
+            self._poller = p
+        if timeout is None and any(link.backlog for link in self.fronts.values()):
+            timeout = _RETRY_S
+        ms = -1 if timeout is None else max(0, int(timeout * 1e3 + 0.999))
+        return bool(self._poller.poll(ms))
 
     # ---------------------------------------------------------------- ticks
 
@@ -363,13 +489,18 @@ class Worker:
                 stepped += self._tick(m)
             self.rounds += 1
             self.flush()
-            if not stepped or self.conn.poll(0):
+            if not stepped or self._wait(0):
                 return
 
     # ----------------------------------------------------------------- loop
 
     def drain(self) -> None:
-        """Apply every command message waiting (at most _MAX_DRAIN messages)."""
+        """Apply every command waiting: the pipe's (at most _MAX_DRAIN messages), the
+        descriptor socket's, every front's ring."""
+        if self.fdsock is not None:
+            self._on_control()
+            for link in list(self.fronts.values()):
+                self._read_front(link)
         for _ in range(_MAX_DRAIN):
             if not self.conn.poll(0):
                 return
@@ -379,14 +510,43 @@ class Worker:
                     return
 
     def flush(self) -> None:
+        """Send what is waiting: the pipe's messages in one packet, each front's events in one
+        ring record (one batch: the audio of every stream of that front in this tick)."""
         if self.out:
             out, self.out = self.out, []
-            self.conn.send_bytes(wire.encode(out))
+            if self.fronts:
+                mine: list[wire.Message] = []
+                per: dict[int, list[wire.Message]] = {}
+                for m in out:
+                    if type(m) in _STREAM_EVENTS and m.sid > _SID_MASK:  # type: ignore[union-attr]
+                        per.setdefault(m.sid >> _FID_SHIFT, []).append(_local(m))  # type: ignore[union-attr]
+                    else:
+                        mine.append(m)
+                for fid, msgs in per.items():
+                    link = self.fronts.get(fid)
+                    if link is not None:
+                        link.backlog.append(wire.encode(msgs))
+                out = mine
+            if out:
+                self.conn.send_bytes(wire.encode(out))
+        for link in list(self.fronts.values()):
+            if link.backlog:
+                self._send_front(link)
+
+    def _send_front(self, link: _FrontLink) -> None:
+        prod = link.ends.events
+        while link.backlog:
+            if not prod.write([link.backlog[0]]):
+                break  # full: the front reads, we retry on the next turn
+            link.backlog.popleft()
+            link.packets_out += 1
+        if not prod.ring():
+            self._detach(link.fid)
 
     def loop(self) -> None:
         while self.running:
             busy = self._busy()
-            if self.conn.poll(0 if busy else None):
+            if self._wait(0 if busy else None):
                 self.drain()
                 self.flush()
                 if not busy and self.running and self._busy() and self.gather_s \
@@ -394,12 +554,14 @@ class Worker:
                     deadline = time.monotonic() + self.gather_s
                     while self.running:
                         left = deadline - time.monotonic()
-                        if left <= 0 or not self.conn.poll(left):
+                        if left <= 0 or not self._wait(left):
                             break
                         self.drain()
                         if self._all_waiting():
                             break
                     self.flush()
+            else:
+                self.flush()  # a full event ring: try again
             if self.running:
                 self.run_ticks()
 
@@ -444,6 +606,9 @@ class Worker:
         return {"pid": os.getpid(), "index": self.index, "device": self.device,
                 "uptime_s": round(time.monotonic() - self.t_start, 3),
                 "commands": self.commands, "rounds": self.rounds,
+                "fronts": {str(f): {"streams": len(l.sids), "packets_in": l.packets_in,
+                                    "packets_out": l.packets_out, "backlog": len(l.backlog)}
+                           for f, l in self.fronts.items()},
                 "load_ms": round(self.warmup_ms, 3), "models": models}
 
 
@@ -460,8 +625,9 @@ def _crash(how: str) -> None:
             time.sleep(3600)
 
 
-def serve_fd(fd: int) -> None:
-    """Process entry point: serve the parent on the connected socket ``fd``.
+def serve_fd(fd: int, fdsock: int = -1) -> None:
+    """Process entry point: serve the parent on the connected socket ``fd`` (and take front
+    channels from the SOCK_SEQPACKET socket ``fdsock``, when given).
 
     The first packet is the parent's hello and the configuration; a parent of another
     wire version is answered with this end's hello and ``Failed``."""
@@ -483,7 +649,11 @@ def serve_fd(fd: int) -> None:
         cfg = EngineConfig.from_json(c.config)
     except ValueError as e:
         _refuse(conn, f"bad engine configuration: {e}")
-    main(conn, cfg, c.device, c.index, c.parent_pid, rest[1:])
+    fs = None
+    if fdsock >= 0:
+        fs = socket.socket(fileno=fdsock)
+        fs.setblocking(False)
+    main(conn, cfg, c.device, c.index, c.parent_pid, rest[1:], fs)
 
 
 def _refuse(conn: Connection, message: str) -> NoReturn:
@@ -494,14 +664,14 @@ def _refuse(conn: Connection, message: str) -> NoReturn:
 
 
 def main(conn: Connection, cfg: EngineConfig, device: str, index: int, parent_pid: int,
-         pending: Sequence[wire.Message] = ()) -> None:
+         pending: Sequence[wire.Message] = (), fdsock: socket.socket | None = None) -> None:
     """Load, warm up, report ready, then run the loop until ``stop`` (or the parent goes)."""
     _die_with_parent(parent_pid)
     # the daemon decides when we stop: Ctrl-C in a terminal and systemd's SIGTERM to
     # the whole cgroup reach the parent, which stops us with a "stop" command
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    w = Worker(conn, cfg, device, index)
+    w = Worker(conn, cfg, device, index, fdsock)
     w.out.append(wire.Hello())
     root = logging.getLogger()
     root.addHandler(_ForwardHandler(w.out))
