@@ -407,6 +407,9 @@ class Daemon:
         for f in self.fronts:
             if f.link is not None:
                 f.link.send({"op": "drain"})
+        if self._sock is not None:  # the fronts close theirs as they stop accepting
+            self._sock.close()
+            self._sock = None
         t_end = time.monotonic() + cfg.drain_timeout_s + cfg.send_timeout_s + 5.0
         while any(f.proc is not None and f.proc.poll() is None for f in self.fronts) and \
                 time.monotonic() < t_end:

@@ -40,7 +40,7 @@ import socket
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
@@ -202,6 +202,9 @@ class Worker:
         self.commands = 0
         self.rounds = 0
         self.warmup_ms = 0.0
+        #: warm-ups still to run between ticks (LoadedModel.warm_steps generators)
+        self._background: list[Iterator[bool]] = []
+        self._background_wait_until = 0.0
 
     # ------------------------------------------------------------- start-up
 
@@ -210,6 +213,8 @@ class Worker:
         import codecrt
 
         t0 = time.perf_counter()
+        bw = self.cfg.background_warm
+        background = bw == "always" or (bw == "restart" and self.cfg.restarted)
         for name, path in self.cfg.models.items():
             model = codecrt.Model(path)
             try:
@@ -218,7 +223,16 @@ class Worker:
                 model.close()
                 raise
             self.models[name] = _Model(name, lm)
-            lm.warm()
+            staged = getattr(lm, "warm_steps", None)
+            if background and staged is not None:
+                # the smallest bucket now (a lone first stream's graph, ~0.3 s on a CPU),
+                # the larger ones between ticks while idle (seconds: their reservation)
+                buckets = lm.warm_buckets()
+                lm.warm(buckets[-1:])
+                if buckets[:-1]:
+                    self._background.append(staged(buckets[:-1]))
+            else:
+                lm.warm()
         self.warmup_ms = (time.perf_counter() - t0) * 1e3
         return {
             "pid": os.getpid(),
@@ -546,7 +560,10 @@ class Worker:
     def loop(self) -> None:
         while self.running:
             busy = self._busy()
-            if self._wait(0 if busy else None):
+            idle_timeout = None
+            if self._background:
+                idle_timeout = max(0.0, self._background_wait_until - time.monotonic())
+            if self._wait(0 if busy else idle_timeout):
                 self.drain()
                 self.flush()
                 if not busy and self.running and self._busy() and self.gather_s \
@@ -562,10 +579,30 @@ class Worker:
                     self.flush()
             else:
                 self.flush()  # a full event ring: try again
+                if not busy and self._background:
+                    self._warm_step()
             if self.running:
                 self.run_ticks()
 
+    def _warm_step(self) -> None:
+        """One tick of a background warm-up (the worker was idle)."""
+        gen = self._background[0]
+        try:
+            waiting = next(gen)
+        except StopIteration:
+            self._background.pop(0)
+            return
+        except Exception as e:  # never let a warm-up take the worker down
+            logger.warning("background warm-up failed: %s", e)
+            self._background.pop(0)
+            return
+        if waiting:  # its dummies need stream slots that real streams hold: later
+            self._background_wait_until = time.monotonic() + 0.5
+
     def close(self) -> None:
+        for g in self._background:
+            g.close()
+        self._background.clear()
         for m in self.models.values():
             for st in list(m.streams.values()):
                 st.stream.close()

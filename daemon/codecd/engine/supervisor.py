@@ -10,6 +10,7 @@ restarts it with backoff when it dies (its streams fail with
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
@@ -151,7 +152,10 @@ class Engine:
         self._ready = loop.create_future()
         self._h = h
         t0 = time.monotonic()
-        h.spawn([wire.Hello(), wire.Configure(self.config.to_json(), self.device, self.index,
+        cfg = self.config
+        if self.state == _RESTARTING:
+            cfg = dataclasses.replace(cfg, restarted=True)
+        h.spawn([wire.Hello(), wire.Configure(cfg.to_json(), self.device, self.index,
                                               os.getpid())],
                 f"{self.index}.{h.generation}", loop)
         try:
