@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from smallmodel import small_codes
-from test_server import (  # noqa: F401  (fixtures)
+from test_server import (  # noqa: F401  (codecrt, offline, small: fixtures)
     Client,
     assert_same_audio,
     codecrt,
@@ -211,10 +211,10 @@ def test_limits_count_across_fronts(small: Path, tmp_path: Path) -> None:
         pids = fronts_of(p.pid, 2)
         by = await spread(port, pids, 6, min_per_front=3)
         conns = [c for cs in by.values() for c in cs]
-        for i, c in enumerate(conns[:4]):  # 4 streams, max_streams
+        for c in conns[:4]:  # 4 streams, max_streams
             await c.send(start_msg("a", "levels"))
             await c.until(lambda c=c: any(m["type"] == "started" for m in c.rec("a")["msgs"]))
-        for pid, cs in by.items():  # one more on each front: busy
+        for cs in by.values():  # one more on each front: busy
             c = cs[-1]
             await c.send(start_msg("b", "levels"))
             t = await c.terminal("b")
@@ -258,7 +258,7 @@ def test_killed_front_leaves_the_others_alone_and_comes_back(small: Path, offlin
         rng = np.random.default_rng(5)
         cases = []
         for pid, cs in by.items():
-            for i, c in enumerate(cs):
+            for c in cs:
                 levels = small_codes(4 * 80, rng)
                 await c.send(start_msg("x", "levels", format="pcm_f32le"))
                 await send_stream(c, "x", [lv[: len(lv) // 2] for lv in levels], "levels", rng,

@@ -59,7 +59,6 @@ from .engine import (
 from .engine.events import BackpressureError
 from .engine.streams import CodesError, StreamRecord, StreamTable, int32_levels
 from .families import model_spec
-from .http import Routes
 from .metrics import render_totals
 from .protocol import Limits
 from .server import Server, _Conn
@@ -587,7 +586,7 @@ class FrontServer(Server):
             if any(type(a) is EngineCancel for a in p.buffer):
                 return  # the client cancelled meanwhile: nobody is waiting for an answer
             self._apply(p.conn, p.conn.session.on_engine_error(
-                key, "busy", why or "server is at its stream limit; retry later"))
+                p.open.key, "busy", why or "server is at its stream limit; retry later"))
 
     def _open_stream(self, conn: _Conn, a: EngineOpen, followups: list[Action]) -> bool:
         ok = super()._open_stream(conn, a, followups)

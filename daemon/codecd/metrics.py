@@ -238,5 +238,5 @@ def render_totals(totals: dict[str, Any]) -> str:
     r = CollectorRegistry(auto_describe=False)
     src = _Totals(totals)
     r.register(_FrontsCollector(src))
-    r.register(_StatsCollector(src))  # type: ignore[arg-type]
+    r.register(_StatsCollector(src))
     return generate_latest(r).decode()

@@ -315,7 +315,6 @@ class Server:
         """Carry out a session's actions in order; engine refusals become stream errors."""
         pool = self.pool
         assert pool is not None
-        sess = conn.session
         followups: list[Action] = []
         for a in actions:
             if isinstance(a, (SendBinary, SendText)):

@@ -40,7 +40,7 @@ import socket
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
@@ -48,6 +48,7 @@ from typing import Any, NoReturn
 from .channel import WorkerEnds, recv_msg
 from .engine.config import EngineConfig
 from .families import LoadedModel, StreamRefused, family_for
+from .families.native import ExactStreamModel
 from . import wire
 from .wire import StreamOptions
 
@@ -203,7 +204,8 @@ class Worker:
         self.rounds = 0
         self.warmup_ms = 0.0
         #: warm-ups still to run between ticks (LoadedModel.warm_steps generators)
-        self._background: list[Iterator[bool]] = []
+        self._background: list[tuple[ExactStreamModel, list[int]]] = []
+        self._warming: Generator[bool, None, None] | None = None
         self._background_wait_until = 0.0
 
     # ------------------------------------------------------------- start-up
@@ -223,14 +225,13 @@ class Worker:
                 model.close()
                 raise
             self.models[name] = _Model(name, lm)
-            staged = getattr(lm, "warm_steps", None)
-            if background and staged is not None:
+            if background and isinstance(lm, ExactStreamModel):
                 # the smallest bucket now (a lone first stream's graph, ~0.3 s on a CPU),
                 # the larger ones between ticks while idle (seconds: their reservation)
                 buckets = lm.warm_buckets()
                 lm.warm(buckets[-1:])
                 if buckets[:-1]:
-                    self._background.append(staged(buckets[:-1]))
+                    self._background.append((lm, buckets[:-1]))
             else:
                 lm.warm()
         self.warmup_ms = (time.perf_counter() - t0) * 1e3
@@ -299,7 +300,12 @@ class Worker:
                                               f"stream {sid} is already open"))
             return
         try:
-            stream, latency = m.lm.open_stream(options)
+            try:
+                stream, latency = m.lm.open_stream(options)
+            except codecrt.TooLargeError:
+                if not self._pause_warm():  # a warm-up's dummies held the slots: retry
+                    raise
+                stream, latency = m.lm.open_stream(options)
         except StreamRefused as e:
             self.out.append(wire.StreamFailed(sid, e.code, e.message))
             return
@@ -402,19 +408,19 @@ class Worker:
             link.packets_in += 1
             for cmd in wire.decode(bytes(rec)):  # a copy: arrays outlive the ring's room
                 self.commands += 1
-                t = type(cmd)
-                if t is wire.PushCodes:
+                if isinstance(cmd, wire.PushCodes):
                     self._push(base | cmd.sid, cmd.levels)
-                elif t is wire.OpenStream:
+                elif isinstance(cmd, wire.OpenStream):
                     self._open(base | cmd.sid, cmd.model, cmd.options)
                     if base | cmd.sid in self.where:
                         link.sids.add(base | cmd.sid)
-                elif t is wire.FinishStream:
-                    self._finish(base | cmd.sid)
-                elif t is wire.CancelStream:
+                elif isinstance(cmd, wire.CancelStream):
                     self._close(base | cmd.sid)
+                elif isinstance(cmd, wire.FinishStream):
+                    self._finish(base | cmd.sid)
                 else:
-                    logger.warning("unexpected command %s from front %d", t.__name__, link.fid)
+                    logger.warning("unexpected command %s from front %d", type(cmd).__name__,
+                                   link.fid)
         if not alive:
             self._detach(link.fid)
 
@@ -532,8 +538,8 @@ class Worker:
                 mine: list[wire.Message] = []
                 per: dict[int, list[wire.Message]] = {}
                 for m in out:
-                    if type(m) in _STREAM_EVENTS and m.sid > _SID_MASK:  # type: ignore[union-attr]
-                        per.setdefault(m.sid >> _FID_SHIFT, []).append(_local(m))  # type: ignore[union-attr]
+                    if isinstance(m, _STREAM_EVENTS) and m.sid > _SID_MASK:
+                        per.setdefault(m.sid >> _FID_SHIFT, []).append(_local(m))
                     else:
                         mine.append(m)
                 for fid, msgs in per.items():
@@ -586,22 +592,35 @@ class Worker:
 
     def _warm_step(self) -> None:
         """One tick of a background warm-up (the worker was idle)."""
-        gen = self._background[0]
+        if self._warming is None:
+            lm, buckets = self._background[0]
+            self._warming = lm.warm_steps(buckets)
         try:
-            waiting = next(gen)
+            waiting = next(self._warming)
         except StopIteration:
+            self._warming = None
             self._background.pop(0)
             return
         except Exception as e:  # never let a warm-up take the worker down
             logger.warning("background warm-up failed: %s", e)
+            self._warming = None
             self._background.pop(0)
             return
         if waiting:  # its dummies need stream slots that real streams hold: later
             self._background_wait_until = time.monotonic() + 0.5
 
+    def _pause_warm(self) -> bool:
+        """Free the stream slots a background warm-up holds (it starts its bucket again later);
+        whether it held any."""
+        if self._warming is None:
+            return False
+        self._warming.close()  # its finally closes the dummies
+        self._warming = None
+        self._background_wait_until = time.monotonic() + 1.0
+        return True
+
     def close(self) -> None:
-        for g in self._background:
-            g.close()
+        self._pause_warm()
         self._background.clear()
         for m in self.models.values():
             for st in list(m.streams.values()):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -72,10 +72,12 @@ class ExactStreamModel(LoadedModel):
         buckets = list(cfg.warm_buckets or default_buckets(cfg.max_batch, cfg.max_streams))
         return sorted({b for b in buckets if 1 <= b <= cap}, reverse=True)
 
-    def warm_steps(self, buckets: list[int]) -> Iterator[bool]:
+    def warm_steps(self, buckets: list[int]) -> Generator[bool, None, None]:
         """The warm-up of ``buckets`` one tick at a time, for a worker that is already serving
         (it steps this between its own ticks, while idle): yields after each tick, True
-        while it waits for free stream slots (the dummies need ``bucket`` of them)."""
+        while it waits for free stream slots (the dummies need ``bucket`` of them). A bucket
+        is removed from ``buckets`` once done, so that a warm-up closed midway (its dummies
+        freed for real streams) can be started again on what is left."""
         import codecrt
 
         ctx, info = self.ctx, self.model.info
@@ -85,7 +87,8 @@ class ExactStreamModel(LoadedModel):
         frames = n_chunks * self.chunk_frames
         codes = [np.zeros(frames // s, dtype=np.int32) for s in info.level_strides]
         done: list[int] = []
-        for b in buckets:
+        while buckets:
+            b = buckets[0]
             while True:
                 dummies: list[Any] = []
                 try:
@@ -108,7 +111,7 @@ class ExactStreamModel(LoadedModel):
             finally:
                 for d in dummies:
                     d.close()
-            done.append(b)
+            done.append(buckets.pop(0))
         st = ctx.stats
         self.warm_info["background"] = {
             "buckets": done, "ms": round((time.perf_counter() - t0) * 1e3, 3),
