@@ -1,6 +1,6 @@
 """Offline decode throughput: codecrt against the PyTorch reference, same machine, same run.
 
-    python bench/decode.py [--threads 2] [--seconds 10] [--batches 1,8,32] [--repeat 3]
+    python -m bench decode [--threads 2] [--seconds 10] [--batches 1,8,32] [--repeat 3]
 
 Prints a table of seconds of audio decoded per second of wall time (x real
 time) for SNAC 24 kHz with random weights: codecrt with f32 and f16 weights,

@@ -1,7 +1,7 @@
 """Chatterbox S3Gen throughput and streaming latency: codecrt against the reference, same run.
 
-    python bench/s3gen.py [--threads 2] [--seconds 10] [--prompt 3] [--device cpu] [--repeat 1] [--streams K]
-                          [--precisions f32,bf16] [--reference-bf16]
+    python -m bench s3gen [--threads 2] [--seconds 10] [--prompt 3] [--device cpu] [--repeat 1] [--streams K]
+                       [--precisions f32,bf16] [--reference-bf16]
 
 Random seeded weights (tests/s3ref.py), the original model (10 Euler steps with
 classifier-free guidance) and Turbo (mean flow, 2 steps). Prints, per model,

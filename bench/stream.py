@@ -1,6 +1,6 @@
 """Streaming: latency, compute against offline, tick time per batch, real-time capacity.
 
-    python bench/stream.py [--threads 2] [--chunk 4] [--streams 1,8,32,128]
+    python -m bench stream [--threads 2] [--chunk 4] [--streams 1,8,32,128]
 
 Prints, for SNAC with random weights on the CPU:
   * the algorithmic latency of exact streaming per configuration;

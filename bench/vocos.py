@@ -6,7 +6,7 @@ decodes a full-size random-weight model (``codecd.convert.random_vocos``); the r
 with its own seeded weights, when its package is importable (``--no-torch`` skips it). Weights do
 not change the work; parity is the tests' job (tests/test_wavtokenizer.py, tests/test_neucodec.py).
 
-    python bench/vocos.py [--device cpu|cuda:0] [--threads 1,2] [--seconds 10] [--batch 1,8]
+    python -m bench vocos [--device cpu|cuda:0] [--threads 1,2] [--seconds 10] [--batch 1,8]
                           [--kinds wavtokenizer-75,neucodec] [--repeat 3] [--no-torch]
 
 Prints a markdown table per thread count: wall seconds per decode (and the process's CPU

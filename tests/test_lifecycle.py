@@ -53,6 +53,7 @@ def test_two_decodes_identical_and_not_silent(codecrt, model24):
     assert (st.graphs_built, st.graphs_reused) == (1, 1)
 
 
+@pytest.mark.slow
 def test_interleaved_decodes_equal_fresh_contexts(codecrt, tiny):
     """500 interleaved decodes of mixed lengths and batch sizes each equal the same decode on a fresh context."""
     rng = np.random.default_rng(2)
@@ -121,6 +122,7 @@ def test_many_contexts_and_free_orders(codecrt, snac_cases):
         ctxs[0].decode(levels)
 
 
+@pytest.mark.slow
 def test_resident_memory_flat(codecrt, tiny):
     """Resident memory stays flat over 2,000 decodes through one context (bound: 8 MiB after warm-up)."""
     rng = np.random.default_rng(6)

@@ -85,6 +85,7 @@ def test_pieces_equal_whole(codecrt, tiny, budget):
     np.testing.assert_array_equal(pieces, whole)
 
 
+@pytest.mark.slow
 def test_sub_batches_equal_whole(codecrt, tiny):
     """A batch too wide for one short piece runs in sub-batches, each sequence with its own seed."""
     info, n = frames_of(tiny.gguf, codecrt, 3)

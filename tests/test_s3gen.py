@@ -68,6 +68,7 @@ def test_flow_without_finalize_holds_back_the_lookahead(s3):
     assert part.shape == (80, 20) and np.all(np.isfinite(part))
 
 
+@pytest.mark.slow
 def test_decode_matches_reference(s3):
     _, ref, model, ctx = s3
     data, voice = _voice(model, seed=3, n=6)
@@ -81,6 +82,7 @@ def test_decode_matches_reference(s3):
     assert err < PCM_TOL
 
 
+@pytest.mark.slow
 def test_seed_check_two_decodes_identical(s3):
     """The seed's check: two decodes through one context, recreate policy on, identical and non-silent."""
     _, _, model, ctx = s3
@@ -102,6 +104,7 @@ def test_seed_check_two_decodes_identical(s3):
             ctx.set_recreate_policy(kind, False)
 
 
+@pytest.mark.slow
 def test_larger_after_smaller_and_reverse(s3):
     """Every decode through one reused context equals the same decode on a fresh context."""
     _, _, model, ctx = s3
@@ -115,6 +118,7 @@ def test_larger_after_smaller_and_reverse(s3):
         assert np.array_equal(ctx.decode([_tokens(n, n)], voice=voice, seed=n), fresh[n])
 
 
+@pytest.mark.slow
 def test_seeds_differ_and_batch_equals_single(s3):
     _, _, model, ctx = s3
     _, voice = _voice(model)
@@ -174,6 +178,7 @@ def test_snac_model_refuses_two_stage_calls(snac_cases):
             codecrt.Voice(m, np.zeros(0, np.int32), np.zeros((0, 80), np.float32), np.ones(192, np.float32))
 
 
+@pytest.mark.slow
 def test_batch_envelope_does_not_outgrow_the_budget():
     """After a wide batch of short flows, a long flow alone re-reserves for itself (Turbo):
     the per-axis envelope (longest T x widest batch) would pass the batch budget."""

@@ -90,6 +90,7 @@ def test_portable_ops_refuse_bf16(monkeypatch):
             codecrt.Context(model, device="cpu", precision="bf16")
 
 
+@pytest.mark.slow
 def test_flow_and_decode_within_budget_of_reference(s3):
     """Mel and PCM against chatterbox-tts (F32, same noise): within BF16_TOL, and not F32-close."""
     meanflow, model, ctx, _ = s3
@@ -107,6 +108,7 @@ def test_flow_and_decode_within_budget_of_reference(s3):
     assert F32_LEVEL < e_pcm < BF16_TOL
 
 
+@pytest.mark.slow
 def test_seed_check_and_batch_invariance(s3):
     """Two decodes through one context identical and non-silent; a batch entry equals it alone."""
     _, model, ctx, _ = s3
@@ -135,6 +137,7 @@ def test_packs_counted_and_reused(s3):
     assert f32.stats.weight_bytes == 0
 
 
+@pytest.mark.slow
 def test_stream_against_offline(s3):
     """A chunked BF16 stream is as close to the BF16 offline decode as F32's are to F32's."""
     meanflow, model, ctx, f32 = s3

@@ -63,6 +63,7 @@ def test_one_chunk_equals_offline(s3):
     np.testing.assert_allclose(pcm, ctx.decode([t], voice=voice, seed=4), atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 13, 14, 40])
 def test_exact_length(s3, n):
     _, ctx, voice = s3
@@ -70,6 +71,7 @@ def test_exact_length(s3, n):
     assert pcm.shape == (n * HOP,)
 
 
+@pytest.mark.slow
 def test_push_pattern_does_not_matter(s3):
     _, ctx, voice = s3
     t = _tokens(2, 31)
@@ -117,6 +119,7 @@ def _chunked(ctx, voice, t, seed):
     return _stream(ctx, voice, t, seed=seed, first_chunk=10, chunk=20)
 
 
+@pytest.mark.slow
 def test_error_against_offline_and_seamless_boundaries(s3):
     """The stream stays within STREAM_TOL of offline and no splice is a discontinuity of the error."""
     _, ctx, voice = s3
@@ -131,6 +134,7 @@ def test_error_against_offline_and_seamless_boundaries(s3):
     assert max(ratios) < SPLICE_RATIO, ratios
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weights", [np.ones, np.zeros], ids=["hard_cut", "no_fade_in"])
 def test_click_detector_sees_a_bad_splice(s3, monkeypatch, weights):
     """The detector above flags a splice without the crossfade (so its pass means something)."""
@@ -156,6 +160,7 @@ def _step_all(ctx, streams) -> tuple[list[np.ndarray], int]:
     return [np.concatenate(g) for g in got], largest
 
 
+@pytest.mark.slow
 def test_step_flows_batches_and_equals_each_stream_alone(s3):
     """step_flows: chunks of one shape share a batch (fewer graph computes), and each stream's
     audio equals its own step() run; other voices and prompt lengths mix in."""
@@ -229,6 +234,7 @@ def test_bad_input_leaves_stream_unchanged(s3):
         codecrt.FlowStream(ctx, voice).finish()
 
 
+@pytest.mark.slow
 def test_chatterbox_lm_ids_stream(s3):
     _, ctx, voice = s3
     t = _tokens(6, 12)

@@ -166,6 +166,7 @@ def test_batched_ticks_equal_alone_with_joins_and_leaves(codecrt, snac_cases, op
     assert st.streams_active == 0
 
 
+@pytest.mark.slow
 def test_thousand_streams_reuse_slots_and_graphs(codecrt, snac_cases):
     """1,000 streams opened and closed: no growth of memory, state pool or graphs built after warm-up."""
     import gc

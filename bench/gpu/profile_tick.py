@@ -1,6 +1,6 @@
 """Where a streaming tick's time goes on the GPU: CUDA kernels by name, against wall time.
 
-    python bench/gpu/profile_tick.py [--streams 256] [--chunks 4,16] [--ticks 5]
+    python -m bench profile [--streams 256] [--chunks 4,16] [--ticks 5]
 
 SNAC 24 kHz with random weights (the demo model: codecd.config.build_demo_model). For each chunk
 size, N streams are stepped together; a few warm ticks are then recorded with

@@ -1,16 +1,34 @@
 #!/usr/bin/env bash
 # GPU run on the device machine (no package registry there): build codecd with
 # CUDA from the carried ggml sdist, install the carried wheels it lacks, run the
-# opt-in GPU tests and the capacity benchmark, and write a report under $OUT.
+# opt-in GPU tests and the GPU suites of `python -m bench`, and write a report
+# under $OUT ($OUT/report.txt, plus one file per stage).
 #
 #   carry: .whl (cp312 wheels: cffi pycparser gguf snac soxr websockets), .ggml (the sdist)
-#   bash bench/gpu/run.sh [build|test|bench|check|s3bench|vocos|all]...
+#   bash bench/gpu/run.sh STAGE...     (default: all = build test bench)
+#
+# Stages, in the order given; each suite's arguments come from an environment
+# variable (its defaults in brackets):
+#   build    CUDA build for sm_90 into /tmp/codecd-site ($OUT/build.log)
+#   test     every opt-in GPU test, TF32 on then off (tests/test_gpu.py)
+#   bench    python -m bench gpu $BENCH_ARGS          SNAC stream capacity [the suite's]
+#   profile  python -m bench profile $PROFILE_ARGS    CUDA kernels of one tick
+#                                                     [--streams 256 --chunks 4 --ticks 5 --top 16]
+#   serve    python -m bench serve --spawn demo $SERVE_ARGS, daemons on cuda:0 with
+#            1,024-stream batches and 1,100 connections [--n 256,384,512 --seconds 3
+#            --per-conn 8 --client-procs 4]; $SERVE_EXTRA is appended (e.g. --daemons 4)
+#   s3bench  python -m bench s3gen --random --device cuda:0 --threads 16 $S3GEN_ARGS [--repeat 2]
+#   check    python -m bench check, TF32 off, with ggml's CUDA fusion on and off
+#   sweep    python -m bench sweep $SWEEP_ARGS        every graph kind up to 300 s [the suite's]
+#   vocos    WavTokenizer/NeuCodec/XCodec2 GPU tests (TF32 on, off) and python -m bench vocos on cuda:0
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/codecd-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 SITE=/tmp/codecd-site
+# serve: one socket per stream, several daemons
+ulimit -n 65536 2>/dev/null || true
 stage() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%FT%TZ)" | tee -a "$OUT/report.txt"; }
 
 deps() {
@@ -28,6 +46,7 @@ build() {
         --target "$SITE/codecd" . > "$OUT/build.log" 2>&1
     local rc=$?
     tail -3 "$OUT/build.log" | tee -a "$OUT/report.txt"
+    [ $rc = 0 ] || tail -40 "$OUT/build.log"
     return $rc
 }
 
@@ -47,21 +66,41 @@ tests() {
 }
 
 bench() {
-    stage "capacity: python3 bench/gpu_capacity.py ${BENCH_ARGS:-}"
+    stage "capacity: python3 -m bench gpu ${BENCH_ARGS:-}"
     # shellcheck disable=SC2086
-    python3 bench/gpu_capacity.py ${BENCH_ARGS:-} 2>&1 | tee "$OUT/gpu_capacity.md" | tee -a "$OUT/report.txt"
+    python3 -m bench gpu ${BENCH_ARGS:-} 2>&1 | tee "$OUT/gpu_capacity.md" | tee -a "$OUT/report.txt"
+}
+
+profile() {
+    local args=${PROFILE_ARGS:---streams 256 --chunks 4 --ticks 5 --top 16}
+    stage "profile: python3 -m bench profile $args"
+    # shellcheck disable=SC2086
+    python3 -m bench profile $args 2>&1 | grep -v Warn | tee "$OUT/profile.md" | tee -a "$OUT/report.txt"
+}
+
+serve() {
+    local args=${SERVE_ARGS:---n 256,384,512 --seconds 3 --per-conn 8 --client-procs 4}
+    local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=1024
+                  --serve-arg=--batch-buckets=64,256,1024 --serve-arg=--max-streams=1100
+                  --serve-arg=--max-connections=1100 --serve-arg=--max-connections-per-ip=1100)
+    stage "daemon on loopback: python3 -m bench serve --spawn demo $args ${SERVE_EXTRA:-} ${daemon[*]}"
+    # shellcheck disable=SC2086
+    python3 -m bench serve --spawn demo $args ${SERVE_EXTRA:-} "${daemon[@]}" 2>&1 \
+        | tee "$OUT/serve_load.md" | tee -a "$OUT/report.txt"
 }
 
 s3bench() {
-    stage "S3Gen: python3 bench/s3gen.py --random --device cuda:0 --threads 16"
-    python3 bench/s3gen.py --random --device cuda:0 --threads 16 --repeat 2 2>&1 | tee "$OUT/s3gen_bench.md" \
+    local args=${S3GEN_ARGS:---repeat 2}
+    stage "S3Gen: python3 -m bench s3gen --random --device cuda:0 --threads 16 $args"
+    # shellcheck disable=SC2086
+    python3 -m bench s3gen --random --device cuda:0 --threads 16 $args 2>&1 | tee "$OUT/s3gen_bench.md" \
         | tee -a "$OUT/report.txt"
 }
 
 check() {
     for fusion in 0 1; do
         stage "stream check, TF32 off, GGML_CUDA_DISABLE_FUSION=$fusion"
-        NVIDIA_TF32_OVERRIDE=0 GGML_CUDA_DISABLE_FUSION=$fusion python3 bench/gpu/stream_check.py 2>&1 \
+        NVIDIA_TF32_OVERRIDE=0 GGML_CUDA_DISABLE_FUSION=$fusion python3 -m bench check 2>&1 \
             | tee -a "$OUT/report.txt"
     done
 }
@@ -76,10 +115,16 @@ vocos() {
             | grep -E "passed|failed|error|CUDA vs CPU|on CUDA|Error" | tee -a "$OUT/report.txt"
     done
     unset NVIDIA_TF32_OVERRIDE
-    stage "vocos offline decode: python3 bench/vocos.py --device cuda:0 --threads 16 --batch 1,16,64"
+    stage "vocos offline decode: python3 -m bench vocos --device cuda:0 --threads 16 --batch 1,16,64"
     # the PyTorch columns appear where the reference packages are installed
-    python3 bench/vocos.py --device cuda:0 --threads 16 --seconds 10 --batch 1,16,64 2>&1 \
+    python3 -m bench vocos --device cuda:0 --threads 16 --seconds 10 --batch 1,16,64 2>&1 \
         | tee "$OUT/vocos_bench.md" | tee -a "$OUT/report.txt"
+}
+
+sweep() {
+    stage "shape sweep: python3 -m bench sweep ${SWEEP_ARGS:-}"
+    # shellcheck disable=SC2086
+    python3 -m bench sweep ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep.md" | tee -a "$OUT/report.txt"
 }
 
 deps
@@ -87,11 +132,14 @@ env_site
 [ $# -eq 0 ] && set -- all
 for what in "$@"; do
     case "$what" in
-        build) build ;;
+        build) build || exit 1 ;;
         test) tests ;;
         bench) bench ;;
-        check) check ;;
+        profile) profile ;;
+        serve) serve ;;
         s3bench) s3bench ;;
+        check) check ;;
+        sweep) sweep ;;
         vocos) vocos ;;
         all) build && tests; bench ;;
         *) echo "unknown stage $what" >&2; exit 2 ;;

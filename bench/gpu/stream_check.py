@@ -1,6 +1,6 @@
 """GPU streaming check: streamed against offline on the GPU and against the CPU, per chunk size.
 
-    python bench/gpu/stream_check.py [--device cuda:0]
+    python -m bench check [--device cuda:0]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Shape sweep on a GPU: every graph kind of every codec at lengths up to 300 s (issue 24).
 
-    python bench/gpu/sweep.py [--device cuda:0] [--seconds 1,2.7,10,30,60,300] [--batches 1,16,64]
-                              [--codecs snac24,snac32,snac44,s3gen,s3gen_turbo] [--budget-s 420]
+    python -m bench sweep [--device cuda:0] [--seconds 1,2.7,10,30,60,300] [--batches 1,16,64]
+                          [--codecs snac24,snac32,snac44,s3gen,s3gen_turbo] [--budget-s 420]
 
 For each codec, length and batch: decode offline on the GPU (no abort is the
 first result), compare the first sequence with the same decode on the CPU

@@ -1,7 +1,8 @@
 """cffi out-of-line API-mode builder for ``codecrt._native``.
 
 CMake runs ``python bindings/codecrt/_build.py OUT.c`` at build time and compiles
-OUT.c against native/include/codecrt.h and the static codecrt library. API mode
+OUT.c against native/include/codecrt.h (and codecrt_s3gen.h, S3Gen's part of the
+API) and the static codecrt library. API mode
 (not ABI mode) means no runtime code generation or libffi closures, so the module
 works under systemd's MemoryDenyWriteExecute=yes, and the C compiler checks the
 declarations of ``_cdef.h`` against the real header.
@@ -21,6 +22,7 @@ ffi.cdef((_HERE / "_cdef.h").read_text(encoding="utf-8"))
 ffi.set_source(
     "codecrt._native",
     '#include "codecrt.h"\n'
+    '#include "codecrt_s3gen.h"\n'
     "_Static_assert(CODECRT_API_VERSION == 3, \"_cdef.h mirrors API version 3\");\n"
     "_Static_assert(CODECRT_MAX_LEVELS == 16, \"_cdef.h: CODECRT_MAX_LEVELS\");\n"
     "_Static_assert(CODECRT_MAX_BACKENDS == 4, \"_cdef.h: CODECRT_MAX_BACKENDS\");\n",

@@ -1,17 +1,18 @@
 /*
- * cffi declarations mirroring native/include/codecrt.h (API version 1).
+ * cffi declarations mirroring native/include/codecrt.h and codecrt_s3gen.h
+ * (API version 3), in that order: the sections after "codecrt_s3gen.h" below
+ * are that header's.
  *
  * Parsed by cffi (bindings/codecrt/_build.py), never by a C compiler directly:
  * no preprocessor conditionals, no includes. cffi compiles the generated module
- * against the real codecrt.h, so every declaration here is checked by the C
+ * against the real headers, so every declaration here is checked by the C
  * compiler and every struct layout by cffi at import time. Keep struct fields
- * exactly as in the header, in the same order.
+ * exactly as in the headers, in the same order.
  */
 
 #define CODECRT_API_VERSION 3
 #define CODECRT_MAX_LEVELS 16
 #define CODECRT_MAX_BACKENDS 4
-#define CODECRT_MAX_FLOW_BATCH 64
 
 typedef enum codecrt_status {
     CODECRT_OK = 0,
@@ -121,23 +122,7 @@ typedef struct codecrt_codes {
     const int64_t *lengths;
 } codecrt_codes;
 
-/* ----------------------------------------------------------------- voices */
-
 typedef struct codecrt_voice codecrt_voice;
-
-typedef struct codecrt_voice_data {
-    const int32_t *prompt_tokens;
-    int32_t n_prompt_tokens;
-    const float *prompt_mel;
-    int32_t n_prompt_frames;
-    int32_t n_mels;
-    const float *speaker;
-    int32_t speaker_dim;
-} codecrt_voice_data;
-
-codecrt_status codecrt_voice_init(const codecrt_model *model, const codecrt_voice_data *data,
-                                  codecrt_voice **out, char *err, size_t err_size);
-void codecrt_voice_free(codecrt_voice *voice);
 
 typedef struct codecrt_decode_params {
     int32_t noise;
@@ -190,7 +175,48 @@ const char *codecrt_stream_last_error(const codecrt_stream *stream);
 codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n,
                                     int32_t *n_stepped);
 
-/* --------------------------------------------------- two-stage models */
+/* ------------------------------------------------------------------ stats */
+
+typedef struct codecrt_stats {
+    uint64_t graphs_built;
+    uint64_t graphs_reused;
+    uint64_t sched_resets;
+    uint64_t sched_recreations;
+    uint64_t reservations;
+    uint64_t computes;
+    int32_t n_backends;
+    char backend_names[CODECRT_MAX_BACKENDS][32];
+    uint64_t compute_buffer_bytes[CODECRT_MAX_BACKENDS];
+    uint64_t weight_bytes;
+    uint64_t state_bytes;
+    int32_t streams_active;
+    int32_t graph_splits;
+    double last_compute_ms;
+} codecrt_stats;
+
+codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_stats *stats);
+
+/* ========================================================= codecrt_s3gen.h */
+
+#define CODECRT_MAX_FLOW_BATCH 64
+
+/* ----------------------------------------------------------------- voices */
+
+typedef struct codecrt_voice_data {
+    const int32_t *prompt_tokens;
+    int32_t n_prompt_tokens;
+    const float *prompt_mel;
+    int32_t n_prompt_frames;
+    int32_t n_mels;
+    const float *speaker;
+    int32_t speaker_dim;
+} codecrt_voice_data;
+
+codecrt_status codecrt_voice_init(const codecrt_model *model, const codecrt_voice_data *data,
+                                  codecrt_voice **out, char *err, size_t err_size);
+void codecrt_voice_free(codecrt_voice *voice);
+
+/* ----------------------------------------------------------------- stages */
 
 typedef struct codecrt_flow_params {
     const codecrt_voice *voice;
@@ -229,24 +255,3 @@ codecrt_status codecrt_diag_s3_source(codecrt_context *ctx, const float *f0, int
                                       const float *noise, float *source);
 codecrt_status codecrt_diag_s3_hift(codecrt_context *ctx, const float *mel, int32_t T, const float *source,
                                     float *pcm);
-
-/* ------------------------------------------------------------------ stats */
-
-typedef struct codecrt_stats {
-    uint64_t graphs_built;
-    uint64_t graphs_reused;
-    uint64_t sched_resets;
-    uint64_t sched_recreations;
-    uint64_t reservations;
-    uint64_t computes;
-    int32_t n_backends;
-    char backend_names[CODECRT_MAX_BACKENDS][32];
-    uint64_t compute_buffer_bytes[CODECRT_MAX_BACKENDS];
-    uint64_t weight_bytes;
-    uint64_t state_bytes;
-    int32_t streams_active;
-    int32_t graph_splits;
-    double last_compute_ms;
-} codecrt_stats;
-
-codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_stats *stats);

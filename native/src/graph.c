@@ -114,9 +114,10 @@ static codecrt_status cr_reserve_envelope(cr_graphs *g, cr_graph_slot *slot, con
     }
     cr_graph_io *io = calloc(1, sizeof(*io));
     struct ggml_cgraph *worst = io ? build(user, tmp, env, io) : NULL;
+    const bool failed = !io || io->overflow;
     free(io);
     codecrt_status st = CODECRT_OK;
-    if (!worst) {
+    if (!worst || failed) {
         st = cr_fail(err, CODECRT_E_COMPUTE, "cannot build the worst-case graph");
     } else if ((st = cr_guard_graph(&g->limits, worst, err)) != CODECRT_OK) {
         /* rule 5: refused before the scheduler sees it */

@@ -1,18 +1,34 @@
 /*
  * internal.h: types shared by the runtime's translation units. Not installed.
  *
- * Module map
- *   util.c     status names, error messages, version, logging
- *   model.c    GGUF loading and validation (architecture-independent part)
- *   arch.c     the table of architectures
- *   snac.c     SNAC: hyperparameters, tensor specs, decode graph
- *   vocos.c    blocks shared by WavTokenizer, NeuCodec and XCodec2 (vocos.h): GroupNorm ResNet,
- *              attention, the iSTFT head
- *   wavtokenizer.c, neucodec.c   those decoders (neucodec.c serves XCodec2 too)
- *   noise.c    counter-based Gaussian noise keyed by (seed, stream, position)
- *   graph.c    the graph lifecycle manager (schedulers, reservation, reuse)
- *   guard.c    the shape guard: graphs checked against the backends' limits
- *   context.c  devices, weight placement, decode entry point, stats
+ * Module map (native/src; docs/runtime.md has the same table)
+ *   The runtime, codec-independent:
+ *     util.c          status names, error messages, logging, GGUF readers, tensor lists
+ *     model.c         GGUF loading and validation (architecture-independent part)
+ *     arch.c          the table of architectures (one line per codec)
+ *     context.c       devices, weight placement, the decode entry point (pieces,
+ *                     sub-batches), stats
+ *     stream.c        streams, the slot pool, batched ticks
+ *     graph.c         the graph lifecycle manager (schedulers, reservation, reuse)
+ *     guard.c         the shape guard: graphs checked against the backends' limits
+ *     noise.c         counter-based Gaussian noise keyed by (seed, site, position)
+ *     profile.c       per-op timing (CODECRT_PROFILE_OPS)
+ *   Shared by the codecs' graph builders:
+ *     layers.c/h        convolutions, transposed convolutions, Snake, norms,
+ *                       residual units, layouts, the pad along time
+ *     stream_state.c/h  per-slot state buffers and time inputs of tick graphs
+ *   Fused CPU kernels (ggml custom ops, CPU backend only), ops/:
+ *     ops_snake.c              the fused Snake
+ *     ops_avx512.h             the register tiles and what the kernels share
+ *     ops_avx512_core.c        CPU feature checks, panel products, BF16 packing
+ *     ops_avx512_attention.c   attention, plain and relative-position
+ *     ops_avx512_linear.c      linear layers and stride-1 convolutions
+ *   One folder per codec, registered in arch.c:
+ *     snac/    SNAC (snac.h maps its files)
+ *     s3gen/   Chatterbox S3Gen (s3gen.h maps its files; its public calls
+ *              are declared in include/codecrt_s3gen.h)
+ *     vocos/   WavTokenizer, NeuCodec and XCodec2 on shared Vocos blocks (vocos.h:
+ *              GroupNorm ResNet, attention, the iSTFT head)
  */
 #ifndef CODECRT_INTERNAL_H
 #define CODECRT_INTERNAL_H
@@ -137,6 +153,7 @@ typedef struct cr_graph_io {
     struct ggml_tensor *slot_write;   /* I32 [B] */
     struct ggml_tensor *keep;         /* F32 [1, 1, B]: 0 on a stream's first tick */
     struct ggml_tensor *codes[CODECRT_MAX_LEVELS]; /* I32 [chunk / stride_l * B] */
+    int n_states;                     /* pool states the graph took (stream_state.c) */
 } cr_graph_io;
 
 void cr_io_add_time(cr_graph_io *io, struct ggml_tensor *t, int32_t kind, int32_t rate, int32_t delay,
@@ -148,7 +165,7 @@ typedef struct cr_state_spec {
     int64_t frames;
 } cr_state_spec;
 
-/* Weights packed once for the BF16 kernels of ops_cpu_avx512.c, owned by the
+/* Weights packed once for the BF16 kernels of ops/ops_avx512_linear.c, owned by the
    context whose graphs use them (freed after its graphs). */
 typedef struct cr_packs cr_packs;
 cr_packs *cr_packs_new(void);
@@ -224,10 +241,12 @@ typedef struct cr_arch {
     int32_t (*stream_chunk_multiple)(const struct cr_model *model);
     int (*stream_states)(const struct cr_model *model, cr_state_spec *specs, int max);
     int32_t (*stream_latency)(const struct cr_model *model);
-    /* pool[i]: the i-th state as [channels*frames, n_slots] in a device buffer */
+    /* pool[i], i < n_pool: the i-th state as [channels*frames, n_slots+1] in a
+       device buffer; the graph must take every state, in order
+       (stream_state.h), or fail with io->overflow */
     struct ggml_cgraph *(*build_stream)(const struct cr_model *model, struct ggml_context *ctx0,
                                         struct ggml_context *weights, const cr_stream_shape *shape,
-                                        struct ggml_tensor *const *pool, cr_graph_io *io);
+                                        struct ggml_tensor *const *pool, int n_pool, cr_graph_io *io);
     /* Frames of context a piece of an offline decode needs on each side so
        that its middle equals the same frames of the whole decode (the right
        and left receptive field, rounded up to stream_chunk_multiple); 0: the
@@ -278,7 +297,7 @@ struct ggml_tensor *cr_snake_cpu(struct ggml_context *ctx, struct ggml_tensor *x
 /*
  * Softmax attention with scale 1/8 over every key, per head of 64 channels:
  * q, k, v [H*64, T, B] contiguous F32 (head h in channels 64h .. 64h+63) ->
- * [H*64, T, B]. A fused CPU kernel (ops_cpu_avx512.c), only where
+ * [H*64, T, B]. A fused CPU kernel (ops/ops_avx512_attention.c), only where
  * cr_attention_cpu_available() (x86-64 with AVX-512); NULL where it does not
  * apply (then use ggml's attention). CPU backend only.
  */
@@ -314,7 +333,7 @@ bool cr_bf16_cpu_available(void);
 /*
  * y = W x (+ b) for F32 x [K, ...] contiguous, W [K, M] F32 contiguous with M a
  * multiple of 16, b [M] or NULL -> [M, ...]: the fused kernel of
- * ops_cpu_avx512.c, bias in the product's epilogue. NULL where it does not
+ * ops/ops_avx512_linear.c, bias in the product's epilogue. NULL where it does not
  * apply (other CPUs, other types or shapes): then use ggml_mul_mat. CPU only.
  */
 struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
@@ -324,7 +343,7 @@ struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *
  * Conv1d at stride 1 with zero padding: x [C, T, B] F32 contiguous (channels
  * fastest), w ne [K, C, M] F32 (PyTorch (M, C, K)) with M a multiple of 16,
  * b [M] or NULL -> [M, T + pad_left + pad_right - dilation (K-1), B]. The fused
- * kernel of ops_cpu_avx512.c, with no im2col matrix; NULL where it does not
+ * kernel of ops/ops_avx512_linear.c, with no im2col matrix; NULL where it does not
  * apply (then use im2col and a product). CPU only.
  */
 struct ggml_tensor *cr_conv1d_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,

@@ -10,6 +10,7 @@
  */
 #include <math.h>
 
+#include "codecrt_s3gen.h"
 #include "internal.h"
 
 static uint64_t cr_mix64(uint64_t z) {

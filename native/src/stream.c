@@ -392,7 +392,12 @@ static struct ggml_cgraph *cr_build_stream_graph(void *user, struct ggml_context
         .cpu_ops = ctx->cpu_ops,
         .masked = key->kind == CODECRT_GRAPH_STREAM_EDGE,
     };
-    return ctx->model->arch->build_stream(ctx->model, ctx0, ctx->weights, &shape, ctx->pool.states, io);
+    struct ggml_cgraph *gf = ctx->model->arch->build_stream(ctx->model, ctx0, ctx->weights, &shape,
+                                                            ctx->pool.states, ctx->pool.n_states, io);
+    if (io->n_states != ctx->pool.n_states) {
+        io->overflow = true; /* the builder and its state list disagree: refused, never computed */
+    }
+    return gf;
 }
 
 static int32_t cr_stream_bucket(const codecrt_context *ctx, int32_t n) {

@@ -80,7 +80,8 @@ static struct ggml_context *graph_ctx(void) {
     return ctx;
 }
 
-/* m's stream graph for a 4-stream tick of two chunks, in ctx with its state pools. */
+/* m's stream graph for a 4-stream tick of two chunks, in ctx with its state
+   pools; it must take every listed state, in order, and no other. */
 static struct ggml_cgraph *stream_graph(struct ggml_context *ctx, const cr_model *m, const cr_state_spec *specs,
                                         int n_states, bool cpu_ops, bool masked) {
     struct ggml_tensor *pool[CR_MAX_STATES];
@@ -91,7 +92,10 @@ static struct ggml_cgraph *stream_graph(struct ggml_context *ctx, const cr_model
                                    .masked = masked};
     cr_graph_io io;
     memset(&io, 0, sizeof(io));
-    return m->arch->build_stream(m, ctx, m->weights, &shape, pool, &io);
+    struct ggml_cgraph *gf = m->arch->build_stream(m, ctx, m->weights, &shape, pool, n_states, &io);
+    CHECK(io.n_states == n_states && !io.overflow, "stream graph (cpu_ops %d, masked %d) took %d states of %d%s",
+          cpu_ops, masked, io.n_states, n_states, io.overflow ? " and failed" : "");
+    return gf;
 }
 
 static void check_model(const cr_model *m, const test_cfg *c) {
@@ -210,7 +214,7 @@ static void check_gpu_stream_shapes(const cr_model *m, const char *name, int32_t
                                        .masked = masked};
         cr_graph_io io;
         memset(&io, 0, sizeof(io));
-        struct ggml_cgraph *gf = m->arch->build_stream(m, ctx, m->weights, &shape, pool, &io);
+        struct ggml_cgraph *gf = m->arch->build_stream(m, ctx, m->weights, &shape, pool, n_states, &io);
         cr_err err = {{0}};
         CHECK(cr_guard_graph(&gpu, gf, &err) == CODECRT_OK, "%s GPU stream tick of %d streams (masked %d): %s", name,
               n_batch, masked, err.msg);

@@ -18,7 +18,7 @@
 #include "gguf.h"
 #include "internal.h"
 #include "test_common.h"
-#include "vocos.h"
+#include "vocos/vocos.h"
 
 typedef struct hp_kv {
     const char *key;

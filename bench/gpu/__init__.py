@@ -1,0 +1,1 @@
+"""GPU suites (``python -m bench gpu|sweep|profile|check``) and the device-machine driver run.sh."""

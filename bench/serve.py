@@ -1,0 +1,396 @@
+"""Load test of a running codecd server: N concurrent real-time Orpheus streams.
+
+    python -m bench serve --url ws://127.0.0.1:8765 --model snac_24khz [--n 1,4,16]
+    python -m bench serve --spawn demo              # starts `codecd serve --model demo=demo`
+    python -m bench serve --spawn path/model.gguf --search --max-n 256
+
+Each client opens one stream (``--per-conn`` streams share a connection) and
+sends raw Orpheus token ids, 7 tokens (one group = 2048 samples at 24 kHz) per
+message, paced at the codec's real rate (``--speed`` times it), for
+``--seconds`` of audio; starts are staggered over one frame period. Reported per N:
+
+* time to first audio (first tokens sent -> first audio frame), p50 / p99;
+* inter-chunk gap p99 (arrival gaps of audio frames within a stream);
+* underruns: a gap longer than the audio the client had buffered so far (playback
+  starting at the first frame, no priming; playout restarts after each underrun);
+* busy refusals (``busy`` / ``too_many_streams`` / HTTP 503) and other errors;
+* server CPU (utime+stime of the server and its worker processes, from /proc, when
+  ``--spawn``ed; as cores = CPU seconds / wall seconds), and the workers' part of it;
+* the workers' ticks (from the servers' ``/metrics``): ticks per second, the mean
+  batch and the mean tick time of recent ticks: how full the batches were.
+
+``--daemons K`` spawns K servers on K ports (several daemon processes on one
+device, as behind the shipped HAProxy config) and deals connections to them in
+turn; ``--client-procs P`` spreads the clients over P processes, so that the
+load generator is not the bottleneck.
+
+Tokens arrive one frame period apart, so gaps are ~85.3 ms by construction; the
+criterion is the p99 gap's *excess* over that nominal spacing: p99 gap - 85.3 ms < 85.3 ms
+(a stream is late by less than one frame). ``--search`` doubles N until that fails or a
+stream is refused, then bisects: the largest N that meets it. Loopback only; every
+run is bounded by ``--seconds`` plus a timeout. Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "daemon"))
+
+from codecd.client import Client, ServerError  # noqa: E402
+
+SR = 24000
+GROUP = 2048
+PERIOD = GROUP / SR
+BASE = 128266
+
+
+@dataclass
+class StreamResult:
+    ttfa: float | None = None
+    gaps: list[float] = field(default_factory=list)
+    underruns: int = 0
+    samples: int = 0
+    refused: bool = False
+    error: str | None = None
+
+
+@dataclass
+class RunResult:
+    n: int
+    streams: list[StreamResult]
+    wall: float
+    cpu_s: float | None
+    speed: float = 1.0
+    worker_cpu_s: float | None = None
+    ticks: dict[str, float] | None = None  # from /metrics: per_s, batch, tick_ms
+
+    def _all(self, attr: str) -> np.ndarray:
+        return np.array([getattr(s, attr) for s in self.streams if getattr(s, attr) is not None])
+
+    def ttfa(self, q: float) -> float:
+        v = self._all("ttfa")
+        return float(np.percentile(v, q)) if v.size else float("nan")
+
+    def gap_p99(self) -> float:
+        g = np.concatenate([np.array(s.gaps) for s in self.streams] or [np.zeros(0)])
+        return float(np.percentile(g, 99)) if g.size else float("nan")
+
+    @property
+    def underruns(self) -> int:
+        return sum(s.underruns for s in self.streams)
+
+    @property
+    def refused(self) -> int:
+        return sum(s.refused for s in self.streams)
+
+    @property
+    def errors(self) -> int:
+        return sum(s.error is not None and not s.refused for s in self.streams)
+
+    @property
+    def ok(self) -> bool:
+        excess = self.gap_p99() - PERIOD / self.speed
+        return self.refused == 0 and self.errors == 0 and excess < PERIOD
+
+
+def ids_for(n_groups: int, rng: np.random.Generator) -> np.ndarray:
+    codes = rng.integers(0, 4096, size=7 * n_groups)
+    return (codes + BASE + (np.arange(codes.size) % 7) * 4096).astype(np.int64)
+
+
+async def one_stream(c: Client, model: str, n_groups: int, speed: float, delay: float,
+                     seed: int) -> StreamResult:
+    r = StreamResult()
+    ids = ids_for(n_groups, np.random.default_rng(seed))
+    await asyncio.sleep(delay)
+    try:
+        s = await c.start(model, layout="orpheus_ids", format="pcm_s16le")
+    except ServerError as e:
+        r.refused = e.code in ("busy", "too_many_streams")
+        r.error = e.code
+        return r
+    t_send: list[float] = []
+
+    async def feed() -> None:
+        t0 = time.monotonic()
+        for g in range(n_groups):
+            due = t0 + g * PERIOD / speed
+            d = due - time.monotonic()
+            if d > 0:
+                await asyncio.sleep(d)
+            if not t_send:
+                t_send.append(time.monotonic())
+            await s.send_tokens(ids[7 * g:7 * g + 7], binary=True)
+        await s.end()
+
+    task = asyncio.create_task(feed())
+    last = None
+    play_t0 = 0.0
+    played_base = 0  # samples received when playout (re)started
+    try:
+        async for ch in s:
+            t = ch.received_at
+            if last is None:
+                r.ttfa = t - t_send[0] if t_send else 0.0
+                play_t0, played_base = t, 0
+            else:
+                r.gaps.append(t - last)
+                if (t - play_t0) * SR > r.samples - played_base:  # ran dry before this frame
+                    r.underruns += 1
+                    play_t0, played_base = t, r.samples
+            last = t
+            r.samples += len(ch)
+        await task
+    except ServerError as e:
+        r.error = e.code
+        task.cancel()
+    return r
+
+
+def _cpu_of_tree(pid: int) -> tuple[float, float]:
+    """utime+stime (s) of pid and its live descendants: (all of them, the descendants alone)."""
+    tck = os.sysconf("SC_CLK_TCK")
+    kids: dict[int, list[int]] = {}
+    stats: dict[int, float] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        f = raw[raw.rindex(")") + 2:].split()
+        p = int(d)
+        kids.setdefault(int(f[1]), []).append(p)
+        stats[p] = (int(f[11]) + int(f[12])) / tck
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += stats.get(p, 0.0)
+        todo.extend(kids.get(p, []))
+    return total, total - stats.get(pid, 0.0)
+
+
+async def load_part(urls: list[str], model: str, n: int, seconds: float, speed: float, per_conn: int,
+                    token: str | None, timeout: float, part: int = 0, parts: int = 1) -> list[StreamResult]:
+    """The streams of connections part, part + parts, ...: connection ci goes to urls[ci % len(urls)]."""
+    n_groups = max(1, int(round(seconds / PERIOD)))
+    rnd = random.Random(n * 1000 + part)
+    n_conn = -(-n // per_conn)
+
+    async def conn_task(ci: int) -> list[StreamResult]:
+        k = min(per_conn, n - ci * per_conn)
+        url = urls[ci % len(urls)]
+        try:
+            async with Client(url, token=token, queue_size=1024) as c:
+                return list(await asyncio.gather(*(
+                    one_stream(c, model, n_groups, speed, rnd.uniform(0, PERIOD),
+                               ci * per_conn + j) for j in range(k))))
+        except ServerError as e:
+            return [StreamResult(refused=True, error=e.code) for _ in range(k)]
+        except Exception as e:  # noqa: BLE001 - HTTP 503 on the upgrade, resets
+            refused = "503" in str(e)
+            return [StreamResult(refused=refused, error=type(e).__name__) for _ in range(k)]
+
+    res = await asyncio.wait_for(asyncio.gather(*(conn_task(i) for i in range(part, n_conn, parts))), timeout)
+    return [s for lst in res for s in lst]
+
+
+def _load_part_proc(job: tuple) -> list[StreamResult]:
+    return asyncio.run(load_part(*job))
+
+
+def scrape_ticks(urls: list[str], token: str | None) -> tuple[float, float, float] | None:
+    """(ticks so far, mean recent batch, mean recent tick ms) over the servers' /metrics, or None."""
+    total, batches, times = 0.0, [], []
+    for url in urls:
+        req = urllib.request.Request(url.replace("ws://", "http://", 1).rstrip("/") + "/metrics")
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            name, _, value = line.rpartition(" ")
+            if name.startswith("codecd_ticks_total{"):
+                total += float(value)
+            elif name.startswith("codecd_batch_size_recent{"):
+                batches.append(float(value))
+            elif name.startswith("codecd_tick_seconds_mean{"):
+                times.append(1e3 * float(value))
+    return (total, sum(batches) / len(batches) if batches else 0.0,
+            sum(times) / len(times) if times else 0.0)
+
+
+def run_load(urls: list[str], model: str, n: int, seconds: float, speed: float, per_conn: int,
+             token: str | None, server_pids: list[int], timeout: float, procs: int = 1) -> RunResult:
+    def cpu_now() -> tuple[float, float]:
+        trees = [_cpu_of_tree(p) for p in server_pids]
+        return sum(t for t, _ in trees), sum(w for _, w in trees)
+
+    cpu0 = cpu_now()
+    tick0 = scrape_ticks(urls, token)
+    t0 = time.monotonic()
+    parts = max(1, min(procs, -(-n // per_conn)))
+    jobs = [(urls, model, n, seconds, speed, per_conn, token, timeout, i, parts) for i in range(parts)]
+    if parts == 1:
+        streams = _load_part_proc(jobs[0])
+    else:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(parts) as pool:
+            streams = [s for lst in pool.map(_load_part_proc, jobs) for s in lst]
+    wall = time.monotonic() - t0
+    cpu1 = cpu_now()
+    tick1 = scrape_ticks(urls, token)
+    ticks = None
+    if tick0 is not None and tick1 is not None:
+        ticks = {"per_s": (tick1[0] - tick0[0]) / wall, "batch": tick1[1], "tick_ms": tick1[2]}
+    if not server_pids:
+        return RunResult(n, streams, wall, None, speed, None, ticks)
+    return RunResult(n, streams, wall, cpu1[0] - cpu0[0], speed, cpu1[1] - cpu0[1], ticks)
+
+
+def spawn_server(source: str, args) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    env = dict(os.environ)
+    # the server imports codecrt from where this process finds it (an installed
+    # extension must not be shadowed by the source tree's bindings/)
+    spec = importlib.util.find_spec("codecrt")
+    bindings = Path(spec.origin).parent.parent if spec and spec.origin else ROOT / "bindings"
+    env["PYTHONPATH"] = os.pathsep.join([str(bindings), str(ROOT / "daemon"), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "codecd.cli", "serve", "--listen", f"127.0.0.1:{port}",
+           "--model", f"{args.model}={source}", *args.serve_arg]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + args.startup_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"codecd serve exited {proc.returncode}: "
+                             f"{proc.stderr.read().decode()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                if r.status != 200:
+                    raise OSError(r.status)
+            return proc, f"ws://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("codecd serve did not listen in time")
+
+
+def row(r: RunResult) -> str:
+    cpu = f"{r.cpu_s / r.wall:.2f}" if r.cpu_s is not None else "-"
+    if r.worker_cpu_s is not None:
+        cpu += f" ({r.worker_cpu_s / r.wall:.2f} workers)"
+    t = r.ticks
+    ticks = f"{t['per_s']:.0f} / {t['batch']:.1f} / {t['tick_ms']:.1f}" if t else "-"
+    return (f"| {r.n} | {1000 * r.ttfa(50):.1f} | {1000 * r.ttfa(99):.1f} | "
+            f"{1000 * r.gap_p99():.1f} | {r.underruns} | {r.refused} | {r.errors} | {cpu} | {ticks} | "
+            f"{'yes' if r.ok else 'no'} |")
+
+
+HEADER = ("| N | TTFA p50 ms | TTFA p99 ms | gap p99 ms | underruns | busy | errors | "
+          "server CPU cores | ticks/s / batch / tick ms | p99 excess < 85.3 ms |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--url", help="a running server, ws://127.0.0.1:PORT")
+    g.add_argument("--spawn", metavar="SOURCE", help="start codecd serve with this model "
+                   "source (a GGUF path or demo)")
+    ap.add_argument("--model", default="snac_24khz", help="model name (default snac_24khz)")
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="extra argument for codecd serve (repeatable), e.g. --serve-arg=--threads=2")
+    ap.add_argument("--n", default="1,4,16", help="comma-separated client counts (without --search)")
+    ap.add_argument("--search", action="store_true", help="find the largest N meeting the p99 gap")
+    ap.add_argument("--max-n", type=int, default=256)
+    ap.add_argument("--max-runs", type=int, default=12)
+    ap.add_argument("--seconds", type=float, default=3.0, help="audio per utterance")
+    ap.add_argument("--speed", type=float, default=1.0, help="token rate, times real time")
+    ap.add_argument("--per-conn", type=int, default=1, help="streams per connection")
+    ap.add_argument("--token", default=os.environ.get("CODECD_TOKEN"))
+    ap.add_argument("--startup-timeout", type=float, default=120.0)
+    ap.add_argument("--daemons", type=int, default=1, help="with --spawn: servers to start (one port each)")
+    ap.add_argument("--client-procs", type=int, default=1, help="processes the clients are spread over")
+    args = ap.parse_args()
+
+    procs: list[subprocess.Popen] = []
+    urls = [args.url] if args.url else []
+    timeout = args.seconds / args.speed + 60.0
+    results: list[RunResult] = []
+
+    def run(n: int) -> RunResult:
+        r = run_load(urls, args.model, n, args.seconds, args.speed, args.per_conn, args.token,
+                     [p.pid for p in procs], timeout, args.client_procs)
+        results.append(r)
+        print(row(r), file=sys.stderr, flush=True)
+        return r
+
+    try:
+        for _ in range(args.daemons if args.spawn else 0):
+            proc, url = spawn_server(args.spawn, args)
+            procs.append(proc)
+            urls.append(url)
+        print(HEADER, file=sys.stderr)
+        if not args.search:
+            for n in (int(x) for x in args.n.split(",")):
+                run(n)
+            best = None
+        else:
+            good, bad, n = 0, None, 1
+            while n <= args.max_n and len(results) < args.max_runs:
+                if run(n).ok:
+                    good, n = n, n * 2
+                else:
+                    bad = n
+                    break
+            while bad is not None and bad - good > 1 and len(results) < args.max_runs:
+                mid = (good + bad) // 2
+                if run(mid).ok:
+                    good = mid
+                else:
+                    bad = mid
+            best = good
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    print(f"\n{args.seconds:g} s utterances of Orpheus ids, 7 tokens per message at "
+          f"{args.speed:g}x real time; frame period {1000 * PERIOD:.1f} ms; "
+          f"{len(urls)} server(s), clients in {args.client_procs} process(es)\n")
+    print(HEADER)
+    for r in sorted(results, key=lambda r: r.n):
+        print(row(r))
+    if best is not None:
+        print(f"\nlargest N with p99 inter-chunk gap - period < {1000 * PERIOD:.1f} ms, no refusals: "
+              f"{best}{' (search hit --max-n/--max-runs)' if best >= args.max_n else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

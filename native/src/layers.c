@@ -1,0 +1,237 @@
+/*
+ * layers.c: graph building blocks shared by the codecs (layers.h documents
+ * each one's shapes and layout).
+ */
+#include "layers.h"
+
+/* ---------------------------------------------------------------- products */
+
+struct ggml_tensor *cr_mm(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x) {
+    if (!ggml_is_contiguous(x) || x->ne[3] != 1) {
+        return ggml_mul_mat(ctx, w, x);
+    }
+    struct ggml_tensor *y = ggml_mul_mat(ctx, w, ggml_reshape_2d(ctx, x, x->ne[0], x->ne[1] * x->ne[2]));
+    return ggml_reshape_3d(ctx, y, w->ne[1], x->ne[1], x->ne[2]);
+}
+
+struct ggml_tensor *cr_pwconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                              struct ggml_tensor *b) {
+    struct ggml_tensor *y = cr_mm(ctx, w, x);
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+struct ggml_tensor *cr_linear(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                              struct ggml_tensor *b, const cr_cpu_ops *ops) {
+    struct ggml_tensor *y = ops ? cr_linear_cpu(ctx, x, w, b, ops) : NULL; /* AVX-512 CPUs */
+    if (y) {
+        return y;
+    }
+    y = ggml_mul_mat(ctx, w, x);
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+/* ----------------------------------------------------------------- layouts */
+
+struct ggml_tensor *cr_to_tf(struct ggml_context *ctx, struct ggml_tensor *x) {
+    if (!ggml_is_contiguous(x)) {
+        x = ggml_cont(ctx, x);
+    }
+    return ggml_cont(ctx, ggml_transpose(ctx, ggml_reshape_2d(ctx, x, x->ne[0], x->ne[1] * x->ne[2])));
+}
+
+struct ggml_tensor *cr_to_cf(struct ggml_context *ctx, struct ggml_tensor *t, int64_t T, int64_t B) {
+    return ggml_reshape_3d(ctx, ggml_cont(ctx, ggml_transpose(ctx, t)), t->ne[1], T, B);
+}
+
+struct ggml_tensor *cr_pad_frames(struct ggml_context *ctx, struct ggml_tensor *x, int l, int r) {
+    const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2];
+    if (!ggml_is_contiguous(x)) {
+        x = ggml_cont(ctx, x);
+    }
+    struct ggml_tensor *y = ggml_pad_ext(ctx, ggml_reshape_2d(ctx, x, C * T, B), (int)(l * C), (int)(r * C), 0, 0,
+                                         0, 0, 0, 0);
+    return ggml_reshape_3d(ctx, y, C, T + l + r, B);
+}
+
+/* ------------------------------------------------------------------- Snake */
+
+struct ggml_tensor *cr_snake_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *t,
+                                struct ggml_tensor *alpha, struct ggml_tensor *inv_alpha) {
+    struct ggml_tensor *a = ggml_reshape_2d(ctx, alpha, 1, alpha->ne[0]);
+    struct ggml_tensor *ia = ggml_reshape_2d(ctx, inv_alpha, 1, inv_alpha->ne[0]);
+    ggml_build_forward_expand(gf, a);
+    ggml_build_forward_expand(gf, ia);
+    struct ggml_tensor *y = ggml_mul(ctx, t, a);
+    y = ggml_sin(ctx, y);
+    y = ggml_sqr(ctx, y);
+    y = ggml_mul(ctx, y, ia);
+    return ggml_add(ctx, t, y);
+}
+
+struct ggml_tensor *cr_snake(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *x,
+                             struct ggml_tensor *alpha, struct ggml_tensor *inv_alpha, bool cpu_ops) {
+    if (cpu_ops) {
+        return cr_snake_cpu(ctx, x, alpha, inv_alpha);
+    }
+    return cr_to_cf(ctx, cr_snake_tf(ctx, gf, cr_to_tf(ctx, x), alpha, inv_alpha), x->ne[1], x->ne[2]);
+}
+
+/* ------------------------------------------------------------------- norms */
+
+static struct ggml_tensor *cr_affine(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *g,
+                                     struct ggml_tensor *b) {
+    if (g) {
+        x = ggml_mul(ctx, x, g);
+    }
+    return b ? ggml_add(ctx, x, b) : x;
+}
+
+struct ggml_tensor *cr_layer_norm(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *g,
+                                  struct ggml_tensor *b, float eps) {
+    return cr_affine(ctx, ggml_norm(ctx, x, eps), g, b);
+}
+
+struct ggml_tensor *cr_rms_norm(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *g, float eps) {
+    return cr_affine(ctx, ggml_rms_norm(ctx, x, eps), g, NULL);
+}
+
+struct ggml_tensor *cr_group_norm(struct ggml_context *ctx, struct ggml_tensor *x, int n_groups,
+                                  struct ggml_tensor *g, struct ggml_tensor *b, float eps) {
+    const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], G = n_groups;
+    if (!ggml_is_contiguous(x)) {
+        x = ggml_cont(ctx, x);
+    }
+    /* [C/G, G, T, B] -> [C/G, T, G, B]: ggml_group_norm normalizes each group
+       of ne2 over ne0 * ne1 (here: one group of channels over every frame) */
+    struct ggml_tensor *y = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, x, C / G, G, T, B), 0, 2, 1, 3));
+    y = ggml_group_norm(ctx, y, n_groups, eps);
+    y = ggml_cont(ctx, ggml_permute(ctx, y, 0, 2, 1, 3)); /* [C/G, G, T, B] */
+    return cr_affine(ctx, ggml_reshape_3d(ctx, y, C, T, B), g, b);
+}
+
+/* ------------------------------------------------------------ convolutions */
+
+struct ggml_tensor *cr_dwconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                              struct ggml_tensor *b, int dilation, int pl, int pr) {
+    int pad = pl;
+    if (pl != pr) { /* the conv pads symmetrically: pad asymmetric frames first */
+        x = cr_pad_frames(ctx, x, pl, pr);
+        pad = 0;
+    }
+    const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], K = w->ne[1];
+    /* input as ne [T, 1, C, B] with nb [4C, 4CT, 4, 4CT] */
+    struct ggml_tensor *xv = ggml_permute(ctx, ggml_reshape_4d(ctx, x, C, T, 1, B), 2, 0, 1, 3);
+    /* kernel as ne [K, 1, 1, C] with channels fastest in memory */
+    struct ggml_tensor *wv = ggml_permute(ctx, ggml_reshape_4d(ctx, w, C, 1, K, 1), 3, 2, 0, 1);
+    struct ggml_tensor *y = ggml_conv_2d_dw_direct(ctx, wv, xv, 1, 1, pad, 0, dilation, 1);
+    /* result is ne [T_out, 1, C, B] laid out as [C, T_out, B]: view it back */
+    const int64_t T_out = y->ne[0];
+    y = ggml_permute(ctx, y, 1, 2, 0, 3);
+    y = ggml_reshape_3d(ctx, y, C, T_out, B);
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+struct ggml_tensor *cr_dwconv_tf(struct ggml_context *ctx, struct ggml_tensor *t, int64_t L, int64_t B,
+                                 struct ggml_tensor *w, struct ggml_tensor *b, int dilation, int pad) {
+    const int64_t C = w->ne[0], K = w->ne[1];
+    /* ggml's direct depthwise conv, WHCN: input [L, B, C, 1] (width = time,
+       height = batch), kernel [K, 1, 1, C] */
+    struct ggml_tensor *k = ggml_reshape_4d(ctx, ggml_cont(ctx, ggml_transpose(ctx, w)), K, 1, 1, C);
+    struct ggml_tensor *y = ggml_conv_2d_dw_direct(ctx, k, ggml_reshape_4d(ctx, t, L, B, C, 1), 1, 1, pad, 0,
+                                                   dilation, 1);
+    return b ? ggml_add(ctx, y, ggml_reshape_4d(ctx, b, 1, 1, C, 1)) : y; /* [L_out, B, C, 1] */
+}
+
+struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                              struct ggml_tensor *b, int dilation, int pl, int pr, const cr_cpu_ops *ops) {
+    struct ggml_tensor *y = ops ? cr_conv1d_cpu(ctx, x, w, b, dilation, pl, pr, ops) : NULL;
+    if (y) { /* AVX-512 CPUs: the fused convolution, no transpose, pad or column matrix */
+        return y;
+    }
+    const int64_t K = w->ne[0], Cin = w->ne[1], Cout = w->ne[2];
+    /* ggml's F32 im2col reads time-fastest rows: [T, Cin, B], padded in ne0 */
+    struct ggml_tensor *xt = ggml_cont(ctx, ggml_transpose(ctx, x));
+    if (pl || pr) {
+        xt = ggml_pad_ext(ctx, xt, pl, pr, 0, 0, 0, 0, 0, 0);
+    }
+    /* its columns (row ic*K + k) match the kernel's memory order ne [K, Cin, Cout] */
+    struct ggml_tensor *col = ggml_im2col(ctx, w, xt, 1, 0, 0, 0, dilation, 0, false, GGML_TYPE_F32);
+    return cr_linear(ctx, col, ggml_reshape_2d(ctx, w, K * Cin, Cout), b, ops); /* [Cout, T', B] */
+}
+
+struct ggml_tensor *cr_conv_narrow(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                   struct ggml_tensor *b, int K, int pl, int pr) {
+    const int64_t Cout = w->ne[1] / K, B = x->ne[2];
+    const int64_t T_out = x->ne[1] + pl + pr - (K - 1);
+    struct ggml_tensor *z = cr_mm(ctx, w, x);  /* [K*Cout, T, B] */
+    z = cr_pad_frames(ctx, z, pl, pr);         /* [K*Cout, T+pl+pr, B] */
+    struct ggml_tensor *y = NULL;
+    for (int64_t k = 0; k < K; k++) {
+        struct ggml_tensor *v = ggml_view_3d(ctx, z, Cout, T_out, B, z->nb[1], z->nb[2],
+                                             (size_t)(k * Cout) * sizeof(float) + (size_t)k * z->nb[1]);
+        y = y ? ggml_add(ctx, y, v) : ggml_cont(ctx, v);
+    }
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                              struct ggml_tensor *b, int s, int crop, int64_t n_out) {
+    const int64_t T = x->ne[1], B = x->ne[2], Cout = w->ne[1] / (2 * s);
+    struct ggml_tensor *xp = cr_pad_frames(ctx, x, 1, 1); /* [Cin, T+2, B] */
+    struct ggml_tensor *cols = cr_mm(ctx, w, xp);          /* [2s*Cout, T+2, B] */
+    const size_t half = (size_t)(s * Cout) * sizeof(float);
+    /* block j = lo at padded frame j+1 + hi at padded frame j, j = 0..T */
+    struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, T + 1, B, cols->nb[1], cols->nb[2], cols->nb[1]);
+    struct ggml_tensor *hi = ggml_view_3d(ctx, cols, s * Cout, T + 1, B, cols->nb[1], cols->nb[2], half);
+    struct ggml_tensor *y = ggml_add(ctx, lo, hi); /* [s*Cout, T+1, B] = [Cout, s*(T+1), B] */
+    y = ggml_view_3d(ctx, y, Cout, n_out, B, (size_t)Cout * sizeof(float), y->nb[2],
+                     (size_t)(crop * Cout) * sizeof(float));
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+struct ggml_tensor *cr_upconv_step(struct ggml_context *ctx, struct ggml_tensor *buf, struct ggml_tensor *w,
+                                   struct ggml_tensor *b, int s) {
+    const int64_t n = buf->ne[1] - 1, B = buf->ne[2], Cout = w->ne[1] / (2 * s);
+    struct ggml_tensor *cols = cr_mm(ctx, w, buf); /* [2s*Cout, n+1, B] */
+    const size_t half = (size_t)(s * Cout) * sizeof(float);
+    struct ggml_tensor *lo = ggml_view_3d(ctx, cols, s * Cout, n, B, cols->nb[1], cols->nb[2], cols->nb[1]);
+    struct ggml_tensor *hi = ggml_view_3d(ctx, cols, s * Cout, n, B, cols->nb[1], cols->nb[2], half);
+    struct ggml_tensor *y = ggml_reshape_3d(ctx, ggml_add(ctx, lo, hi), Cout, n * s, B);
+    return b ? ggml_add(ctx, y, b) : y;
+}
+
+/* ---------------------------------------------------------- residual units */
+
+struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
+                                  const cr_res_unit *u, int dil, bool same, bool cpu_ops) {
+    const int pad = same ? (int)(dil * (u->dw_w->ne[1] - 1) / 2) : 0;
+    struct ggml_tensor *y;
+    if (cpu_ops) {
+        y = cr_snake_cpu(ctx, buf, u->alpha1, u->inv_alpha1);
+        y = cr_dwconv(ctx, y, u->dw_w, u->dw_b, dil, pad, pad);
+        y = cr_snake_cpu(ctx, y, u->alpha2, u->inv_alpha2);
+    } else {
+        const int64_t C = buf->ne[0], L = buf->ne[1], B = buf->ne[2];
+        struct ggml_tensor *t = cr_snake_tf(ctx, gf, cr_to_tf(ctx, buf), u->alpha1, u->inv_alpha1); /* [L*B, C] */
+        t = cr_dwconv_tf(ctx, t, L, B, u->dw_w, u->dw_b, dil, pad); /* [n, B, C, 1] */
+        const int64_t n = t->ne[0];
+        t = cr_snake_tf(ctx, gf, ggml_reshape_2d(ctx, t, n * B, C), u->alpha2, u->inv_alpha2);
+        y = cr_to_cf(ctx, t, n, B);
+    }
+    return cr_pwconv(ctx, y, u->pw_w, u->pw_b);
+}
+
+struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
+                                   const cr_res_unit *u, int dil) {
+    const int64_t Lb = buf->ne[0], B = buf->ne[1], C = buf->ne[2], K = u->dw_w->ne[1];
+    const int64_t P = dil * (K - 1) / 2, n = Lb - 2 * P;
+    struct ggml_tensor *t = cr_snake_tf(ctx, gf, ggml_reshape_2d(ctx, buf, Lb * B, C), u->alpha1,
+                                        u->inv_alpha1); /* [Lb*B, C] */
+    t = cr_dwconv_tf(ctx, t, Lb, B, u->dw_w, u->dw_b, dil, 0); /* valid: [n, B, C, 1] */
+    t = cr_snake_tf(ctx, gf, ggml_reshape_2d(ctx, t, n * B, C), u->alpha2, u->inv_alpha2);
+    /* 1x1 conv as y^T w: y [C, n*B] (one transpose), w [C, Cout] -> [n*B, Cout] */
+    struct ggml_tensor *y = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, t)), u->pw_w);
+    y = ggml_add(ctx, y, ggml_reshape_2d(ctx, u->pw_b, 1, u->pw_b->ne[0]));
+    struct ggml_tensor *xd = ggml_view_3d(ctx, buf, n, B, C, buf->nb[1], buf->nb[2], (size_t)P * sizeof(float));
+    return ggml_add(ctx, ggml_reshape_3d(ctx, y, n, B, C), xd);
+}

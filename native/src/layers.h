@@ -1,0 +1,227 @@
+/*
+ * layers.h: graph building blocks shared by the codecs' decoders (layers.c).
+ *
+ * Every function adds nodes to a graph under construction in ctx (a no_alloc
+ * context) and returns the result; none reads tensor data, so they run at
+ * graph build time on any backend. All activations are F32. Two layouts:
+ *
+ *   channels fastest  x [C, T, B]  (ne0 = C): the decoders' default. A 1x1
+ *                     conv is one product, a norm over channels a row norm,
+ *                     per-channel parameters [C] broadcast as rows.
+ *   time fastest      t [T, B, C] or its 2-D view [T*B, C]: what ggml's GPU
+ *                     backends fuse the Snake in, and the WHCN layout of its
+ *                     direct depthwise conv.
+ *
+ * Weights are named by their ggml ne (ne0 first); the converter writes them
+ * so. PyTorch's Conv1d weight (Cout, Cin, K) is ne [K, Cin, Cout].
+ *
+ * Shapes are not checked here: ggml asserts (aborts) on inconsistent ones, so
+ * an architecture builds only shapes it validated before (hyperparameters at
+ * load, lengths and batches per request).
+ *
+ * Backend limits (docs/runtime.md, guard.c): every pad here pads along time
+ * in ne0 (as [C*T, B], or time fastest), never with time in ne1, which CUDA's
+ * pad kernel puts into grid y (at most 65,535 blocks). A layer added here
+ * must keep that property for any length; native/tests/test_graphs.c runs the
+ * guard with CUDA's limits on the SNAC graphs up to 300 s.
+ *
+ * Activations with a ggml op of exactly PyTorch's definition are used
+ * directly, with no wrapper: ggml_elu (ELU, alpha 1, via expm1), ggml_gelu_erf
+ * (nn.GELU(); ggml_gelu is the tanh approximation), ggml_silu, ggml_tanh.
+ * native/tests/test_layers.c checks each layer here (and those ops) on the
+ * CPU against a plain C reference in double.
+ */
+#ifndef CODECRT_LAYERS_H
+#define CODECRT_LAYERS_H
+
+#include "internal.h"
+
+/* ---------------------------------------------------------------- products */
+
+/*
+ * w [K, M] times x [K, T, B] -> [M, T, B], as one [K, T*B] product when x is
+ * contiguous. Left 3-D, a product whose T is 16 or less (a stream tick's first
+ * layers) goes to ggml CUDA's small-batch kernel once per sequence, rereading
+ * w B times (1.4 ms of a 20 ms tick at 256 streams against ~0.1 ms for one
+ * GEMM). test_graphs.c checks that stream graphs have no such product.
+ */
+struct ggml_tensor *cr_mm(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x);
+
+/* 1x1 conv: x [Cin, T, B], w [Cin, Cout], b [Cout] or NULL -> [Cout, T, B] (cr_mm + bias). */
+struct ggml_tensor *cr_pwconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                              struct ggml_tensor *b);
+
+/*
+ * Linear layer y = W x + b: x [K, ...], w [K, M] (PyTorch Linear (M, K)),
+ * b [M] or NULL -> [M, ...]. With ops (a CPU graph) the fused kernel of
+ * ops_avx512_linear.c where it applies (AVX-512, F32, M a multiple of 16; bias in
+ * its epilogue); otherwise ggml_mul_mat and an add.
+ */
+struct ggml_tensor *cr_linear(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                              struct ggml_tensor *b, const cr_cpu_ops *ops);
+
+/* ----------------------------------------------------------------- layouts */
+
+/* [C, T, B] channels fastest -> [T*B, C] time fastest (ggml's tiled transpose copy). */
+struct ggml_tensor *cr_to_tf(struct ggml_context *ctx, struct ggml_tensor *x);
+
+/* [T*B, C] time fastest -> [C, T, B] channels fastest. */
+struct ggml_tensor *cr_to_cf(struct ggml_context *ctx, struct ggml_tensor *t, int64_t T, int64_t B);
+
+/*
+ * Zero frames before and after each sequence of x [C, T, B]: [C, l+T+r, B].
+ * Padded as x viewed [C*T, B] along its first dimension: ggml's CUDA pad
+ * kernel puts ne1 into the launch grid's y (at most 65,535 blocks), so a pad
+ * along time with time in ne1 aborts past 65,535 frames (2.73 s of SNAC at
+ * 24 kHz); in ne0 time is unbounded and ne1 is the batch.
+ */
+struct ggml_tensor *cr_pad_frames(struct ggml_context *ctx, struct ggml_tensor *x, int l, int r);
+
+/* ------------------------------------------------------------------- Snake */
+
+/*
+ * Snake x + inv_alpha * sin(alpha x)^2 on t [T', C] (contiguous, time
+ * fastest), alpha/inv_alpha [C], as the exact node sequence mul, sin, sqr,
+ * mul, add that ggml's CUDA and Vulkan backends fuse into one kernel (composed
+ * it is five passes over memory). The parameters' [1, C] views go into gf
+ * first: a view node landing inside the five would break the pattern, and
+ * the Snake would silently stay composed (test_graphs.c counts fusable ones).
+ */
+struct ggml_tensor *cr_snake_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *t,
+                                struct ggml_tensor *alpha, struct ggml_tensor *inv_alpha);
+
+/* Snake on x [C, T, B]: the fused CPU kernel when cpu_ops (the graph runs on
+   the CPU backend), else cr_snake_tf between two tiled transposes. */
+struct ggml_tensor *cr_snake(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *x,
+                             struct ggml_tensor *alpha, struct ggml_tensor *inv_alpha, bool cpu_ops);
+
+/* ------------------------------------------------------------------- norms */
+
+/* LayerNorm over channels of x [C, T, B] (ggml_norm), times g [C], plus b [C]; g or b may be NULL. */
+struct ggml_tensor *cr_layer_norm(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *g,
+                                  struct ggml_tensor *b, float eps);
+
+/* RMSNorm over channels of x [C, T, B]: x / sqrt(mean(x^2) + eps) * g [C] (g may be NULL). */
+struct ggml_tensor *cr_rms_norm(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *g, float eps);
+
+/*
+ * GroupNorm of x [C, T, B] in n_groups groups of C / n_groups consecutive
+ * channels, each normalized over its channels and every frame of its sequence
+ * (PyTorch nn.GroupNorm on (B, C, T)), times g [C] plus b [C] (either NULL).
+ * C must be a multiple of n_groups. Runs as ggml_group_norm on a copy with
+ * each group's channels and frames together ([C/G, T, G, B]), and one copy back.
+ */
+struct ggml_tensor *cr_group_norm(struct ggml_context *ctx, struct ggml_tensor *x, int n_groups,
+                                  struct ggml_tensor *g, struct ggml_tensor *b, float eps);
+
+/* ------------------------------------------------------------ convolutions */
+
+/*
+ * Depthwise conv1d, stride 1, of x [C, T, B] (contiguous) with w [C, K] (tap
+ * k of channel c at w[c + k*C]), b [C] or NULL, dilation d, zero padding pl
+ * and pr frames -> [C, T + pl + pr - d (K-1), B]. "Same": pl = pr = d(K-1)/2;
+ * valid: 0, 0; causal: d(K-1), 0. Runs as ggml's direct depthwise 2-D conv
+ * (F32, CPU and CUDA kernels) on a channels-last view; a symmetric pad is the
+ * conv's own, an asymmetric one cr_pad_frames first.
+ */
+struct ggml_tensor *cr_dwconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                              struct ggml_tensor *b, int dilation, int pl, int pr);
+
+/*
+ * The same conv on a time-fastest t [L, B, C] (any tensor of L*B*C elements,
+ * contiguous, read as [L, B, C]) in ggml's WHCN layout (width = time, height
+ * = batch): -> [L + 2 pad - d (K-1), B, C, 1], symmetric zero padding pad.
+ * The kernel [C, K] is transposed to [K, 1, 1, C] by a small copy per compute.
+ */
+struct ggml_tensor *cr_dwconv_tf(struct ggml_context *ctx, struct ggml_tensor *t, int64_t L, int64_t B,
+                                 struct ggml_tensor *w, struct ggml_tensor *b, int dilation, int pad);
+
+/*
+ * Conv1d, stride 1: x [Cin, T, B], w [K, Cin, Cout] (PyTorch (Cout, Cin, K)),
+ * b [Cout] or NULL, dilation d, zero padding pl, pr -> [Cout, T + pl + pr -
+ * d (K-1), B]. "Same", valid and causal as for cr_dwconv. With ops (a CPU
+ * graph) the fused convolution of ops_avx512_linear.c where it applies (no column
+ * matrix); otherwise x is transposed to time fastest (one copy), padded along
+ * time (ne0), unrolled by ggml's F32 im2col ([Cin*K, T', B], never the F16
+ * im2col of ggml_conv_1d) and multiplied (cr_linear).
+ */
+struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                              struct ggml_tensor *b, int dilation, int pl, int pr, const cr_cpu_ops *ops);
+
+/*
+ * Conv1d of K taps with few output channels (the decoders' last conv to PCM):
+ * x [Cin, T, B], w [Cin, K*Cout] (row k*Cout + oc), b [Cout] or NULL, zero
+ * padding pl, pr -> [Cout, T + pl + pr - K + 1, B]. One product [K*Cout, T, B] over
+ * the unpadded input, the product padded (K*Cout rows rather than Cin), then
+ * the K shifted diagonals summed.
+ */
+struct ggml_tensor *cr_conv_narrow(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                   struct ggml_tensor *b, int K, int pl, int pr);
+
+/*
+ * ConvTranspose1d with kernel 2s and stride s, as one product and an overlap
+ * of two views. x [Cin, T, B], w [Cin, 2s*Cout] (row k*Cout + oc, PyTorch
+ * weight (Cin, Cout, 2s) element [ic][oc][k]), b [Cout] or NULL -> [Cout,
+ * n_out, B]: samples crop .. crop + n_out of the uncropped output, whose
+ * sample t*s + k (k < 2s) receives input frame t through tap k.
+ *
+ * The uncropped output has (T+1)*s samples in T+1 blocks of s; block j is
+ * cols_lo[:, j] + cols_hi[:, j-1] where cols = w^T x. Padding the input with
+ * one zero frame on each side makes both terms plain views of one product
+ * (the output, s times larger, is never padded). PyTorch's padding p and
+ * output_padding op: crop = p, n_out = (T-1)*s - 2p + 2s + op (SNAC and DAC:
+ * p = ceil(s/2), SNAC adds op = s % 2 for T*s samples); a causal one trimmed
+ * of its last s samples (Mimi): crop 0, n_out = T*s. Needs crop + n_out <=
+ * (T+1)*s.
+ */
+struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                              struct ggml_tensor *b, int s, int crop, int64_t n_out);
+
+/*
+ * The same transposed conv in a stream tick: buf [Cin, 1+n, B] holds the
+ * previous input frame (the layer's state, zeros before the first) and n new
+ * ones -> [Cout, n*s, B], uncropped output blocks 1..n of buf (block j is
+ * tap 0..s-1 of frame j plus tap s..2s-1 of frame j-1, every input of it
+ * present). The crop becomes a delay: output sample t of the tick is
+ * uncropped sample t + s of buf, i.e. t + s - crop of the cropped layer.
+ */
+struct ggml_tensor *cr_upconv_step(struct ggml_context *ctx, struct ggml_tensor *buf, struct ggml_tensor *w,
+                                   struct ggml_tensor *b, int s);
+
+/* ---------------------------------------------------------- residual units */
+
+/*
+ * The weights of a Snake residual unit (SNAC's ResidualUnit with a depthwise
+ * conv): Snake1, a depthwise conv of K taps (w [C, K], b [C]), Snake2, a 1x1
+ * conv (w [C, C], b [C]).
+ */
+typedef struct cr_res_unit {
+    struct ggml_tensor *alpha1, *inv_alpha1;
+    struct ggml_tensor *dw_w, *dw_b;
+    struct ggml_tensor *alpha2, *inv_alpha2;
+    struct ggml_tensor *pw_w, *pw_b;
+} cr_res_unit;
+
+/*
+ * The unit's branch pw(Snake2(dw_dil(Snake1(buf)))) on buf [C, L, B],
+ * channels fastest. same: the conv pads P = dil (K-1)/2 on each side (L = n,
+ * an offline decode); otherwise it is valid and buf holds 2P frames of left
+ * context (a stream's state) before the n new ones (L = n + 2P). Returns
+ * [C, n, B]; the caller adds the residual. Off the CPU the Snake-conv-Snake
+ * core runs time fastest ([L*B, C]) between two tiled transposes, each Snake
+ * in fusable form.
+ */
+struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
+                                  const cr_res_unit *u, int dil, bool same, bool cpu_ops);
+
+/*
+ * The whole unit on a time-fastest buf [n + 2P, B, C] (state then input,
+ * contiguous), for stream graphs off the CPU: buf[P : P+n] +
+ * pw(Snake2(dw_dil(Snake1(buf)))) -> [n, B, C], time fastest. The only
+ * transpose feeds the 1x1 conv, whose product is taken as y^T w so that it
+ * lands time fastest again.
+ */
+struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
+                                   const cr_res_unit *u, int dil);
+
+#endif /* CODECRT_LAYERS_H */

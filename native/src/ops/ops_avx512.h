@@ -1,0 +1,205 @@
+/*
+ * ops_avx512.h: what the AVX-512 kernels of native/src/ops/ share: the CPU
+ * check, the tile sizes, the F32 and BF16 register tiles (inlined into every
+ * kernel: they unroll on their row and column counts), and the panel products
+ * and packers and the BF16 weight packs of ops_avx512_core.c. Private to ops/.
+ *
+ *   ops_avx512_core.c       CPU feature checks, panel products, BF16 rounding
+ *                           and packing, the weight packs
+ *   ops_avx512_attention.c  attention, plain and relative-position, F32 and BF16
+ *   ops_avx512_linear.c     linear layers and stride-1 convolutions, F32 and BF16
+ *
+ * Without AVX-512 (other architectures, or CODECRT_NO_AVX512) the files
+ * compile to the availability checks returning false and the ops returning
+ * NULL (the graphs then use ggml's ops).
+ */
+#ifndef CODECRT_OPS_AVX512_H
+#define CODECRT_OPS_AVX512_H
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(CODECRT_NO_AVX512)
+#define CR_OPS_AVX512 1
+#include <immintrin.h>
+#endif
+
+#define AT_D 64  /* head dim */
+#define AT_QB 48 /* queries per block: 8 tiles of 6 rows */
+#define AT_R 6   /* rows per register tile: 6 x 4 accumulators of 16 floats */
+#define LN_PANEL 64 /* linear: output columns per packed weight panel */
+#define LN_NB 96    /* linear: rows of x per work item (16 register tiles) */
+
+/* One weight packed for the BF16 product kernels: w [M][C][taps] (a linear
+   layer's [M][K] is one tap) as panels [P][taps][C2][64] pairs, P = M/64
+   rounded up (columns past M zero). Keyed by the weight's data and shape and
+   the convolution's dilation and left pad, so views of one weight share it. */
+typedef struct cr_packed {
+    const void *data;
+    int64_t C, taps, M;
+    int32_t dilation, pad_left;
+    uint32_t *panels;
+} cr_packed;
+
+/* The packed form of w (data in host memory), packed now if new; NULL if w is
+   not in host memory, memory runs out, or without AVX-512 (the caller packs
+   per call instead). */
+const cr_packed *cr_packs_get(cr_packs *packs, const struct ggml_tensor *w, int64_t C, int64_t taps, int64_t M,
+                              int dilation, int pad_left);
+
+#ifdef CR_OPS_AVX512
+
+#define AT_AVX512 __attribute__((target("avx512f,fma")))
+#define AT_INLINE static inline __attribute__((always_inline)) AT_AVX512
+
+/* CALL(R) for R = min(n, AT_R), a constant in each branch: the tiles unroll on
+   their row count, so each remainder of a row loop gets its own instance. */
+#define AT_ROWS(n, CALL)                                                                                             \
+    do {                                                                                                             \
+        switch ((n) < AT_R ? (int)(n) : AT_R) {                                                                      \
+        case 6: CALL(6); break;                                                                                      \
+        case 5: CALL(5); break;                                                                                      \
+        case 4: CALL(4); break;                                                                                      \
+        case 3: CALL(3); break;                                                                                      \
+        case 2: CALL(2); break;                                                                                      \
+        default: CALL(1); break;                                                                                     \
+        }                                                                                                            \
+    } while (0)
+
+/*
+ * The register tile every kernel here is built on: C = sum over taps of A_t B_t
+ * for R rows (R <= 6) and 16*NC columns (NC <= 4). Per k, NC loads of B's row,
+ * R broadcasts of A, R*NC FMAs into 24 of the 32 vector registers. A [R, K]
+ * rows lda apart, B [K, 16*NC] rows ldb apart (packed: its 16*NC columns
+ * contiguous); tap t reads A + t*atap and B + t*btap (a convolution's taps: the
+ * input shifted by the dilation, the kernel's next slice). C[r][c] =
+ * scale * acc + bias[c] (bias may be NULL).
+ */
+AT_INLINE void at_tile(int R, int NC, const float *a, int64_t lda, int64_t atap, const float *b, int64_t ldb,
+                       int64_t btap, int64_t K, int64_t taps, float *c, int64_t ldc, float scale, const float *bias) {
+    __m512 acc[AT_R][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; j++) {
+            acc[r][j] = _mm512_setzero_ps();
+        }
+    }
+    for (int64_t t = 0; t < taps; t++) {
+        const float *at = a + t * atap, *bt = b + t * btap;
+        for (int64_t k = 0; k < K; k++) {
+            __m512 bv[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < NC; j++) {
+                bv[j] = _mm512_loadu_ps(bt + k * ldb + 16 * j);
+            }
+#pragma GCC unroll 6
+            for (int r = 0; r < R; r++) {
+                const __m512 ab = _mm512_set1_ps(at[r * lda + k]);
+#pragma GCC unroll 4
+                for (int j = 0; j < NC; j++) {
+                    acc[r][j] = _mm512_fmadd_ps(ab, bv[j], acc[r][j]);
+                }
+            }
+        }
+    }
+    const __m512 sc = _mm512_set1_ps(scale);
+    __m512 bs[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; j++) {
+        bs[j] = bias ? _mm512_loadu_ps(bias + 16 * j) : _mm512_setzero_ps();
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; j++) {
+            _mm512_storeu_ps(c + r * ldc + 16 * j, _mm512_fmadd_ps(acc[r][j], sc, bs[j]));
+        }
+    }
+}
+
+/*
+ * n output rows (ldc apart) of 16*nc columns from a packed panel wp
+ * [taps][K][64] (ops_avx512_core.c).
+ */
+AT_AVX512 void at_panel_rows(const float *x, int64_t lda, int64_t atap, const float *wp, int64_t K, int64_t taps,
+                             const float *bias, float *y, int64_t ldc, int nc, int64_t n);
+
+/* ------------------------------------------------------------------- BF16 */
+
+/*
+ * The BF16 product mode (CODECRT_PRECISION_BF16): the same tiles with both
+ * operands rounded to bfloat16 (round to nearest even) and products summed in
+ * F32 by vdpbf16ps, which does two multiply-adds per lane where vfmadd231ps
+ * does one. Operands are packed as pairs along the summed dimension: a uint32
+ * holds elements 2i (low half) and 2i+1 (high half); an odd length ends in a
+ * zero. Both sides of every product are converted by the same code whatever the
+ * batch or thread count, so batch invariance holds in this mode too.
+ */
+#define BF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
+#define BF_INLINE static inline __attribute__((always_inline)) BF_AVX512
+
+/*
+ * bf_tile: at_tile on pair-packed operands. A [R][K2] pairs, rows lda apart; B
+ * [K2][16*NC] pairs, rows ldb apart; tap t reads A + t*atap and B + t*btap.
+ * Per pair of k: NC loads of B, R broadcasts of A's pair, R*NC vdpbf16ps.
+ */
+BF_INLINE void bf_tile(int R, int NC, const uint32_t *a, int64_t lda, int64_t atap, const uint32_t *b,
+                       int64_t ldb, int64_t btap, int64_t K2, int64_t taps, float *c, int64_t ldc, float scale,
+                       const float *bias) {
+    __m512 acc[AT_R][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; j++) {
+            acc[r][j] = _mm512_setzero_ps();
+        }
+    }
+    for (int64_t t = 0; t < taps; t++) {
+        const uint32_t *at = a + t * atap, *bt = b + t * btap;
+        for (int64_t k = 0; k < K2; k++) {
+            __m512bh bv[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < NC; j++) {
+                bv[j] = (__m512bh)_mm512_loadu_si512(bt + k * ldb + 16 * j);
+            }
+#pragma GCC unroll 6
+            for (int r = 0; r < R; r++) {
+                const __m512bh ab = (__m512bh)_mm512_set1_epi32((int)at[r * lda + k]);
+#pragma GCC unroll 4
+                for (int j = 0; j < NC; j++) {
+                    acc[r][j] = _mm512_dpbf16_ps(acc[r][j], ab, bv[j]);
+                }
+            }
+        }
+    }
+    const __m512 sc = _mm512_set1_ps(scale);
+    __m512 bs[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NC; j++) {
+        bs[j] = bias ? _mm512_loadu_ps(bias + 16 * j) : _mm512_setzero_ps();
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NC; j++) {
+            _mm512_storeu_ps(c + r * ldc + 16 * j, _mm512_fmadd_ps(acc[r][j], sc, bs[j]));
+        }
+    }
+}
+
+/* n floats -> ceil(n/2) pairs, the odd tail padded with a zero (ops_avx512_core.c). */
+BF_AVX512 void bf_convert_row(uint32_t *dst, const float *src, int64_t n);
+/* at_panel_rows for pair-packed x and panel wp [taps][K2][64]. */
+BF_AVX512 void bf_panel_rows(const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *wp, int64_t K2,
+                             int64_t taps, const float *bias, float *y, int64_t ldc, int nc, int64_t n);
+/* The panel of output columns m0 .. m0+width of w [M][C][taps] in pairs; row: scratch of C*taps + 32 halves. */
+BF_AVX512 void bf_pack_panel(uint32_t *wp, uint16_t *row, const float *w, int64_t m0, int64_t width, int64_t C,
+                             int64_t taps);
+
+#endif /* CR_OPS_AVX512 */
+
+#endif /* CODECRT_OPS_AVX512_H */

@@ -1,0 +1,506 @@
+/*
+ * s3gen_estimator.c: the flow's vector field, CosyVoice2's causal
+ * ConditionalDecoder (a Matcha-TTS 1-D U-Net of one resolution), evaluated
+ * once per Euler step.
+ *
+ * Activations are F32 [C, T, B], channels fastest: Linear layers and 1x1
+ * convolutions are plain products with the (possibly F16) weight as src0,
+ * LayerNorm over channels (the causal blocks' transpose-LayerNorm-transpose)
+ * is a row norm, and per-channel parameters broadcast rows. Per evaluation:
+ *
+ *   temb = time_mlp(sinusoid(t)) [1024, B]; meanflow: time_embed_mixer(
+ *          [time_mlp(sinusoid(t)); time_mlp(sinusoid(r))])      (host sinusoid)
+ *   h = [x; mu; spks broadcast over T; cond] [320, T, B]
+ *   down:  resnet(320 -> 256), 4 x transformer, causal conv k3 -> skip = h
+ *   mid:   12 x (resnet(256 -> 256), 4 x transformer)
+ *   up:    resnet([h; skip] 512 -> 256), 4 x transformer, causal conv k3
+ *   final_block (causal conv k3, LayerNorm, Mish) -> final_proj 1x1 [80, T, B]
+ *
+ *   resnet(x) = block2(block1(x) + Linear(Mish(temb))) + res_conv(x)
+ *   block     = causal conv k3 (left pad 2) -> LayerNorm(1e-5) -> Mish
+ *   transformer: x += to_out(MHA(LN1(x))); x += W2 gelu_erf(W1 LN3(x))
+ *                (8 heads of 64, softmax scale 1/8, no q/k/v bias)
+ *
+ * With one channel count the U-Net has no Downsample1D/Upsample1D: the
+ * "down" and "up" samplers are CausalConv1d(256, 256, 3). The reference's
+ * masks are all ones here (no padding; static_chunk_size 0 makes the
+ * attention bias (1 - mask) * -1e10 = 0), so every "* mask" is dropped.
+ *
+ * On the CPU (cpu_ops) the products and the attention are the fused kernels
+ * of ops/ on AVX-512 CPUs (F32, or BF16 in a BF16 context; no
+ * [T, T, 8, B] score tensor) and ggml's tiled F32 flash attention elsewhere,
+ * and the element-wise chains around LayerNorm, Mish and GELU are fused
+ * kernels of this file; other backends get the same arithmetic composed from
+ * ggml ops.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "s3gen.h"
+
+#define EST_CH 256                /* U-Net channels */
+#define EST_IN (4 * S3_MEL)       /* x, mu, spks, cond */
+#define EST_TIME (4 * EST_CH)     /* time embedding width */
+#define EST_HEADS 8
+#define EST_HEAD_DIM 64
+#define EST_INNER (EST_HEADS * EST_HEAD_DIM)
+#define EST_FF (4 * EST_CH)
+#define EST_K 3                   /* causal conv kernel */
+#define EST_BLOCKS 4              /* transformer blocks per stage */
+#define EST_MID 12                /* mid stages */
+#define EST_EPS 1e-5f             /* every LayerNorm */
+#define EST_TIME_SCALE 1000.0f    /* SinusoidalPosEmb's scale */
+
+/* io->in[] slots */
+enum { EST_IN_TIME = 0 };
+
+/* printf into a name buffer of GGML_MAX_NAME (every name here is far shorter;
+   vsnprintf keeps gcc's truncation check quiet about the nested prefixes). */
+static void est_name(char *buf, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void est_name(char *buf, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, GGML_MAX_NAME, fmt, ap);
+    va_end(ap);
+}
+
+/* ------------------------------------------------------------ tensor specs */
+
+static void est_resnet_specs(cr_spec_list *s, const char *p, int64_t cin) {
+    cr_spec_add(s, true, 2, EST_TIME, EST_CH, "%s.mlp.1.weight", p);
+    cr_spec_add(s, false, 1, EST_CH, 1, "%s.mlp.1.bias", p);
+    for (int j = 1; j <= 2; j++) {
+        cr_spec_add3(s, true, EST_K, j == 1 ? cin : EST_CH, EST_CH, "%s.block%d.block.0.weight", p, j);
+        cr_spec_add(s, false, 1, EST_CH, 1, "%s.block%d.block.0.bias", p, j);
+        cr_spec_add(s, false, 1, EST_CH, 1, "%s.block%d.block.2.weight", p, j);
+        cr_spec_add(s, false, 1, EST_CH, 1, "%s.block%d.block.2.bias", p, j);
+    }
+    cr_spec_add3(s, true, 1, cin, EST_CH, "%s.res_conv.weight", p);
+    cr_spec_add(s, false, 1, EST_CH, 1, "%s.res_conv.bias", p);
+}
+
+static void est_transformer_specs(cr_spec_list *s, const char *p) {
+    const int64_t D = EST_CH;
+    cr_spec_add(s, false, 1, D, 1, "%s.norm1.weight", p);
+    cr_spec_add(s, false, 1, D, 1, "%s.norm1.bias", p);
+    cr_spec_add(s, true, 2, D, EST_INNER, "%s.attn1.to_q.weight", p);
+    cr_spec_add(s, true, 2, D, EST_INNER, "%s.attn1.to_k.weight", p);
+    cr_spec_add(s, true, 2, D, EST_INNER, "%s.attn1.to_v.weight", p);
+    cr_spec_add(s, true, 2, EST_INNER, D, "%s.attn1.to_out.0.weight", p);
+    cr_spec_add(s, false, 1, D, 1, "%s.attn1.to_out.0.bias", p);
+    cr_spec_add(s, false, 1, D, 1, "%s.norm3.weight", p);
+    cr_spec_add(s, false, 1, D, 1, "%s.norm3.bias", p);
+    cr_spec_add(s, true, 2, D, EST_FF, "%s.ff.net.0.proj.weight", p);
+    cr_spec_add(s, false, 1, EST_FF, 1, "%s.ff.net.0.proj.bias", p);
+    cr_spec_add(s, true, 2, EST_FF, D, "%s.ff.net.2.weight", p);
+    cr_spec_add(s, false, 1, D, 1, "%s.ff.net.2.bias", p);
+}
+
+/* One U-Net stage: resnet at "<stage>.0", transformers at "<stage>.1.<j>". */
+static void est_stage_specs(cr_spec_list *s, const char *stage, int64_t cin) {
+    char p[GGML_MAX_NAME];
+    est_name(p, "%s.0", stage);
+    est_resnet_specs(s, p, cin);
+    for (int j = 0; j < EST_BLOCKS; j++) {
+        est_name(p, "%s.1.%d", stage, j);
+        est_transformer_specs(s, p);
+    }
+}
+
+void s3_estimator_specs(const s3gen_hparams *hp, cr_spec_list *s) {
+    cr_spec_add(s, true, 2, S3_TEMB, EST_TIME, "est.time_mlp.linear_1.weight");
+    cr_spec_add(s, false, 1, EST_TIME, 1, "est.time_mlp.linear_1.bias");
+    cr_spec_add(s, true, 2, EST_TIME, EST_TIME, "est.time_mlp.linear_2.weight");
+    cr_spec_add(s, false, 1, EST_TIME, 1, "est.time_mlp.linear_2.bias");
+    est_stage_specs(s, "est.down_blocks.0", EST_IN);
+    cr_spec_add3(s, true, EST_K, EST_CH, EST_CH, "est.down_blocks.0.2.weight");
+    cr_spec_add(s, false, 1, EST_CH, 1, "est.down_blocks.0.2.bias");
+    char p[GGML_MAX_NAME];
+    for (int i = 0; i < EST_MID; i++) {
+        est_name(p, "est.mid_blocks.%d", i);
+        est_stage_specs(s, p, EST_CH);
+    }
+    est_stage_specs(s, "est.up_blocks.0", 2 * EST_CH);
+    cr_spec_add3(s, true, EST_K, EST_CH, EST_CH, "est.up_blocks.0.2.weight");
+    cr_spec_add(s, false, 1, EST_CH, 1, "est.up_blocks.0.2.bias");
+    cr_spec_add3(s, true, EST_K, EST_CH, EST_CH, "est.final_block.block.0.weight");
+    cr_spec_add(s, false, 1, EST_CH, 1, "est.final_block.block.0.bias");
+    cr_spec_add(s, false, 1, EST_CH, 1, "est.final_block.block.2.weight");
+    cr_spec_add(s, false, 1, EST_CH, 1, "est.final_block.block.2.bias");
+    cr_spec_add3(s, true, 1, EST_CH, S3_MEL, "est.final_proj.weight");
+    cr_spec_add(s, false, 1, S3_MEL, 1, "est.final_proj.bias");
+    if (hp->meanflow) {
+        cr_spec_add(s, true, 2, 2 * EST_TIME, EST_TIME, "est.time_embed_mixer.weight");
+    }
+}
+
+/* ------------------------------------------------ fused CPU kernels (cpu_ops) */
+
+/*
+ * Element-wise chains that dominate the CPU time when composed from ggml ops
+ * (libm's scalar erff, and Mish as softplus, tanh and a product: 20-40 ns per
+ * element against ~1 ns here). Written branch-free (selects of ready values
+ * only, bit-level scaling) so that the compiler vectorizes the row loops even
+ * with trapping math. GPU graphs use the composed ops.
+ */
+
+/* e^x to ~1e-7 relative for x in [-87, 88] (clamped there): n = round(x / ln 2)
+   from the mantissa of x / ln 2 + 1.5 * 2^23, Cody-Waite reduction, degree-7
+   Taylor polynomial on |r| <= ln(2) / 2 (truncation < 1e-8), times 2^n. */
+static inline float est_expf(float x) {
+    x = x > -87.0f ? x : -87.0f;
+    x = x < 88.0f ? x : 88.0f;
+    const union { float f; int32_t i; } v = {.f = fmaf(x, 1.44269504088896341f, 12582912.0f)};
+    const float n = v.f - 12582912.0f;
+    float r = fmaf(-n, 0.693359375f, x);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.0f / 5040.0f;
+    p = fmaf(p, r, 1.0f / 720.0f);
+    p = fmaf(p, r, 1.0f / 120.0f);
+    p = fmaf(p, r, 1.0f / 24.0f);
+    p = fmaf(p, r, 1.0f / 6.0f);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    union { float f; int32_t i; } y = {.f = p};
+    y.i += (v.i - 0x4b400000) * (1 << 23);
+    return y.f;
+}
+
+/* Mish: tanh(log(1 + e)) = n / (n + 2) with n = e (e + 2), e = e^x (one
+   exponential; above x = 20 the factor is 1 in float). Error < 3e-7 relative. */
+static inline float est_mishf(float x) {
+    const float e = est_expf(x < 20.0f ? x : 20.0f);
+    const float n = e * (e + 2.0f);
+    return x * n / (n + 2.0f);
+}
+
+/* Exact (erf) GELU x (1 + erf(x / sqrt 2)) / 2 with erfc(z), z = |x| / sqrt 2,
+   from Abramowitz-Stegun 7.1.26 (absolute error < 1.5e-7). */
+static inline float est_geluf(float x) {
+    const float z = fabsf(x) * 0.70710678118654752f;
+    const float t = 1.0f / fmaf(0.3275911f, z, 1.0f);
+    float p = 1.061405429f;
+    p = fmaf(p, t, -1.453152027f);
+    p = fmaf(p, t, 1.421413741f);
+    p = fmaf(p, t, -0.284496736f);
+    p = fmaf(p, t, 0.254829592f);
+    const float erfc = p * t * est_expf(-z * z);
+    return 0.5f * x * (1.0f + copysignf(1.0f - erfc, x));
+}
+
+/* This thread's rows [*r0, *r1) of a tensor of `rows` rows. */
+static void est_rows(int64_t rows, int ith, int nth, int64_t *r0, int64_t *r1) {
+    const int64_t per = (rows + nth - 1) / nth;
+    *r0 = per * ith < rows ? per * ith : rows;
+    *r1 = *r0 + per < rows ? *r0 + per : rows;
+}
+
+/* dst = x * g + b (then Mish), x [C, rows] contiguous (ggml_norm's output), g, b [C]. */
+static inline void est_affine_rows(struct ggml_tensor *dst, const struct ggml_tensor *x,
+                                   const struct ggml_tensor *g, const struct ggml_tensor *b, int ith, int nth,
+                                   bool mish) {
+    const int64_t C = x->ne[0];
+    int64_t r0, r1;
+    est_rows(ggml_nrows(x), ith, nth, &r0, &r1);
+    const float *gv = (const float *)g->data, *bv = (const float *)b->data;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = (const float *)x->data + r * C;
+        float *yr = (float *)dst->data + r * C;
+        if (mish) {
+            for (int64_t c = 0; c < C; c++) {
+                yr[c] = est_mishf(fmaf(xr[c], gv[c], bv[c]));
+            }
+        } else {
+            for (int64_t c = 0; c < C; c++) {
+                yr[c] = fmaf(xr[c], gv[c], bv[c]);
+            }
+        }
+    }
+}
+
+static void est_affine_kernel(struct ggml_tensor *dst, const struct ggml_tensor *x, const struct ggml_tensor *g,
+                              const struct ggml_tensor *b, int ith, int nth, void *user) {
+    (void)user;
+    est_affine_rows(dst, x, g, b, ith, nth, false);
+}
+
+static void est_affine_mish_kernel(struct ggml_tensor *dst, const struct ggml_tensor *x,
+                                   const struct ggml_tensor *g, const struct ggml_tensor *b, int ith, int nth,
+                                   void *user) {
+    (void)user;
+    est_affine_rows(dst, x, g, b, ith, nth, true);
+}
+
+/* dst = Mish(x), x contiguous. */
+static void est_mish_kernel(struct ggml_tensor *dst, const struct ggml_tensor *x, int ith, int nth, void *user) {
+    (void)user;
+    const int64_t C = x->ne[0];
+    int64_t r0, r1;
+    est_rows(ggml_nrows(x), ith, nth, &r0, &r1);
+    const float *xv = (const float *)x->data + r0 * C;
+    float *yv = (float *)dst->data + r0 * C;
+    for (int64_t i = 0; i < (r1 - r0) * C; i++) {
+        yv[i] = est_mishf(xv[i]);
+    }
+}
+
+/* dst = GELU(x + b), x [C, rows] contiguous, b [C]. */
+static void est_bias_gelu_kernel(struct ggml_tensor *dst, const struct ggml_tensor *x, const struct ggml_tensor *b,
+                                 int ith, int nth, void *user) {
+    (void)user;
+    const int64_t C = x->ne[0];
+    int64_t r0, r1;
+    est_rows(ggml_nrows(x), ith, nth, &r0, &r1);
+    const float *bv = (const float *)b->data;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = (const float *)x->data + r * C;
+        float *yr = (float *)dst->data + r * C;
+        for (int64_t c = 0; c < C; c++) {
+            yr[c] = est_geluf(xr[c] + bv[c]);
+        }
+    }
+}
+
+/* ----------------------------------------------------------- graph pieces */
+
+/* What every piece needs: contexts, the time embedding after its Mish, and
+   whether the graph runs on the CPU backend (fused kernels, flash attention). */
+typedef struct est_graph {
+    struct ggml_context *ctx;
+    struct ggml_context *w;
+    struct ggml_tensor *tm; /* Mish(temb) [1024, B] */
+    const cr_cpu_ops *cpu;
+} est_graph;
+
+static struct ggml_tensor *est_mish(const est_graph *g, struct ggml_tensor *x) {
+    if (g->cpu) {
+        return ggml_map_custom1(g->ctx, x, est_mish_kernel, GGML_N_TASKS_MAX, NULL);
+    }
+    /* ggml's softplus is torch's (identity above 20) */
+    return ggml_mul(g->ctx, x, ggml_tanh(g->ctx, ggml_softplus(g->ctx, x)));
+}
+
+/* LayerNorm over channels (eps 1e-5) of x [C, T, B] contiguous, then Mish if asked. */
+static struct ggml_tensor *est_norm(const est_graph *g, struct ggml_tensor *x, const char *p, bool mish) {
+    struct ggml_tensor *gain = s3_w(g->w, "%s.weight", p), *bias = s3_w(g->w, "%s.bias", p);
+    x = ggml_norm(g->ctx, x, EST_EPS);
+    if (g->cpu) {
+        return ggml_map_custom3(g->ctx, x, gain, bias, mish ? est_affine_mish_kernel : est_affine_kernel,
+                                GGML_N_TASKS_MAX, NULL);
+    }
+    x = ggml_add(g->ctx, ggml_mul(g->ctx, x, gain), bias);
+    return mish ? est_mish(g, x) : x;
+}
+
+/*
+ * CausalConv1d(k3) of x [Cin, T, B] -> [Cout, T, B]. ggml's F32 im2col reads
+ * time-fastest rows, so the left zero pad of 2 also transposes (one strided
+ * copy, [T+2, Cin, B]); the columns (row ic*3 + k) match the kernel's memory
+ * order ne [3, Cin, Cout], and the product comes out channels fastest again.
+ */
+static struct ggml_tensor *est_causal_conv(const est_graph *g, struct ggml_tensor *x, const char *p) {
+    struct ggml_tensor *k = s3_w(g->w, "%s.weight", p);
+    const int64_t Cin = k->ne[1], Cout = k->ne[2];
+    struct ggml_tensor *y = g->cpu ? cr_conv1d_cpu(g->ctx, x, k, s3_w(g->w, "%s.bias", p), 1, EST_K - 1, 0, g->cpu) : NULL;
+    if (y) { /* AVX-512 CPUs: the fused convolution, no transpose, pad or column matrix */
+        return y;
+    }
+    struct ggml_tensor *xt = ggml_pad_ext(g->ctx, ggml_transpose(g->ctx, x), EST_K - 1, 0, 0, 0, 0, 0, 0, 0);
+    struct ggml_tensor *col = ggml_im2col(g->ctx, k, xt, 1, 0, 0, 0, 1, 0, false, GGML_TYPE_F32); /* [3Cin, T, B] */
+    return cr_linear(g->ctx, col, ggml_reshape_2d(g->ctx, k, EST_K * Cin, Cout), s3_w(g->w, "%s.bias", p),
+                     g->cpu);
+}
+
+/* CausalBlock1D: conv -> LayerNorm over channels -> Mish. p names the block
+   ("….block1"); its Sequential holds the conv at .0 and the norm at .2. */
+static struct ggml_tensor *est_block(const est_graph *g, struct ggml_tensor *x, const char *p) {
+    char q[GGML_MAX_NAME];
+    est_name(q, "%s.block.0", p);
+    x = est_causal_conv(g, x, q);
+    est_name(q, "%s.block.2", p);
+    return est_norm(g, x, q, true);
+}
+
+/* CausalResnetBlock1D: x [Cin, T, B] -> [256, T, B]. */
+static struct ggml_tensor *est_resnet(const est_graph *g, struct ggml_tensor *x, const char *p) {
+    char q[GGML_MAX_NAME];
+    est_name(q, "%s.block1", p);
+    struct ggml_tensor *h = est_block(g, x, q);
+    struct ggml_tensor *t =
+        cr_linear(g->ctx, g->tm, s3_w(g->w, "%s.mlp.1.weight", p), s3_w(g->w, "%s.mlp.1.bias", p), g->cpu);
+    h = ggml_add(g->ctx, h, ggml_reshape_3d(g->ctx, t, EST_CH, 1, t->ne[1])); /* per sequence, over time */
+    est_name(q, "%s.block2", p);
+    h = est_block(g, h, q);
+    struct ggml_tensor *r = s3_w(g->w, "%s.res_conv.weight", p);
+    return ggml_add(g->ctx, h, cr_linear(g->ctx, x, ggml_reshape_2d(g->ctx, r, r->ne[1], r->ne[2]),
+                                          s3_w(g->w, "%s.res_conv.bias", p), g->cpu));
+}
+
+/* [512, T, B] -> per head [64, T, 8, B] (a view). */
+static struct ggml_tensor *est_heads(const est_graph *g, struct ggml_tensor *x) {
+    x = ggml_reshape_4d(g->ctx, x, EST_HEAD_DIM, EST_HEADS, x->ne[1], x->ne[2]);
+    return ggml_permute(g->ctx, x, 0, 2, 1, 3);
+}
+
+/*
+ * diffusers Attention (AttnProcessor2_0: scaled_dot_product_attention, scale
+ * 1/8, no q/k/v bias; the reference's bias is 0 with its all-ones mask) on
+ * x [256, T, B] (normed) -> [256, T, B]. On CPUs with AVX-512 our fused
+ * kernel (ops_avx512_attention.c, 2.6x ggml's there), on other CPUs ggml's tiled F32
+ * flash attention; elsewhere two products around a softmax.
+ */
+static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor *x, const char *p) {
+    const int64_t T = x->ne[1], B = x->ne[2];
+    const float scale = 1.0f / sqrtf((float)EST_HEAD_DIM);
+    struct ggml_tensor *q = cr_linear(g->ctx, x, s3_w(g->w, "%s.to_q.weight", p), NULL, g->cpu); /* [512, T, B] */
+    struct ggml_tensor *k = cr_linear(g->ctx, x, s3_w(g->w, "%s.to_k.weight", p), NULL, g->cpu);
+    struct ggml_tensor *v = cr_linear(g->ctx, x, s3_w(g->w, "%s.to_v.weight", p), NULL, g->cpu);
+    struct ggml_tensor *o = g->cpu ? cr_attention_cpu(g->ctx, q, k, v, g->cpu) : NULL; /* [512, T, B]; AVX-512 CPUs */
+    if (o) {
+        return cr_linear(g->ctx, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p),
+                         g->cpu);
+    }
+    q = est_heads(g, q);
+    k = est_heads(g, k);
+    if (g->cpu) {
+        o = ggml_flash_attn_ext(g->ctx, q, k, est_heads(g, v), NULL, scale, 0.0f, 0.0f); /* [64, 8, T, B] */
+    } else {
+        v = ggml_reshape_4d(g->ctx, v, EST_HEAD_DIM, EST_HEADS, T, B);
+        v = ggml_cont(g->ctx, ggml_permute(g->ctx, v, 1, 2, 0, 3));                     /* [T, 64, 8, B] */
+        struct ggml_tensor *a = ggml_mul_mat(g->ctx, k, q);                             /* [Tk, Tq, 8, B] */
+        a = ggml_soft_max_ext(g->ctx, a, NULL, scale, 0.0f);
+        o = ggml_mul_mat(g->ctx, v, a);                                                 /* [64, Tq, 8, B] */
+        o = ggml_cont(g->ctx, ggml_permute(g->ctx, o, 0, 2, 1, 3));                     /* [64, 8, T, B] */
+    }
+    o = ggml_reshape_3d(g->ctx, o, EST_INNER, T, B);
+    return cr_linear(g->ctx, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p), g->cpu);
+}
+
+/* BasicTransformerBlock (layer norms, self-attention, GELU feed-forward; no cross-attention). */
+static struct ggml_tensor *est_transformer(const est_graph *g, struct ggml_tensor *x, const char *p) {
+    char q[GGML_MAX_NAME];
+    est_name(q, "%s.norm1", p);
+    struct ggml_tensor *h = est_norm(g, x, q, false);
+    est_name(q, "%s.attn1", p);
+    x = ggml_add(g->ctx, x, est_attention(g, h, q));
+    est_name(q, "%s.norm3", p);
+    h = est_norm(g, x, q, false);
+    /* diffusers GELU (approximate="none") of ff.net.0.proj */
+    struct ggml_tensor *b1 = s3_w(g->w, "%s.ff.net.0.proj.bias", p);
+    h = cr_linear(g->ctx, h, s3_w(g->w, "%s.ff.net.0.proj.weight", p), NULL, g->cpu);
+    h = g->cpu ? ggml_map_custom2(g->ctx, h, b1, est_bias_gelu_kernel, GGML_N_TASKS_MAX, NULL)
+               : ggml_gelu_erf(g->ctx, ggml_add(g->ctx, h, b1));
+    h = cr_linear(g->ctx, h, s3_w(g->w, "%s.ff.net.2.weight", p), s3_w(g->w, "%s.ff.net.2.bias", p),
+                  g->cpu);
+    return ggml_add(g->ctx, x, h);
+}
+
+/* resnet then the stage's transformer blocks. */
+static struct ggml_tensor *est_stage(const est_graph *g, struct ggml_tensor *x, const char *stage) {
+    char p[GGML_MAX_NAME];
+    est_name(p, "%s.0", stage);
+    x = est_resnet(g, x, p);
+    for (int j = 0; j < EST_BLOCKS; j++) {
+        est_name(p, "%s.1.%d", stage, j);
+        x = est_transformer(g, x, p);
+    }
+    return x;
+}
+
+/* TimestepEmbedding: e [320, n] -> linear_2(silu(linear_1(e))) [1024, n]. */
+static struct ggml_tensor *est_time_mlp(const est_graph *g, struct ggml_tensor *e) {
+    e = cr_linear(g->ctx, e, s3_w(g->w, "est.time_mlp.linear_1.weight"), s3_w(g->w, "est.time_mlp.linear_1.bias"),
+                  g->cpu);
+    e = ggml_silu(g->ctx, e);
+    return cr_linear(g->ctx, e, s3_w(g->w, "est.time_mlp.linear_2.weight"),
+                     s3_w(g->w, "est.time_mlp.linear_2.bias"), g->cpu);
+}
+
+/* ------------------------------------------------------------------ graph */
+
+struct ggml_tensor *s3_estimator_build(struct ggml_context *ctx, struct ggml_context *w, const s3gen_hparams *hp,
+                                       int64_t T, int64_t B, const cr_cpu_ops *cpu_ops, s3_estimator_io *io) {
+    const int64_t n_times = hp->meanflow ? 2 : 1;
+    io->x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, T, S3_MEL, B);
+    io->mu = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, T, S3_MEL, B);
+    io->cond = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, T, S3_MEL, B);
+    io->spks = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, S3_MEL, B);
+    /* sinusoid(t[b]) in column b, meanflow: sinusoid(r[b]) in column B + b */
+    io->in[EST_IN_TIME] = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, S3_TEMB, n_times * B);
+    ggml_set_input(io->x);
+    ggml_set_input(io->mu);
+    ggml_set_input(io->cond);
+    ggml_set_input(io->spks);
+    ggml_set_input(io->in[EST_IN_TIME]);
+
+    est_graph g = {.ctx = ctx, .w = w, .cpu = cpu_ops};
+    struct ggml_tensor *temb = est_time_mlp(&g, io->in[EST_IN_TIME]); /* [1024, n_times B] */
+    if (hp->meanflow) {
+        struct ggml_tensor *et = ggml_view_2d(ctx, temb, EST_TIME, B, temb->nb[1], 0);
+        struct ggml_tensor *er = ggml_view_2d(ctx, temb, EST_TIME, B, temb->nb[1], (size_t)B * temb->nb[1]);
+        temb = cr_linear(ctx, ggml_concat(ctx, et, er, 0), s3_w(w, "est.time_embed_mixer.weight"), NULL, g.cpu);
+    }
+    g.tm = est_mish(&g, temb); /* every resnet's mlp starts with Mish */
+
+    /* pack([x, mu, spks, cond]) over channels, time fastest [T, 320, B] */
+    struct ggml_tensor *spks = ggml_repeat(ctx, ggml_reshape_3d(ctx, io->spks, 1, S3_MEL, B), io->x);
+    struct ggml_tensor *h =
+        ggml_concat(ctx, ggml_concat(ctx, io->x, io->mu, 1), ggml_concat(ctx, spks, io->cond, 1), 1);
+    h = ggml_cont(ctx, ggml_transpose(ctx, h)); /* [320, T, B] */
+
+    h = est_stage(&g, h, "est.down_blocks.0");
+    struct ggml_tensor *skip = h;
+    h = est_causal_conv(&g, h, "est.down_blocks.0.2");
+    char p[GGML_MAX_NAME];
+    for (int i = 0; i < EST_MID; i++) {
+        est_name(p, "est.mid_blocks.%d", i);
+        h = est_stage(&g, h, p);
+    }
+    h = est_stage(&g, ggml_concat(ctx, h, skip, 0), "est.up_blocks.0"); /* [512, T, B] in */
+    h = est_causal_conv(&g, h, "est.up_blocks.0.2");
+    h = est_block(&g, h, "est.final_block");
+    struct ggml_tensor *fp = s3_w(w, "est.final_proj.weight");
+    h = cr_linear(ctx, h, ggml_reshape_2d(ctx, fp, fp->ne[1], fp->ne[2]), s3_w(w, "est.final_proj.bias"), g.cpu);
+    return ggml_cont(ctx, ggml_transpose(ctx, h)); /* [T, 80, B] */
+}
+
+/*
+ * SinusoidalPosEmb(320) of one time, in float32 like the reference:
+ * f_i = exp(i * -(ln 10000 / 159)), a_i = (1000 t) f_i, e = [sin a; cos a].
+ */
+static void est_sinusoid(float t, float *e) {
+    const int half = S3_TEMB / 2;
+    const float c = (float)(-log(10000.0) / (half - 1)), st = EST_TIME_SCALE * t;
+    for (int i = 0; i < half; i++) {
+        const float a = st * expf((float)i * c);
+        e[i] = sinf(a);
+        e[half + i] = cosf(a);
+    }
+}
+
+void s3_estimator_set_inputs(const s3gen_hparams *hp, int64_t T, int64_t B, const float *t, const float *r,
+                             const s3_estimator_io *io) {
+    (void)T;
+    float e[S3_TEMB];
+    const size_t col = sizeof(e);
+    for (int64_t b = 0; b < B; b++) {
+        est_sinusoid(t[b], e);
+        ggml_backend_tensor_set(io->in[EST_IN_TIME], e, (size_t)b * col, col);
+        if (hp->meanflow) {
+            est_sinusoid(r[b], e);
+            ggml_backend_tensor_set(io->in[EST_IN_TIME], e, (size_t)(B + b) * col, col);
+        }
+    }
+}
+
+/* The attention scores [T, T, 8, B] (off the CPU) or the up stage's columns [3 * 512, T, B]. */
+int64_t s3_estimator_max_elements(int64_t T, int64_t B) {
+    const int64_t scores = T * EST_HEADS, cols = EST_K * 2 * EST_CH;
+    return T * B * (scores > cols ? scores : cols);
+}

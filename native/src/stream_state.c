@@ -1,0 +1,91 @@
+/*
+ * stream_state.c: per-slot state buffers of streaming tick graphs
+ * (stream_state.h describes the scheme and both layouts).
+ */
+#include "stream_state.h"
+
+void cr_states_init(cr_states *s, struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *const *pool,
+                    int n_pool, cr_graph_io *io, int64_t B, bool masked) {
+    *s = (cr_states){.ctx = ctx, .gf = gf, .pool = pool, .n_pool = n_pool, .io = io, .B = B, .masked = masked};
+    io->slot_read = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
+    io->slot_write = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
+    ggml_set_input(io->slot_read);
+    ggml_set_input(io->slot_write);
+    if (masked) {
+        io->keep = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, 1, B);
+        ggml_set_input(io->keep);
+    }
+}
+
+/* The next state's pool tensor, [C*S, slots+1]. One that does not exist or
+   has another size fails the graph (io->overflow) and is stood in for by an
+   unallocated tensor of the right size, so that building goes on without
+   ggml asserting; the failed graph is never allocated or computed. */
+static struct ggml_tensor *cr_states_next(cr_states *s, int64_t CS) {
+    struct ggml_tensor *pool = s->next < s->n_pool ? s->pool[s->next] : NULL;
+    s->io->n_states = ++s->next;
+    if (!pool || pool->type != GGML_TYPE_F32 || pool->ne[0] != CS || pool->ne[1] < 1 || ggml_n_dims(pool) > 2) {
+        s->io->overflow = true;
+        pool = ggml_new_tensor_2d(s->ctx, GGML_TYPE_F32, CS, s->B + 1);
+    }
+    return pool;
+}
+
+struct ggml_tensor *cr_states_append(cr_states *s, struct ggml_tensor *x, int64_t S) {
+    struct ggml_context *ctx = s->ctx;
+    const int64_t C = x->ne[0], n = x->ne[1], B = x->ne[2];
+    struct ggml_tensor *pool = cr_states_next(s, C * S);                 /* [C*S, slots+1] */
+    struct ggml_tensor *st = ggml_get_rows(ctx, pool, s->io->slot_read); /* [C*S, B] */
+    st = ggml_reshape_3d(ctx, st, C, S, B);
+    if (s->io->keep) {
+        st = ggml_mul(ctx, st, s->io->keep);
+    }
+    struct ggml_tensor *buf = ggml_concat(ctx, st, x, 1);                /* [C, S+n, B] */
+    struct ggml_tensor *tail = ggml_view_3d(ctx, buf, C, S, B, buf->nb[1], buf->nb[2], (size_t)n * buf->nb[1]);
+    tail = ggml_reshape_2d(ctx, ggml_cont(ctx, tail), C * S, B);
+    ggml_build_forward_expand(s->gf, ggml_set_rows(ctx, pool, tail, s->io->slot_write));
+    return buf;
+}
+
+struct ggml_tensor *cr_states_append_tf(cr_states *s, struct ggml_tensor *x, int64_t S) {
+    struct ggml_context *ctx = s->ctx;
+    const int64_t n = x->ne[0], B = x->ne[1], C = x->ne[2];
+    struct ggml_tensor *pool = cr_states_next(s, S * C);                    /* [S*C, slots+1] */
+    struct ggml_tensor *st = ggml_get_rows(ctx, pool, s->io->slot_read);    /* [S*C, B] */
+    st = ggml_permute(ctx, ggml_reshape_3d(ctx, st, S, C, B), 0, 2, 1, 3); /* [S, B, C] view */
+    if (s->io->keep) {
+        st = ggml_mul(ctx, st, ggml_reshape_3d(ctx, s->io->keep, 1, B, 1));
+    } else {
+        st = ggml_cont(ctx, st);
+    }
+    struct ggml_tensor *buf = ggml_concat(ctx, st, x, 0); /* [S+n, B, C] */
+    struct ggml_tensor *tail = ggml_view_3d(ctx, buf, S, B, C, buf->nb[1], buf->nb[2], (size_t)n * sizeof(float));
+    /* the pool viewed [S, slots+1, C]: rows strided by S*C, channels by S */
+    struct ggml_tensor *rows = ggml_view_3d(ctx, pool, S, pool->ne[1], C, pool->nb[1], (size_t)S * sizeof(float), 0);
+    ggml_build_forward_expand(s->gf, ggml_set_rows(ctx, rows, tail, s->io->slot_write));
+    return buf;
+}
+
+struct ggml_tensor *cr_states_time(cr_states *s, int32_t kind, int64_t n, int32_t rate, int32_t delay,
+                                   int32_t site) {
+    struct ggml_tensor *t = kind == CR_TIME_POS ? ggml_new_tensor_1d(s->ctx, GGML_TYPE_I32, n * s->B)
+                                                : ggml_new_tensor_3d(s->ctx, GGML_TYPE_F32, 1, n, s->B);
+    ggml_set_input(t);
+    cr_io_add_time(s->io, t, kind, rate, delay, site);
+    return t;
+}
+
+struct ggml_tensor *cr_states_mask(cr_states *s, struct ggml_tensor *x, int32_t rate, int32_t delay) {
+    if (!s->masked) {
+        return x;
+    }
+    return ggml_mul(s->ctx, x, cr_states_time(s, CR_TIME_MASK, x->ne[1], rate, delay, 0));
+}
+
+struct ggml_tensor *cr_states_mask_tf(cr_states *s, struct ggml_tensor *x, int32_t rate, int32_t delay) {
+    if (!s->masked) {
+        return x;
+    }
+    struct ggml_tensor *m = cr_states_time(s, CR_TIME_MASK, x->ne[0], rate, delay, 0); /* [1, n, B] */
+    return ggml_mul(s->ctx, x, ggml_reshape_3d(s->ctx, m, x->ne[0], x->ne[1], 1));
+}

@@ -1,0 +1,93 @@
+/*
+ * stream_state.h: the per-slot state buffers of a streaming tick graph
+ * (stream_state.c), for any codec whose layers mix time.
+ *
+ * A tick advances B streams (one per batch entry, each in its slot of the
+ * context's pool) by n frames. Every time-mixing layer reads concat(state,
+ * new input) and leaves the last S frames of that buffer as the next state,
+ * so each output is computed once: a conv of K taps and dilation d keeps
+ * S = d (K-1) frames of its input (a "valid" conv over the buffer), a
+ * transposed conv the input frames its overlap needs, an attention layer its
+ * window of keys and values (or, causal, a KV window per layer). The
+ * architecture lists its states (cr_arch.stream_states: channels x frames
+ * each) in the order its builder takes them; the context allocates one pool
+ * tensor per state, [channels * frames, slots + 1] (the extra row is a dummy
+ * that padded batch entries read and write).
+ *
+ * Per tick the context fills (stream.c):
+ *   slot_read, slot_write  I32 [B]: each entry's slot (padding: the dummy row)
+ *   keep                   F32 [1, 1, B], edge ticks only: 0 on a stream's
+ *                          first tick, so its states start as zeros (an
+ *                          offline decode's left zero padding), else 1
+ *   times                  per registered time input (cr_states_time): masks,
+ *                          noise or positions for the segment the tensor
+ *                          holds, starting at tick * chunk * rate - delay
+ * A steady tick (masked = false: every point of every stream inside its
+ * utterance) needs neither keep nor masks; an edge tick (a stream at its
+ * first ticks or past its end) multiplies every tensor by a 0/1 mask over
+ * [0, end) before a time-mixing layer reads it, as an offline decode's zero
+ * padding would.
+ *
+ * Two layouts, one per context (a context uses only one of them):
+ *   channels fastest  x [C, n, B]; a state row is [C, S] (C*S floats)
+ *   time fastest      x [n, B, C] (GPU graphs that keep Snakes fusable); a
+ *                     state row is [S, C], read by get_rows and reordered to
+ *                     [S, B, C] by one small copy, written back by set_rows
+ *                     into the pool viewed [S, slots+1, C] with no copy
+ * (a per-channel gather of short rows, tried first, cost 2.3 ms of a
+ * 256-stream tick on CUDA).
+ */
+#ifndef CODECRT_STREAM_STATE_H
+#define CODECRT_STREAM_STATE_H
+
+#include "internal.h"
+
+/* A tick graph under construction: where its states and inputs go. */
+typedef struct cr_states {
+    struct ggml_context *ctx;
+    struct ggml_cgraph *gf;           /* the state write-backs are expanded into it */
+    struct ggml_tensor *const *pool;  /* pool[i]: state i, [C*S, slots+1] */
+    int n_pool;
+    int next;                         /* the state the next append takes */
+    cr_graph_io *io;
+    int64_t B;
+    bool masked;
+} cr_states;
+
+/*
+ * Start a tick graph of B streams in gf: creates io->slot_read and
+ * io->slot_write (I32 [B]) and, when masked (an edge tick), io->keep (F32
+ * [1, 1, B]), all graph inputs.
+ */
+void cr_states_init(cr_states *s, struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *const *pool,
+                    int n_pool, cr_graph_io *io, int64_t B, bool masked);
+
+/*
+ * x [C, n, B] -> concat(state, x) [C, S+n, B] with the next state (S frames;
+ * zeros on a stream's first tick when masked); its last S frames are written
+ * back as the state. A state list that does not match the builder (a state
+ * of another size, or more states taken than listed) marks the graph failed
+ * (io->overflow: the context refuses it as "cannot build the graph") instead
+ * of reaching ggml; io->n_states counts the states taken.
+ */
+struct ggml_tensor *cr_states_append(cr_states *s, struct ggml_tensor *x, int64_t S);
+
+/* The same for a time-fastest x [n, B, C] -> [S+n, B, C] (state row [S, C]). */
+struct ggml_tensor *cr_states_append_tf(cr_states *s, struct ggml_tensor *x, int64_t S);
+
+/*
+ * A time input of n points per stream at a point of the decoder with rate
+ * samples per frame, lagging the input frontier by delay samples (of that
+ * rate): F32 [1, n, B] (CR_TIME_MASK, CR_TIME_NOISE with its noise site), or
+ * I32 [n*B] (CR_TIME_POS: t mod site, positions inside windows of site).
+ */
+struct ggml_tensor *cr_states_time(cr_states *s, int32_t kind, int64_t n, int32_t rate, int32_t delay,
+                                   int32_t site);
+
+/* x [C, n, B] times its 0/1 mask over [0, end) on edge ticks; x itself on steady ones. */
+struct ggml_tensor *cr_states_mask(cr_states *s, struct ggml_tensor *x, int32_t rate, int32_t delay);
+
+/* The same for a time-fastest x [n, B, C]. */
+struct ggml_tensor *cr_states_mask_tf(cr_states *s, struct ggml_tensor *x, int32_t rate, int32_t delay);
+
+#endif /* CODECRT_STREAM_STATE_H */

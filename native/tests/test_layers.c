@@ -1,0 +1,610 @@
+/*
+ * test_layers.c: each shared layer (native/src/layers.h) computed on the CPU
+ * against a plain C reference in double written from its definition (PyTorch
+ * semantics), on a few shapes each: batch 1 and 3, odd lengths, dilations,
+ * "same", valid, causal and asymmetric padding, both activation layouts, and
+ * both CPU paths (fused kernels and the portable ggml ops that GPUs run).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+
+#include "ggml-cpu.h"
+#include "ggml.h"
+#include "layers.h"
+#include "test_common.h"
+
+#define TOL 2e-5 /* F32 against double: relative to the output's largest magnitude */
+
+static unsigned g_seed = 12345u;
+
+static float uni(void) { /* uniform [-1, 1) */
+    g_seed = g_seed * 1664525u + 1013904223u;
+    return (float)((g_seed >> 8) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static struct ggml_context *new_ctx(void) {
+    struct ggml_init_params ip = {.mem_size = (size_t)64 << 20, .mem_buffer = NULL, .no_alloc = false};
+    struct ggml_context *ctx = ggml_init(ip);
+    CHECK(ctx != NULL, "ggml_init");
+    return ctx;
+}
+
+/* A tensor of random values in [lo, lo + 2*amp). */
+static struct ggml_tensor *rnd(struct ggml_context *ctx, int64_t ne0, int64_t ne1, int64_t ne2, float amp, float lo) {
+    struct ggml_tensor *t = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, ne0, ne1, ne2);
+    float *d = (float *)t->data;
+    for (int64_t i = 0; i < ggml_nelements(t); i++) {
+        d[i] = lo + amp * (uni() + 1.0f);
+    }
+    return t;
+}
+
+static struct ggml_tensor *rnd1(struct ggml_context *ctx, int64_t n) { return rnd(ctx, n, 1, 1, 1.0f, -1.0f); }
+
+static const float *F(const struct ggml_tensor *t) { return (const float *)t->data; }
+
+/* Compute y (made contiguous) in its own graph; gf may already hold nodes. */
+static const float *compute(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor **y) {
+    if (!ggml_is_contiguous(*y)) {
+        *y = ggml_cont(ctx, *y);
+    }
+    ggml_build_forward_expand(gf, *y);
+    CHECK(ggml_graph_compute_with_ctx(ctx, gf, 2) == GGML_STATUS_SUCCESS, "compute");
+    return F(*y);
+}
+
+/* got against ref (n values, ne of the result checked by the caller). */
+static void compare(const char *what, const float *got, const double *ref, int64_t n) {
+    double mx = 0.0, err = 0.0;
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        mx = fmax(mx, fabs(ref[i]));
+        err = fmax(err, fabs((double)got[i] - ref[i]));
+        bad |= !isfinite(got[i]);
+    }
+    CHECK(!bad && err <= TOL * fmax(mx, 1e-3), "%s: max error %.3g of max |ref| %.3g", what, err, mx);
+}
+
+static void check_shape(const char *what, const struct ggml_tensor *y, int64_t ne0, int64_t ne1, int64_t ne2) {
+    CHECK(y->ne[0] == ne0 && y->ne[1] == ne1 && y->ne[2] == ne2 && y->ne[3] == 1,
+          "%s: shape [%lld, %lld, %lld, %lld], want [%lld, %lld, %lld]", what, (long long)y->ne[0],
+          (long long)y->ne[1], (long long)y->ne[2], (long long)y->ne[3], (long long)ne0, (long long)ne1,
+          (long long)ne2);
+}
+
+static struct ggml_cgraph *graph(struct ggml_context *ctx) { return ggml_new_graph_custom(ctx, 4096, false); }
+
+/* ------------------------------------------------------------ references */
+
+/* x [C, T, B] at (c, t, b), 0 outside [0, T). */
+static double at(const float *x, int64_t C, int64_t T, int64_t c, int64_t t, int64_t b) {
+    return t < 0 || t >= T ? 0.0 : (double)x[c + C * (t + T * b)];
+}
+
+static double snake_ref(double x, double a, double inv) {
+    const double s = sin(a * x);
+    return x + inv * s * s;
+}
+
+/* Depthwise conv: w [C, K] (tap k of c at c + k*C). */
+static void dwconv_ref(double *y, const float *x, const float *w, const float *bias, int64_t C, int64_t T, int64_t B,
+                       int64_t K, int d, int pl, int64_t To) {
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t t = 0; t < To; t++) {
+            for (int64_t c = 0; c < C; c++) {
+                double acc = bias ? bias[c] : 0.0;
+                for (int64_t k = 0; k < K; k++) {
+                    acc += (double)w[c + k * C] * at(x, C, T, c, t + k * d - pl, b);
+                }
+                y[c + C * (t + To * b)] = acc;
+            }
+        }
+    }
+}
+
+/* Pointwise conv / linear: w [Cin, Cout] (ggml ne), y [Cout, N]. */
+static void pw_ref(double *y, const double *x, const float *w, const float *bias, int64_t Cin, int64_t Cout,
+                   int64_t N) {
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t o = 0; o < Cout; o++) {
+            double acc = bias ? bias[o] : 0.0;
+            for (int64_t i = 0; i < Cin; i++) {
+                acc += (double)w[i + Cin * o] * x[i + Cin * n];
+            }
+            y[o + Cout * n] = acc;
+        }
+    }
+}
+
+static double *dup_d(const float *x, int64_t n) {
+    double *d = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        d[i] = x[i];
+    }
+    return d;
+}
+
+/* -------------------------------------------------------------- products */
+
+static void test_products(void) {
+    const int64_t shapes[][3] = {{5, 7, 3}, {13, 1, 1}, {8, 16, 3}};
+    for (int s = 0; s < 3; s++) {
+        const int64_t K = shapes[s][0], T = shapes[s][1], B = shapes[s][2];
+        for (int M = 6; M <= 32; M += 26) { /* 6: never fused; 32: fused where AVX-512 is */
+            for (int mode = 0; mode < 4; mode++) {
+                struct ggml_context *ctx = new_ctx();
+                struct ggml_tensor *x = rnd(ctx, K, T, B, 1.0f, -1.0f), *w = rnd(ctx, K, M, 1, 1.0f, -1.0f);
+                struct ggml_tensor *b = mode == 1 ? NULL : rnd1(ctx, M);
+                const cr_cpu_ops ops = {.bf16 = false, .packs = NULL};
+                struct ggml_tensor *y = mode == 0   ? cr_pwconv(ctx, x, w, b)
+                                        : mode == 1 ? cr_mm(ctx, w, x)
+                                        : mode == 2 ? cr_linear(ctx, x, w, b, NULL)
+                                                    : cr_linear(ctx, x, w, b, &ops);
+                check_shape("product", y, M, T, B);
+                const float *got = compute(ctx, graph(ctx), &y);
+                double *xd = dup_d(F(x), K * T * B), *ref = malloc(sizeof(double) * (size_t)(M * T * B));
+                pw_ref(ref, xd, F(w), b ? F(b) : NULL, K, M, T * B);
+                char what[64];
+                snprintf(what, sizeof(what), "product mode %d K %lld M %d T %lld B %lld", mode, (long long)K, M,
+                         (long long)T, (long long)B);
+                compare(what, got, ref, M * T * B);
+                free(xd);
+                free(ref);
+                ggml_free(ctx);
+            }
+        }
+    }
+}
+
+/* --------------------------------------------------------------- layouts */
+
+static void test_layouts(void) {
+    const int64_t C = 5, T = 7, B = 3;
+    struct ggml_context *ctx = new_ctx();
+    struct ggml_tensor *x = rnd(ctx, C, T, B, 1.0f, -1.0f);
+    struct ggml_tensor *t = cr_to_tf(ctx, x);
+    CHECK(t->ne[0] == T * B && t->ne[1] == C && ggml_is_contiguous(t), "to_tf shape");
+    struct ggml_tensor *back = cr_to_cf(ctx, t, T, B);
+    check_shape("to_cf", back, C, T, B);
+    struct ggml_tensor *pad = cr_pad_frames(ctx, x, 2, 3);
+    check_shape("pad_frames", pad, C, T + 5, B);
+    struct ggml_cgraph *gf = graph(ctx);
+    ggml_build_forward_expand(gf, back);
+    const float *gp = compute(ctx, gf, &pad);
+    int bad_t = 0, bad_b = 0, bad_p = 0;
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t i = 0; i < T; i++) {
+            for (int64_t c = 0; c < C; c++) {
+                const float v = F(x)[c + C * (i + T * b)];
+                bad_t += F(t)[(i + T * b) + T * B * c] != v;
+                bad_b += F(back)[c + C * (i + T * b)] != v;
+            }
+        }
+        for (int64_t i = 0; i < T + 5; i++) {
+            for (int64_t c = 0; c < C; c++) {
+                bad_p += gp[c + C * (i + (T + 5) * b)] != (float)at(F(x), C, T, c, i - 2, b);
+            }
+        }
+    }
+    CHECK(!bad_t && !bad_b && !bad_p, "layouts: %d to_tf, %d to_cf, %d pad values wrong", bad_t, bad_b, bad_p);
+    ggml_free(ctx);
+}
+
+/* ----------------------------------------------------------------- Snake */
+
+static void test_snake(void) {
+    const int64_t C = 6, T = 9, B = 3;
+    for (int path = 0; path < 3; path++) { /* fused CPU, composed [C,T,B], composed time fastest */
+        struct ggml_context *ctx = new_ctx();
+        struct ggml_tensor *x = rnd(ctx, C, T, B, 3.0f, -3.0f), *a = rnd(ctx, C, 1, 1, 0.5f, 0.3f);
+        struct ggml_tensor *ia = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, C);
+        for (int64_t c = 0; c < C; c++) {
+            ((float *)ia->data)[c] = 1.0f / (F(a)[c] + 1e-9f);
+        }
+        struct ggml_cgraph *gf = graph(ctx);
+        struct ggml_tensor *y;
+        if (path < 2) {
+            y = cr_snake(ctx, gf, x, a, ia, path == 0);
+        } else {
+            y = cr_to_cf(ctx, cr_snake_tf(ctx, gf, cr_to_tf(ctx, x), a, ia), T, B);
+        }
+        check_shape("snake", y, C, T, B);
+        const float *got = compute(ctx, gf, &y);
+        double *ref = malloc(sizeof(double) * (size_t)(C * T * B));
+        for (int64_t i = 0; i < C * T * B; i++) {
+            ref[i] = snake_ref(F(x)[i], F(a)[i % C], F(ia)[i % C]);
+        }
+        char what[32];
+        snprintf(what, sizeof(what), "snake path %d", path);
+        compare(what, got, ref, C * T * B);
+        free(ref);
+        ggml_free(ctx);
+    }
+}
+
+/* ----------------------------------------------------------------- norms */
+
+static void test_norms(void) {
+    const int64_t C = 12, T = 7, B = 3;
+    const float eps = 1e-5f;
+    for (int kind = 0; kind < 5; kind++) { /* layer, rms, group 4, group 12, group 1 */
+        struct ggml_context *ctx = new_ctx();
+        struct ggml_tensor *x = rnd(ctx, C, T, B, 2.0f, -1.5f), *g = rnd1(ctx, C), *b = rnd1(ctx, C);
+        const int G = kind == 2 ? 4 : kind == 3 ? 12 : 1;
+        struct ggml_tensor *y = kind == 0   ? cr_layer_norm(ctx, x, g, b, eps)
+                                : kind == 1 ? cr_rms_norm(ctx, x, g, eps)
+                                            : cr_group_norm(ctx, x, G, g, b, eps);
+        check_shape("norm", y, C, T, B);
+        const float *got = compute(ctx, graph(ctx), &y);
+        double *ref = malloc(sizeof(double) * (size_t)(C * T * B));
+        const float *xd = F(x);
+        if (kind < 2) {
+            for (int64_t n = 0; n < T * B; n++) {
+                double mean = 0.0, var = 0.0;
+                for (int64_t c = 0; c < C; c++) {
+                    mean += xd[c + C * n] / (double)C;
+                }
+                if (kind == 1) {
+                    mean = 0.0;
+                }
+                for (int64_t c = 0; c < C; c++) {
+                    var += (xd[c + C * n] - mean) * (xd[c + C * n] - mean) / (double)C;
+                }
+                for (int64_t c = 0; c < C; c++) {
+                    const double v = (xd[c + C * n] - mean) / sqrt(var + eps) * F(g)[c];
+                    ref[c + C * n] = kind == 0 ? v + F(b)[c] : v;
+                }
+            }
+        } else {
+            const int64_t per = C / G;
+            for (int64_t bb = 0; bb < B; bb++) {
+                for (int64_t gi = 0; gi < G; gi++) {
+                    double mean = 0.0, var = 0.0;
+                    for (int64_t t = 0; t < T; t++) {
+                        for (int64_t c = gi * per; c < (gi + 1) * per; c++) {
+                            mean += xd[c + C * (t + T * bb)] / (double)(per * T);
+                        }
+                    }
+                    for (int64_t t = 0; t < T; t++) {
+                        for (int64_t c = gi * per; c < (gi + 1) * per; c++) {
+                            const double dv = xd[c + C * (t + T * bb)] - mean;
+                            var += dv * dv / (double)(per * T);
+                        }
+                    }
+                    for (int64_t t = 0; t < T; t++) {
+                        for (int64_t c = gi * per; c < (gi + 1) * per; c++) {
+                            const int64_t i = c + C * (t + T * bb);
+                            ref[i] = (xd[i] - mean) / sqrt(var + eps) * F(g)[c] + F(b)[c];
+                        }
+                    }
+                }
+            }
+        }
+        char what[32];
+        snprintf(what, sizeof(what), "norm kind %d", kind);
+        compare(what, got, ref, C * T * B);
+        free(ref);
+        ggml_free(ctx);
+    }
+}
+
+/* ggml's activations that the codecs use as they are: their PyTorch definitions. */
+static void test_activations(void) {
+    const int64_t n = 64;
+    for (int kind = 0; kind < 3; kind++) {
+        struct ggml_context *ctx = new_ctx();
+        struct ggml_tensor *x = rnd(ctx, n, 1, 1, 4.0f, -4.0f);
+        ((float *)x->data)[0] = 1e-4f; /* near 0, where ELU needs expm1 */
+        ((float *)x->data)[1] = -1e-4f;
+        struct ggml_tensor *y = kind == 0 ? ggml_elu(ctx, x) : kind == 1 ? ggml_gelu_erf(ctx, x) : ggml_silu(ctx, x);
+        const float *got = compute(ctx, graph(ctx), &y);
+        double ref[64];
+        for (int64_t i = 0; i < n; i++) {
+            const double v = F(x)[i];
+            ref[i] = kind == 0 ? (v > 0 ? v : expm1(v)) : kind == 1 ? 0.5 * v * (1.0 + erf(v / sqrt(2.0)))
+                                                                    : v / (1.0 + exp(-v));
+        }
+        const char *names[] = {"ggml_elu (ELU)", "ggml_gelu_erf (nn.GELU)", "ggml_silu (SiLU)"};
+        compare(names[kind], got, ref, n);
+        ggml_free(ctx);
+    }
+}
+
+/* ---------------------------------------------------------- convolutions */
+
+static void test_dwconv(void) {
+    const int64_t C = 5, K = 7;
+    const int64_t shapes[][2] = {{13, 3}, {8, 1}};
+    for (int s = 0; s < 2; s++) {
+        const int64_t T = shapes[s][0], B = shapes[s][1];
+        for (int d = 1; d <= 3; d += 2) {
+            const int P = d * (int)(K - 1) / 2;
+            const int pads[][2] = {{P, P}, {0, 0}, {2 * P, 0}, {1, 4}}; /* same, valid, causal, asymmetric */
+            for (int p = 0; p < 4; p++) {
+                const int pl = pads[p][0], pr = pads[p][1];
+                const int64_t To = T + pl + pr - d * (K - 1);
+                if (To < 1) {
+                    continue;
+                }
+                for (int layout = 0; layout < 2; layout++) { /* channels fastest, time fastest */
+                    if (layout == 1 && pl != pr) {
+                        continue; /* the time-fastest conv pads symmetrically */
+                    }
+                    struct ggml_context *ctx = new_ctx();
+                    struct ggml_tensor *x = rnd(ctx, C, T, B, 1.0f, -1.0f), *w = rnd(ctx, C, K, 1, 1.0f, -1.0f);
+                    struct ggml_tensor *b = rnd1(ctx, C);
+                    struct ggml_tensor *y;
+                    if (layout == 0) {
+                        y = cr_dwconv(ctx, x, w, b, d, pl, pr);
+                    } else {
+                        struct ggml_tensor *t = cr_dwconv_tf(ctx, cr_to_tf(ctx, x), T, B, w, b, d, pl);
+                        y = cr_to_cf(ctx, ggml_reshape_2d(ctx, t, To * B, C), To, B);
+                    }
+                    check_shape("dwconv", y, C, To, B);
+                    const float *got = compute(ctx, graph(ctx), &y);
+                    double *ref = malloc(sizeof(double) * (size_t)(C * To * B));
+                    dwconv_ref(ref, F(x), F(w), F(b), C, T, B, K, d, pl, To);
+                    char what[96];
+                    snprintf(what, sizeof(what), "dwconv layout %d T %lld B %lld d %d pad %d,%d", layout,
+                             (long long)T, (long long)B, d, pl, pr);
+                    compare(what, got, ref, C * To * B);
+                    free(ref);
+                    ggml_free(ctx);
+                }
+            }
+        }
+    }
+}
+
+static void test_conv1d(void) {
+    const int64_t Cin = 6, T = 11, B = 3;
+    const int Ks[] = {7, 3, 1};
+    for (int ki = 0; ki < 3; ki++) {
+        const int64_t K = Ks[ki];
+        for (int d = 1; d <= 3; d += 2) {
+            const int P = d * (int)(K - 1) / 2;
+            const int pads[][2] = {{P, P}, {0, 0}, {2 * P, 0}, {0, 3}};
+            for (int p = 0; p < 4; p++) {
+                for (int Cout = 5; Cout <= 16; Cout += 11) {
+                    for (int fused = 0; fused < 2; fused++) {
+                        const int pl = pads[p][0], pr = pads[p][1];
+                        const int64_t To = T + pl + pr - d * (K - 1);
+                        if (To < 1) {
+                            continue;
+                        }
+                        struct ggml_context *ctx = new_ctx();
+                        struct ggml_tensor *x = rnd(ctx, Cin, T, B, 1.0f, -1.0f);
+                        struct ggml_tensor *w = rnd(ctx, K, Cin, Cout, 1.0f, -1.0f), *b = rnd1(ctx, Cout);
+                        const cr_cpu_ops ops = {.bf16 = false, .packs = NULL};
+                        struct ggml_tensor *y = cr_conv1d(ctx, x, w, p == 1 ? NULL : b, d, pl, pr, fused ? &ops : NULL);
+                        check_shape("conv1d", y, Cout, To, B);
+                        const float *got = compute(ctx, graph(ctx), &y);
+                        double *ref = malloc(sizeof(double) * (size_t)(Cout * To * B));
+                        for (int64_t bb = 0; bb < B; bb++) {
+                            for (int64_t t = 0; t < To; t++) {
+                                for (int64_t o = 0; o < Cout; o++) {
+                                    double acc = p == 1 ? 0.0 : F(b)[o];
+                                    for (int64_t i = 0; i < Cin; i++) {
+                                        for (int64_t k = 0; k < K; k++) {
+                                            acc += (double)F(w)[k + K * (i + Cin * o)] *
+                                                   at(F(x), Cin, T, i, t + k * d - pl, bb);
+                                        }
+                                    }
+                                    ref[o + Cout * (t + To * bb)] = acc;
+                                }
+                            }
+                        }
+                        char what[96];
+                        snprintf(what, sizeof(what), "conv1d K %lld d %d pad %d,%d Cout %d fused %d", (long long)K, d,
+                                 pl, pr, Cout, fused);
+                        compare(what, got, ref, Cout * To * B);
+                        free(ref);
+                        ggml_free(ctx);
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void test_conv_narrow(void) {
+    const int64_t Cin = 9, T = 10, B = 3;
+    const int cases[][4] = {{7, 1, 3, 3}, {7, 2, 3, 3}, {3, 1, 2, 0}, {5, 1, 0, 0}}; /* K, Cout, pl, pr */
+    for (int c = 0; c < 4; c++) {
+        const int K = cases[c][0], Cout = cases[c][1], pl = cases[c][2], pr = cases[c][3];
+        const int64_t To = T + pl + pr - (K - 1);
+        struct ggml_context *ctx = new_ctx();
+        struct ggml_tensor *x = rnd(ctx, Cin, T, B, 1.0f, -1.0f), *w = rnd(ctx, Cin, K * Cout, 1, 1.0f, -1.0f);
+        struct ggml_tensor *b = rnd1(ctx, Cout);
+        struct ggml_tensor *y = cr_conv_narrow(ctx, x, w, b, K, pl, pr);
+        check_shape("conv_narrow", y, Cout, To, B);
+        const float *got = compute(ctx, graph(ctx), &y);
+        double *ref = malloc(sizeof(double) * (size_t)(Cout * To * B));
+        for (int64_t bb = 0; bb < B; bb++) {
+            for (int64_t t = 0; t < To; t++) {
+                for (int64_t o = 0; o < Cout; o++) {
+                    double acc = F(b)[o];
+                    for (int64_t k = 0; k < K; k++) {
+                        for (int64_t i = 0; i < Cin; i++) {
+                            acc += (double)F(w)[i + Cin * (k * Cout + o)] * at(F(x), Cin, T, i, t + k - pl, bb);
+                        }
+                    }
+                    ref[o + Cout * (t + To * bb)] = acc;
+                }
+            }
+        }
+        char what[64];
+        snprintf(what, sizeof(what), "conv_narrow K %d Cout %d pad %d,%d", K, Cout, pl, pr);
+        compare(what, got, ref, Cout * To * B);
+        free(ref);
+        ggml_free(ctx);
+    }
+}
+
+/* PyTorch ConvTranspose1d(kernel 2s, stride s, padding p, output_padding op). */
+static void test_upconv(void) {
+    const int64_t Cin = 6, Cout = 4, B = 3;
+    /* s, crop, output_padding (-1: causal, trimmed of its last s samples) */
+    const int cases[][3] = {{2, 1, 0}, {3, 2, 1}, {5, 3, 0}, {8, 4, 0}, {4, 0, -1}, {1, 1, 1}};
+    const int64_t Ts[] = {7, 1};
+    for (int c = 0; c < 6; c++) {
+        for (int ti = 0; ti < 2; ti++) {
+            const int s = cases[c][0], p = cases[c][1], op = cases[c][2];
+            const int64_t T = Ts[ti], K = 2 * s;
+            const int64_t n_out = op < 0 ? T * s : (T - 1) * s - 2 * p + K + op;
+            struct ggml_context *ctx = new_ctx();
+            struct ggml_tensor *x = rnd(ctx, Cin, T, B, 1.0f, -1.0f), *w = rnd(ctx, Cin, K * Cout, 1, 1.0f, -1.0f);
+            struct ggml_tensor *b = rnd1(ctx, Cout);
+            struct ggml_tensor *y = cr_upconv(ctx, x, w, b, s, p, n_out);
+            check_shape("upconv", y, Cout, n_out, B);
+            const float *got = compute(ctx, graph(ctx), &y);
+            const int64_t full = (T + 1) * s;
+            double *acc = calloc((size_t)(Cout * full * B), sizeof(double));
+            double *ref = malloc(sizeof(double) * (size_t)(Cout * n_out * B));
+            for (int64_t bb = 0; bb < B; bb++) {
+                for (int64_t i = 0; i < T; i++) {
+                    for (int64_t k = 0; k < K; k++) {
+                        for (int64_t o = 0; o < Cout; o++) {
+                            for (int64_t ic = 0; ic < Cin; ic++) {
+                                acc[o + Cout * (i * s + k + full * bb)] +=
+                                    (double)F(w)[ic + Cin * (k * Cout + o)] * at(F(x), Cin, T, ic, i, bb);
+                            }
+                        }
+                    }
+                }
+                for (int64_t t = 0; t < n_out; t++) {
+                    for (int64_t o = 0; o < Cout; o++) {
+                        ref[o + Cout * (t + n_out * bb)] = acc[o + Cout * (t + p + full * bb)] + F(b)[o];
+                    }
+                }
+            }
+            char what[64];
+            snprintf(what, sizeof(what), "upconv s %d crop %d op %d T %lld", s, p, op, (long long)T);
+            compare(what, got, ref, Cout * n_out * B);
+            free(acc);
+            free(ref);
+            ggml_free(ctx);
+        }
+    }
+}
+
+/* The stream form: blocks 1..n of the uncropped transposed conv over [previous frame, n new frames]. */
+static void test_upconv_step(void) {
+    const int64_t Cin = 5, Cout = 3, B = 3;
+    const int ss[] = {2, 3, 8};
+    for (int si = 0; si < 3; si++) {
+        for (int64_t n = 1; n <= 4; n += 3) {
+            const int s = ss[si];
+            const int64_t L = n + 1, K = 2 * s, full = (L + 1) * s;
+            struct ggml_context *ctx = new_ctx();
+            struct ggml_tensor *buf = rnd(ctx, Cin, L, B, 1.0f, -1.0f), *w = rnd(ctx, Cin, K * Cout, 1, 1.0f, -1.0f);
+            struct ggml_tensor *b = rnd1(ctx, Cout);
+            struct ggml_tensor *y = cr_upconv_step(ctx, buf, w, b, s);
+            check_shape("upconv_step", y, Cout, n * s, B);
+            const float *got = compute(ctx, graph(ctx), &y);
+            double *acc = calloc((size_t)(Cout * full * B), sizeof(double));
+            double *ref = malloc(sizeof(double) * (size_t)(Cout * n * s * B));
+            for (int64_t bb = 0; bb < B; bb++) {
+                for (int64_t i = 0; i < L; i++) {
+                    for (int64_t k = 0; k < K; k++) {
+                        for (int64_t o = 0; o < Cout; o++) {
+                            for (int64_t ic = 0; ic < Cin; ic++) {
+                                acc[o + Cout * (i * s + k + full * bb)] +=
+                                    (double)F(w)[ic + Cin * (k * Cout + o)] * at(F(buf), Cin, L, ic, i, bb);
+                            }
+                        }
+                    }
+                }
+                for (int64_t t = 0; t < n * s; t++) {
+                    for (int64_t o = 0; o < Cout; o++) {
+                        ref[o + Cout * (t + n * s * bb)] = acc[o + Cout * (t + s + full * bb)] + F(b)[o];
+                    }
+                }
+            }
+            char what[48];
+            snprintf(what, sizeof(what), "upconv_step s %d n %lld", s, (long long)n);
+            compare(what, got, ref, Cout * n * s * B);
+            free(acc);
+            free(ref);
+            ggml_free(ctx);
+        }
+    }
+}
+
+/* --------------------------------------------------------- residual unit */
+
+static void test_res_unit(void) {
+    const int64_t C = 6, K = 7, B = 3, n = 9;
+    for (int d = 1; d <= 9; d *= 3) {
+        const int P = d * (int)(K - 1) / 2;
+        for (int mode = 0; mode < 5; mode++) { /* same fused/portable, valid fused/portable, time fastest */
+            const bool same = mode < 2, cpu_ops = mode == 0 || mode == 2;
+            const int64_t L = same ? n : n + 2 * P;
+            struct ggml_context *ctx = new_ctx();
+            struct ggml_tensor *buf = rnd(ctx, C, L, B, 2.0f, -2.0f);
+            cr_res_unit u = {
+                .alpha1 = rnd(ctx, C, 1, 1, 0.5f, 0.3f), .inv_alpha1 = rnd(ctx, C, 1, 1, 0.5f, 0.5f),
+                .dw_w = rnd(ctx, C, K, 1, 0.5f, -0.5f), .dw_b = rnd1(ctx, C),
+                .alpha2 = rnd(ctx, C, 1, 1, 0.5f, 0.3f), .inv_alpha2 = rnd(ctx, C, 1, 1, 0.5f, 0.5f),
+                .pw_w = rnd(ctx, C, C, 1, 0.5f, -0.5f), .pw_b = rnd1(ctx, C),
+            };
+            struct ggml_cgraph *gf = graph(ctx);
+            struct ggml_tensor *y;
+            if (mode < 4) {
+                y = cr_res_branch(ctx, gf, buf, &u, d, same, cpu_ops);
+            } else { /* the whole unit time fastest, back to channels fastest to compare */
+                struct ggml_tensor *t = ggml_reshape_3d(ctx, cr_to_tf(ctx, buf), L, B, C);
+                t = cr_res_unit_tf(ctx, gf, t, &u, d);
+                CHECK(t->ne[0] == n && t->ne[1] == B && t->ne[2] == C, "res_unit_tf shape");
+                y = cr_to_cf(ctx, ggml_reshape_2d(ctx, t, n * B, C), n, B);
+            }
+            check_shape("res unit", y, C, n, B);
+            const float *got = compute(ctx, gf, &y);
+            /* reference: Snake1, depthwise conv, Snake2, pw (+ the delayed input for the whole unit) */
+            float *s1 = malloc(sizeof(float) * (size_t)(C * L * B));
+            for (int64_t i = 0; i < C * L * B; i++) {
+                s1[i] = (float)snake_ref(F(buf)[i], F(u.alpha1)[i % C], F(u.inv_alpha1)[i % C]);
+            }
+            double *h = malloc(sizeof(double) * (size_t)(C * n * B));
+            double *ref = malloc(sizeof(double) * (size_t)(C * n * B));
+            dwconv_ref(h, s1, F(u.dw_w), F(u.dw_b), C, L, B, K, d, same ? P : 0, n);
+            for (int64_t i = 0; i < C * n * B; i++) {
+                h[i] = snake_ref(h[i], F(u.alpha2)[i % C], F(u.inv_alpha2)[i % C]);
+            }
+            pw_ref(ref, h, F(u.pw_w), F(u.pw_b), C, C, n * B);
+            if (mode == 4) {
+                for (int64_t bb = 0; bb < B; bb++) {
+                    for (int64_t t = 0; t < n; t++) {
+                        for (int64_t c = 0; c < C; c++) {
+                            ref[c + C * (t + n * bb)] += at(F(buf), C, L, c, t + P, bb);
+                        }
+                    }
+                }
+            }
+            char what[48];
+            snprintf(what, sizeof(what), "res unit mode %d dil %d", mode, d);
+            compare(what, got, ref, C * n * B);
+            free(s1);
+            free(h);
+            free(ref);
+            ggml_free(ctx);
+        }
+    }
+}
+
+int main(void) {
+    test_products();
+    test_layouts();
+    test_snake();
+    test_norms();
+    test_activations();
+    test_dwconv();
+    test_conv1d();
+    test_conv_narrow();
+    test_upconv();
+    test_upconv_step();
+    test_res_unit();
+    printf("test_layers: %d checks, %d failures\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}
