@@ -657,7 +657,7 @@ def serve_fd(ctl_fd: int, listen_fd: int, index: int) -> None:
     cfg = config_from_json(msg["config"])
     from .logs import setup_logging
 
-    setup_logging(cfg.log_format, cfg.log_level)
+    setup_logging(cfg.log_format, cfg.log_level, front=index)
     listen = socket.socket(fileno=listen_fd)
     listen.setblocking(False)
     ecfg = EngineConfig.from_json(msg["engine"])

@@ -92,6 +92,7 @@ class _StatsCollector(Collector):
         bmean = GaugeMetricFamily("codecd_batch_size_recent", "mean batch of recent ticks", labels=lab)
         tmean = GaugeMetricFamily("codecd_tick_seconds_mean", "mean tick time (recent)", labels=lab)
         tmax = GaugeMetricFamily("codecd_tick_seconds_max", "max tick time (recent)", labels=lab)
+        tp99 = GaugeMetricFamily("codecd_tick_seconds_p99", "p99 tick time (recent)", labels=lab)
         ticks = CounterMetricFamily("codecd_ticks", "decode ticks", labels=lab)
         graph = CounterMetricFamily("codecd_graph", "runtime graph counters",
                                     labels=lab + ["counter"])
@@ -114,6 +115,7 @@ class _StatsCollector(Collector):
                 bmean.add_metric(lv, sum(rb) / len(rb) if rb else 0.0)
                 tmean.add_metric(lv, (m.get("tick_ms_mean") or 0.0) / 1e3)
                 tmax.add_metric(lv, (m.get("tick_ms_max") or 0.0) / 1e3)
+                tp99.add_metric(lv, (m.get("tick_ms_p99") or 0.0) / 1e3)
                 ticks.add_metric(lv, m.get("ticks", 0))
                 c = m.get("codecrt") or {}
                 for k in ("graphs_built", "graphs_reused", "sched_resets", "sched_recreations",
@@ -124,7 +126,7 @@ class _StatsCollector(Collector):
                     cbuf.add_metric(lv + [str(be)], nb)
                 wbytes.add_metric(lv, c.get("weight_bytes", 0))
                 sbytes.add_metric(lv, c.get("state_bytes", 0))
-        yield from (restarts, queued, up, rss, pend, bmax, bmean, tmean, tmax, ticks, graph,
+        yield from (restarts, queued, up, rss, pend, bmax, bmean, tmean, tmax, tp99, ticks, graph,
                     cbuf, wbytes, sbytes)
 
 

@@ -654,6 +654,8 @@ class Worker:
                 "tick_ms_last": round(ms[-1], 4) if ms else None,
                 "tick_ms_mean": round(sum(ms) / len(ms), 4) if ms else None,
                 "tick_ms_max": round(max(ms), 4) if ms else None,
+                "tick_ms_p99": round(sorted(ms)[min(len(ms) - 1, (99 * len(ms)) // 100)], 4)
+                if ms else None,
                 "chunk_frames": m.lm.chunk_frames,
                 "latency_samples": m.lm.latency_samples,
                 "warm": dict(m.lm.warm_info),
