@@ -412,3 +412,39 @@ def test_sigterm_drains_every_front(small: Path, offline: Any, tmp_path: Path) -
 
     with daemon(small, log, "--fronts", "2") as (p, port):
         run(main(p, port))
+
+
+def test_channel_rings_carry_batches_larger_than_a_ring(tmp_path: Path) -> None:
+    """A front's commands of one turn, and a worker's events of one tick, larger than a ring
+    record may be: split into packets in order, and a full ring keeps the rest for later
+    (the reader frees room, the writer goes on): every message arrives once, in order."""
+    from codecd import wire
+    from codecd.channel import FrontEnds, WorkerEnds, make_channel, packets
+
+    ch = make_channel(cmd_bytes=1 << 16, evt_bytes=1 << 16)
+    try:  # each side gets its own descriptors, as from socket.recv_fds; main closes its own
+        front = FrontEnds.from_fds([os.dup(fd) for fd in ch.front_fds])
+        worker = WorkerEnds.from_fds([os.dup(fd) for fd in ch.worker_fds])
+    finally:
+        ch.close()
+    rng = np.random.default_rng(0)
+    msgs = [wire.PushCodes(i, [rng.integers(0, 4096, int(rng.integers(1, 1500)),
+                                            dtype=np.int32) for _ in range(3)])
+            for i in range(200)]
+    pkts = packets(msgs, front.commands.capacity // 4)
+    assert len(pkts) > 10 and all(front.commands.fits(len(p)) for p in pkts)
+    got: list[Any] = []
+    pending = list(pkts)
+    while pending or len(got) < len(msgs):
+        while pending and front.commands.write([pending[0]]):
+            pending.pop(0)
+        front.commands.ring()
+        time.sleep(0.001)
+        worker.commands.on_doorbell()
+        for rec in worker.commands.records():
+            got += wire.decode(bytes(rec))
+    assert [m.sid for m in got] == list(range(200))
+    for a, b in zip(msgs, got):
+        assert all(np.array_equal(x, y) for x, y in zip(a.levels, b.levels))
+    front.close()
+    worker.close()

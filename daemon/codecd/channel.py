@@ -37,6 +37,31 @@ CMD_RING_BYTES = 4 << 20
 EVT_RING_BYTES = 16 << 20
 
 
+def packets(msgs: list[Any], limit: int) -> list[bytes]:
+    """``msgs`` as wire packets of at most about ``limit`` bytes each, in order (one ring
+    record each): a ring record can never be larger than its ring."""
+    from . import wire
+
+    out: list[bytes] = []
+    start, size = 0, 0
+    for i, m in enumerate(msgs):
+        if isinstance(m, wire.PushCodes):
+            n = 32 + sum(8 + a.nbytes for a in m.levels)
+        elif isinstance(m, wire.AudioOut):
+            n = 32 + m.pcm.nbytes
+        elif isinstance(m, wire.StreamFailed):
+            n = 64 + 4 * (len(m.code) + len(m.message))
+        else:
+            n = 256
+        if size and size + n > limit:
+            out.append(wire.encode(msgs[start:i]))
+            start, size = i, 0
+        size += n
+    if start < len(msgs):
+        out.append(wire.encode(msgs[start:]))
+    return out
+
+
 def control_pair() -> tuple[socket.socket, socket.socket]:
     """A connected SOCK_SEQPACKET pair (both ends blocking; callers change that)."""
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -41,7 +41,7 @@ from websockets.asyncio.server import ServerConnection, serve
 
 from . import __version__, wire
 from .actions import Action, EngineCancel, EngineFinish, EngineOpen, EnginePush
-from .channel import CtlLink, FrontEnds, recv_msg
+from .channel import CtlLink, FrontEnds, packets, recv_msg
 from .config import Config, ModelSource
 from .engine import (
     ENGINE_RESTARTED,
@@ -103,6 +103,7 @@ class RingEngine:
         self._loop = loop
         self._streams = StreamTable()
         self._out: list[wire.Message] = []
+        self._held: list[bytes] = []  # encoded packets waiting for room in the ring
         self._scheduled = False
         self.gone = False
         self.packets_out = 0
@@ -139,22 +140,43 @@ class RingEngine:
 
     def _flush(self) -> None:
         self._scheduled = False
-        if not self._out or self.gone:
+        if self.gone:
             return
         prod = self.ends.commands
-        if not prod.write([wire.encode(self._out)]):
+        while self._held:  # packets a full ring refused earlier go first
+            if not prod.write([self._held[0]]):
+                self.ring_full += 1
+                self._scheduled = True
+                self._loop.call_later(_RETRY_S, self._flush)
+                prod.ring()
+                return
+            self._held.pop(0)
+            self.packets_out += 1
+        if not self._out:
+            prod.ring()
+            return
+        pkts = packets(self._out, prod.capacity // 4)
+        sent = 0
+        for pkt in pkts:
+            if not prod.write([pkt]):
+                break
+            sent += 1
+        self.packets_out += sent
+        if sent == len(pkts):
+            self._out.clear()
+        else:  # the ring is full: the worker reads it; keep the rest, in order
             self.ring_full += 1
+            rest = pkts[sent:]
+            self._out.clear()
+            self._held = rest
             self._scheduled = True
             self._loop.call_later(_RETRY_S, self._flush)
-            return
-        self._out.clear()
-        self.packets_out += 1
         prod.ring()
 
     def _check(self) -> None:
         if self.gone:
             raise BusyError(f"engine {self.index} is restarting")
-        if len(self._out) >= self.config.max_queued_commands:
+        if len(self._out) + 64 * len(self._held) >= self.config.max_queued_commands:
             self.backpressure_rejections += 1
             raise BusyError(f"engine {self.index}: {len(self._out)} commands queued, worker "
                             "is behind")
@@ -265,6 +287,7 @@ class RingEngine:
         self.gone = True
         self._loop.remove_reader(self.ends.events.doorbell.fileno())
         self._out.clear()
+        self._held.clear()
         recs = self._streams.clear()
         if recs:
             logger.warning("engine %d: worker gone with %d stream(s) of this front",
@@ -276,6 +299,7 @@ class RingEngine:
     def stats(self) -> dict[str, Any]:
         return {"index": self.index, "state": "ready" if not self.gone else "restarting",
                 "streams": len(self._streams), "queued_commands": len(self._out),
+                "held_packets": len(self._held),
                 "packets_out": self.packets_out, "packets_in": self.packets_in,
                 "ring_full": self.ring_full,
                 "backpressure_rejections": self.backpressure_rejections}

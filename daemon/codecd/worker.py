@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
-from .channel import WorkerEnds, recv_msg
+from .channel import WorkerEnds, packets, recv_msg
 from .engine.config import EngineConfig
 from .families import LoadedModel, StreamRefused, family_for
 from .families.native import ExactStreamModel
@@ -545,7 +545,7 @@ class Worker:
                 for fid, msgs in per.items():
                     link = self.fronts.get(fid)
                     if link is not None:
-                        link.backlog.append(wire.encode(msgs))
+                        link.backlog.extend(packets(msgs, link.ends.events.capacity // 4))
                 out = mine
             if out:
                 self.conn.send_bytes(wire.encode(out))
