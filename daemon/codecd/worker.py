@@ -66,6 +66,10 @@ _MAX_DRAIN = 256  # command messages applied before the worker ticks again
 _FID_SHIFT = 40
 _SID_MASK = (1 << _FID_SHIFT) - 1
 _RETRY_S = 0.002  # poll timeout while a front's event ring is full
+#: a background warm-up tick (seconds for a large bucket on a CPU) runs only after the worker
+#: has had no stream open and no command for this long: a stream that comes back after a
+#: restart is not kept waiting behind one
+_BACKGROUND_IDLE_S = 2.0
 
 
 def error_code_for(exc: BaseException) -> str:
@@ -235,6 +239,8 @@ class Worker:
             else:
                 lm.warm()
         self.warmup_ms = (time.perf_counter() - t0) * 1e3
+        # the first streams after a restart come right after ready: let them in first
+        self._background_wait_until = time.monotonic() + _BACKGROUND_IDLE_S
         return {
             "pid": os.getpid(),
             "index": self.index,
@@ -568,8 +574,14 @@ class Worker:
             busy = self._busy()
             idle_timeout = None
             if self._background:
-                idle_timeout = max(0.0, self._background_wait_until - time.monotonic())
+                now = time.monotonic()
+                if self.where:  # open streams: a warm-up tick would delay theirs
+                    self._background_wait_until = max(self._background_wait_until,
+                                                      now + _BACKGROUND_IDLE_S)
+                idle_timeout = max(0.0, self._background_wait_until - now)
             if self._wait(0 if busy else idle_timeout):
+                if self._background:
+                    self._background_wait_until = time.monotonic() + _BACKGROUND_IDLE_S
                 self.drain()
                 self.flush()
                 if not busy and self.running and self._busy() and self.gather_s \
@@ -592,6 +604,8 @@ class Worker:
 
     def _warm_step(self) -> None:
         """One tick of a background warm-up (the worker was idle)."""
+        if time.monotonic() < self._background_wait_until:
+            return
         if self._warming is None:
             lm, buckets = self._background[0]
             self._warming = lm.warm_steps(buckets)
