@@ -1,6 +1,7 @@
 """``codecd serve --fronts F``: the serve load test through one daemon with F front processes.
 
     python -m bench fronts --spawn demo --fronts 1,2 --n 8,16 [--serve-arg=--threads=1]
+    python -m bench fronts --spawn demo --fronts 2 --n 1 --kill-worker 3   # recovery
     python -m bench fronts --spawn demo --fronts 1,4,8 --n 256,512,768,1000,1200 \\
         --per-conn 8 --client-procs 8 --serve-arg=--devices=cuda:0 ...       (bench/gpu/run.sh)
 
@@ -119,6 +120,55 @@ def tick_stats(url: str) -> tuple[float, float]:
     return p99, batch
 
 
+async def _first_audio(url: str, model: str, n_frames: int = 8) -> bool:
+    """One stream of ``n_frames`` random frames; True at its first audio, False on an error."""
+    import json
+
+    import numpy as np
+    from websockets.asyncio.client import connect
+
+    rng = np.random.default_rng(0)
+    async with connect(url + "/", open_timeout=5) as ws:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "start", "stream_id": "r", "model": model,
+                                  "layout": "levels"}))
+        levels = [rng.integers(0, 4096, n_frames // s).tolist() for s in (4, 2, 1)]
+        await ws.send(json.dumps({"type": "tokens", "stream_id": "r", "levels": levels}))
+        await ws.send(json.dumps({"type": "end", "stream_id": "r"}))
+        while True:
+            m = await ws.recv()
+            if isinstance(m, bytes):
+                return True
+            if json.loads(m)["type"] in ("error", "done"):
+                return False
+
+
+def restart_times(url: str, daemon_pid: int, model: str, kills: int, gap_s: float
+                  ) -> list[float]:
+    """SIGKILL the worker ``kills`` times, ``gap_s`` apart: seconds from each kill to the
+    first audio of a new stream (retried while the daemon answers busy)."""
+    import asyncio
+    import signal
+
+    out = []
+    for _ in range(kills):
+        (worker,) = _children(daemon_pid)["worker"]
+        t0 = time.monotonic()
+        os.kill(worker, signal.SIGKILL)
+        while True:
+            try:
+                if asyncio.run(_first_audio(url, model)):
+                    break
+            except Exception:  # noqa: BLE001 - refused upgrade (503) while restarting
+                pass
+            if time.monotonic() - t0 > 120:
+                raise SystemExit("no audio within 120 s of the kill")
+            time.sleep(0.05)
+        out.append(time.monotonic() - t0)
+        time.sleep(gap_s)
+    return out
+
+
 HEADER = ("| fronts | N | TTFA p50 ms | TTFA p99 ms | gap p99 ms | underruns | underruns 200 ms "
           "| busy | errors | msgs/s | tick p99 ms | batch | CPU main | CPU per front | CPU worker "
           "| ok |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -140,12 +190,17 @@ def main() -> int:
     ap.add_argument("--client-procs", type=int, default=1)
     ap.add_argument("--startup-timeout", type=float, default=300.0)
     ap.add_argument("--repeat", type=int, default=1, help="runs per (fronts, N)")
+    ap.add_argument("--kill-worker", type=int, default=0, metavar="K",
+                    help="after the load: SIGKILL the worker K times and time a new stream's "
+                    "first audio after each (recovery)")
+    ap.add_argument("--kill-gap", type=float, default=3.0, help="seconds between the kills")
     args = ap.parse_args()
     if args.spawn == "light":
         args.spawn = str(light_model())
     base_args = list(args.serve_arg)
     rows: list[str] = []
     best: dict[int, int] = {}
+    recov: list[str] = []
     print(HEADER, file=sys.stderr, flush=True)
     for nf in (int(x) for x in args.fronts.split(",")):
         args.serve_arg = [*base_args, f"--fronts={nf}"]
@@ -177,6 +232,11 @@ def main() -> int:
                     rows.append(row)
                     print(row, file=sys.stderr, flush=True)
                     time.sleep(1.0)
+            if args.kill_worker:
+                ts = restart_times(url, proc.pid, args.model, args.kill_worker, args.kill_gap)
+                recov.append(f"fronts {nf}: worker SIGKILL -> a new stream's first audio: "
+                             + ", ".join(f"{t:.2f} s" for t in ts))
+                print(recov[-1], file=sys.stderr, flush=True)
         finally:
             proc.terminate()
             try:
@@ -191,6 +251,8 @@ def main() -> int:
         print(row)
     for nf, n in sorted(best.items()):
         print(f"fronts {nf}: largest N meeting the criterion (and 0 underruns at 200 ms): {n}")
+    for line in recov:
+        print(line)
     return 0
 
 

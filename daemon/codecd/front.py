@@ -697,5 +697,17 @@ def serve_fd(ctl_fd: int, listen_fd: int, index: int) -> None:
         await front.start()
         await front.stopped.wait()
 
-    asyncio.run(run())
+    prof_path = os.environ.get("CODECD_FRONT_PROFILE")
+    if prof_path:  # where a front's time goes (docs/benchmarks.md): cProfile, dumped at exit
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+        try:
+            asyncio.run(run())
+        finally:
+            prof.disable()
+            prof.dump_stats(f"{prof_path}.front{index}")
+    else:
+        asyncio.run(run())
     sys.exit(0)
