@@ -88,6 +88,7 @@ class _Front:
     started_at: float = 0.0
     failures: int = 0
     snapshot: dict[str, Any] | None = None
+    channels: dict[int, int] = field(default_factory=dict)  # worker -> its latest channel id
 
 
 class Daemon:
@@ -218,6 +219,7 @@ class Daemon:
         f.link = CtlLink(mine, self._loop, lambda m, fds: self._on_front_msg(f, m, fds),
                          lambda: self._on_front_eof(f))
         f.up, f.ready, f.started_at = True, False, time.monotonic()
+        f.channels.clear()
         logger.info("front %d: pid %d", f.index, f.proc.pid)
         for e in self.engines:
             if e.serving:
@@ -231,10 +233,17 @@ class Daemon:
         try:
             fid = next(self._fids)
             if e.attach(fid, ch.worker_fds):
-                f.link.send({"op": "channel", "worker": e.index, "info": e.info},
+                f.link.send({"op": "channel", "worker": e.index, "info": e.info, "fid": fid},
                             ch.front_fds)
+                f.channels[e.index] = fid
         finally:
             ch.close()
+
+    def _reconnect(self, f: _Front, e: Engine, fid: Any) -> None:
+        """A channel hung up while its worker serves: a new one (unless one came since)."""
+        if e.serving and f.up and not self.draining and f.channels.get(e.index) == fid:
+            logger.warning("front %d: new channel to worker %d", f.index, e.index)
+            self._connect(f, e)
 
     def _on_worker_serving(self, e: Engine) -> None:
         for f in self.fronts:
@@ -286,6 +295,12 @@ class Daemon:
                 fut.set_result(msg.get("data"))
         elif op == "drained":
             f.ready = False
+        elif op == "channel_lost":  # a worker that died (restarting: it reconnects when it
+            # serves) or one that closed this front's channel (the front did not read)
+            i = int(msg.get("worker", -1))
+            if 0 <= i < len(self.engines) and f.channels.get(i) == msg.get("fid"):
+                assert self._loop is not None
+                self._loop.call_later(0.2, self._reconnect, f, self.engines[i], msg.get("fid"))
         else:
             logger.warning("front %d: unexpected message %r", f.index, op)
 

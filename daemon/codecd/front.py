@@ -94,13 +94,17 @@ class RingEngine:
 
     def __init__(self, index: int, ends: FrontEnds, info: Mapping[str, Any],
                  config: EngineConfig, deliver: Callable[[EngineEvent], None],
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop,
+                 on_lost: Callable[[int, int], None] = lambda index, fid: None,
+                 fid: int = 0) -> None:
         self.index = index
+        self.fid = fid  # main's id of this channel
         self.ends = ends
         self.info = dict(info)
         self.config = config
         self._deliver = deliver
         self._loop = loop
+        self._on_lost = on_lost  # the channel hung up (the front tells main)
         self._streams = StreamTable()
         self._out: list[wire.Message] = []
         self._held: list[bytes] = []  # encoded packets waiting for room in the ring
@@ -256,6 +260,7 @@ class RingEngine:
         if not alive:
             self.lost("the decode worker died; the stream was lost, the worker is being "
                       "restarted")
+            self._on_lost(self.index, self.fid)
 
     def _on_audio(self, m: wire.AudioOut) -> None:
         rec = self._streams.of_sid(m.sid)
@@ -309,8 +314,10 @@ class RingPool:
     """The :class:`~codecd.engine.EnginePool` API over a front's channels to the workers."""
 
     def __init__(self, config: EngineConfig, n_workers: int,
-                 on_event: Callable[[EngineEvent], object]) -> None:
+                 on_event: Callable[[EngineEvent], object],
+                 on_lost: Callable[[int, int], None] = lambda index, fid: None) -> None:
         self.config = config
+        self._on_lost = on_lost
         self.n_workers = n_workers
         self._cb = on_event
         self.by_index: dict[int, RingEngine] = {}
@@ -327,11 +334,12 @@ class RingPool:
         self._cb(ev)
 
     def attach(self, index: int, ends: FrontEnds, info: Mapping[str, Any],
-               loop: asyncio.AbstractEventLoop) -> None:
+               loop: asyncio.AbstractEventLoop, fid: int = 0) -> None:
         old = self.by_index.get(index)
         if old is not None:
             old.lost("the decode worker was restarted; the stream was lost")
-        self.by_index[index] = RingEngine(index, ends, info, self.config, self._deliver, loop)
+        self.by_index[index] = RingEngine(index, ends, info, self.config, self._deliver, loop,
+                                          self._on_lost, fid)
 
     @property
     def serving(self) -> bool:
@@ -484,7 +492,8 @@ class FrontServer(Server):
                 assert self.pool is not None
                 ends = FrontEnds.from_fds(fds)
                 fds = []
-                self.pool.attach(int(msg["worker"]), ends, msg["info"], self._loop)  # type: ignore[attr-defined]
+                self.pool.attach(int(msg["worker"]), ends, msg["info"], self._loop,  # type: ignore[attr-defined]
+                                 int(msg.get("fid", 0)))
                 if not self.specs:
                     self._set_specs()
                 logger.info("front %d: channel to worker %d", self.index, msg["worker"])
@@ -530,7 +539,9 @@ class FrontServer(Server):
         cfg = self.config
         self._loop = asyncio.get_running_loop()
         self._ctl = CtlLink(self._ctl_sock, self._loop, self._on_ctl, self._on_ctl_eof)
-        self.pool = RingPool(self.engine_config, self.n_workers, self._on_event)  # type: ignore[assignment]
+        self.pool = RingPool(self.engine_config, self.n_workers, self._on_event,  # type: ignore[assignment]
+                             lambda i, fid: self._send({"op": "channel_lost", "worker": i,
+                                                        "fid": fid}))
         kw: dict[str, Any] = dict(process_request=self._routes.process_request, compression=None,
                                   max_size=cfg.max_message_bytes, max_queue=64,
                                   write_limit=max(4096, cfg.sndbuf_bytes or 32768),

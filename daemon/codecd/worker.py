@@ -70,6 +70,8 @@ _RETRY_S = 0.002  # poll timeout while a front's event ring is full
 #: has had no stream open and no command for this long: a stream that comes back after a
 #: restart is not kept waiting behind one
 _BACKGROUND_IDLE_S = 2.0
+#: event packets (one per tick) a front may leave unread before its channel is closed
+_MAX_FRONT_BACKLOG = 1024
 
 
 def error_code_for(exc: BaseException) -> str:
@@ -561,6 +563,13 @@ class Worker:
 
     def _send_front(self, link: _FrontLink) -> None:
         prod = link.ends.events
+        if len(link.backlog) > _MAX_FRONT_BACKLOG:
+            # a front that does not read (wedged, stopped) must not grow this process
+            # without bound: its channel closes, its streams end; it asks main for a new one
+            logger.error("front channel %d: %d event packets unread; closing it",
+                         link.fid, len(link.backlog))
+            self._detach(link.fid)
+            return
         while link.backlog:
             if not prod.write([link.backlog[0]]):
                 break  # full: the front reads, we retry on the next turn
