@@ -92,6 +92,10 @@ class Config:
                                   "and 1)", factory=True, metavar="N,...")
     max_batch: int = _f(64, "most streams decoded in one tick")
     gather_ms: float = _f(2.0, "how long a worker waits to gather streams into a batch")
+    tick_align_ms: float = _f(0.0, "ticks on a cadence: a stream that becomes ready waits "
+                              "for the next multiple of this many ms (unless every open stream "
+                              "is ready), so streams spread over a frame period share one tick "
+                              "(0: off, gather_ms instead; e.g. 85.3, SNAC 24 kHz's period)")
     max_streams: int = _f(64, "open streams server-wide (per model per worker in the engine); "
                           "over it a start gets 'busy'")
     max_streams_per_connection: int = _f(16, "open streams per connection "
@@ -188,7 +192,7 @@ class Config:
             v = getattr(self, k)
             if not (math.isfinite(v) and v > 0):
                 errs.append(f"{k}: must be > 0, got {v}")
-        for k in ("gather_ms", "max_ahead_s"):
+        for k in ("gather_ms", "max_ahead_s", "tick_align_ms"):
             v = getattr(self, k)
             if not (math.isfinite(v) and v >= 0):
                 errs.append(f"{k}: must be >= 0, got {v}")

@@ -165,6 +165,7 @@ class Server:
         ekw: dict[str, Any] = dict(models=dict(models), n_threads=cfg.threads,
                                    max_streams=cfg.max_streams, max_batch=cfg.max_batch,
                                    gather_ms=cfg.gather_ms, max_backlog_frames=cfg.max_queued_frames,
+                                   tick_align_ms=cfg.tick_align_ms,
                                    warm_buckets=tuple(cfg.batch_buckets) or None,
                                    voices=voice_files(cfg.voices_dir),
                                    family_options=engine_options(cfg))

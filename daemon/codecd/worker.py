@@ -23,7 +23,10 @@ or finished while the command was in flight) are dropped.
 
 Loop: block until a command arrives; apply every command that is waiting; when
 a stream became ready while the worker was idle, keep gathering commands for up
-to ``gather_ms`` (so that streams arriving together share a tick), then tick:
+to ``gather_ms`` (so that streams arriving together share a tick), or, with
+``tick_align_ms``, until the next multiple of it on the monotonic clock (so that
+streams whose codes arrive spread over a frame period share one tick), unless
+every open stream is ready already; then tick:
 for each model, ``codecrt.step`` over its streams that may be ready, one tick
 per model per round, until no stream is ready. Between rounds, waiting commands are
 applied first (probes, cancels), so a long backlog never makes the worker deaf.
@@ -204,6 +207,7 @@ class Worker:
         self.models: dict[str, _Model] = {}
         self.where: dict[int, _Model] = {}  # sid -> its model
         self.gather_s = max(0.0, cfg.gather_ms) / 1e3
+        self.align_s = max(0.0, cfg.tick_align_ms) / 1e3
         self.running = True
         self.t_start = time.monotonic()
         self.commands = 0
@@ -593,9 +597,13 @@ class Worker:
                     self._background_wait_until = time.monotonic() + _BACKGROUND_IDLE_S
                 self.drain()
                 self.flush()
-                if not busy and self.running and self._busy() and self.gather_s \
-                        and not self._all_waiting():
-                    deadline = time.monotonic() + self.gather_s
+                if not busy and self.running and self._busy() and \
+                        (self.gather_s or self.align_s) and not self._all_waiting():
+                    now = time.monotonic()
+                    if self.align_s:  # the next tick boundary of the cadence
+                        deadline = (now // self.align_s + 1) * self.align_s
+                    else:
+                        deadline = now + self.gather_s
                     while self.running:
                         left = deadline - time.monotonic()
                         if left <= 0 or not self._wait(left):
