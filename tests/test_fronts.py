@@ -448,3 +448,39 @@ def test_channel_rings_carry_batches_larger_than_a_ring(tmp_path: Path) -> None:
         assert all(np.array_equal(x, y) for x, y in zip(a.levels, b.levels))
     front.close()
     worker.close()
+
+
+@pytest.mark.parametrize("align_ms", [0.0, 1000.0])
+def test_tick_align_puts_spread_streams_in_one_tick(small: Path, align_ms: float) -> None:
+    """Four streams whose first chunk arrives spread over 150 ms: with ticks on a 1 s cadence
+    they share one tick (the boundary after them); with gather_ms alone, each ticks alone."""
+    from codecd.engine import EngineConfig, EnginePool
+
+    async def main() -> list[int]:
+        pool = EnginePool(EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=8,
+                                       max_batch=8, warm_buckets=(1,), gather_ms=2.0,
+                                       tick_align_ms=align_ms), ["cpu"], on_event=lambda e: None)
+        await pool.start()
+        try:
+            for i in range(4):
+                pool.open(i, "small")
+            await pool.fetch_stats()  # opened (commands are answered in order)
+            # start right after a boundary of the cadence (CLOCK_MONOTONIC is the machine's)
+            while not 0.02 < time.monotonic() % 1.0 < 0.1:
+                await asyncio.sleep(0.005)
+            rng = np.random.default_rng(1)
+            for i in range(4):
+                pool.push(i, small_codes(4, rng))  # one chunk: ready at once
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.2)
+            st = (await pool.fetch_stats())["workers"][0]["worker"]["models"]["small"]
+            return list(st["recent_batches"])
+        finally:
+            await pool.close()
+
+    batches = asyncio.run(main())
+    assert sum(batches) == 4, batches
+    if align_ms:
+        assert batches == [4], batches
+    else:  # each push ticks on its own (a loaded machine may let two meet)
+        assert len(batches) >= 3, batches
