@@ -458,7 +458,8 @@ class Daemon:
 
 async def run(config: Config) -> int:
     """``codecd serve``: start, serve until SIGTERM/SIGINT, shut down."""
-    daemon = Daemon(config, sock=systemd_listen_socket())
+    daemon = Daemon(config, sock=systemd_listen_socket(),
+                    use_uvloop=os.environ.get("CODECD_UVLOOP", "1") != "0")
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

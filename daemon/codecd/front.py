@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy.typing as npt
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.protocol import State
 
 from . import __version__, wire
 from .actions import Action, EngineCancel, EngineFinish, EngineOpen, EnginePush
@@ -426,7 +427,8 @@ class FrontServer(Server):
         self._pending: dict[Hashable, _Pending] = {}
         self._admissions: dict[int, Hashable] = {}
         self._granted: set[Hashable] = set()
-        self._conn_admitted: dict[int, str] = {}  # id(ServerConnection) -> ip
+        #: id(ServerConnection) -> (it, peer ip): admitted by main, not yet released
+        self._conn_admitted: dict[int, tuple[ServerConnection, str]] = {}
         self._totals: dict[str, Any] = {}
         self.exit_code = 0
         self.stopped = asyncio.Event()
@@ -567,16 +569,30 @@ class FrontServer(Server):
         except asyncio.TimeoutError:
             return False
         if ok:
-            self._conn_admitted[id(ws)] = ip
+            self._conn_admitted[id(ws)] = (ws, ip)
+            # a handshake that fails after this never reaches the handler: release it then
+            self._loop.call_later(30.0, self._check_admitted, ws)
         return ok
+
+    def _check_admitted(self, ws: ServerConnection) -> None:
+        got = self._conn_admitted.get(id(ws))
+        if got is None or got[0] is not ws:
+            return
+        if any(c.ws is ws for c in self._conns.values()):
+            return  # its handler runs: it releases the connection when it ends
+        if ws.state is State.CLOSED:
+            del self._conn_admitted[id(ws)]
+            self._send({"op": "release_conn", "ip": got[1]})
+        else:
+            self._loop.call_later(30.0, self._check_admitted, ws)
 
     async def _handler(self, ws: ServerConnection) -> None:
         try:
             await super()._handler(ws)
         finally:
-            ip = self._conn_admitted.pop(id(ws), None)
-            if ip is not None:
-                self._send({"op": "release_conn", "ip": ip})
+            got = self._conn_admitted.pop(id(ws), None)
+            if got is not None:
+                self._send({"op": "release_conn", "ip": got[1]})
 
     def _apply(self, conn: _Conn, actions: list[Action]) -> None:
         if not self._pending and not any(type(a) is EngineOpen for a in actions):
