@@ -286,7 +286,6 @@ class Daemon:
                 self._release_conns(f, ip, 1)
         elif op == "ready":
             f.ready = True
-            f.failures = 0 if f.restarts == 0 else f.failures
             self._update_ready()
         elif op == "metrics":
             asyncio.ensure_future(self._answer_metrics(f, int(msg["id"])))
