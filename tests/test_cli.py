@@ -20,13 +20,13 @@ ORPHEUS_INFO = {"arch": "snac", "sample_rate": 24000, "hop_length": 512, "n_leve
 
 
 def test_write_wav_s16_clips(tmp_path):
-    """16-bit WAV output is clipped to [-1, 1] and readable by the wave module."""
+    """16-bit WAV output follows the wire's rounding rule (clipped to int16) and reads back with wave."""
     p = tmp_path / "a.wav"
     cli.write_wav(p, np.array([0.0, 0.5, -2.0, 2.0], dtype=np.float32), 24000)
     with wave.open(str(p)) as w:
         assert (w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()) == (1, 2, 24000, 4)
         s = np.frombuffer(w.readframes(4), dtype="<i2")
-    assert s.tolist() == [0, 16384, -32767, 32767]
+    assert s.tolist() == [0, 16384, -32768, 32767]  # codecd.audio.f32_to_s16, as on the wire
 
 
 def test_write_wav_f32_header(tmp_path):

@@ -265,3 +265,19 @@ def test_cli_play_against_protocol_server(pulse, tmp_path):
     n = 8 * 2048
     assert f"frames played: {n} of {n}; underruns: 0 " in r.stdout, r.stdout
     assert "primed latency: 200.0 ms" in r.stdout
+
+
+@pytest.mark.slow  # 69 s on the shared 2-core box at load 12: the full-size demo model in real time
+def test_cli_play_demo_without_url_or_codes(pulse, tmp_path):
+    """codecd play --model demo needs no server, no CODES and no checkpoint: it plays the demo sequence."""
+    env = dict(pulse, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env = {k: v for k, v in env.items() if not k.startswith("CODECD_")}
+    r = subprocess.run([sys.executable, "-m", "codecd.cli", "play", "--model", "demo",
+                        "--rate", "max", "--prime-ms", "1500"],
+                       env=env, capture_output=True, text=True, timeout=180)
+    # a long prebuffer: on a loaded machine the full-size model may decode slower than real
+    # time, and ALSA's recovery from underruns is slow enough to miss the drain deadline
+    assert r.returncode == 0, r.stdout + r.stderr
+    n = 35 * 2048  # codecd.demo.DEMO_GROUPS groups of 2048 samples
+    assert f"frames played: {n} of {n};" in r.stdout, r.stdout
+    assert "starting a daemon with the demo model" in r.stderr

@@ -1,6 +1,10 @@
 """Output conversion of decoded audio, sans-I/O: float32 PCM -> wire bytes.
 
-* :func:`f32_to_s16le`: scale by 32767, round half to even, clip to int16;
+* :func:`f32_to_s16le`: THE rounding rule of codecd, used everywhere float32 audio
+  becomes 16-bit (the wire, ``codecd decode``'s WAV, ``codecd stream``'s WAV):
+  ``clip(rint(float64(x) * 32767), -32768, 32767)``, round half to even, computed in
+  float64 (so +-1.0 map to +-32767 and no value is rounded twice). Offline and streamed
+  s16 are bit-identical when their float32 samples are;
 * :func:`f32_to_f32le`: little-endian float32 as is (NaN/inf become 0 / clipped to +-1);
 * :func:`f32_to_mulaw`: G.711 mu-law, 8 bit, from the same int16 samples (the
   classic Sun/CCITT ``linear2ulaw`` on the 14 most significant bits, as
@@ -22,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "FORMATS", "BYTES_PER_SAMPLE", "f32_to_s16le", "f32_to_f32le", "f32_to_mulaw", "s16_to_mulaw",
+    "FORMATS", "BYTES_PER_SAMPLE", "f32_to_s16", "f32_to_s16le", "f32_to_f32le", "f32_to_mulaw", "s16_to_mulaw",
     "mulaw_to_s16", "encode_pcm", "StreamResampler", "OutputConverter",
 ]
 
@@ -44,9 +48,13 @@ def _clean(x: npt.ArrayLike) -> npt.NDArray[np.float32]:
     return a
 
 
-def _to_int16(x: npt.ArrayLike) -> npt.NDArray[np.int16]:
+def f32_to_s16(x: npt.ArrayLike) -> npt.NDArray[np.int16]:
+    """float32 [-1, 1] -> int16 samples by the one rounding rule (see the module doc)."""
     a = _clean(x).astype(np.float64) * 32767.0
     return np.clip(np.rint(a), -32768, 32767).astype(np.int16)
+
+
+_to_int16 = f32_to_s16
 
 
 def f32_to_s16le(x: npt.ArrayLike) -> bytes:

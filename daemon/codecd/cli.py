@@ -9,7 +9,9 @@ builder each; ``serve``, ``stream``, ``play`` and ``voice`` are reserved):
     Convert a checkpoint (a folder with config.json + pytorch_model.bin, or a
     state-dict file with ``--config``) to GGUF.
 ``codecd decode --model M.gguf CODES -o out.wav``
-    Decode codes to a WAV file. CODES is one of:
+    Decode codes to a WAV file. ``--model demo`` is the demo model (random weights,
+    noise at about -20 dBFS, built once in the cache), and with it CODES may be left
+    out: the built-in demo sequence (``codecd.demo``). CODES is one of:
 
     * ``.npz``: per-level arrays ``level0``, ``level1``, ... (1-D ``[T_l]``,
       or 2-D ``[B, T_l]`` for a batch), layout "levels";
@@ -22,6 +24,12 @@ builder each; ``serve``, ``stream``, ``play`` and ``voice`` are reserved):
     A batch writes one file per sequence: ``out.wav`` becomes ``out.0.wav``,
     ``out.1.wav``, ... WAV is 16-bit PCM (clipped to [-1, 1]) or, with
     ``--format f32``, 32-bit IEEE float.
+
+``codecd stream`` / ``codecd play``
+    Stream codes to a server (``--url``), write or play the audio. Without ``--url``,
+    ``--model demo`` starts a daemon with the demo model in this process.
+``codecd doctor``
+    Print what a bug report needs (``codecd.doctor``).
 
 Exit status: 0 on success, 2 for bad input (arguments, files, codes, configs),
 1 for any other failure (runtime, I/O). Errors are printed as
@@ -45,6 +53,7 @@ from .families import orpheus
 
 PROG = "codecd"
 RESERVED = ("stream", "play", "voice")  # serve: implemented (codecd.server)
+DEMO = "demo"
 
 
 class UsageError(Exception):
@@ -63,10 +72,13 @@ def _import_codecrt():
 
 
 def write_wav(path: str | os.PathLike, pcm: np.ndarray, sample_rate: int, fmt: str = "s16") -> None:
-    """Write mono PCM: 16-bit integer (clipped) with ``wave``, or 32-bit IEEE float."""
+    """Write mono PCM: 16-bit integer (the daemon's rounding rule, ``codecd.audio.f32_to_s16``)
+    with ``wave``, or 32-bit IEEE float."""
+    from .audio import f32_to_s16
+
     x = np.asarray(pcm, dtype=np.float32).reshape(-1)
     if fmt == "s16":
-        s = np.round(np.clip(x, -1.0, 1.0) * 32767.0).astype("<i2")
+        s = f32_to_s16(x).astype("<i2")
         with wave.open(str(path), "wb") as w:
             w.setnchannels(1)
             w.setsampwidth(2)
@@ -238,8 +250,11 @@ def _cmd_convert(args) -> int:
 
 def _add_decode(sub) -> None:
     p = sub.add_parser("decode", help="decode codes to a WAV file")
-    p.add_argument("codes", metavar="CODES", help=".npz (level0, level1, ...), .npy (Orpheus codes) or text")
-    p.add_argument("--model", "-m", required=True, help="GGUF model")
+    p.add_argument("codes", metavar="CODES", nargs="?",
+                   help=".npz (level0, level1, ...), .npy (Orpheus codes) or text "
+                        "(optional with --model demo: the built-in demo sequence)")
+    p.add_argument("--model", "-m", required=True,
+                   help="GGUF model, or demo (random weights: noise at about -20 dBFS)")
     p.add_argument("-o", "--output", required=True, help="WAV file to write")
     p.add_argument("--layout", choices=("auto", "levels", "orpheus", "orpheus-ids"), default="auto")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, metal, vulkan, auto (default)")
@@ -253,20 +268,45 @@ def _add_decode(sub) -> None:
     p.set_defaults(func=_cmd_decode)
 
 
+def _demo_model_file() -> str:
+    from .config import ensure_demo_model
+
+    path = ensure_demo_model()
+    print(f"the demo model ({path}): random weights, its audio is noise at about -20 dBFS",
+          file=sys.stderr)
+    return str(path)
+
+
+def _no_codes(model: str) -> UsageError:
+    return UsageError(f"CODES is required (only --model {DEMO} has a built-in sequence, "
+                      f"not {model!r})")
+
+
 def _cmd_decode(args) -> int:
     codecrt = _import_codecrt()
-    if not Path(args.model).is_file():
+    model_path = args.model
+    if args.model == DEMO and not Path(args.model).is_file():
+        model_path = _demo_model_file()
+    elif not Path(args.model).is_file():
         raise UsageError(f"model not found: {args.model}")
+    if args.codes is None and args.model != DEMO:
+        raise _no_codes(args.model)
     if args.seed < 0:
         raise UsageError("--seed must be >= 0")
-    m = codecrt.Model(args.model)
+    m = codecrt.Model(model_path)
     try:
         info = m.info
-        suffix = Path(args.codes).suffix.lower()
-        levels = load_codes(args.codes, args.layout, None if suffix == ".npz" else info,
-                            drop_incomplete=args.drop_incomplete)
+        if args.codes is None:
+            from .demo import demo_levels
+
+            levels = demo_levels()
+        else:
+            suffix = Path(args.codes).suffix.lower()
+            levels = load_codes(args.codes, args.layout, None if suffix == ".npz" else info,
+                                drop_incomplete=args.drop_incomplete)
         ctx = codecrt.Context(m, device=args.device, n_threads=args.threads)
         try:
+            print(f"decoding on {ctx.device}", file=sys.stderr)
             pcm = ctx.decode(levels, noise=args.noise, seed=args.seed)
         finally:
             ctx.close()
@@ -291,10 +331,21 @@ def _cmd_decode(args) -> int:
 GROUP_SAMPLES_24K = 2048
 
 
-def _stream_payload(path: str, layout: str):
+def _stream_payload(path: str | None, layout: str, model: str = ""):
     """(wire layout, messages' unit arrays): CODES read like ``decode`` reads them, as the
-    token sequence (orpheus layouts) or per-level arrays (levels). Raises UsageError."""
+    token sequence (orpheus layouts) or per-level arrays (levels); no CODES with the demo
+    model: the demo sequence. Raises UsageError."""
     L = orpheus
+    if path is None:
+        if model != DEMO:
+            raise _no_codes(model)
+        from .demo import demo_ids, demo_levels
+
+        if layout == "levels":
+            return layout, [np.asarray(a, dtype=np.int64) for a in demo_levels()]
+        if layout in ("auto", "orpheus_ids", "orpheus-ids"):
+            return "orpheus_ids", demo_ids()
+        return layout, np.asarray(L.levels_to_orpheus(demo_levels()), dtype=np.int64)
     suffix = Path(path).suffix.lower()
     if layout == "orpheus-ids":
         layout = "orpheus_ids"
@@ -331,8 +382,12 @@ def _parse_rate(v: str) -> float:
 
 
 def _add_client_args(p) -> None:
-    p.add_argument("codes", metavar="CODES", help=".npz (level0, level1, ...), .npy (Orpheus codes) or text")
-    p.add_argument("--url", required=True, help="server URL, ws://HOST:PORT")
+    p.add_argument("codes", metavar="CODES", nargs="?",
+                   help=".npz (level0, level1, ...), .npy (Orpheus codes) or text "
+                        "(optional with --model demo: the built-in demo sequence)")
+    p.add_argument("--url", default=None,
+                   help="server URL, ws://HOST:PORT (optional with --model demo: a daemon "
+                        "with the demo model is started in this process)")
     p.add_argument("--model", "-m", required=True, help="model name on the server")
     p.add_argument("--layout", choices=("auto", "orpheus_ids", "orpheus", "orpheus-ids", "levels"),
                    default="auto", help="wire layout (auto: levels for .npz, else orpheus_ids)")
@@ -415,8 +470,30 @@ def _cmd_stream(args) -> int:
 
     if args.chunk_tokens < 1:
         raise UsageError("--chunk-tokens must be >= 1")
-    layout, payload = _stream_payload(args.codes, args.layout)
-    return asyncio.run(_stream_main(args, layout, payload))
+    layout, payload = _stream_payload(args.codes, args.layout, args.model)
+    return asyncio.run(_with_server(args, _stream_main(args, layout, payload)))
+
+
+async def _with_server(args, main) -> int:
+    """Run ``main`` (a coroutine reading ``args.url``); without ``--url`` and with the demo
+    model, against a daemon started in this process."""
+    if args.url is not None:
+        return int(await main)
+    if args.model != DEMO:
+        main.close()
+        raise UsageError(f"--url is required (only --model {DEMO} can start a local server)")
+    from .config import Config, ModelSource
+    from .server import Server
+
+    print("no --url: starting a daemon with the demo model in this process", file=sys.stderr)
+    srv = Server(Config(listen="127.0.0.1:0", models=[ModelSource(DEMO, "demo")],
+                        devices=["auto"], batch_buckets=[1]))
+    await srv.start()
+    try:
+        args.url = f"ws://127.0.0.1:{srv.port}"
+        return int(await main)
+    finally:
+        await srv.close()
 
 
 async def _stream_main(args, layout: str, payload) -> int:
@@ -487,8 +564,11 @@ def _cmd_play(args) -> int:
         raise UsageError("--chunk-tokens must be >= 1")
     if args.prime_ms < 0 or args.blocksize < 0 or args.buffer_s <= 0:
         raise UsageError("--prime-ms, --blocksize must be >= 0 and --buffer-s > 0")
-    layout, payload = _stream_payload(args.codes, args.layout)
-    return asyncio.run(_play_main(args, layout, payload))
+    layout, payload = _stream_payload(args.codes, args.layout, args.model)
+    from .playback import check_output_device
+
+    check_output_device(args.device)  # a missing PortAudio or device, before any streaming
+    return asyncio.run(_with_server(args, _play_main(args, layout, payload)))
 
 
 async def _play_main(args, layout: str, payload) -> int:
@@ -640,8 +720,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    from .doctor import add_doctor
+
     for add in (_add_info, _add_convert, _add_decode, _add_stream, _add_play, _add_serve,
-                _add_check_config, _add_voice):
+                _add_check_config, _add_voice, add_doctor):
         add(sub)
     return parser
 

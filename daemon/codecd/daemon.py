@@ -58,6 +58,7 @@ from .families import engine_options
 from .front import config_to_json
 from .sdnotify import sd_notify, systemd_listen_socket, watchdog, watchdog_interval_s
 from .server import voice_files
+from .web.tickets import TicketBook
 
 __all__ = ["Daemon", "run", "default_fronts"]
 
@@ -120,6 +121,7 @@ class Daemon:
         self._tasks: list[asyncio.Task[Any]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready_sent: bool | None = None
+        self.tickets = TicketBook()  # the browser tickets of every front (codecd.web)
         self.port = 0
 
     # ------------------------------------------------------------- start
@@ -293,6 +295,12 @@ class Daemon:
             fut = self._waiters.get(int(msg["id"]))
             if fut is not None and not fut.done():
                 fut.set_result(msg.get("data"))
+        elif op == "ticket":  # a browser ticket a front issued: any front may redeem it
+            self.tickets.adopt(str(msg["ticket"]), msg.get("origin"))
+        elif op == "redeem_ticket":
+            ok = self.tickets.redeem(str(msg.get("ticket", "")), msg.get("origin"),
+                                     unbound_ok=bool(msg.get("own")))
+            link.send({"op": "reply", "id": msg["id"], "data": ok})
         elif op == "drained":
             f.ready = False
         elif op == "channel_lost":  # a worker that died (restarting: it reconnects when it

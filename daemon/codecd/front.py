@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import json
 import logging
 import os
 import signal
@@ -35,9 +36,11 @@ import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy.typing as npt
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.http11 import Request, Response
 from websockets.protocol import State
 
 from . import __version__, wire
@@ -64,6 +67,7 @@ from .metrics import render_totals
 from .protocol import Limits
 from .server import Server, _Conn
 from .session import SessionLimits
+from .web.tickets import offered_credentials
 
 __all__ = ["RingEngine", "RingPool", "FrontServer", "serve_fd", "config_to_json",
            "config_from_json"]
@@ -544,15 +548,60 @@ class FrontServer(Server):
         self.pool = RingPool(self.engine_config, self.n_workers, self._on_event,  # type: ignore[assignment]
                              lambda i, fid: self._send({"op": "channel_lost", "worker": i,
                                                         "fid": fid}))
-        kw: dict[str, Any] = dict(process_request=self._routes.process_request, compression=None,
+        kw: dict[str, Any] = dict(process_request=self._process_request, compression=None,
                                   max_size=cfg.max_message_bytes, max_queue=64,
                                   write_limit=max(4096, cfg.sndbuf_bytes or 32768),
                                   close_timeout=2.0, ping_interval=20, ping_timeout=20,
-                                  server_header=f"codecd/{__version__}")
+                                  server_header=f"codecd/{__version__}",
+                                  select_subprotocol=self._web.select_subprotocol)
         self._ws_server = await serve(self._handler, sock=self._sock, **kw)
         self._tasks.append(asyncio.create_task(self._ticker(), name="codecd-ticker"))
         self.ready = True
         self._send({"op": "ready"})
+
+    # ------------------------------------------------------------- browser tickets
+
+    async def _process_request(self, conn: ServerConnection, req: Request) -> Response | None:
+        """The routes, with the browser tickets kept by main: a ticket this front issues goes
+        to main's book, and one offered on an upgrade is redeemed there (single use whichever
+        front issued it and whichever front the upgrade reaches)."""
+        if self.config.auth_token is not None:
+            if req.headers.get("Upgrade", "").lower() == "websocket":
+                await self._redeem_offered(req)
+            elif req.path.split("?", 1)[0] == "/auth/ticket":
+                resp = await self._routes.process_request(conn, req)
+                if resp is not None and resp.status_code == 200:
+                    self._hand_over_ticket(resp, req)
+                return resp
+        return await self._routes.process_request(conn, req)
+
+    def _hand_over_ticket(self, resp: Response, req: Request) -> None:
+        try:
+            t = json.loads(resp.body).get("ticket")
+        except (ValueError, AttributeError):
+            return
+        if not isinstance(t, str):
+            return
+        bound = self._web.tickets.take(t)
+        if bound is not False:
+            self._send({"op": "ticket", "ticket": t, "origin": bound})
+
+    async def _redeem_offered(self, req: Request) -> None:
+        tickets, _ = offered_credentials(req.headers.get_all("Sec-WebSocket-Protocol"))
+        if not tickets:
+            return
+        origin = req.headers.get("Origin")
+        host = req.headers.get("Host")
+        u = urlsplit(origin or "")  # the page's own origin, as WebRoutes.authorize judges it
+        own = origin is None or (bool(host) and u.scheme in ("http", "https")
+                                 and u.netloc == host)
+        try:
+            ok = await self._ask({"op": "redeem_ticket", "ticket": tickets[0],
+                                  "origin": origin, "own": own}, 5.0)
+        except asyncio.TimeoutError:
+            return
+        if ok:  # the local check (WebRoutes.authorize) now finds it, once
+            self._web.tickets.adopt(tickets[0], origin)
 
     # ------------------------------------------------------------- admission
 

@@ -2,8 +2,10 @@
 
 ``/healthz`` (the process answers), ``/readyz`` (200 once every worker serves and
 until shutdown begins), ``/metrics`` (Prometheus text, after a fresh stats query
-to the workers). An upgrade is refused with 401 (bearer token), 403 (Origin)
-or 503 (not ready, shutting down, connection limits); 404 for anything else.
+to the workers); the browser page's routes (``codecd.web``: ``/``, ``/static/*``,
+``/demo/tokens.json``, ``/auth/ticket``). An upgrade is refused with 401 (bearer
+token, or a browser credential in the subprotocol offer), 403 (Origin) or 503 (not
+ready, shutting down, connection limits); 404 for anything else.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from websockets.asyncio.server import ServerConnection
 from websockets.http11 import Request, Response
@@ -21,6 +24,9 @@ from websockets.http11 import Request, Response
 from .config import Config
 from .metrics import ServerMetrics
 from .session import SessionMetrics
+
+if TYPE_CHECKING:
+    from .web import WebRoutes
 
 __all__ = ["Routes", "peer_ip"]
 
@@ -53,6 +59,7 @@ class Routes:
     accepting: Callable[[], bool]  # new connections are welcome (ready, not draining)
     connections: Callable[[str], tuple[int, int]]  # (open connections, of this peer)
     refresh_stats: Callable[[], Awaitable[object]]  # before /metrics
+    web: WebRoutes | None = None  # the page, tickets, browser credentials
     #: the metrics text (default: ``metrics.exposition()``; a front: the daemon's totals)
     exposition: Callable[[], str] | None = None
     #: a front asks the daemon's main process, the one authority on the connection limits
@@ -74,7 +81,8 @@ class Routes:
             return _respond(conn, 200, text,
                             "text/plain; version=0.0.4; charset=utf-8")
         if req.headers.get("Upgrade", "").lower() != "websocket":
-            return _respond(conn, 404, "not found\n")
+            page = None if self.web is None else await self.web.handle(conn, req, path)
+            return page if page is not None else _respond(conn, 404, "not found\n")
         resp = self._check_upgrade(conn, req)
         if resp is None and self.admit_connection is not None and \
                 not await self.admit_connection(conn, peer_ip(conn)):
@@ -91,8 +99,9 @@ class Routes:
         if cfg.auth_token is not None:
             auth = req.headers.get("Authorization", "")
             scheme, _, tok = auth.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                    tok.strip().encode(), cfg.auth_token.encode()):
+            if (scheme.lower() != "bearer" or not hmac.compare_digest(
+                    tok.strip().encode(), cfg.auth_token.encode())) and not (
+                    self.web is not None and self.web.authorize(req)):
                 self._refuse("unauthorized")
                 self.session_metrics.errors["unauthorized"] += 1
                 logger.info("refused %s: unauthorized", peer_ip(conn))

@@ -220,6 +220,42 @@ class JitterBuffer:
         self._primed_evt.set()
 
 
+#: how to install the system PortAudio, named in the error when it is missing
+PORTAUDIO_HINT = ("install PortAudio: Debian/Ubuntu `apt-get install libportaudio2`, "
+                  "Fedora `dnf install portaudio`, macOS `brew install portaudio`")
+
+
+def import_sounddevice() -> Any:
+    """The ``sounddevice`` module, or a :class:`PlaybackError` that says what to install
+    (the package comes with the ``play`` extra; the PortAudio library from the system)."""
+    try:
+        import sounddevice as sd  # type: ignore[import-untyped, unused-ignore]
+    except ImportError:
+        raise PlaybackError("playback needs the sounddevice package: "
+                            "pip install 'codecd[play]'") from None
+    except OSError as e:  # sounddevice raises OSError when it cannot load libportaudio
+        raise PlaybackError(f"playback needs the PortAudio library ({e}); {PORTAUDIO_HINT}"
+                            ) from None
+    return sd
+
+
+def check_output_device(device: Any = None) -> str:
+    """The name of the output device playback would use; a :class:`PlaybackError` naming
+    the cause when there is none (no PortAudio, or PortAudio sees no output device)."""
+    sd = import_sounddevice()
+    if isinstance(device, str) and device.isdigit():
+        device = int(device)
+    try:
+        info = sd.query_devices(device, kind="output")
+    except (sd.PortAudioError, ValueError) as e:
+        apis = ", ".join(h["name"] for h in sd.query_hostapis()) or "none"
+        raise PlaybackError(
+            f"no audio output device ({e}; PortAudio host APIs: {apis}, devices: "
+            f"{len(sd.query_devices())}). Check the sound card or server; on a machine without "
+            "one, see docs/playback.md (a PulseAudio null sink)") from None
+    return str(info["name"])
+
+
 class Player:
     """A sounddevice output stream (mono float32) playing a :class:`JitterBuffer`.
 
@@ -264,9 +300,7 @@ class Player:
         self._finished.set()
 
     def start(self) -> None:
-        # needs the system PortAudio; imported only for playback
-        import sounddevice as sd  # type: ignore[import-untyped]
-
+        sd = import_sounddevice()  # needs the system PortAudio; imported only for playback
         self._sd = sd
         self._stream = sd.OutputStream(samplerate=self.samplerate, channels=1, dtype="float32",
                                        device=self.device, blocksize=self.blocksize,

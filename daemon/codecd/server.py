@@ -51,6 +51,7 @@ from .metrics import ServerMetrics
 from .pacing import PacedStream, Pacer
 from .protocol import ErrorCode, Limits
 from .sdnotify import sd_notify, systemd_listen_socket, watchdog, watchdog_interval_s
+from .web import WebRoutes
 from .actions import (
     Action,
     Close,
@@ -125,10 +126,11 @@ class Server:
         self._closed = asyncio.Event()
         self.session_limits: SessionLimits | None = None
         self.server_metrics = ServerMetrics(self)
+        self._web = WebRoutes(config)  # the browser page and its credentials (codecd.web)
         self._routes = Routes(config, self.server_metrics, self.metrics, ready=self._is_ready,
                               accepting=lambda: self.ready and not self.draining,
                               connections=lambda ip: (len(self._conns), self._per_ip[ip]),
-                              refresh_stats=self._refresh_stats)
+                              refresh_stats=self._refresh_stats, web=self._web)
 
     # ------------------------------------------------------------- state
 
@@ -175,7 +177,8 @@ class Server:
                                   max_size=cfg.max_message_bytes, max_queue=64,
                                   write_limit=max(4096, cfg.sndbuf_bytes or 32768),
                                   close_timeout=2.0, ping_interval=20, ping_timeout=20,
-                                  server_header=f"codecd/{__version__}")
+                                  server_header=f"codecd/{__version__}",
+                                  select_subprotocol=self._web.select_subprotocol)
         if self._sock is not None:
             self._ws_server = await serve(self._handler, sock=self._sock, **kw)
         else:
@@ -205,7 +208,8 @@ class Server:
         for n, s in self.specs.items():
             logger.info("model %s: %s %d Hz, %d levels, layouts %s", n, s.arch, s.sample_rate,
                         s.n_levels, ",".join(s.layouts))
-        logger.info("ready: %d worker(s) on %s", len(self.pool.engines), ",".join(cfg.devices))
+        logger.info("ready: %d worker(s) on %s", len(self.pool.engines),
+                    ", ".join(e.devices_used() for e in self.pool.engines))
         sd_notify("READY=1")
 
     def _healthy(self, timeout: float) -> Callable[[], Awaitable[bool]]:

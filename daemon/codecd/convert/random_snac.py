@@ -80,20 +80,31 @@ def _tensors(hp: dict[str, Any], rng: np.random.Generator) -> dict[str, np.ndarr
 
 
 def write_random_snac(path: str | os.PathLike[str], hp: Mapping[str, Any], *, seed: int = 0,
-                      name: str = "snac_random") -> Path:
+                      name: str = "snac_random", out_gain: float = 1.0,
+                      description: str = "") -> Path:
     """Write a SNAC GGUF with hyperparameters ``hp`` (the ``snac.*`` keys but hop_length)
-    and seeded random weights to ``path`` (atomically, via ``path.part``); returns the path."""
+    and seeded random weights to ``path`` (atomically, via ``path.part``); returns the path.
+
+    ``out_gain`` scales the last convolution (weight and bias), the one before the
+    decoder's tanh: random weights drive that tanh deep into saturation (full-scale
+    noise, RMS 0.999), and a small gain brings it back to its linear range, so the
+    output level is set by the gain while the decode stays a real one."""
     import gguf
 
     hp = dict(hp)
     if hp["decoder_dim"] % (2 ** len(hp["decoder_rates"])):
         raise ValueError("decoder_dim must be divisible by 2**len(decoder_rates)")
     tensors = _tensors(hp, np.random.default_rng(seed))
+    if out_gain != 1.0:
+        for k in ("decoder.out.weight", "decoder.out.bias"):
+            tensors[k] = (tensors[k] * np.float32(out_gain)).astype(np.float32)
     path = Path(path)
     tmp = path.with_name(path.name + ".part")
     wr = gguf.GGUFWriter(str(tmp), "snac")
     vt = gguf.GGUFValueType
     wr.add_string("general.name", name)
+    if description:
+        wr.add_string("general.description", description)
     wr.add_uint32("codecd.format_version", 1)
     wr.add_string("codecd.source", f"random(seed={seed})")
     wr.add_uint32("snac.sampling_rate", hp["sampling_rate"])

@@ -176,8 +176,18 @@ class Engine:
                                    "start-up")
         self.info = info
         logger.info("engine %d: worker pid %d ready on %s in %.0f ms (models: %s)", self.index,
-                    h.pid, self.device, (time.monotonic() - t0) * 1e3,
+                    h.pid, self.devices_used(), (time.monotonic() - t0) * 1e3,
                     ", ".join(info.get("models", {})))
+
+    def devices_used(self) -> str:
+        """The device actually used (``CPU``, ``CUDA0``), with the request when it differs
+        (``CPU (asked: auto)``): what the worker's contexts report, not the request."""
+        used = sorted({str(m.get("device")) for m in (self.info or {}).get("models", {}).values()
+                       if m.get("device")})
+        if not used:
+            return self.device
+        got = ",".join(used)
+        return got if got.lower() == self.device.lower() else f"{got} (asked: {self.device})"
 
     async def _reap(self, h: WorkerProcess, timeout: float = 2.0) -> int | None:
         """Wait (without blocking the loop) for the process to exit; kill it if it does not."""
