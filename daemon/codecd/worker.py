@@ -17,6 +17,15 @@ hello, then ``Ready`` (or ``Failed``). Commands: ``OpenStream``, ``PushCodes``,
 ``StreamFailed`` (that stream only; its slot is freed), ``ProbeReply``, ``Stats``,
 ``Log``, ``Stopped``.
 
+Fronts (``codecd serve``, :mod:`codecd.daemon`): the parent also hands the worker,
+on a SOCK_SEQPACKET socket (``fdsock``), the worker's ends of each front's
+channel (:mod:`codecd.channel`: a command ring it reads, an event ring it
+writes, with their doorbells). A front's streams are commands in its ring;
+their events go back one ring record per tick per front. Every stream of every
+front is stepped in the same ticks. A front whose doorbell hangs up (it died)
+has its streams closed; one that leaves too many event records unread has its
+channel closed (it asks main for a new one).
+
 ``sid`` is the parent's integer stream id (never reused within a worker), not
 the caller's key. Commands for an unknown ``sid`` (a stream that already failed
 or finished while the command was in flight) are dropped.
