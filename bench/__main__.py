@@ -17,6 +17,8 @@ SUITES: dict[str, Suite] = {
     "decode": Suite("bench.decode", "offline SNAC decode throughput, codecrt against PyTorch (CPU)"),
     "stream": Suite("bench.stream", "streaming latency, compute against offline, tick time, capacity"),
     "serve": Suite("bench.serve", "load test of codecd serve: N concurrent real-time streams"),
+    "fronts": Suite("bench.fronts", "codecd serve --fronts F: the serve load through F front "
+                    "processes, one worker"),
     "s3gen": Suite("bench.s3gen", "Chatterbox S3Gen throughput and first-chunk latency"),
     "vocos": Suite("bench.vocos", "WavTokenizer, NeuCodec, XCodec2 offline, codecrt against PyTorch"),
     "windowed": Suite("bench.windowed", "WavTokenizer, NeuCodec, XCodec2 windowed streams: error, cost"),

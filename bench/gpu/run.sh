@@ -17,6 +17,9 @@
 #   serve    python -m bench serve --spawn demo $SERVE_ARGS, daemons on cuda:0 with
 #            1,024-stream batches and 1,100 connections [--n 256,384,512 --seconds 3
 #            --per-conn 8 --client-procs 4]; $SERVE_EXTRA is appended (e.g. --daemons 4)
+#   fronts   python -m bench fronts --spawn demo $FRONTS_ARGS: ONE daemon on cuda:0 with F front
+#            processes (issue 17) [--fronts 1,4,8 --n 256,512,768,1000,1200 --seconds 3
+#            --per-conn 8 --client-procs 8]; $FRONTS_EXTRA is appended
 #   s3bench  python -m bench s3gen --random --device cuda:0 --threads 16 $S3GEN_ARGS [--repeat 2]
 #   check    python -m bench check, TF32 off, with ggml's CUDA fusion on and off
 #   sweep    python -m bench sweep $SWEEP_ARGS        every graph kind up to 300 s [the suite's]
@@ -90,6 +93,17 @@ serve() {
         | tee "$OUT/serve_load.md" | tee -a "$OUT/report.txt"
 }
 
+fronts() {
+    local args=${FRONTS_ARGS:---fronts 1,4,8 --n 256,512,768,1000,1200 --seconds 3 --per-conn 8 --client-procs 8}
+    local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=1024
+                  --serve-arg=--batch-buckets=64,256,1024 --serve-arg=--max-streams=1300
+                  --serve-arg=--max-connections=1300 --serve-arg=--max-connections-per-ip=1300)
+    stage "one daemon, F fronts: python3 -m bench fronts --spawn demo $args ${FRONTS_EXTRA:-} ${daemon[*]}"
+    # shellcheck disable=SC2086
+    python3 -m bench fronts --spawn demo $args ${FRONTS_EXTRA:-} "${daemon[@]}" 2>&1 \
+        | tee "$OUT/fronts.md" | tee -a "$OUT/report.txt"
+}
+
 s3bench() {
     local args=${S3GEN_ARGS:---repeat 2}
     stage "S3Gen: python3 -m bench s3gen --random --device cuda:0 --threads 16 $args"
@@ -142,6 +156,7 @@ for what in "$@"; do
         bench) bench ;;
         profile) profile ;;
         serve) serve ;;
+        fronts) fronts ;;
         s3bench) s3bench ;;
         check) check ;;
         sweep) sweep ;;

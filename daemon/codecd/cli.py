@@ -641,7 +641,7 @@ def _cmd_serve(args) -> int:
 
     from .config import ConfigError, load_config
     from .logs import setup_logging
-    from .server import run
+    from .daemon import run
 
     try:
         cfg = load_config(args.config, args=args)

@@ -88,10 +88,16 @@ class Config:
     devices: list[str] = _f(lambda: ["auto"], "decode devices, one worker process each "
                             "(cpu, cuda:0, ...)", factory=True, metavar="DEV,...")
     threads: int = _f(0, "CPU threads per worker (0: all cores)")
+    fronts: int = _f(0, "front processes (websockets, sessions) feeding the workers over "
+                     "shared memory (0: from the machine's cores and devices)")
     batch_buckets: list[int] = _f(list, "batch sizes warmed up at start (empty: the largest "
                                   "and 1)", factory=True, metavar="N,...")
     max_batch: int = _f(64, "most streams decoded in one tick")
     gather_ms: float = _f(2.0, "how long a worker waits to gather streams into a batch")
+    tick_align_ms: float = _f(0.0, "ticks on a cadence: a stream that becomes ready waits "
+                              "for the next multiple of this many ms (unless every open stream "
+                              "is ready), so streams spread over a frame period share one tick "
+                              "(0: off, gather_ms instead; e.g. 85.3, SNAC 24 kHz's period)")
     max_streams: int = _f(64, "open streams server-wide (per model per worker in the engine); "
                           "over it a start gets 'busy'")
     max_streams_per_connection: int = _f(16, "open streams per connection "
@@ -182,7 +188,7 @@ class Config:
                 errs.append(f"models: {m.name}: no such GGUF file {s!r}")
         if not self.devices:
             errs.append("devices: at least one is needed")
-        ints = {"threads": 0, "max_batch": 1, "max_streams": 1, "max_streams_per_connection": 1,
+        ints = {"threads": 0, "fronts": 0, "max_batch": 1, "max_streams": 1, "max_streams_per_connection": 1,
                 "max_connections": 1, "max_connections_per_ip": 1, "max_queued_frames": 1,
                 "sndbuf_bytes": 0}
         for k, lo in ints.items():
@@ -195,7 +201,7 @@ class Config:
             v = getattr(self, k)
             if not (math.isfinite(v) and v > 0):
                 errs.append(f"{k}: must be > 0, got {v}")
-        for k in ("gather_ms", "max_ahead_s", "output_budget_s"):
+        for k in ("gather_ms", "max_ahead_s", "output_budget_s", "tick_align_ms"):
             v = getattr(self, k)
             if not (math.isfinite(v) and v >= 0):
                 errs.append(f"{k}: must be >= 0, got {v}")

@@ -105,6 +105,11 @@ class Routes:
     connections: Callable[[str], tuple[int, int]]  # (open connections, of this peer)
     refresh_stats: Callable[[], Awaitable[object]]  # before /metrics
     web: WebRoutes | None = None  # the page, tickets, browser credentials
+    #: the metrics text (default: ``metrics.exposition()``; a front: the daemon's totals)
+    exposition: Callable[[], str] | None = None
+    #: a front asks the daemon's main process, the one authority on the connection limits
+    #: (True: admitted; the front releases it when the connection ends)
+    admit_connection: Callable[[ServerConnection, str], Awaitable[bool]] | None = None
 
     async def process_request(self, conn: ServerConnection, req: Request) -> Response | None:
         resp = await self._route(conn, req)
@@ -121,7 +126,7 @@ class Routes:
         if req.method not in METHODS:
             self._refuse("bad_method")
             return respond(conn, 405, "method not allowed\n",
-                            extra={"Allow": ", ".join(METHODS)})
+                           extra={"Allow": ", ".join(METHODS)})
         head = req.method == "HEAD"
         try:
             for name in SINGLE_HEADERS:
@@ -136,21 +141,28 @@ class Routes:
         if path == "/readyz":
             ok = self.ready()
             return respond(conn, 200 if ok else 503, "ready\n" if ok else "not ready\n",
-                            head=head)
+                           head=head)
         if path == "/metrics":
             refused = self._check_metrics(conn, req)
             if refused is not None:
                 return refused
             with contextlib.suppress(Exception):
                 await self.refresh_stats()
-            return respond(conn, 200, self.metrics.exposition(),
-                            "text/plain; version=0.0.4; charset=utf-8", head=head)
+            text = self.exposition() if self.exposition is not None else \
+                self.metrics.exposition()
+            return respond(conn, 200, text, "text/plain; version=0.0.4; charset=utf-8", head=head)
         if (header(req, "Upgrade") or "").lower() != "websocket" or head:
             page = None if self.web is None else await self.web.handle(conn, req, path)
             if page is not None and head:  # the GET response's headers, without its body
                 page = dataclasses.replace(page, body=b"")
             return page if page is not None else respond(conn, 404, "not found\n", head=head)
-        return self._check_upgrade(conn, req)
+        resp = self._check_upgrade(conn, req)
+        if resp is None and self.admit_connection is not None and \
+                not await self.admit_connection(conn, peer_ip(conn)):
+            self._refuse("too_many_connections")
+            logger.info("refused %s: connection limit (daemon-wide)", peer_ip(conn))
+            return respond(conn, 503, "too many connections\n", extra={"Retry-After": "1"})
+        return resp
 
     def _check_metrics(self, conn: ServerConnection, req: Request) -> Response | None:
         """``metrics_access``: None when this peer may read /metrics, else the refusal."""
@@ -168,7 +180,7 @@ class Routes:
             return None
         self._refuse("metrics_unauthorized")
         return respond(conn, 401, "unauthorized\n",
-                        extra={"WWW-Authenticate": 'Bearer realm="codecd-metrics"'})
+                       extra={"WWW-Authenticate": 'Bearer realm="codecd-metrics"'})
 
     def _refuse(self, reason: str) -> None:
         self.metrics.conn_refused.labels(reason).inc()

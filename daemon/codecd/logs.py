@@ -26,12 +26,28 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(d, ensure_ascii=False)
 
 
-def setup_logging(fmt: str = "text", level: str = "info") -> None:
+class _Front(logging.Filter):
+    """Tags every record of a front process with its index (``front``)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.front = self.index
+        return True
+
+
+def setup_logging(fmt: str = "text", level: str = "info", front: int | None = None) -> None:
+    """Log to stderr; a front process (``front``: its index) tags its records with it."""
     h = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         h.setFormatter(JsonFormatter())
     else:
-        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        tag = "" if front is None else f" [front {front}]"
+        h.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s %(name)s{tag}: %(message)s"))
+    if front is not None:
+        h.addFilter(_Front(front))
     root = logging.getLogger()
     root.handlers[:] = [h]
     root.setLevel(level.upper())

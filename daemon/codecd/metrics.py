@@ -8,12 +8,12 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from .session import SessionMetrics
 
-__all__ = ["MetricsSource", "ServerMetrics"]
+__all__ = ["MetricsSource", "ServerMetrics", "render_totals"]
 
 
 class MetricsSource(Protocol):
@@ -85,13 +85,14 @@ class _StatsCollector(Collector):
         up = GaugeMetricFamily("codecd_worker_up", "1 while the worker serves", labels=["worker"])
         rss = GaugeMetricFamily("codecd_resident_memory_bytes", "resident set size",
                                 labels=["process"])
-        rss.add_metric(["daemon"], _rss(os.getpid()))
+        rss.add_metric(["daemon"], _rss(int(getattr(s, "pid", 0) or os.getpid())))
         lab = ["worker", "model"]
         pend = GaugeMetricFamily("codecd_pending_frames", "frames pushed, not yet decoded", labels=lab)
         bmax = GaugeMetricFamily("codecd_batch_size_max", "largest batch of one tick", labels=lab)
         bmean = GaugeMetricFamily("codecd_batch_size_recent", "mean batch of recent ticks", labels=lab)
         tmean = GaugeMetricFamily("codecd_tick_seconds_mean", "mean tick time (recent)", labels=lab)
         tmax = GaugeMetricFamily("codecd_tick_seconds_max", "max tick time (recent)", labels=lab)
+        tp99 = GaugeMetricFamily("codecd_tick_seconds_p99", "p99 tick time (recent)", labels=lab)
         ticks = CounterMetricFamily("codecd_ticks", "decode ticks", labels=lab)
         graph = CounterMetricFamily("codecd_graph", "runtime graph counters",
                                     labels=lab + ["counter"])
@@ -114,6 +115,7 @@ class _StatsCollector(Collector):
                 bmean.add_metric(lv, sum(rb) / len(rb) if rb else 0.0)
                 tmean.add_metric(lv, (m.get("tick_ms_mean") or 0.0) / 1e3)
                 tmax.add_metric(lv, (m.get("tick_ms_max") or 0.0) / 1e3)
+                tp99.add_metric(lv, (m.get("tick_ms_p99") or 0.0) / 1e3)
                 ticks.add_metric(lv, m.get("ticks", 0))
                 c = m.get("codecrt") or {}
                 for k in ("graphs_built", "graphs_reused", "sched_resets", "sched_recreations",
@@ -124,7 +126,7 @@ class _StatsCollector(Collector):
                     cbuf.add_metric(lv + [str(be)], nb)
                 wbytes.add_metric(lv, c.get("weight_bytes", 0))
                 sbytes.add_metric(lv, c.get("state_bytes", 0))
-        yield from (restarts, queued, up, rss, pend, bmax, bmean, tmean, tmax, ticks, graph,
+        yield from (restarts, queued, up, rss, pend, bmax, bmean, tmean, tmax, tp99, ticks, graph,
                     cbuf, wbytes, sbytes)
 
 
@@ -134,3 +136,109 @@ def _rss(pid: int) -> float:
             return float(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE"))
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+# ------------------------------------------------------------------ several fronts
+
+
+class _Totals:
+    """The daemon-wide numbers main gathered (``codecd.daemon``), as a :class:`MetricsSource`."""
+
+    def __init__(self, totals: dict[str, Any]) -> None:
+        self.totals = totals
+        fronts = [f for f in totals.get("fronts", []) if f.get("snapshot")]
+        self.active_streams = int(totals.get("streams", 0))
+        self.ready = bool(totals.get("ready", False))
+        self.pid = int(totals.get("pid", 0))
+        self.metrics = SessionMetrics()
+        self._conns = 0
+        for f in fronts:
+            sn = f["snapshot"]
+            self._conns += int(sn.get("connections", 0))
+            for k, v in sn.get("session", {}).items():
+                if k == "errors":
+                    for code, n in v.items():
+                        self.metrics.errors[code] += n
+                elif hasattr(self.metrics, k):
+                    setattr(self.metrics, k, getattr(self.metrics, k) + v)
+
+    @property
+    def n_connections(self) -> int:
+        return self._conns
+
+    def engine_stats(self) -> dict[str, Any]:
+        return {"workers": self.totals.get("workers", [])}
+
+
+class _FrontsCollector(Collector):
+    def __init__(self, src: _Totals) -> None:
+        self.src = src
+
+    def collect(self) -> Iterable[Any]:
+        s, t = self.src, self.src.totals
+        fronts = t.get("fronts", [])
+        g = GaugeMetricFamily("codecd_streams_active", "open streams (all fronts)")
+        g.add_metric([], s.active_streams)
+        yield g
+        g = GaugeMetricFamily("codecd_connections_active", "open websocket connections "
+                              "(all fronts)")
+        g.add_metric([], s.n_connections)
+        yield g
+        g = GaugeMetricFamily("codecd_ready", "1 when ready to serve")
+        g.add_metric([], 1 if s.ready else 0)
+        yield g
+        held = GaugeMetricFamily("codecd_paced_streams", "streams with codes held back by pacing")
+        refused = CounterMetricFamily("codecd_connections_refused",
+                                      "websocket upgrades refused, by reason", labels=["reason"])
+        up = GaugeMetricFamily("codecd_front_up", "1 while the front process runs",
+                               labels=["front"])
+        fconn = GaugeMetricFamily("codecd_front_connections", "open connections of a front",
+                                  labels=["front"])
+        fstr = GaugeMetricFamily("codecd_front_streams", "open streams of a front",
+                                 labels=["front"])
+        frest = CounterMetricFamily("codecd_front_restarts", "front process restarts",
+                                    labels=["front"])
+        rss = GaugeMetricFamily("codecd_front_resident_memory_bytes", "resident set size of a "
+                                "front", labels=["front"])
+        n_held = 0.0
+        reasons: dict[str, float] = {}
+        buckets: dict[str, float] = {}
+        h_sum = 0.0
+        for f in fronts:
+            fi = str(f.get("index"))
+            up.add_metric([fi], 1 if f.get("up") else 0)
+            frest.add_metric([fi], f.get("restarts", 0))
+            sn = f.get("snapshot")
+            if not sn:
+                continue
+            n_held += sn.get("held", 0)
+            fconn.add_metric([fi], sn.get("connections", 0))
+            fstr.add_metric([fi], sn.get("streams", 0))
+            if sn.get("pid"):
+                rss.add_metric([fi], _rss(int(sn["pid"])))
+            for r, n in sn.get("refused", {}).items():
+                reasons[r] = reasons.get(r, 0.0) + n
+            tt = sn.get("ttfa", {})
+            for le, n in tt.get("buckets", []):
+                buckets[le] = buckets.get(le, 0.0) + n
+            h_sum += tt.get("sum", 0.0)
+        held.add_metric([], n_held)
+        for r, n in sorted(reasons.items()):
+            refused.add_metric([r], n)
+        yield from (held, refused, up, fconn, fstr, frest, rss)
+        if buckets:
+            order = sorted(buckets, key=lambda le: float(le))
+            h = HistogramMetricFamily("codecd_time_to_first_audio_seconds",
+                                      "first codes handed to the engine -> first audio")
+            h.add_metric([], [(le, buckets[le]) for le in order], h_sum)
+            yield h
+
+
+def render_totals(totals: dict[str, Any]) -> str:
+    """``/metrics`` of a daemon with several fronts: the totals main gathered from every front
+    and worker, in the same series as one process's (plus per-front ones)."""
+    r = CollectorRegistry(auto_describe=False)
+    src = _Totals(totals)
+    r.register(_FrontsCollector(src))
+    r.register(_StatsCollector(src))
+    return generate_latest(r).decode()

@@ -193,6 +193,7 @@ class Server:
         ekw: dict[str, Any] = dict(models=dict(models), n_threads=cfg.threads,
                                    max_streams=cfg.max_streams, max_batch=cfg.max_batch,
                                    gather_ms=cfg.gather_ms, max_backlog_frames=cfg.max_queued_frames,
+                                   tick_align_ms=cfg.tick_align_ms,
                                    warm_buckets=tuple(cfg.batch_buckets) or None,
                                    voices=voice_files(cfg.voices_dir),
                                    family_options=engine_options(cfg))
@@ -354,7 +355,6 @@ class Server:
         """Carry out a session's actions in order; engine refusals become stream errors."""
         pool = self.pool
         assert pool is not None
-        sess = conn.session
         followups: list[Action] = []
         for a in actions:
             if isinstance(a, SendBinary):
@@ -366,14 +366,7 @@ class Server:
             elif isinstance(a, EnginePush):
                 self._push(conn, a.key, a.levels, followups)
             elif isinstance(a, EngineOpen):
-                try:
-                    pool.open(a.key, a.model, noise=a.noise, seed=a.seed, latency=a.latency,
-                              voice=a.voice, options=a.options)
-                except EngineError as e:  # refused at once: the error is the only answer
-                    followups += sess.on_engine_error(a.key, e.code, str(e))
-                    continue
-                spec = self.specs[a.model]
-                self._pacer.open(a.key, spec.frame_rate, spec.level_strides)
+                self._open_stream(conn, a, followups)
             elif isinstance(a, EngineFinish):
                 ps = self._pacer.get(a.key)
                 if ps is None or not ps.hold_finish():
@@ -387,6 +380,19 @@ class Server:
                     conn.out.put_nowait(a)
         if followups:
             self._apply(conn, followups)
+
+    def _open_stream(self, conn: _Conn, a: EngineOpen, followups: list[Action]) -> bool:
+        """Open the stream on the engine; False when it refused (the error is the answer)."""
+        assert self.pool is not None
+        try:
+            self.pool.open(a.key, a.model, noise=a.noise, seed=a.seed, latency=a.latency,
+                           voice=a.voice, options=a.options)
+        except EngineError as e:  # refused at once: the error is the only answer
+            followups += conn.session.on_engine_error(a.key, e.code, str(e))
+            return False
+        spec = self.specs[a.model]
+        self._pacer.open(a.key, spec.frame_rate, spec.level_strides)
+        return True
 
     def _engine_call(self, conn: _Conn, key: StreamKey, fn: Callable[..., None],
                      followups: list[Action], *args: Any) -> bool:

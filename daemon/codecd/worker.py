@@ -17,13 +17,25 @@ hello, then ``Ready`` (or ``Failed``). Commands: ``OpenStream``, ``PushCodes``,
 ``StreamFailed`` (that stream only; its slot is freed), ``ProbeReply``, ``Stats``,
 ``Log``, ``Stopped``.
 
+Fronts (``codecd serve``, :mod:`codecd.daemon`): the parent also hands the worker,
+on a SOCK_SEQPACKET socket (``fdsock``), the worker's ends of each front's
+channel (:mod:`codecd.channel`: a command ring it reads, an event ring it
+writes, with their doorbells). A front's streams are commands in its ring;
+their events go back one ring record per tick per front. Every stream of every
+front is stepped in the same ticks. A front whose doorbell hangs up (it died)
+has its streams closed; one that leaves too many event records unread has its
+channel closed (it asks main for a new one).
+
 ``sid`` is the parent's integer stream id (never reused within a worker), not
 the caller's key. Commands for an unknown ``sid`` (a stream that already failed
 or finished while the command was in flight) are dropped.
 
 Loop: block until a command arrives; apply every command that is waiting; when
 a stream became ready while the worker was idle, keep gathering commands for up
-to ``gather_ms`` (so that streams arriving together share a tick), then tick:
+to ``gather_ms`` (so that streams arriving together share a tick), or, with
+``tick_align_ms``, until the next multiple of it on the monotonic clock (so that
+streams whose codes arrive spread over a frame period share one tick), unless
+every open stream is ready already; then tick:
 for each model, ``codecrt.step`` over its streams that may be ready, one tick
 per model per round, until no stream is ready. Between rounds, waiting commands are
 applied first (probes, cancels), so a long backlog never makes the worker deaf.
@@ -34,17 +46,21 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import select
 import signal
+import socket
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
+from .channel import WorkerEnds, packets, recv_msg
 from .engine.config import EngineConfig
 from .families import LoadedModel, StreamRefused, family_for
+from .families.native import ExactStreamModel
 from . import wire
 from .wire import StreamOptions
 
@@ -57,6 +73,17 @@ _PR_SET_PDEATHSIG = 1
 EXIT_START_FAILED = 3
 _RECENT = 128  # ticks kept for the stats' recent batch sizes and tick times
 _MAX_DRAIN = 256  # command messages applied before the worker ticks again
+#: a front's stream ids live in the worker as ``fid << _FID_SHIFT | sid`` (the control
+#: pipe's own streams, fid 0, keep their sids): every front numbers its streams from 1
+_FID_SHIFT = 40
+_SID_MASK = (1 << _FID_SHIFT) - 1
+_RETRY_S = 0.002  # poll timeout while a front's event ring is full
+#: a background warm-up tick (seconds for a large bucket on a CPU) runs only after the worker
+#: has had no stream open and no command for this long: a stream that comes back after a
+#: restart is not kept waiting behind one
+_BACKGROUND_IDLE_S = 2.0
+#: event packets (one per tick) a front may leave unread before its channel is closed
+_MAX_FRONT_BACKLOG = 1024
 
 
 def error_code_for(exc: BaseException) -> str:
@@ -140,12 +167,43 @@ class _Model:
     streams_failed: int = 0
 
 
+@dataclass(eq=False)
+class _FrontLink:
+    """A front attached to this worker: its rings, its streams, packets waiting for room."""
+
+    fid: int
+    ends: WorkerEnds
+    sids: set[int] = field(default_factory=set)  # worker-side sids of its open streams
+    backlog: deque[bytes] = field(default_factory=deque)
+    packets_in: int = 0
+    packets_out: int = 0
+
+
+def _local(m: wire.Message) -> wire.Message:
+    """An event for a front, with the front's own stream id."""
+    if type(m) is wire.AudioOut:
+        return wire.AudioOut(m.sid & _SID_MASK, m.pcm)
+    if type(m) is wire.StreamDone:
+        return wire.StreamDone(m.sid & _SID_MASK, m.total_samples)
+    if type(m) is wire.StreamFailed:
+        return wire.StreamFailed(m.sid & _SID_MASK, m.code, m.message)
+    assert type(m) is wire.StreamOpened
+    return wire.StreamOpened(m.sid & _SID_MASK, m.latency_samples, m.sample_rate,
+                             m.chunk_frames)
+
+
+_STREAM_EVENTS = (wire.AudioOut, wire.StreamDone, wire.StreamFailed, wire.StreamOpened)
+
+
 class Worker:
     """The worker's state and loop (runs in the child; see the module docstring)."""
 
     def __init__(self, conn: Connection, cfg: EngineConfig, device: str = "auto",
-                 index: int = 0) -> None:
+                 index: int = 0, fdsock: socket.socket | None = None) -> None:
         self.conn = conn
+        self.fdsock = fdsock
+        self.fronts: dict[int, _FrontLink] = {}
+        self._poller: Any = None
         self.cfg = cfg
         self.device = device
         self.index = index
@@ -158,11 +216,16 @@ class Worker:
         self.models: dict[str, _Model] = {}
         self.where: dict[int, _Model] = {}  # sid -> its model
         self.gather_s = max(0.0, cfg.gather_ms) / 1e3
+        self.align_s = max(0.0, cfg.tick_align_ms) / 1e3
         self.running = True
         self.t_start = time.monotonic()
         self.commands = 0
         self.rounds = 0
         self.warmup_ms = 0.0
+        #: warm-ups still to run between ticks (LoadedModel.warm_steps generators)
+        self._background: list[tuple[ExactStreamModel, list[int]]] = []
+        self._warming: Generator[bool, None, None] | None = None
+        self._background_wait_until = 0.0
 
     # ------------------------------------------------------------- start-up
 
@@ -171,6 +234,8 @@ class Worker:
         import codecrt
 
         t0 = time.perf_counter()
+        bw = self.cfg.background_warm
+        background = bw == "always" or (bw == "restart" and self.cfg.restarted)
         for name, path in self.cfg.models.items():
             model = codecrt.Model(path)
             try:
@@ -179,8 +244,18 @@ class Worker:
                 model.close()
                 raise
             self.models[name] = _Model(name, lm)
-            lm.warm()
+            if background and isinstance(lm, ExactStreamModel):
+                # the smallest bucket now (a lone first stream's graph, ~0.3 s on a CPU),
+                # the larger ones between ticks while idle (seconds: their reservation)
+                buckets = lm.warm_buckets()
+                lm.warm(buckets[-1:])
+                if buckets[:-1]:
+                    self._background.append((lm, buckets[:-1]))
+            else:
+                lm.warm()
         self.warmup_ms = (time.perf_counter() - t0) * 1e3
+        # the first streams after a restart come right after ready: let them in first
+        self._background_wait_until = time.monotonic() + _BACKGROUND_IDLE_S
         return {
             "pid": os.getpid(),
             "index": self.index,
@@ -246,7 +321,12 @@ class Worker:
                                               f"stream {sid} is already open"))
             return
         try:
-            stream, latency = m.lm.open_stream(options)
+            try:
+                stream, latency = m.lm.open_stream(options)
+            except codecrt.TooLargeError:
+                if not self._pause_warm():  # a warm-up's dummies held the slots: retry
+                    raise
+                stream, latency = m.lm.open_stream(options)
         except StreamRefused as e:
             self.out.append(wire.StreamFailed(sid, e.code, e.message))
             return
@@ -294,6 +374,93 @@ class Worker:
             return
         st = m.streams.pop(sid)
         st.stream.close()
+        if sid > _SID_MASK:
+            link = self.fronts.get(sid >> _FID_SHIFT)
+            if link is not None:
+                link.sids.discard(sid)
+
+    # ---------------------------------------------------------------- fronts
+
+    def _on_control(self) -> None:
+        """A message from the daemon on the descriptor socket: attach or detach a front."""
+        assert self.fdsock is not None
+        while True:
+            try:
+                got = recv_msg(self.fdsock)
+            except BlockingIOError:
+                return
+            except ValueError as e:
+                logger.warning("bad control message: %s", e)
+                continue
+            if got is None:
+                raise EOFError("the daemon closed the descriptor socket")
+            msg, fds = got
+            op = msg.get("op")
+            if op == "attach" and len(fds) == 4:
+                fid = int(msg["fid"])
+                if fid in self.fronts:
+                    self._detach(fid)
+                self.fronts[fid] = _FrontLink(fid, WorkerEnds.from_fds(fds))
+                self._poller = None
+            elif op == "detach":
+                for fd in fds:
+                    os.close(fd)
+                self._detach(int(msg["fid"]))
+            else:
+                for fd in fds:
+                    os.close(fd)
+                logger.warning("unexpected control message %r", op)
+
+    def _detach(self, fid: int) -> None:
+        """A front has gone: its streams are closed (nobody is left to hear about them)."""
+        link = self.fronts.pop(fid, None)
+        if link is None:
+            return
+        for sid in list(link.sids):
+            self._close(sid)
+        link.ends.close()
+        self._poller = None
+
+    def _read_front(self, link: _FrontLink) -> None:
+        cons = link.ends.commands
+        alive = cons.on_doorbell()
+        base = link.fid << _FID_SHIFT
+        for rec in cons.records():
+            link.packets_in += 1
+            for cmd in wire.decode(bytes(rec)):  # a copy: arrays outlive the ring's room
+                self.commands += 1
+                if isinstance(cmd, wire.PushCodes):
+                    self._push(base | cmd.sid, cmd.levels)
+                elif isinstance(cmd, wire.OpenStream):
+                    self._open(base | cmd.sid, cmd.model, cmd.options)
+                    if base | cmd.sid in self.where:
+                        link.sids.add(base | cmd.sid)
+                elif isinstance(cmd, wire.CancelStream):
+                    self._close(base | cmd.sid)
+                elif isinstance(cmd, wire.FinishStream):
+                    self._finish(base | cmd.sid)
+                else:
+                    logger.warning("unexpected command %s from front %d", type(cmd).__name__,
+                                   link.fid)
+        if not alive:
+            self._detach(link.fid)
+
+    def _wait(self, timeout: float | None) -> bool:
+        """Whether the pipe, the descriptor socket or a front's doorbell is readable within
+        ``timeout`` seconds (None: until one is)."""
+        if self.fdsock is None:
+            return bool(self.conn.poll(timeout))
+        if self._poller is None:
+            p = select.poll()
+            p.register(self.conn.fileno(), select.POLLIN)
+            p.register(self.fdsock.fileno(), select.POLLIN)
+            for link in self.fronts.values():
+                p.register(link.ends.commands.doorbell.fileno(), select.POLLIN)
+            self._poller = p
+        if timeout is None and any(link.backlog for link in self.fronts.values()):
+            timeout = _RETRY_S
+        ms = -1 if timeout is None else max(0, int(timeout * 1e3 + 0.999))
+        return bool(self._poller.poll(ms))
 
     # ---------------------------------------------------------------- ticks
 
@@ -363,13 +530,18 @@ class Worker:
                 stepped += self._tick(m)
             self.rounds += 1
             self.flush()
-            if not stepped or self.conn.poll(0):
+            if not stepped or self._wait(0):
                 return
 
     # ----------------------------------------------------------------- loop
 
     def drain(self) -> None:
-        """Apply every command message waiting (at most _MAX_DRAIN messages)."""
+        """Apply every command waiting: the pipe's (at most _MAX_DRAIN messages), the
+        descriptor socket's, every front's ring."""
+        if self.fdsock is not None:
+            self._on_control()
+            for link in list(self.fronts.values()):
+                self._read_front(link)
         for _ in range(_MAX_DRAIN):
             if not self.conn.poll(0):
                 return
@@ -379,31 +551,117 @@ class Worker:
                     return
 
     def flush(self) -> None:
+        """Send what is waiting: the pipe's messages in one packet, each front's events in one
+        ring record (one batch: the audio of every stream of that front in this tick)."""
         if self.out:
             out, self.out = self.out, []
-            self.conn.send_bytes(wire.encode(out))
+            if self.fronts:
+                mine: list[wire.Message] = []
+                per: dict[int, list[wire.Message]] = {}
+                for m in out:
+                    if isinstance(m, _STREAM_EVENTS) and m.sid > _SID_MASK:
+                        per.setdefault(m.sid >> _FID_SHIFT, []).append(_local(m))
+                    else:
+                        mine.append(m)
+                for fid, msgs in per.items():
+                    link = self.fronts.get(fid)
+                    if link is not None:
+                        link.backlog.extend(packets(msgs, link.ends.events.capacity // 4))
+                out = mine
+            if out:
+                self.conn.send_bytes(wire.encode(out))
+        for link in list(self.fronts.values()):
+            if link.backlog:
+                self._send_front(link)
+
+    def _send_front(self, link: _FrontLink) -> None:
+        prod = link.ends.events
+        if len(link.backlog) > _MAX_FRONT_BACKLOG:
+            # a front that does not read (wedged, stopped) must not grow this process
+            # without bound: its channel closes, its streams end; it asks main for a new one
+            logger.error("front channel %d: %d event packets unread; closing it",
+                         link.fid, len(link.backlog))
+            self._detach(link.fid)
+            return
+        while link.backlog:
+            if not prod.write([link.backlog[0]]):
+                break  # full: the front reads, we retry on the next turn
+            link.backlog.popleft()
+            link.packets_out += 1
+        if not prod.ring():
+            self._detach(link.fid)
 
     def loop(self) -> None:
         while self.running:
             busy = self._busy()
-            if self.conn.poll(0 if busy else None):
+            idle_timeout = None
+            if self._background:
+                now = time.monotonic()
+                if self.where:  # open streams: a warm-up tick would delay theirs
+                    self._background_wait_until = max(self._background_wait_until,
+                                                      now + _BACKGROUND_IDLE_S)
+                idle_timeout = max(0.0, self._background_wait_until - now)
+            if self._wait(0 if busy else idle_timeout):
+                if self._background:
+                    self._background_wait_until = time.monotonic() + _BACKGROUND_IDLE_S
                 self.drain()
                 self.flush()
-                if not busy and self.running and self._busy() and self.gather_s \
-                        and not self._all_waiting():
-                    deadline = time.monotonic() + self.gather_s
+                if not busy and self.running and self._busy() and \
+                        (self.gather_s or self.align_s) and not self._all_waiting():
+                    now = time.monotonic()
+                    if self.align_s:  # the next tick boundary of the cadence
+                        deadline = (now // self.align_s + 1) * self.align_s
+                    else:
+                        deadline = now + self.gather_s
                     while self.running:
                         left = deadline - time.monotonic()
-                        if left <= 0 or not self.conn.poll(left):
+                        if left <= 0 or not self._wait(left):
                             break
                         self.drain()
                         if self._all_waiting():
                             break
                     self.flush()
+            else:
+                self.flush()  # a full event ring: try again
+                if not busy and self._background:
+                    self._warm_step()
             if self.running:
                 self.run_ticks()
 
+    def _warm_step(self) -> None:
+        """One tick of a background warm-up (the worker was idle)."""
+        if time.monotonic() < self._background_wait_until:
+            return
+        if self._warming is None:
+            lm, buckets = self._background[0]
+            self._warming = lm.warm_steps(buckets)
+        try:
+            waiting = next(self._warming)
+        except StopIteration:
+            self._warming = None
+            self._background.pop(0)
+            return
+        except Exception as e:  # never let a warm-up take the worker down
+            logger.warning("background warm-up failed: %s", e)
+            self._warming = None
+            self._background.pop(0)
+            return
+        if waiting:  # its dummies need stream slots that real streams hold: later
+            self._background_wait_until = time.monotonic() + 0.5
+
+    def _pause_warm(self) -> bool:
+        """Free the stream slots a background warm-up holds (it starts its bucket again later);
+        whether it held any."""
+        if self._warming is None:
+            return False
+        self._warming.close()  # its finally closes the dummies
+        self._warming = None
+        self._background_wait_until = time.monotonic() + 1.0
+        return True
+
     def close(self) -> None:
+        self._pause_warm()
+        self._background.clear()
         for m in self.models.values():
             for st in list(m.streams.values()):
                 st.stream.close()
@@ -436,6 +694,8 @@ class Worker:
                 "tick_ms_last": round(ms[-1], 4) if ms else None,
                 "tick_ms_mean": round(sum(ms) / len(ms), 4) if ms else None,
                 "tick_ms_max": round(max(ms), 4) if ms else None,
+                "tick_ms_p99": round(sorted(ms)[min(len(ms) - 1, (99 * len(ms)) // 100)], 4)
+                if ms else None,
                 "chunk_frames": m.lm.chunk_frames,
                 "latency_samples": m.lm.latency_samples,
                 "warm": dict(m.lm.warm_info),
@@ -444,6 +704,9 @@ class Worker:
         return {"pid": os.getpid(), "index": self.index, "device": self.device,
                 "uptime_s": round(time.monotonic() - self.t_start, 3),
                 "commands": self.commands, "rounds": self.rounds,
+                "fronts": {str(f): {"streams": len(l.sids), "packets_in": l.packets_in,
+                                    "packets_out": l.packets_out, "backlog": len(l.backlog)}
+                           for f, l in self.fronts.items()},
                 "load_ms": round(self.warmup_ms, 3), "models": models}
 
 
@@ -460,8 +723,9 @@ def _crash(how: str) -> None:
             time.sleep(3600)
 
 
-def serve_fd(fd: int) -> None:
-    """Process entry point: serve the parent on the connected socket ``fd``.
+def serve_fd(fd: int, fdsock: int = -1) -> None:
+    """Process entry point: serve the parent on the connected socket ``fd`` (and take front
+    channels from the SOCK_SEQPACKET socket ``fdsock``, when given).
 
     The first packet is the parent's hello and the configuration; a parent of another
     wire version is answered with this end's hello and ``Failed``."""
@@ -483,7 +747,11 @@ def serve_fd(fd: int) -> None:
         cfg = EngineConfig.from_json(c.config)
     except ValueError as e:
         _refuse(conn, f"bad engine configuration: {e}")
-    main(conn, cfg, c.device, c.index, c.parent_pid, rest[1:])
+    fs = None
+    if fdsock >= 0:
+        fs = socket.socket(fileno=fdsock)
+        fs.setblocking(False)
+    main(conn, cfg, c.device, c.index, c.parent_pid, rest[1:], fs)
 
 
 def _refuse(conn: Connection, message: str) -> NoReturn:
@@ -494,14 +762,14 @@ def _refuse(conn: Connection, message: str) -> NoReturn:
 
 
 def main(conn: Connection, cfg: EngineConfig, device: str, index: int, parent_pid: int,
-         pending: Sequence[wire.Message] = ()) -> None:
+         pending: Sequence[wire.Message] = (), fdsock: socket.socket | None = None) -> None:
     """Load, warm up, report ready, then run the loop until ``stop`` (or the parent goes)."""
     _die_with_parent(parent_pid)
     # the daemon decides when we stop: Ctrl-C in a terminal and systemd's SIGTERM to
     # the whole cgroup reach the parent, which stops us with a "stop" command
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    w = Worker(conn, cfg, device, index)
+    w = Worker(conn, cfg, device, index, fdsock)
     w.out.append(wire.Hello())
     root = logging.getLogger()
     root.addHandler(_ForwardHandler(w.out))

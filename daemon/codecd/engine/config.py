@@ -31,6 +31,16 @@ class EngineConfig:
     #: (codecd.families.native.default_buckets)
     warm_buckets: tuple[int, ...] | None = None
     gather_ms: float = 2.0
+    #: > 0: a stream that becomes ready waits for the next multiple of this on the monotonic
+    #: clock (unless every open stream is ready), instead of gather_ms
+    tick_align_ms: float = 0.0
+    #: when a worker warms only its smallest bucket before it reports ready and reserves the
+    #: larger ones in the background, between ticks while it is idle: "restart" (a worker
+    #: restarted after a crash serves again within a second or two; a first start warms all
+    #: before READY=1), "always", "never"
+    background_warm: str = "restart"
+    #: set by the engine for a worker it restarts (not a setting)
+    restarted: bool = False
     #: a push is refused (BackpressureError) when its stream has more than this many
     #: frames pushed and not yet returned as audio
     max_backlog_frames: int = 4096

@@ -63,6 +63,9 @@ class WorkerProcess:
         self.generation = generation
         self.proc: Any = None
         self.conn: Connection | None = None
+        #: the parent's end of a SOCK_SEQPACKET pair for handing the worker the descriptors
+        #: of front channels (``socket.send_fds``; see :mod:`codecd.channel`)
+        self.fdsock: socket.socket | None = None
         self.queue: queue.SimpleQueue[wire.Message | None] = queue.SimpleQueue()
         # commands put (loop thread) and written (writer thread): each counter has one
         # writer, so their difference is a race-free queue depth
@@ -78,18 +81,23 @@ class WorkerProcess:
     def spawn(self, first: list[wire.Message], tag: str, loop: asyncio.AbstractEventLoop) -> None:
         """Start the worker and send it ``first`` (hello, configuration) before anything else."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = dict(os.environ)
+        fparent, fchild = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
         env["PYTHONPATH"] = child_pythonpath()
-        fd = child.fileno()
+        fd, ffd = child.fileno(), fchild.fileno()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", f"import codecd.worker as w; w.serve_fd({fd})"],
-                pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env, close_fds=True)
+                [sys.executable, "-c", f"import codecd.worker as w; w.serve_fd({fd}, {ffd})"],
+                pass_fds=(fd, ffd), stdin=subprocess.DEVNULL, env=env, close_fds=True)
         except BaseException:
             parent.close()
+            fparent.close()
             raise
         finally:
             child.close()  # the child holds the only other end: its death is EOF here
+            fchild.close()
+        self.fdsock = fparent
         self.conn = Connection(parent.detach())
         self.pid = int(self.proc.pid)
         self.started_at = time.monotonic()
@@ -173,6 +181,8 @@ class WorkerProcess:
                 pass
 
     def close_conn(self) -> None:
+        if self.fdsock is not None:
+            self.fdsock.close()
         if self.conn is not None:
             try:
                 self.conn.close()

@@ -10,6 +10,7 @@ restarts it with backoff when it dies (its streams fail with
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
@@ -56,13 +57,17 @@ class Engine:
     """
 
     def __init__(self, config: EngineConfig, device: str = "auto", index: int = 0,
-                 on_event: Callable[[EngineEvent], object] | None = None) -> None:
+                 on_event: Callable[[EngineEvent], object] | None = None,
+                 on_serving: Callable[[Engine], object] | None = None) -> None:
         if not config.models:
             raise ValueError("EngineConfig.models is empty")
         self.config = config
         self.device = device
         self.index = index
         self._on_event = on_event
+        #: called on the loop each time a worker (the first or a restarted one) serves: the
+        #: daemon attaches its fronts' channels to it (``attach``)
+        self._on_serving = on_serving
         self.state = _STARTING
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gen = itertools.count(1)
@@ -112,6 +117,33 @@ class Engine:
         self.state = _STARTING
         await self._spawn_and_wait()
         self.state = _READY
+        self._serving()
+
+    def _serving(self) -> None:
+        if self._on_serving is not None:
+            try:
+                self._on_serving(self)
+            except Exception:
+                logger.exception("engine %d: on_serving failed", self.index)
+
+    def attach(self, fid: int, fds: list[int]) -> bool:
+        """Hand the worker a front's channel (its four descriptors; the caller closes its own
+        copies). False when there is no serving worker to take it."""
+        from ..channel import send_msg
+
+        h = self._h
+        if self.state != _READY or h is None or h.fdsock is None:
+            return False
+        try:
+            send_msg(h.fdsock, {"op": "attach", "fid": fid}, fds)
+        except OSError as e:
+            logger.warning("engine %d: attach of front channel %d failed: %s", self.index, fid, e)
+            return False
+        return True
+
+    @property
+    def generation(self) -> int:
+        return self._h.generation if self._h is not None else 0
 
     async def _spawn_and_wait(self) -> None:
         loop = self._loop
@@ -120,7 +152,10 @@ class Engine:
         self._ready = loop.create_future()
         self._h = h
         t0 = time.monotonic()
-        h.spawn([wire.Hello(), wire.Configure(self.config.to_json(), self.device, self.index,
+        cfg = self.config
+        if self.state == _RESTARTING:
+            cfg = dataclasses.replace(cfg, restarted=True)
+        h.spawn([wire.Hello(), wire.Configure(cfg.to_json(), self.device, self.index,
                                               os.getpid())],
                 f"{self.index}.{h.generation}", loop)
         try:
@@ -468,5 +503,6 @@ class Engine:
             self.worker_stats = {}
             self.last_restart_ms = (time.monotonic() - t_dead) * 1e3
             self.state = _READY
+            self._serving()
             logger.warning("engine %d: serving again %.0f ms after the worker died "
                            "(restart #%d)", self.index, self.last_restart_ms, self.restarts)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -65,8 +65,61 @@ class ExactStreamModel(LoadedModel):
         finally:
             probe.close()
 
-    def warm(self) -> dict[str, Any]:
-        """Reserve the stream graphs: dummy streams through whole utterances, per batch bucket.
+    def warm_buckets(self) -> list[int]:
+        """The buckets :meth:`warm` runs, largest first."""
+        cfg = self.config
+        cap = min(cfg.max_batch, cfg.max_streams)
+        buckets = list(cfg.warm_buckets or default_buckets(cfg.max_batch, cfg.max_streams))
+        return sorted({b for b in buckets if 1 <= b <= cap}, reverse=True)
+
+    def warm_steps(self, buckets: list[int]) -> Generator[bool, None, None]:
+        """The warm-up of ``buckets`` one tick at a time, for a worker that is already serving
+        (it steps this between its own ticks, while idle): yields after each tick, True
+        while it waits for free stream slots (the dummies need ``bucket`` of them). A bucket
+        is removed from ``buckets`` once done, so that a warm-up closed midway (its dummies
+        freed for real streams) can be started again on what is left."""
+        import codecrt
+
+        ctx, info = self.ctx, self.model.info
+        t0 = time.perf_counter()
+        chunk_samples = max(1, self.chunk_frames * info.hop_length)
+        n_chunks = -(-self.latency_samples // chunk_samples) + 2
+        frames = n_chunks * self.chunk_frames
+        codes = [np.zeros(frames // s, dtype=np.int32) for s in info.level_strides]
+        done: list[int] = []
+        while buckets:
+            b = buckets[0]
+            while True:
+                dummies: list[Any] = []
+                try:
+                    for _ in range(b):
+                        dummies.append(ctx.stream())
+                    break
+                except codecrt.CodecrtError:  # slots taken by real streams: later
+                    for d in dummies:
+                        d.close()
+                    yield True
+            try:
+                for d in dummies:
+                    d.push(codes)
+                while ctx.step(dummies):
+                    yield False
+                for d in dummies:
+                    d.finish()
+                while ctx.step(dummies):
+                    yield False
+            finally:
+                for d in dummies:
+                    d.close()
+            done.append(buckets.pop(0))
+        st = ctx.stats
+        self.warm_info["background"] = {
+            "buckets": done, "ms": round((time.perf_counter() - t0) * 1e3, 3),
+            "reservations": st.reservations, "compute_buffer_bytes": list(st.compute_buffer_bytes)}
+
+    def warm(self, buckets: list[int] | None = None) -> dict[str, Any]:
+        """Reserve the stream graphs: dummy streams through whole utterances, per batch bucket
+        (``buckets``: these only, default :meth:`warm_buckets`).
 
         Each bucket's dummies go through every kind of tick a real stream sees
         (the first ticks inside the decoder's latency, steady ticks, the flush
@@ -76,10 +129,9 @@ class ExactStreamModel(LoadedModel):
         per kind, so the smallest bucket goes last: a real stream's first tick
         then reuses that graph as it is.
         """
-        cfg, ctx, info = self.config, self.ctx, self.model.info
-        cap = min(cfg.max_batch, cfg.max_streams)
-        buckets = list(cfg.warm_buckets or default_buckets(cfg.max_batch, cfg.max_streams))
-        buckets = sorted({b for b in buckets if 1 <= b <= cap}, reverse=True)
+        ctx, info = self.ctx, self.model.info
+        if buckets is None:
+            buckets = self.warm_buckets()
         t0 = time.perf_counter()
         # enough chunks for the output to get past the latency, then two steady ticks
         chunk_samples = max(1, self.chunk_frames * info.hop_length)

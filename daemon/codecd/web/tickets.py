@@ -85,6 +85,23 @@ class TicketBook:
         self.redeemed += 1
         return True
 
+    def take(self, ticket: str) -> str | None | bool:
+        """Remove a live ticket without redeeming it; its origin binding (None: unbound), or
+        False when it is not live. (``codecd serve --fronts``: a front hands the tickets it
+        issues to the main process, which redeems them for whichever front an upgrade
+        reaches.)"""
+        self._expire()
+        entry = self._live.pop(ticket, None)
+        return False if entry is None else entry[1]
+
+    def adopt(self, ticket: str, origin: str | None) -> None:
+        """Hold a ticket issued elsewhere (main's book, or a front's copy of one main has
+        just redeemed), bound to ``origin``, for ``ttl_s``."""
+        self._expire()
+        while len(self._live) >= self.max_outstanding:
+            self._live.popitem(last=False)
+        self._live[ticket] = (self.clock() + self.ttl_s, origin)
+
     @property
     def outstanding(self) -> int:
         self._expire()

@@ -1,0 +1,260 @@
+"""``codecd serve --fronts F``: the serve load test through one daemon with F front processes.
+
+    python -m bench fronts --spawn demo --fronts 1,2 --n 8,16 [--serve-arg=--threads=1]
+    python -m bench fronts --spawn demo --fronts 2 --n 1 --kill-worker 3   # recovery
+    python -m bench fronts --spawn demo --fronts 1,4,8 --n 256,512,768,1000,1200 \\
+        --per-conn 8 --client-procs 8 --serve-arg=--devices=cuda:0 ...       (bench/gpu/run.sh)
+
+For each F, one ``codecd serve --fronts F`` is started (``--spawn``: a GGUF path or
+``demo``) and the load of ``python -m bench serve`` (real-time Orpheus-id streams,
+7 tokens per message, starts spread over a frame period) runs at each N through
+it. One row per (F, N): time to first audio p50/p99, inter-chunk gap p99,
+underruns with no buffer and with a 200 ms jitter buffer (what ``codecd play``
+primes), busy refusals and errors, websocket messages per second (token messages
+in + audio messages out, counted at the clients), the worker's tick time p99 and
+mean batch (recent ticks, from ``/metrics``), and CPU (cores = CPU seconds / wall
+seconds) of main, of each front, and of the worker. The criterion is the serve
+suite's (p99 gap exceeds the period by less than one period, no refusals, no
+errors) plus zero underruns with the 200 ms buffer; the last lines name the
+largest N that meets it per F.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.serve import (  # noqa: E402
+    PERIOD,
+    SR,
+    RunResult,
+    run_load,
+    spawn_server,
+)
+
+PRIME_S = 0.2
+
+
+def light_model() -> Path:
+    """A random SNAC with the 24 kHz layout (hop 512, strides 4/2/1, 4096 codes) and 64 decoder
+    channels, written once under the system's temp dir."""
+    import tempfile
+
+    from codecd.config import DEMO_SNAC
+    from codecd.convert.random_snac import write_random_snac
+
+    path = Path(tempfile.gettempdir()) / "codecd-bench-light-snac24.gguf"
+    if not path.exists():
+        write_random_snac(path, dict(DEMO_SNAC, latent_dim=32, decoder_dim=64),
+                          name="snac_light_random")
+    return path
+
+
+def _cpu(pid: int) -> float:
+    tck = os.sysconf("SC_CLK_TCK")
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    f = raw[raw.rindex(")") + 2:].split()
+    return (int(f[11]) + int(f[12])) / tck
+
+
+def _children(pid: int) -> dict[str, list[int]]:
+    """The daemon's children by role: "front" and "worker" pids."""
+    out: dict[str, list[int]] = {"front": [], "worker": []}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{d}/stat").read_text()
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if int(raw[raw.rindex(")") + 2:].split()[1]) != pid:
+            continue
+        if b"codecd.front" in cmd:
+            out["front"].append(int(d))
+        elif b"codecd.worker" in cmd:
+            out["worker"].append(int(d))
+    return out
+
+
+def buffered_underruns(r: RunResult, prime_s: float = PRIME_S) -> int:
+    """Underruns of a player that starts ``prime_s`` after the first frame (and again after
+    each underrun): a frame that arrives after the audio before it has played out."""
+    n = 0
+    for s in r.streams:
+        if not s.gaps:
+            continue
+        frame_s = s.samples / (len(s.gaps) + 1) / SR
+        t = 0.0
+        start, played = prime_s, 0.0  # playout clock: starts at `start`, has `played` queued
+        for g in s.gaps:
+            t += g
+            played += frame_s
+            if t > start + played:  # the buffer ran dry before this frame came
+                n += 1
+                start, played = t + prime_s, 0.0
+    return n
+
+
+def tick_stats(url: str) -> tuple[float, float]:
+    """(tick p99 ms, mean batch) of the recent ticks, from /metrics."""
+    p99, batch = 0.0, 0.0
+    with urllib.request.urlopen(url.replace("ws://", "http://") + "/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            name, _, value = line.rpartition(" ")
+            if name.startswith("codecd_tick_seconds_p99{"):
+                p99 = max(p99, 1e3 * float(value))
+            elif name.startswith("codecd_batch_size_recent{"):
+                batch = max(batch, float(value))
+    return p99, batch
+
+
+async def _first_audio(url: str, model: str, n_frames: int = 8) -> bool:
+    """One stream of ``n_frames`` random frames; True at its first audio, False on an error."""
+    import json
+
+    import numpy as np
+    from websockets.asyncio.client import connect
+
+    rng = np.random.default_rng(0)
+    async with connect(url + "/", open_timeout=5) as ws:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "start", "stream_id": "r", "model": model,
+                                  "layout": "levels"}))
+        levels = [rng.integers(0, 4096, n_frames // s).tolist() for s in (4, 2, 1)]
+        await ws.send(json.dumps({"type": "tokens", "stream_id": "r", "levels": levels}))
+        await ws.send(json.dumps({"type": "end", "stream_id": "r"}))
+        while True:
+            m = await ws.recv()
+            if isinstance(m, bytes):
+                return True
+            if json.loads(m)["type"] in ("error", "done"):
+                return False
+
+
+def restart_times(url: str, daemon_pid: int, model: str, kills: int, gap_s: float
+                  ) -> list[float]:
+    """SIGKILL the worker ``kills`` times, ``gap_s`` apart: seconds from each kill to the
+    first audio of a new stream (retried while the daemon answers busy)."""
+    import asyncio
+    import signal
+
+    out = []
+    for _ in range(kills):
+        (worker,) = _children(daemon_pid)["worker"]
+        t0 = time.monotonic()
+        os.kill(worker, signal.SIGKILL)
+        while True:
+            try:
+                if asyncio.run(_first_audio(url, model)):
+                    break
+            except Exception:  # noqa: BLE001 - refused upgrade (503) while restarting
+                pass
+            if time.monotonic() - t0 > 120:
+                raise SystemExit("no audio within 120 s of the kill")
+            time.sleep(0.05)
+        out.append(time.monotonic() - t0)
+        time.sleep(gap_s)
+    return out
+
+
+HEADER = ("| fronts | N | TTFA p50 ms | TTFA p99 ms | gap p99 ms | underruns | underruns 200 ms "
+          "| busy | errors | msgs/s | tick p99 ms | batch | CPU main | CPU per front | CPU worker "
+          "| ok |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--spawn", required=True, metavar="SOURCE",
+                    help="model source: a GGUF, demo, or light (SNAC 24 kHz layout and rates, "
+                    "64 decoder channels: a cheap decode, so the fronts are what is measured)")
+    ap.add_argument("--model", default="snac_24khz")
+    ap.add_argument("--fronts", default="1,2", help="comma-separated front counts")
+    ap.add_argument("--n", default="8,16", help="comma-separated stream counts")
+    ap.add_argument("--serve-arg", action="append", default=[],
+                    help="extra argument for codecd serve (repeatable)")
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--speed", type=float, default=1.0)
+    ap.add_argument("--per-conn", type=int, default=1)
+    ap.add_argument("--client-procs", type=int, default=1)
+    ap.add_argument("--startup-timeout", type=float, default=300.0)
+    ap.add_argument("--repeat", type=int, default=1, help="runs per (fronts, N)")
+    ap.add_argument("--kill-worker", type=int, default=0, metavar="K",
+                    help="after the load: SIGKILL the worker K times and time a new stream's "
+                    "first audio after each (recovery)")
+    ap.add_argument("--kill-gap", type=float, default=3.0, help="seconds between the kills")
+    args = ap.parse_args()
+    if args.spawn == "light":
+        args.spawn = str(light_model())
+    base_args = list(args.serve_arg)
+    rows: list[str] = []
+    best: dict[int, int] = {}
+    recov: list[str] = []
+    print(HEADER, file=sys.stderr, flush=True)
+    for nf in (int(x) for x in args.fronts.split(",")):
+        args.serve_arg = [*base_args, f"--fronts={nf}"]
+        proc, url = spawn_server(args.spawn, args)
+        try:
+            kids = _children(proc.pid)
+            for n in (int(x) for x in args.n.split(",")):
+                for _ in range(args.repeat):
+                    pids = [proc.pid, *kids["front"], *kids["worker"]]
+                    c0 = {p: _cpu(p) for p in pids}
+                    r = run_load([url], args.model, n, args.seconds, args.speed, args.per_conn,
+                                 None, [], args.seconds / args.speed + 120.0, args.client_procs)
+                    c1 = {p: _cpu(p) for p in pids}
+                    cores = {p: (c1[p] - c0[p]) / r.wall for p in pids}
+                    p99, batch = tick_stats(url)
+                    msgs = sum(len(s.gaps) + 1 for s in r.streams if s.ttfa is not None)
+                    msgs += n * max(1, int(round(args.seconds / PERIOD)))
+                    bu = buffered_underruns(r)
+                    ok = r.ok and bu == 0
+                    if ok:
+                        best[nf] = max(best.get(nf, 0), n)
+                    fronts = " ".join(f"{cores[p]:.2f}" for p in kids["front"])
+                    row = (f"| {nf} | {n} | {1e3 * r.ttfa(50):.1f} | {1e3 * r.ttfa(99):.1f} | "
+                           f"{1e3 * r.gap_p99():.1f} | {r.underruns} | {bu} | {r.refused} | "
+                           f"{r.errors} | {msgs / r.wall:.0f} | {p99:.1f} | {batch:.1f} | "
+                           f"{cores[proc.pid]:.2f} | {fronts} | "
+                           f"{sum(cores[p] for p in kids['worker']):.2f} | "
+                           f"{'yes' if ok else 'no'} |")
+                    rows.append(row)
+                    print(row, file=sys.stderr, flush=True)
+                    time.sleep(1.0)
+            if args.kill_worker:
+                ts = restart_times(url, proc.pid, args.model, args.kill_worker, args.kill_gap)
+                recov.append(f"fronts {nf}: worker SIGKILL -> a new stream's first audio: "
+                             + ", ".join(f"{t:.2f} s" for t in ts))
+                print(recov[-1], file=sys.stderr, flush=True)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    print(f"\n{args.seconds:g} s utterances of Orpheus ids at {args.speed:g}x real time, "
+          f"{args.per_conn} stream(s) per connection, clients in {args.client_procs} "
+          f"process(es); frame period {1e3 * PERIOD:.1f} ms; one daemon per row group\n")
+    print(HEADER)
+    for row in rows:
+        print(row)
+    for nf, n in sorted(best.items()):
+        print(f"fronts {nf}: largest N meeting the criterion (and 0 underruns at 200 ms): {n}")
+    for line in recov:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

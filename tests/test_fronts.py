@@ -1,0 +1,531 @@
+"""``codecd serve --fronts N``: several front processes on one listening socket, one engine worker,
+real processes and real websockets on 127.0.0.1, the small SNAC model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from smallmodel import small_codes
+from test_server import (  # noqa: F401  (codecrt, offline, small: fixtures)
+    Client,
+    assert_same_audio,
+    codecrt,
+    expected,
+    http_get,
+    metric_value,
+    metrics,
+    offline,
+    send_stream,
+    small,
+    start_msg,
+    wait_ready,
+)
+
+from websockets.exceptions import InvalidStatus  # noqa: E402
+
+
+@contextlib.contextmanager
+def daemon(small: Path, log: Path, *flags: str, buckets: str | None = "1"
+           ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``codecd serve`` (main, its fronts, one CPU worker) on a socket passed as systemd passes
+    one (fd 3); yields the main process and the port; SIGTERM (then SIGKILL) at the end."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(256)
+    port = lsock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODECD_")}
+    env.update(PYTHONPATH=os.pathsep.join(sys.path), LISTEN_FDS="1", CODECD_DEVICES="cpu")
+    fd = lsock.fileno()
+    redirect = "" if fd == 3 else f"3<&{fd} {fd}<&-"
+    extra = " ".join(shlex.quote(f) for f in flags)
+    bk = f"--batch-buckets {buckets}" if buckets else ""
+    cmd = (f'LISTEN_PID=$$ exec {shlex.quote(sys.executable)} -m codecd.cli serve '
+           f'--model small={shlex.quote(str(small))} --threads 1 {bk} --max-ahead-s 0 '
+           f'--listen 127.0.0.1:1 --drain-timeout-s 5 {extra} {redirect}')
+    with open(log, "wb") as err:
+        p = subprocess.Popen(["bash", "-c", cmd], env=env, stderr=err, pass_fds=(fd,))
+    lsock.close()
+    try:
+        yield p, port
+    finally:
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        p.wait()
+
+
+def children(pid: int, what: str) -> list[int]:
+    """Child processes of ``pid`` whose command line contains ``what`` (codecd.front, ...)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and what in cmd:
+            out.append(int(d))
+    return sorted(out)
+
+
+def fronts_of(main: int, n: int, timeout: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = children(main, "codecd.front")
+        if len(got) == n or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def owner(c: Client, pids: list[int]) -> int | None:
+    """The front process that holds the server side of client ``c``'s connection."""
+    lport = c.ws.transport.get_extra_info("sockname")[1]
+    inodes: dict[str, int] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    t = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if t.startswith("socket:["):
+                        inodes[t[8:-1]] = pid
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            parts = line.split()
+            if int(parts[2].split(":")[1], 16) == lport and parts[9] in inodes:
+                return inodes[parts[9]]
+    return None
+
+
+async def spread(port: int, pids: list[int], n: int, min_per_front: int = 1,
+                 tries: int = 60) -> dict[int, list[Client]]:
+    """``n`` connections with at least ``min_per_front`` on every front (the kernel picks the
+    front: open more and close the surplus until the spread is right)."""
+    by: dict[int, list[Client]] = {p: [] for p in pids}
+    for _ in range(tries):
+        if sum(len(v) for v in by.values()) >= n and \
+                all(len(v) >= min_per_front for v in by.values()):
+            break
+        for _ in range(100):  # a surplus connection just closed may not be released yet
+            try:
+                c = await Client.open(port)
+                break
+            except InvalidStatus as e:
+                assert e.response.status_code == 503
+                await asyncio.sleep(0.02)
+        pid = owner(c, pids)
+        assert pid is not None
+        total = sum(len(v) for v in by.values())
+        if total >= n or (len(by[pid]) >= min_per_front and
+                          total >= n - sum(max(0, min_per_front - len(v)) for v in by.values())):
+            await c.close()
+            continue
+        by[pid].append(c)
+    assert all(len(v) >= min_per_front for v in by.values()), {p: len(v) for p, v in by.items()}
+    return by
+
+
+def run(coro: Any) -> None:
+    asyncio.run(asyncio.wait_for(coro, 120))
+
+
+# -------------------------------------------------------------------- tests
+
+
+def test_fifty_streams_over_two_fronts_batch_in_one_worker(small: Path, offline: Any,
+                                                           tmp_path: Path) -> None:
+    """50 streams over connections on both fronts: every one equals the offline decode, the
+    worker batched streams of both fronts in one tick (a batch larger than either front's
+    share), and /metrics on any front counts the whole daemon."""
+    log = tmp_path / "d.log"
+
+    async def main(p: subprocess.Popen[bytes], port: int) -> None:
+        await wait_ready(port, p, log)
+        pids = fronts_of(p.pid, 2)
+        assert len(pids) == 2
+        by = await spread(port, pids, 25, min_per_front=8)
+        rng = np.random.default_rng(3)
+        cases = []
+        for pid, cs in by.items():
+            for c in cs:
+                for k in range(2):
+                    sid = f"s{k}"
+                    levels = small_codes(4 * int(rng.integers(40, 120)), rng)
+                    await c.send(start_msg(sid, "levels", format="pcm_f32le"))
+                    cases.append((pid, c, sid, levels))
+        # every stream's codes before any end: the worker holds them all at once
+        await asyncio.gather(*(send_stream(c, sid, lv, "levels", np.random.default_rng(i),
+                                           end=False)
+                               for i, (_, c, sid, lv) in enumerate(cases)))
+        m = await metrics(port)
+        share = {pid: sum(1 for q, *_ in cases if q == pid) for pid in pids}
+        assert metric_value(m, "codecd_streams_active") == 50
+        assert sorted(metric_value(m, "codecd_front_streams", front=str(i)) for i in range(2)) \
+            == sorted(share.values())
+        for _, c, sid, _ in cases:
+            await c.send({"type": "end", "stream_id": sid})
+        for _, c, sid, levels in cases:
+            t = await c.terminal(sid, 60)
+            assert t["type"] == "done", t
+            assert_same_audio(bytes(c.rec(sid)["audio"]), expected(offline, levels, "pcm_f32le",
+                                                                  24000), "pcm_f32le")
+        for _ in range(6):  # whichever front answers: the same totals
+            m = await metrics(port)
+            assert metric_value(m, "codecd_streams_total", outcome="done") == 50
+            assert metric_value(m, "codecd_time_to_first_audio_seconds_count") == 50
+            assert metric_value(m, "codecd_connections_active") == 25
+        bmax = metric_value(m, "codecd_batch_size_max", worker="0", model="small")
+        print(f"\nlargest batch {bmax:.0f}, streams per front {sorted(share.values())}")
+        assert bmax > max(share.values()), (bmax, share)
+        for cs in by.values():
+            for c in cs:
+                await c.close()
+
+    with daemon(small, log, "--fronts", "2", "--max-batch", "64") as (p, port):
+        run(main(p, port))
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=20) == 0
+
+
+def test_limits_count_across_fronts(small: Path, tmp_path: Path) -> None:
+    """max_streams and max_connections are the daemon's, whichever front a client reaches: the
+    (max+1)-th stream is refused with busy on every front, a freed slot is taken again."""
+    log = tmp_path / "d.log"
+
+    async def main(p: subprocess.Popen[bytes], port: int) -> None:
+        await wait_ready(port, p, log)
+        pids = fronts_of(p.pid, 2)
+        by = await spread(port, pids, 6, min_per_front=3)
+        conns = [c for cs in by.values() for c in cs]
+        for c in conns[:4]:  # 4 streams, max_streams
+            await c.send(start_msg("a", "levels"))
+            await c.until(lambda c=c: any(m["type"] == "started" for m in c.rec("a")["msgs"]))
+        for cs in by.values():  # one more on each front: busy
+            c = cs[-1]
+            await c.send(start_msg("b", "levels"))
+            t = await c.terminal("b")
+            assert (t["type"], t["code"]) == ("error", "busy"), t
+        with pytest.raises(InvalidStatus) as e:  # the 7th connection: 503 (max_connections 6)
+            await Client.open(port)
+        assert e.value.response.status_code == 503
+        await conns[0].send({"type": "cancel", "stream_id": "a"})
+        await conns[0].terminal("a")
+        c = conns[-1]
+        await c.send(start_msg("c", "levels"))
+        await c.until(lambda: any(m["type"] == "started" for m in c.rec("c")["msgs"]))
+        m = await metrics(port)
+        assert metric_value(m, "codecd_streams_active") == 4
+        for c in conns:
+            await c.close()
+        for _ in range(50):  # releases reach main: a new connection is admitted
+            if metric_value(await metrics(port), "codecd_connections_active") == 0:
+                break
+            await asyncio.sleep(0.05)
+        for _ in range(100):  # the releases reach main: connections are admitted again
+            try:
+                c = await Client.open(port)
+                break
+            except InvalidStatus:
+                await asyncio.sleep(0.02)
+        await c.close()
+
+    with daemon(small, log, "--fronts", "2", "--max-streams", "4", "--max-connections",
+                "6") as (p, port):
+        run(main(p, port))
+
+
+def test_killed_front_leaves_the_others_alone_and_comes_back(small: Path, offline: Any,
+                                                             tmp_path: Path) -> None:
+    """SIGKILL one front mid-stream: the other front's streams finish equal to the offline
+    decode, the worker is untouched, main releases the dead front's slots and restarts it."""
+    log = tmp_path / "d.log"
+
+    async def main(p: subprocess.Popen[bytes], port: int) -> None:
+        await wait_ready(port, p, log)
+        pids = fronts_of(p.pid, 2)
+        worker = children(p.pid, "codecd.worker")
+        by = await spread(port, pids, 6, min_per_front=3)
+        victim, other = pids
+        rng = np.random.default_rng(5)
+        cases = []
+        for pid, cs in by.items():
+            for c in cs:
+                levels = small_codes(4 * 80, rng)
+                await c.send(start_msg("x", "levels", format="pcm_f32le"))
+                await send_stream(c, "x", [lv[: len(lv) // 2] for lv in levels], "levels", rng,
+                                  end=False)
+                cases.append((pid, c, levels))
+        await asyncio.sleep(0.3)
+        os.kill(victim, signal.SIGKILL)
+        for pid, c, levels in cases:
+            if pid == other:
+                await send_stream(c, "x", [lv[len(lv) // 2:] for lv in levels], "levels", rng)
+        for pid, c, levels in cases:
+            if pid == other:
+                t = await c.terminal("x", 60)
+                assert t["type"] == "done", t
+                assert_same_audio(bytes(c.rec("x")["audio"]),
+                                  expected(offline, levels, "pcm_f32le", 24000), "pcm_f32le")
+            else:
+                assert await c.closed(10) == 1006  # its process is gone
+        deadline = time.monotonic() + 15
+        while True:
+            m = await metrics(port)
+            if metric_value(m, "codecd_front_restarts_total", front=str(pids.index(victim))) \
+                    == 1 and metric_value(m, "codecd_ready") == 1:
+                break
+            assert time.monotonic() < deadline, "the front was not restarted"
+            await asyncio.sleep(0.1)
+        assert metric_value(m, "codecd_streams_active") == 0  # the dead front's slots released
+        assert children(p.pid, "codecd.worker") == worker
+        assert metric_value(m, "codecd_worker_restarts_total", worker="0") == 0
+        new = fronts_of(p.pid, 2)
+        assert other in new and victim not in new
+        by2 = await spread(port, new, 2, min_per_front=1)  # the new front serves streams
+        for cs in by2.values():
+            c = cs[0]
+            levels = small_codes(4 * 20, rng)
+            await c.send(start_msg("y", "levels", format="pcm_f32le"))
+            await send_stream(c, "y", levels, "levels", rng)
+            assert (await c.terminal("y", 30))["type"] == "done"
+            assert_same_audio(bytes(c.rec("y")["audio"]),
+                              expected(offline, levels, "pcm_f32le", 24000), "pcm_f32le")
+            await c.close()
+        for pid, c, _ in cases:
+            if pid == other:
+                await c.close()
+
+    with daemon(small, log, "--fronts", "2") as (p, port):
+        run(main(p, port))
+
+
+def test_killed_worker_fails_streams_keeps_connections_and_serves_within_5s(
+        small: Path, offline: Any, tmp_path: Path) -> None:
+    """SIGKILL the worker (default batch buckets) with streams on both fronts: each gets the
+    documented engine_restarted error, every connection stays open, and a new stream on the
+    same connections decodes within 5 s of the kill."""
+    log = tmp_path / "d.log"
+
+    async def main(p: subprocess.Popen[bytes], port: int) -> None:
+        await wait_ready(port, p, log)
+        pids = fronts_of(p.pid, 2)
+        (worker,) = children(p.pid, "codecd.worker")
+        by = await spread(port, pids, 4, min_per_front=2)
+        conns = [c for cs in by.values() for c in cs]
+        rng = np.random.default_rng(7)
+        for c in conns:
+            await c.send(start_msg("x", "levels"))
+            await send_stream(c, "x", small_codes(4 * 40, rng), "levels", rng, end=False)
+        for c in conns:
+            await c.until(lambda c=c: any(m["type"] == "started" for m in c.rec("x")["msgs"]))
+        t_kill = time.monotonic()
+        os.kill(worker, signal.SIGKILL)
+        for c in conns:
+            t = await c.terminal("x", 10)
+            assert (t["type"], t["code"]) == ("error", "engine_error"), t
+            assert t["message"].startswith("engine_restarted:"), t
+        levels = small_codes(4 * 12, rng)
+        first_audio = None
+        while first_audio is None:  # retry a refused (busy: restarting) start
+            assert time.monotonic() - t_kill < 5.0, "no new stream decoded within 5 s"
+            c = conns[0]
+            sid = f"n{int((time.monotonic() - t_kill) * 1000)}"
+            await c.send(start_msg(sid, "levels", format="pcm_f32le"))
+            await send_stream(c, sid, levels, "levels", rng)
+            t = await c.terminal(sid, 5)
+            if t["type"] == "done":
+                first_audio = time.monotonic() - t_kill
+                assert_same_audio(bytes(c.rec(sid)["audio"]),
+                                  expected(offline, levels, "pcm_f32le", 24000), "pcm_f32le")
+            else:
+                assert t["code"] == "busy", t
+                await asyncio.sleep(0.05)
+        assert first_audio < 5.0
+        print(f"\na new stream decoded {first_audio:.2f} s after the worker was killed")
+        for c in conns:  # every connection is still open and serves
+            sid = "after"
+            await c.send(start_msg(sid, "levels"))
+            await send_stream(c, sid, levels, "levels", rng)
+            assert (await c.terminal(sid, 10))["type"] == "done"
+            assert c.ws.close_code is None
+        m = await metrics(port)
+        assert metric_value(m, "codecd_worker_restarts_total", worker="0") == 1
+        for c in conns:
+            await c.close()
+
+    with daemon(small, log, "--fronts", "2", "--max-batch", "64", buckets=None) as (p, port):
+        run(main(p, port))
+
+
+def test_sigterm_drains_every_front(small: Path, offline: Any, tmp_path: Path) -> None:
+    """SIGTERM with streams open on both fronts: /readyz turns 503, every stream finishes (its
+    end arrives after the signal), then main and every child exit, status 0."""
+    log = tmp_path / "d.log"
+
+    async def main(p: subprocess.Popen[bytes], port: int) -> None:
+        await wait_ready(port, p, log)
+        pids = fronts_of(p.pid, 2)
+        worker = children(p.pid, "codecd.worker")
+        by = await spread(port, pids, 4, min_per_front=2)
+        conns = [c for cs in by.values() for c in cs]
+        rng = np.random.default_rng(9)
+        cases = []
+        for c in conns:
+            levels = small_codes(4 * 60, rng)
+            await c.send(start_msg("x", "levels", format="pcm_f32le"))
+            await send_stream(c, "x", levels, "levels", rng, end=False)
+            cases.append((c, levels))
+        for c in conns:
+            await c.until(lambda c=c: any(m["type"] == "started" for m in c.rec("x")["msgs"]))
+        p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while True:  # no longer ready: 503, or refused once every front stopped accepting
+            try:
+                if (await asyncio.wait_for(http_get(port, "/readyz"), 1.0))[0] == 503:
+                    break
+            except (OSError, asyncio.TimeoutError):
+                break
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        for c, _ in cases:
+            await c.send({"type": "end", "stream_id": "x"})
+        for c, levels in cases:
+            t = await c.terminal("x", 20)
+            assert t["type"] == "done", t
+            assert_same_audio(bytes(c.rec("x")["audio"]),
+                              expected(offline, levels, "pcm_f32le", 24000), "pcm_f32le")
+        for c in conns:
+            assert await c.closed(15) in (1000, 1001)
+        assert await asyncio.to_thread(p.wait, 20) == 0
+        for pid in pids + worker:
+            assert not os.path.exists(f"/proc/{pid}") or \
+                open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+    with daemon(small, log, "--fronts", "2") as (p, port):
+        run(main(p, port))
+
+
+def test_channel_rings_carry_batches_larger_than_a_ring(tmp_path: Path) -> None:
+    """A front's commands of one turn, and a worker's events of one tick, larger than a ring
+    record may be: split into packets in order, and a full ring keeps the rest for later
+    (the reader frees room, the writer goes on): every message arrives once, in order."""
+    from codecd import wire
+    from codecd.channel import FrontEnds, WorkerEnds, make_channel, packets
+
+    ch = make_channel(cmd_bytes=1 << 16, evt_bytes=1 << 16)
+    try:  # each side gets its own descriptors, as from socket.recv_fds; main closes its own
+        front = FrontEnds.from_fds([os.dup(fd) for fd in ch.front_fds])
+        worker = WorkerEnds.from_fds([os.dup(fd) for fd in ch.worker_fds])
+    finally:
+        ch.close()
+    rng = np.random.default_rng(0)
+    msgs = [wire.PushCodes(i, [rng.integers(0, 4096, int(rng.integers(1, 1500)),
+                                            dtype=np.int32) for _ in range(3)])
+            for i in range(200)]
+    pkts = packets(msgs, front.commands.capacity // 4)
+    assert len(pkts) > 10 and all(front.commands.fits(len(p)) for p in pkts)
+    got: list[Any] = []
+    pending = list(pkts)
+    while pending or len(got) < len(msgs):
+        while pending and front.commands.write([pending[0]]):
+            pending.pop(0)
+        front.commands.ring()
+        time.sleep(0.001)
+        worker.commands.on_doorbell()
+        for rec in worker.commands.records():
+            got += wire.decode(bytes(rec))
+    assert [m.sid for m in got] == list(range(200))
+    for a, b in zip(msgs, got):
+        assert all(np.array_equal(x, y) for x, y in zip(a.levels, b.levels))
+    front.close()
+    worker.close()
+
+
+@pytest.mark.parametrize("align_ms", [0.0, 1000.0])
+def test_tick_align_puts_spread_streams_in_one_tick(small: Path, align_ms: float) -> None:
+    """Four streams whose first chunk arrives spread over 150 ms: with ticks on a 1 s cadence
+    they share one tick (the boundary after them); with gather_ms alone, each ticks alone."""
+    from codecd.engine import EngineConfig, EnginePool
+
+    async def main() -> list[int]:
+        pool = EnginePool(EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=8,
+                                       max_batch=8, warm_buckets=(1,), gather_ms=2.0,
+                                       tick_align_ms=align_ms), ["cpu"], on_event=lambda e: None)
+        await pool.start()
+        try:
+            for i in range(4):
+                pool.open(i, "small")
+            await pool.fetch_stats()  # opened (commands are answered in order)
+            # start right after a boundary of the cadence (CLOCK_MONOTONIC is the machine's)
+            while not 0.02 < time.monotonic() % 1.0 < 0.1:
+                await asyncio.sleep(0.005)
+            rng = np.random.default_rng(1)
+            for i in range(4):
+                pool.push(i, small_codes(4, rng))  # one chunk: ready at once
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(1.2)
+            st = (await pool.fetch_stats())["workers"][0]["worker"]["models"]["small"]
+            return list(st["recent_batches"])
+        finally:
+            await pool.close()
+
+    batches = asyncio.run(main())
+    assert sum(batches) == 4, batches
+    if align_ms:
+        assert batches == [4], batches
+    else:  # each push ticks on its own (a loaded machine may let two meet)
+        assert len(batches) >= 3, batches
+
+
+def test_browser_tickets_redeem_on_any_front(small: Path, tmp_path: Path) -> None:
+    """A browser ticket from GET /auth/ticket (whichever front answers it) opens a websocket on
+    whichever front the upgrade reaches, once: main keeps the tickets of every front."""
+    import json
+
+    from websockets.asyncio.client import connect
+
+    log = tmp_path / "d.log"
+    token = "s3cret-Token_1"
+
+    async def main(p: subprocess.Popen[bytes], port: int) -> None:
+        await wait_ready(port, p, log)
+        pids = fronts_of(p.pid, 2)
+        me = "http://x"  # the page's own origin for http_get's "Host: x"
+        url = f"ws://127.0.0.1:{port}/"
+        served: set[int] = set()
+        for _ in range(12):
+            st, body = await http_get(port, "/auth/ticket",
+                                      {"Authorization": f"Bearer {token}", "Origin": me})
+            assert st == 200, body
+            offer = json.loads(body)["subprotocols"]
+            async with connect(url, subprotocols=offer, origin=me, open_timeout=5) as ws:
+                assert json.loads(await ws.recv())["type"] == "hello"
+                c = Client(ws)
+                served.add(owner(c, pids) or 0)
+            with pytest.raises(InvalidStatus) as ei:  # single use, on every front
+                await connect(url, subprotocols=offer, origin=me, open_timeout=5)
+            assert ei.value.response.status_code == 401
+        assert served == set(pids), served  # upgrades on both fronts
+
+    with daemon(small, log, "--fronts", "2", "--auth-token", token) as (p, port):
+        run(main(p, port))
