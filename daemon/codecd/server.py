@@ -125,6 +125,7 @@ class Server:
         self._closed = asyncio.Event()
         self.session_limits: SessionLimits | None = None
         self.server_metrics = ServerMetrics(self)
+        self.speech: Any = None  # codecd.speech.SpeechFront when --http-port is set
         self._routes = Routes(config, self.server_metrics, self.metrics, ready=self._is_ready,
                               accepting=lambda: self.ready and not self.draining,
                               connections=lambda ip: (len(self._conns), self._per_ip[ip]),
@@ -200,6 +201,10 @@ class Server:
         if interval is not None:
             self._tasks.append(asyncio.create_task(
                 watchdog(interval, self._healthy(interval), self._status), name="codecd-watchdog"))
+        if cfg.http_port >= 0:
+            from .speech import start_speech  # aiohttp is imported only when it is used
+
+            self.speech = await start_speech(self)
         self.ready = True
         for n, s in self.specs.items():
             logger.info("model %s: %s %d Hz, %d levels, layouts %s", n, s.arch, s.sample_rate,
@@ -388,6 +393,8 @@ class Server:
     def _on_event(self, ev: EngineEvent) -> None:
         key = ev.key
         if not isinstance(key, StreamKey):
+            if self.speech is not None:
+                self.speech.on_event(ev)
             return
         conn = self._conns.get(key.session)
         if conn is None:
@@ -458,6 +465,8 @@ class Server:
             await asyncio.sleep(0.05)
         if self.active_streams:
             logger.warning("drain timeout: closing %d stream(s)", self.active_streams)
+        if self.speech is not None:
+            await self.speech.close()
         for conn in list(self._conns.values()):
             self._apply(conn, conn.session.shutdown())
         if self._ws_server is not None:
