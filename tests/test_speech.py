@@ -121,25 +121,29 @@ class FakeLM:
             text = "I am a helpful assistant and cannot speak."
         if "BADFIRST" in piece:
             text = "<custom_token_5000>" + text  # position 0 allows 10..4105
+        late = len(ids_text(ids[:7 * 10]))  # after 10 groups the LM stalls 0.3 s, then fails
         if "BADLATE" in piece:
-            k = len(ids_text(ids[:70]))
-            text = text[:k] + "<custom_token_10>" * 2 + text[k:]  # position 1 needs >= 4106
+            text = text[:late] + "<custom_token_10>" * 2 + text[late:]  # position 1: >= 4106
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         rng = np.random.default_rng(len(piece))
         pos = 0
-        sent_groups = 0
+        stalled = False
         while pos < len(text):
             n = int(rng.integers(1, 40))
+            if pos < late <= pos + n:
+                n = late - pos
             chunk, pos = text[pos:pos + n], pos + n
             ev = {"id": "cmpl-1", "object": "text_completion", "model": "orpheus",
                   "choices": [{"index": 0, "text": chunk, "finish_reason": None}]}
             await resp.write(b"data: " + json.dumps(ev).encode() + b"\n\n")
-            sent_groups = text[:pos].count("<custom_token_") // 7
             if "BREAKEARLY" in piece and pos > 30:
                 break
-            if "BREAKLATE" in piece and sent_groups >= 8:
-                break
+            if pos >= late and not stalled and ("LATE" in piece):
+                stalled = True
+                await asyncio.sleep(0.3)  # the client has audio by now
+                if "BREAKLATE" in piece:
+                    break
             await asyncio.sleep(self.pace_s)
         if "BREAK" in piece:
             await asyncio.sleep(0.05)
@@ -205,11 +209,11 @@ async def assert_nothing_running(srv: Any, lm: FakeLM) -> None:
                          f"engine {srv.pool.stats()['streams']}")
 
 
-async def post(srv: Any, body: dict[str, Any]) -> tuple[int, dict[str, Any], bytes]:
+async def post(srv: Any, body: dict[str, Any]) -> tuple[int, Any, bytes]:
     async with ClientSession() as s:
         async with s.post(base_url(srv) + "/audio/speech", json=body) as r:
             data = await r.read()
-            return r.status, dict(r.headers), data
+            return r.status, r.headers.copy(), data
 
 
 # ------------------------------------------------------------------ units
@@ -317,8 +321,8 @@ def test_encoded_formats_decode_close_to_pcm(small: Path, offline: Any) -> None:
             pcm, _, _ = await speak(srv, text)
             ref = np.frombuffer(pcm, "<i2").astype(np.float64) / 32768
             out = {}
-            for fmt, rate, min_corr in (("flac", SR, 0.9999), ("opus", 48000, 0.5),
-                                        ("mp3", SR, 0.5), ("aac", SR, 0.5)):
+            for fmt, rate, min_corr in (("flac", SR, 0.9999), ("opus", 48000, 0.9),
+                                        ("mp3", SR, 0.9), ("aac", SR, 0.6)):
                 data, _, resp = await speak(srv, text, fmt)
                 got, r = decode(data)
                 assert r == rate, (fmt, r)
@@ -344,7 +348,7 @@ def test_bad_requests_get_400(small: Path) -> None:
                 status, headers, body = await post(srv, {**ok, **patch})
                 assert status == 400, (patch, status, body)
                 assert json.loads(body)["error"]["code"] == code, (patch, body)
-                assert headers["X-Request-Id"]
+                assert headers.get("X-Request-Id"), (patch, headers)
             assert lm.prompts == []
             await assert_nothing_running(srv, lm)
     asyncio.run(main())
@@ -380,7 +384,9 @@ def test_upstream_failures(small: Path, offline: Any, caplog: pytest.LogCaptureF
                 assert resp.status_code == 200
                 full = want_pcm(offline, [text])
                 n_groups = len(pcm) // 2 // SAMPLES_PER_GROUP
-                assert len(pcm) == n_groups * SAMPLES_PER_GROUP * 2 and n_groups >= 8, word
+                assert len(pcm) == n_groups * SAMPLES_PER_GROUP * 2, word
+                assert n_groups == (len(full) // 2 // SAMPLES_PER_GROUP if word == "NODONE"
+                                    else 10), (word, n_groups)
                 if word == "NODONE":
                     assert_same_audio(pcm, full, "pcm_s16le")
                 else:
@@ -415,24 +421,26 @@ def test_twenty_speech_and_twenty_websocket_streams_batched(small: Path, offline
     async def main() -> None:
         async with speech_server(small, max_streams=64, gather_ms=5.0) as (srv, lm):
             rng = np.random.default_rng(4)
-            c = await Client.open(srv.port)
+            clients = [await Client.open(srv.port) for _ in range(2)]  # 16 streams each at most
             ws_jobs = []
             for i in range(20):
                 levels = small_codes(4 * int(rng.integers(40, 120)), rng)
+                c = clients[i % 2]
                 await c.send(start_msg(f"w{i}"))
-                ws_jobs.append((f"w{i}", levels))
+                ws_jobs.append((c, f"w{i}", levels))
             texts = [f"Request {i} says hello to everyone here." for i in range(20)]
             res = await asyncio.gather(
                 *(speak(srv, t) for t in texts),
-                *(send_stream(c, sid, lv, "orpheus_ids", rng) for sid, lv in ws_jobs))
+                *(send_stream(c, sid, lv, "orpheus_ids", rng) for c, sid, lv in ws_jobs))
             for t, (pcm, _, _) in zip(texts, res[:20]):
                 assert_same_audio(pcm, want_pcm(offline, [t]), "pcm_s16le")
-            for sid, levels in ws_jobs:
+            for c, sid, levels in ws_jobs:
                 term = await c.terminal(sid, 20)
                 assert term["type"] == "done", term
                 assert_same_audio(bytes(c.rec(sid)["audio"]),
                                   expected(offline, levels, "pcm_s16le", SR), "pcm_s16le")
-            await c.close()
+            for c in clients:
+                await c.close()
             st = (await srv.pool.fetch_stats())["workers"][0]["worker"]["models"]["small"]
             assert st["max_batch_seen"] >= 2, st
             ttfa = sorted(r[1] for r in res[:20])
