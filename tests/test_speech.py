@@ -448,3 +448,18 @@ def test_twenty_speech_and_twenty_websocket_streams_batched(small: Path, offline
                   f"max {ttfa[-1] * 1000:.0f} ms; batches up to {st['max_batch_seen']}")
             await assert_nothing_running(srv, lm)
     asyncio.run(main())
+
+
+def test_without_pyav_encoded_formats_say_how(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without PyAV, pcm and wav still work and the others name the extra to install."""
+    import sys
+
+    from codecd.speech.encode import CodecsMissing, make_encoder
+
+    monkeypatch.setitem(sys.modules, "av", None)  # import av -> ImportError
+    x = np.zeros(100, np.float32)
+    assert len(make_encoder("pcm", SR).feed(x)) == 200
+    assert len(make_encoder("wav", SR).feed(x)) == 244
+    for fmt in ("opus", "mp3", "flac", "aac"):
+        with pytest.raises(CodecsMissing, match=r"codecd\[codecs\]"):
+            make_encoder(fmt, SR)

@@ -123,9 +123,9 @@ class AvEncoder(Encoder):
         try:
             # Ogg pages of at most 20 ms (the muxer's default is 1 s: no streaming)
             opts = {"page_duration": "20000"} if container_fmt == "ogg" else {}
-            container = av.open(self.sink, mode="w", format=container_fmt, options=opts)
-            stream = container.add_stream(codec, rate=rate or sample_rate)
-        except (av.FFmpegError, ValueError) as e:  # type: ignore[attr-defined]
+            container: Any = av.open(self.sink, mode="w", format=container_fmt, options=opts)
+            stream: Any = container.add_stream(codec, rate=rate or sample_rate)
+        except (av.FFmpegError, ValueError) as e:
             raise CodecsMissing(f"response_format {fmt!r}: FFmpeg encoder {codec!r} is not "
                                 f"available in this PyAV build ({e})") from None
         stream.layout = "mono"
