@@ -17,6 +17,7 @@ SUITES: dict[str, Suite] = {
     "decode": Suite("bench.decode", "offline SNAC decode throughput, codecrt against PyTorch (CPU)"),
     "stream": Suite("bench.stream", "streaming latency, compute against offline, tick time, capacity"),
     "serve": Suite("bench.serve", "load test of codecd serve: N concurrent real-time streams"),
+    "speech": Suite("bench.speech", "speech endpoint: time to first audio over a paced LM stand-in"),
     "s3gen": Suite("bench.s3gen", "Chatterbox S3Gen throughput and first-chunk latency"),
     "vocos": Suite("bench.vocos", "WavTokenizer, NeuCodec, XCodec2 offline, codecrt against PyTorch"),
     "gpu": Suite("bench.gpu.capacity", "GPU capacity: offline throughput and real-time streams"),
