@@ -273,7 +273,8 @@ def test_openai_client_pcm_wav_sse_equal_offline(small: Path, offline: Any) -> N
             assert_same_audio(sse_pcm, want, "pcm_s16le")
 
             # long input: pieces at sentence ends, one generation each, one audio stream
-            long = " ".join(f"Sentence number {i} is here to make the input long." for i in range(12))
+            long = " ".join(f"Sentence number {i} is here to make the input long."
+                            for i in range(12))
             pieces = split_sentences(long, 240)
             assert len(pieces) >= 2
             lm.prompts.clear()
@@ -463,3 +464,31 @@ def test_without_pyav_encoded_formats_say_how(monkeypatch: pytest.MonkeyPatch) -
     for fmt in ("opus", "mp3", "flac", "aac"):
         with pytest.raises(CodecsMissing, match=r"codecd\[codecs\]"):
             make_encoder(fmt, SR)
+
+
+def test_pipecat_openai_tts_service(small: Path, offline: Any) -> None:
+    """Pipecat's OpenAITTSService with base_url speaks through codecd: its frames carry the
+    pcm of the offline decode (Pipecat accepts only OpenAI's voice names: nova -> jess)."""
+    pytest.importorskip("pipecat")
+    from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame
+    from pipecat.services.openai.tts import OpenAITTSService
+
+    text = "Pipecat asks and codecd answers."
+
+    async def main() -> None:
+        async with speech_server(small) as (srv, lm):
+            tts = OpenAITTSService(api_key="unused", base_url=base_url(srv),
+                                   settings=OpenAITTSService.Settings(voice="nova",
+                                                                      model="orpheus"))
+            # what a pipeline's StartFrame sets (no pipeline here: run_tts is called directly)
+            tts._sample_rate = SR
+            audio = bytearray()
+            async for frame in tts.run_tts(text, "ctx-1"):
+                assert not isinstance(frame, ErrorFrame), frame
+                if isinstance(frame, TTSAudioRawFrame):
+                    assert frame.sample_rate == SR and frame.num_channels == 1
+                    audio += frame.audio
+            assert lm.prompts == [orpheus_prompt(text, "jess")]
+            assert_same_audio(bytes(audio), want_pcm(offline, [text]), "pcm_s16le")
+            await assert_nothing_running(srv, lm)
+    asyncio.run(main())

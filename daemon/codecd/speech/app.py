@@ -38,7 +38,15 @@ from ..families import ModelSpec
 from ..families.layout import LayoutError
 from ..families.orpheus import ORPHEUS_IDS
 from .encode import CONTENT_TYPES, FORMATS, CodecsMissing, Encoder, make_encoder
-from .prompt import DEFAULT_VOICE, ORPHEUS_VOICES, STOP, TokenParser, orpheus_prompt, split_sentences
+from .prompt import (
+    DEFAULT_VOICE,
+    OPENAI_VOICES,
+    ORPHEUS_VOICES,
+    STOP,
+    TokenParser,
+    orpheus_prompt,
+    split_sentences,
+)
 from .upstream import Upstream, UpstreamError
 
 __all__ = ["SpeechFront", "SpeechKey", "MAX_INPUT_CHARS", "PIECE_CHARS"]
@@ -175,7 +183,8 @@ class SpeechFront:
     async def list_voices(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
             return _error(401, "unauthorized", "missing or wrong bearer token")
-        return web.json_response({"voices": list(ORPHEUS_VOICES), "default": DEFAULT_VOICE})
+        return web.json_response({"voices": list(ORPHEUS_VOICES), "default": DEFAULT_VOICE,
+                                  "aliases": dict(OPENAI_VOICES)})
 
     # ------------------------------------------------------------ speech
 
@@ -192,9 +201,11 @@ class SpeechFront:
         voice = body.get("voice", DEFAULT_VOICE)
         if isinstance(voice, dict):  # OpenAI's {"id": ...} form
             voice = voice.get("id")
+        voice = OPENAI_VOICES.get(voice, voice) if isinstance(voice, str) else voice
         if voice not in ORPHEUS_VOICES:
             return _error(400, "unknown_voice", f"voice: {voice!r} is not one of "
-                          f"{', '.join(ORPHEUS_VOICES)} (GET /v1/audio/voices)")
+                          f"{', '.join(ORPHEUS_VOICES)} or OpenAI's names "
+                          "(GET /v1/audio/voices)")
         fmt = body.get("response_format", "mp3")
         if fmt not in FORMATS:
             return _error(400, "bad_request",

@@ -2,10 +2,11 @@
 splitting, and the incremental parser of the ``<custom_token_N>`` text it streams back.
 
 The prompt is the Orpheus project's (canopyai/Orpheus-TTS ``engine_class._format_prompt``):
-the token ids ``[128259] + tokenize("{voice}: {text}") + [128009, 128260, 128261, 128257]``
-decoded to text, i.e.::
+the token ids ``[128259] + tokenize("{voice}: {text}") + [128009, 128260, 128261,
+128257]`` decoded to text, i.e.::
 
-    <custom_token_3><|begin_of_text|>tara: Hello there.<|eot_id|><custom_token_4><custom_token_5><custom_token_1>
+    <custom_token_3><|begin_of_text|>tara: Hello there.<|eot_id|>
+    <custom_token_4><custom_token_5><custom_token_1>          (one line, no newline)
 
 (128259 is ``<custom_token_3>``, start of human; 128009 ``<|eot_id|>``; 128260/128261
 ``<custom_token_4>``/``<custom_token_5>`` end of human and start of AI; 128257
@@ -25,13 +26,20 @@ import numpy.typing as npt
 
 from ..families.orpheus import ORPHEUS_CUSTOM_TOKEN_OFFSET, ORPHEUS_TOKEN_BASE
 
-__all__ = ["ORPHEUS_VOICES", "DEFAULT_VOICE", "orpheus_prompt", "split_sentences",
+__all__ = ["ORPHEUS_VOICES", "DEFAULT_VOICE", "OPENAI_VOICES", "orpheus_prompt", "split_sentences",
            "TokenParser", "END_OF_SPEECH", "STOP"]
 
 #: the voices of the released English fine-tune (canopylabs/orpheus-3b-0.1-ft), in the
 #: project's order of preference
 ORPHEUS_VOICES = ("tara", "leah", "jess", "leo", "dan", "mia", "zac", "zoe")
 DEFAULT_VOICE = "tara"
+#: OpenAI's voice names -> Orpheus voices, so that clients which only accept OpenAI's names
+#: (Pipecat's OpenAITTSService checks them) can pick a voice; genders matched where known
+OPENAI_VOICES = {
+    "alloy": "tara", "ash": "dan", "ballad": "leo", "cedar": "zac", "coral": "leah",
+    "echo": "leo", "fable": "dan", "marin": "mia", "nova": "jess", "onyx": "zac",
+    "sage": "zoe", "shimmer": "mia", "verse": "leo",
+}
 #: N of <custom_token_N> the model emits at the end of its speech
 END_OF_SPEECH = 2
 #: stop strings sent upstream (end of speech; the eos of the base model)
