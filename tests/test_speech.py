@@ -492,3 +492,30 @@ def test_pipecat_openai_tts_service(small: Path, offline: Any) -> None:
             assert_same_audio(bytes(audio), want_pcm(offline, [text]), "pcm_s16le")
             await assert_nothing_running(srv, lm)
     asyncio.run(main())
+
+
+def test_livekit_openai_tts_plugin(small: Path, offline: Any) -> None:
+    """LiveKit Agents' OpenAI TTS plugin with base_url speaks through codecd (it asks for
+    sse unless the model is tts-1: the deltas decode to the pcm of the offline decode)."""
+    pytest.importorskip("livekit.agents")
+    from livekit.plugins import openai as lk_openai
+
+    text = "LiveKit asks and codecd answers."
+
+    async def main() -> None:
+        async with speech_server(small) as (srv, lm):
+            tts = lk_openai.TTS(base_url=base_url(srv), api_key="unused", model="orpheus",
+                                voice="leo", response_format="pcm")
+            audio = bytearray()
+            async with tts.synthesize(text) as stream:
+                async for ev in stream:
+                    assert ev.frame.sample_rate == SR and ev.frame.num_channels == 1
+                    audio += bytes(ev.frame.data)
+            await tts.aclose()
+            assert lm.prompts == [orpheus_prompt(text, "leo")]
+            want = want_pcm(offline, [text])
+            # LiveKit pads its last frame with silence to a whole frame
+            assert len(audio) >= len(want) and not any(audio[len(want):])
+            assert_same_audio(bytes(audio[:len(want)]), want, "pcm_s16le")
+            await assert_nothing_running(srv, lm)
+    asyncio.run(main())
