@@ -28,6 +28,8 @@ from smallmodel import small_codes  # noqa: E402
 from test_server import (  # noqa: E402,F401
     SR,
     Client,
+    serve_process,
+    wait_ready,
     assert_same_audio,
     codecrt,
     expected,
@@ -172,7 +174,9 @@ async def speech_server(small: Path, lm: FakeLM | None = None, **kw: Any
 
 
 def base_url(srv: Any) -> str:
-    return f"http://127.0.0.1:{srv.speech.port}/v1"
+    """The speech front's base URL of an in-process server, or of a port."""
+    port = srv if isinstance(srv, int) else srv.speech.port
+    return f"http://127.0.0.1:{port}/v1"
 
 
 def want_pcm(offline: Any, texts: list[str]) -> bytes:
@@ -519,3 +523,41 @@ def test_livekit_openai_tts_plugin(small: Path, offline: Any) -> None:
             assert_same_audio(bytes(audio[:len(want)]), want, "pcm_s16le")
             await assert_nothing_running(srv, lm)
     asyncio.run(main())
+
+
+def test_serve_cli_http_port_and_sigterm(small: Path, offline: Any, tmp_path: Path) -> None:
+    """``codecd serve --http-port --upstream`` (a real daemon process, settings from flags
+    and the environment): speech works, the upstream gets its key, SIGTERM exits 0 while a
+    request is in flight (it is drained or ended; the daemon stops)."""
+    import signal
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        http_port = s.getsockname()[1]
+    log = tmp_path / "serve.log"
+    text = "Spoken by a real daemon process."
+
+    async def main() -> None:
+        lm = FakeLM()
+        await lm.start()
+        try:
+            with serve_process(small, log, "--http-port", str(http_port), "--upstream", lm.url,
+                               env={"CODECD_UPSTREAM_KEY": "sk-upstream"}) as (p, port):
+                await wait_ready(port, p, log)
+                pcm, _, _ = await speak(http_port, text)
+                assert_same_audio(pcm, want_pcm(offline, [text]), "pcm_s16le")
+                assert lm.auth == ["Bearer sk-upstream"]
+                pending = asyncio.ensure_future(speak(http_port, " ".join(["Long text."] * 40)))
+                await asyncio.sleep(0.3)
+                p.send_signal(signal.SIGTERM)
+                with contextlib.suppress(Exception):
+                    await pending
+                assert await asyncio.to_thread(p.wait, 20) == 0, log.read_text()
+            assert lm.active == 0
+        finally:
+            await lm.close()
+    asyncio.run(main())
+    out = log.read_text()
+    assert "speech endpoint on http://127.0.0.1:%d" % http_port in out
+    assert "sk-upstream" not in out
