@@ -11,13 +11,13 @@ code and close code below appears there).
 
 Client -> server:
 
-* text: JSON objects ``hello``, ``start``, ``tokens``, ``end``, ``cancel``, or a
+* text: JSON objects ``hello``, ``start``, ``tokens``, ``end``, ``cancel``, ``mark``, or a
   bare JSON array of integers (tokens for the connection's only open stream);
 * binary: ``u8 kind=0x01 | u8 level | u8 id_len | id | int32le tokens...``.
 
 Server -> client:
 
-* text: JSON objects ``hello``, ``started``, ``done``, ``cancelled``, ``error``;
+* text: JSON objects ``hello``, ``started``, ``mark``, ``done``, ``cancelled``, ``error``;
 * binary: ``u8 kind=0x02 | u8 id_len | id | u32le seq | u64le sample_offset | PCM``.
 
 Scoping rule: a :class:`ProtocolError` with a ``stream_id`` concerns that stream
@@ -40,8 +40,9 @@ import numpy.typing as npt
 __all__ = [
     "PROTOCOL_VERSION", "KIND_TOKENS", "KIND_AUDIO", "LEVEL_SEQUENCE", "LAYOUTS", "FORMATS",
     "LATENCIES", "ErrorCode", "ERRORS", "ErrorInfo", "close_code_for", "ProtocolError", "Limits",
-    "Hello", "Start", "TokenChunk", "End", "Cancel", "ClientMessage",
-    "ServerHello", "Started", "Done", "Cancelled", "Error", "AudioFrame", "ServerMessage",
+    "Hello", "Start", "TokenChunk", "End", "Cancel", "Mark", "ClientMessage",
+    "ServerHello", "Started", "MarkReached", "Done", "Cancelled", "Error", "AudioFrame",
+    "ServerMessage", "encode_mark",
     "parse_text", "parse_binary", "encode_hello", "encode_started", "encode_done",
     "encode_cancelled", "encode_error", "encode_audio", "encode_client", "encode_token_frame",
     "parse_server_text", "parse_audio", "valid_stream_id", "truncate_reason",
@@ -272,7 +273,16 @@ class Cancel:
     stream_id: str
 
 
-ClientMessage = Union[Hello, Start, TokenChunk, End, Cancel]
+@dataclass(frozen=True)
+class Mark:
+    """Answered with ``mark`` (and its ``sample_offset``) once the audio of every complete
+    frame sent before it has been sent; ``id`` is the client's (string or integer)."""
+
+    stream_id: str
+    id: str | int
+
+
+ClientMessage = Union[Hello, Start, TokenChunk, End, Cancel, Mark]
 
 
 # ---------------------------------------------------------------- server messages
@@ -326,7 +336,14 @@ class AudioFrame:
     data: bytes
 
 
-ServerMessage = Union[ServerHello, Started, Done, Cancelled, Error]
+@dataclass(frozen=True)
+class MarkReached:
+    stream_id: str
+    id: str | int
+    sample_offset: int
+
+
+ServerMessage = Union[ServerHello, Started, MarkReached, Done, Cancelled, Error]
 
 
 # ------------------------------------------------------------------ field helpers
@@ -458,7 +475,7 @@ def parse_text(data: str, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
                         f"{PROTOCOL_VERSION})")
         return Hello(version=version, client=f.str_("client", max_len=limits.max_name_len))
 
-    if mtype not in ("start", "tokens", "end", "cancel"):
+    if mtype not in ("start", "tokens", "end", "cancel", "mark"):
         raise f.err(f"unknown message type {_short(mtype)!r}")
     if sid is None:
         if raw_sid is None:
@@ -485,6 +502,14 @@ def parse_text(data: str, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
         return TokenChunk(sid, levels=levels)
     if mtype == "end":
         return End(sid)
+    if mtype == "mark":
+        mid = obj.get("id")
+        if isinstance(mid, bool) or not (
+                (isinstance(mid, int) and _INT64_MIN <= mid <= _INT64_MAX)
+                or (isinstance(mid, str) and 0 < len(mid) <= limits.max_name_len)):
+            raise f.err(f"'id' must be an integer or a string of 1..{limits.max_name_len} "
+                        "characters")
+        return Mark(sid, mid)
     return Cancel(sid)
 
 
@@ -572,6 +597,8 @@ def encode_client(msg: ClientMessage) -> str:
         d = {"type": "end", "stream_id": msg.stream_id}
     elif isinstance(msg, Cancel):
         d = {"type": "cancel", "stream_id": msg.stream_id}
+    elif isinstance(msg, Mark):
+        d = {"type": "mark", "stream_id": msg.stream_id, "id": msg.id}
     else:
         raise TypeError(f"not a client message: {type(msg).__name__}")
     return _dumps({k: v for k, v in d.items() if v is not None})
@@ -625,6 +652,11 @@ def encode_done(stream_id: str, samples: int, sample_rate: int) -> str:
                    "duration_s": round(samples / sample_rate, 6) if sample_rate else 0.0})
 
 
+def encode_mark(stream_id: str, mark_id: str | int, sample_offset: int) -> str:
+    return _dumps({"type": "mark", "stream_id": stream_id, "id": mark_id,
+                   "sample_offset": sample_offset})
+
+
 def encode_cancelled(stream_id: str) -> str:
     return _dumps({"type": "cancelled", "stream_id": stream_id})
 
@@ -674,6 +706,9 @@ def parse_server_text(data: str) -> ServerMessage:
                         duration_s=float(obj["duration_s"]))
         if t == "cancelled":
             return Cancelled(stream_id=obj["stream_id"])
+        if t == "mark":
+            return MarkReached(stream_id=obj["stream_id"], id=obj["id"],
+                               sample_offset=int(obj["sample_offset"]))
         if t == "error":
             known = {"type", "code", "message", "stream_id"}
             return Error(code=obj["code"], message=obj.get("message", ""),

@@ -66,6 +66,7 @@ from .protocol import (
     ErrorCode,
     Hello,
     Limits,
+    Mark,
     ProtocolError,
     Start,
     TokenChunk,
@@ -75,15 +76,19 @@ from .protocol import (
     encode_done,
     encode_error,
     encode_hello,
+    encode_mark,
     encode_started,
     parse_binary,
     parse_text,
     truncate_reason,
 )
 
-__all__ = ["SessionLimits", "SessionMetrics", "Session"]
+__all__ = ["SessionLimits", "SessionMetrics", "Session", "MAX_PENDING_MARKS"]
 
 logger = logging.getLogger(__name__)
+
+#: unanswered ``mark`` messages one stream may hold
+MAX_PENDING_MARKS = 1024
 
 
 # ------------------------------------------------------------------ configuration
@@ -160,6 +165,7 @@ class _Stream:
     tokens_accepted: int = 0
     samples_in: int = 0  # model-rate samples from the engine
     seq: int = 0
+    marks: list[tuple[int, str | int]] = field(default_factory=list)  # (output offset, id)
 
     @property
     def stream_id(self) -> str:
@@ -340,7 +346,7 @@ class Session:
         pcm = np.asarray(pcm_f32, dtype=np.float32).reshape(-1)
         st.samples_in += int(pcm.size)
         data, n = st.converter.feed(pcm)
-        return acts + self._audio_frame(st, data, n)
+        return acts + self._audio_frame(st, data, n) + self._marks_due(st, False)
 
     def on_done(self, key: StreamKey, total_samples: int) -> list[Action]:
         """The engine finished a stream: flush its converter, send ``done``, free it."""
@@ -355,6 +361,7 @@ class Session:
                            key, total_samples, st.samples_in)
         data, n = st.converter.flush()
         acts += self._audio_frame(st, data, n)
+        acts += self._marks_due(st, True)
         out = st.converter.samples_out
         acts.append(SendText(encode_done(st.stream_id, out, st.out_rate)))
         self._free(st)
@@ -388,6 +395,29 @@ class Session:
         self.metrics.samples_sent += n
         self.metrics.audio_bytes_sent += len(data)
         return [SendBinary(frame)]
+
+    def _marks_due(self, st: _Stream, final: bool) -> list[Action]:
+        """``mark`` answers whose audio has all been sent (all of them at the end)."""
+        out: list[Action] = []
+        sent = st.converter.samples_out
+        while st.marks and (final or st.marks[0][0] <= sent):
+            off, mid = st.marks.pop(0)
+            out.append(SendText(encode_mark(st.stream_id, mid, min(off, sent))))
+        return out
+
+    def _on_mark(self, m: Mark) -> list[Action]:
+        r = self._resolve(m.stream_id)
+        if not isinstance(r, _Stream):
+            return r
+        st = r
+        if len(st.marks) >= MAX_PENDING_MARKS:
+            return self._fail(st, ErrorCode.BAD_MESSAGE,
+                              f"more than {MAX_PENDING_MARKS} marks pending")
+        # the output sample where the audio of frames pushed after the mark begins
+        model_samples = st.frames_pushed() * st.spec.hop_length
+        off = model_samples * st.out_rate // st.spec.sample_rate
+        st.marks.append((off, m.id))
+        return self._marks_due(st, False)
 
     def _mark_closed(self, stream_id: str) -> None:
         self._closed_ids[stream_id] = None
@@ -465,6 +495,8 @@ class Session:
                 return self._on_end(msg)
             if isinstance(msg, Cancel):
                 return self._on_cancel(msg)
+            if isinstance(msg, Mark):
+                return self._on_mark(msg)
             if isinstance(msg, Hello):
                 if self.client_hello is not None:
                     return self.fail_connection(ErrorCode.BAD_MESSAGE, "hello: sent twice")
