@@ -561,3 +561,42 @@ def test_serve_cli_http_port_and_sigterm(small: Path, offline: Any, tmp_path: Pa
     out = log.read_text()
     assert "speech endpoint on http://127.0.0.1:%d" % http_port in out
     assert "sk-upstream" not in out
+
+
+def test_demo_model_process_pcm_equals_offline(tmp_path: Path, codecrt: Any) -> None:
+    """The full-size SNAC 24 kHz shapes (the ``demo`` source's random weights) in a real
+    ``codecd serve`` process: pcm over the official client equals the offline decode of the
+    same tokens to 1 LSB almost everywhere, as the websocket streams of test_server."""
+    import socket
+
+    from codecd.config import build_demo_model
+
+    demo = build_demo_model(tmp_path / "demo_snac_24khz.gguf")
+    text = "The demo model speaks noise, exactly."
+    ids = piece_ids(text)
+    model = codecrt.Model(str(demo))
+    ctx = codecrt.Context(model, device="cpu", n_threads=1)
+    ref = ctx.decode(levels_of(ids)).copy()
+    ctx.close()
+    model.close()
+    want = expected(lambda lv: ref, levels_of(ids), "pcm_s16le", SR)
+    assert len(want) == 2 * 2048 * (ids.size // 7)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        http_port = s.getsockname()[1]
+    log = tmp_path / "serve.log"
+
+    async def main() -> None:
+        lm = FakeLM()
+        await lm.start()
+        try:
+            with serve_process(demo, log, "--http-port", str(http_port), "--upstream",
+                               lm.url) as (p, port):
+                await wait_ready(port, p, log, timeout=120)
+                pcm, ttfa, _ = await speak(http_port, text)
+                assert_same_audio(pcm, want, "pcm_s16le")
+                print(f"demo model, {ids.size // 7} groups: first audio after {ttfa * 1000:.0f} "
+                      "ms (shared CPU)")
+        finally:
+            await lm.close()
+    asyncio.run(main())

@@ -24,7 +24,8 @@ async def start_speech(server: Any) -> Any:
     front = SpeechFront(
         SpeechSettings(host=cfg.host, port=cfg.http_port, upstream=cfg.upstream,
                        upstream_key=cfg.upstream_key or None, upstream_model=cfg.upstream_model,
-                       upstream_timeout_s=cfg.upstream_timeout_s, auth_token=cfg.auth_token),
+                       upstream_timeout_s=cfg.upstream_timeout_s, auth_token=cfg.auth_token,
+                       send_timeout_s=cfg.send_timeout_s),
         server.pool, server.specs, admit=server._admit, release=server._release)
     await front.start()
     return front

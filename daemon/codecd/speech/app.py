@@ -105,6 +105,7 @@ class SpeechSettings:
     upstream_model: str = "orpheus"
     upstream_timeout_s: float = 30.0
     auth_token: str | None = None
+    send_timeout_s: float = 5.0  # a client that does not read for this long is dropped
 
 
 class SpeechFront:
@@ -364,7 +365,17 @@ class SpeechFront:
                     resp.enable_chunked_encoding()
                     await resp.prepare(request)
                 samples += int(ev.pcm.size)
-                await self._write(resp, enc.feed(ev.pcm), sf)
+                try:
+                    await asyncio.wait_for(self._write(resp, enc.feed(ev.pcm), sf),
+                                           self.settings.send_timeout_s)
+                except asyncio.TimeoutError:
+                    # the client does not read: drop it (the finally of speech() ends the
+                    # upstream request and the engine stream)
+                    logger.warning("speech %s: client did not read for %.1f s: slow_reader",
+                                   r.rid, self.settings.send_timeout_s, extra=log)
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return resp
             elif isinstance(ev, Done):
                 r.open = False
                 break
