@@ -400,6 +400,20 @@ def test_upstream_failures(small: Path, offline: Any, caplog: pytest.LogCaptureF
                     assert_same_audio(pcm, expected(offline, levels_of(ids), "pcm_s16le", SR),
                                       "pcm_s16le")
                 await assert_nothing_running(srv, lm)
+            # sse after audio: the deltas so far, an error event, then done
+            text = "Say BREAKLATE in sse."
+            st, _, body = await post(srv, {"input": text, "response_format": "pcm",
+                                           "stream_format": "sse"})
+            assert st == 200
+            events = [json.loads(b[len(b"data: "):]) for b in body.split(b"\n\n") if b]
+            assert [e["type"] for e in events[-2:]] == ["error", "speech.audio.done"]
+            assert events[-2]["error"]["code"] == "upstream_broken"
+            assert {e["type"] for e in events[:-2]} == {"speech.audio.delta"}
+            pcm = b"".join(base64.b64decode(e["audio"]) for e in events[:-2])
+            ids = piece_ids(text)[:7 * 10]
+            assert_same_audio(pcm, expected(offline, levels_of(ids), "pcm_s16le", SR),
+                              "pcm_s16le")
+            await assert_nothing_running(srv, lm)
             # the client goes away mid-stream: upstream request and engine stream end
             async with ClientSession() as s:
                 async with s.post(base_url(srv) + "/audio/speech", json={
