@@ -101,6 +101,9 @@ class FakeLM:
         body = await request.json()
         prompt = body["prompt"]
         assert body["stream"] is True and body["max_tokens"] > 0
+        # Orpheus' sampling, and the audio tokens (special tokens) kept in vLLM's text
+        assert body["temperature"] == 0.6 and body["skip_special_tokens"] is False
+        assert "<custom_token_2>" in body["stop"]
         self.prompts.append(prompt)
         self.auth.append(request.headers.get("Authorization"))
         self.active += 1
@@ -345,7 +348,7 @@ def test_bad_requests_get_400(small: Path) -> None:
             ok = {"model": "tts-1", "input": "Hi.", "voice": "tara", "response_format": "pcm"}
             for patch, code in ((dict(speed=1.5), "unsupported_speed"),
                                 (dict(speed="fast"), "bad_request"),
-                                (dict(voice="alloy"), "unknown_voice"),
+                                (dict(voice="nobody"), "unknown_voice"),
                                 (dict(response_format="ogg"), "bad_request"),
                                 (dict(stream_format="chunks"), "bad_request"),
                                 (dict(input=""), "bad_request"),

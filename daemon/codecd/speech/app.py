@@ -59,8 +59,11 @@ MAX_INPUT_CHARS = 4096
 PIECE_CHARS = 240
 #: ``max_tokens`` per generation: 2048 tokens = 292 SNAC frames = 25 s of audio
 PIECE_MAX_TOKENS = 2048
-#: Orpheus sampling defaults of the project (temperature, top_p, repetition penalty)
-SAMPLING = {"temperature": 0.6, "top_p": 0.8, "repetition_penalty": 1.3, "repeat_penalty": 1.3}
+#: Orpheus sampling defaults of the project (temperature, top_p, repetition penalty: vLLM's
+#: and llama.cpp's names); vLLM drops special tokens from the text unless told not to, and
+#: Orpheus' audio tokens are special tokens
+SAMPLING: dict[str, float | bool] = {"temperature": 0.6, "top_p": 0.8, "repetition_penalty": 1.3,
+                                     "repeat_penalty": 1.3, "skip_special_tokens": False}
 
 _ids = itertools.count(1)
 
