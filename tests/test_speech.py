@@ -617,3 +617,40 @@ def test_demo_model_process_pcm_equals_offline(tmp_path: Path, codecrt: Any) -> 
         finally:
             await lm.close()
     asyncio.run(main())
+
+
+def test_websocket_start_with_text(small: Path, offline: Any) -> None:
+    """A websocket ``start`` with ``text`` (and ``voice``) instead of tokens: the same text
+    front feeds the stream; upstream failures are ``upstream_error``; tokens from the client
+    for such a stream are refused; without --upstream, text starts fail clearly."""
+    text = "The websocket speaks text too. Two sentences!"
+
+    async def main() -> None:
+        async with speech_server(small) as (srv, lm):
+            c = await Client.open(srv.port)
+            await c.send({"type": "start", "stream_id": "t", "model": "small", "text": text,
+                          "voice": "shimmer"})
+            await c.send({"type": "start", "stream_id": "f", "model": "small",
+                          "text": "Say STATUS500 now."})
+            await c.send({"type": "start", "stream_id": "x", "model": "small",
+                          "text": "Say SLOW now."})
+            await c.send({"type": "tokens", "stream_id": "x", "tokens": [128266]})
+            t = await c.terminal("t")
+            assert t["type"] == "done", t
+            assert_same_audio(bytes(c.rec("t")["audio"]), want_pcm(offline, [text]),
+                              "pcm_s16le")
+            assert orpheus_prompt(text, "mia") in lm.prompts
+            f = await c.terminal("f")
+            assert f["type"] == "error" and f["code"] == "upstream_error", f
+            assert f["upstream_code"] == "upstream_status"
+            x = await c.terminal("x")
+            assert x["type"] == "error" and x["code"] == "bad_message", x
+            await c.close()
+            await assert_nothing_running(srv, lm)
+        async with running(small) as srv:  # no upstream
+            c = await Client.open(srv.port)
+            await c.send({"type": "start", "stream_id": "t", "model": "small", "text": "Hi."})
+            t = await c.terminal("t")
+            assert t["code"] == "upstream_error" and t["upstream_code"] == "no_upstream", t
+            await c.close()
+    asyncio.run(main())

@@ -124,7 +124,8 @@ class Config:
     http_port: int = _f(-1, "port of the OpenAI-compatible HTTP speech endpoint on the listen "
                         "host (POST /v1/audio/speech; -1: off, 0: ephemeral); needs --upstream")
     upstream: str | None = _f(None, "OpenAI-compatible completions server the speech endpoint "
-                              "streams Orpheus tokens from (http://HOST:PORT[/v1])", metavar="URL")
+                              "and websocket text streams get Orpheus tokens from "
+                              "(http://HOST:PORT[/v1])", metavar="URL")
     upstream_key: str | None = _f(None, "bearer key sent to the upstream")
     upstream_model: str = _f("orpheus", "model name sent to the upstream")
     upstream_timeout_s: float = _f(30.0, "upstream connect timeout and longest silence within "

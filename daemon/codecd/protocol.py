@@ -99,6 +99,7 @@ class ErrorCode(str, Enum):
     DURATION_EXCEEDED = "duration_exceeded"
     SLOW_READER = "slow_reader"
     ENGINE_ERROR = "engine_error"
+    UPSTREAM_ERROR = "upstream_error"
     UNAUTHORIZED = "unauthorized"
     BAD_ORIGIN = "bad_origin"
     SHUTTING_DOWN = "shutting_down"
@@ -141,6 +142,8 @@ ERRORS: Mapping[ErrorCode, ErrorInfo] = {
     ErrorCode.DURATION_EXCEEDED: ErrorInfo(1008, "stream over the maximum audio duration"),
     ErrorCode.SLOW_READER: ErrorInfo(1008, "client does not read audio fast enough"),
     ErrorCode.ENGINE_ERROR: ErrorInfo(1011, "the decoder failed"),
+    ErrorCode.UPSTREAM_ERROR: ErrorInfo(1011, "the upstream language model of a text stream "
+                                              "failed"),
     ErrorCode.UNAUTHORIZED: ErrorInfo(1008, "missing or invalid credentials"),
     ErrorCode.BAD_ORIGIN: ErrorInfo(1008, "Origin header not allowed"),
     ErrorCode.SHUTTING_DOWN: ErrorInfo(1001, "server is shutting down"),
@@ -236,6 +239,8 @@ class Start:
     noise: bool = False
     seed: int | None = None
     voice: str | None = None
+    #: text to speak instead of tokens (the server's upstream LM generates them)
+    text: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -513,10 +518,23 @@ def parse_text(data: str, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
     return Cancel(sid)
 
 
+#: longest ``text`` of a start (OpenAI's speech input limit)
+MAX_TEXT_CHARS = 4096
+
+
 def _parse_start(f: _Fields, sid: str, limits: Limits) -> Start:
     model = f.str_("model", max_len=limits.max_name_len, required=True)
-    layout = f.str_("layout", max_len=0, required=True, choices=LAYOUTS,
+    text = f.obj.get("text")
+    if text is not None and (not isinstance(text, str) or not text.strip()
+                             or len(text) > MAX_TEXT_CHARS):
+        raise f.err(f"'text' must be a non-empty string of at most {MAX_TEXT_CHARS} characters")
+    layout = f.str_("layout", max_len=0, required=text is None, choices=LAYOUTS,
                     code=ErrorCode.BAD_LAYOUT)
+    if text is not None:
+        if layout not in (None, "orpheus_ids"):
+            raise f.err("a start with 'text' takes layout orpheus_ids (or none)",
+                        ErrorCode.BAD_LAYOUT)
+        layout = "orpheus_ids"
     fmt = f.str_("format", max_len=0, choices=FORMATS, code=ErrorCode.BAD_FORMAT) or "pcm_s16le"
     rate = f.int_("sample_rate", limits.min_sample_rate, limits.max_sample_rate,
                   code=ErrorCode.BAD_FORMAT)
@@ -526,7 +544,7 @@ def _parse_start(f: _Fields, sid: str, limits: Limits) -> Start:
     voice = f.str_("voice", max_len=limits.max_name_len)
     assert model is not None and layout is not None
     return Start(stream_id=sid, model=model, layout=layout, format=fmt, sample_rate=rate,
-                 latency=latency, noise=noise, seed=seed, voice=voice)
+                 latency=latency, noise=noise, seed=seed, voice=voice, text=text)
 
 
 def parse_binary(data: bytes, limits: Limits = DEFAULT_LIMITS) -> TokenChunk:
@@ -582,7 +600,8 @@ def encode_client(msg: ClientMessage) -> str:
     elif isinstance(msg, Start):
         d = {"type": "start", "stream_id": msg.stream_id, "model": msg.model,
              "layout": msg.layout, "format": msg.format, "sample_rate": msg.sample_rate,
-             "latency": msg.latency, "noise": msg.noise, "seed": msg.seed, "voice": msg.voice}
+             "latency": msg.latency, "noise": msg.noise, "seed": msg.seed, "voice": msg.voice,
+             "text": msg.text}
     elif isinstance(msg, TokenChunk):
         if msg.stream_id is None:
             assert msg.tokens is not None

@@ -58,6 +58,7 @@ from .actions import (
     EngineFinish,
     EngineOpen,
     EnginePush,
+    GenerateText,
     SendBinary,
     SendText,
     StreamKey,
@@ -119,6 +120,7 @@ class Server:
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._pacer = Pacer()
         self._ttfa_t0: dict[Hashable, float] = {}
+        self._gen: dict[Hashable, asyncio.Task[None]] = {}  # text streams' generations
         self._ws_server: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._close_task: asyncio.Task[None] | None = None
@@ -201,7 +203,7 @@ class Server:
         if interval is not None:
             self._tasks.append(asyncio.create_task(
                 watchdog(interval, self._healthy(interval), self._status), name="codecd-watchdog"))
-        if cfg.http_port >= 0:
+        if cfg.upstream:  # text streams (websocket), and HTTP speech on --http-port
             from .speech import start_speech  # aiohttp is imported only when it is used
 
             self.speech = await start_speech(self)
@@ -344,6 +346,8 @@ class Server:
             elif isinstance(a, EngineCancel):
                 pool.cancel(a.key)
                 self._forget(a.key)
+            elif isinstance(a, GenerateText):
+                self._generate(conn, a, followups)
             elif isinstance(a, Close):
                 if not conn.closing:
                     conn.closing = True
@@ -387,6 +391,23 @@ class Server:
     def _forget(self, key: StreamKey) -> None:
         self._pacer.drop(key)
         self._ttfa_t0.pop(key, None)
+        gen = self._gen.pop(key, None)
+        if gen is not None:
+            gen.cancel()
+
+    def _generate(self, conn: _Conn, a: GenerateText, followups: list[Action]) -> None:
+        """A start with text: the speech front's upstream LM feeds the stream's tokens."""
+        sess = conn.session
+        if self.speech is None:
+            followups += sess.text_failed(a.key, "no_upstream", "this server has no --upstream "
+                                          "language model: start with tokens")
+            return
+        self._gen[a.key] = asyncio.create_task(self.speech.feed_session(
+            a.text, a.voice, f"ws-{a.key}",
+            on_ids=lambda ids: self._apply(conn, sess.text_tokens(a.key, ids)),
+            on_end=lambda: self._apply(conn, sess.text_end(a.key)),
+            on_fail=lambda code, msg: self._apply(conn, sess.text_failed(a.key, code, msg))),
+            name=f"codecd-text-{a.key}")
 
     # ---------------------------------------------------------------- engine events
 

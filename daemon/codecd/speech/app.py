@@ -27,10 +27,12 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from aiohttp import web
 
 from ..engine import Audio, Done, EngineError, EngineEvent, EnginePool, StreamError
@@ -132,6 +134,10 @@ class SpeechFront:
     # ------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        await self.upstream.open()
+        if self.settings.port < 0:  # text streams on the websocket only
+            logger.info("text streams from upstream %s", self.upstream.endpoint)
+            return
         app = web.Application(client_max_size=64 * 1024)
         app.router.add_post("/v1/audio/speech", self.speech)
         app.router.add_get("/v1/models", self.list_models)
@@ -143,7 +149,6 @@ class SpeechFront:
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
         await self._site.start()
-        await self.upstream.open()
         logger.info("speech endpoint on http://%s:%d/v1/audio/speech (upstream %s)",
                     self.settings.host, self.port, self.upstream.endpoint)
 
@@ -268,7 +273,7 @@ class SpeechFront:
             pieces = split_sentences(text, PIECE_CHARS)
             logger.info("speech %s: %d chars in %d piece(s), voice %s, %s/%s, model %s", rid,
                         len(text), len(pieces), voice, fmt, sf, model, extra=log)
-            r.producer = asyncio.create_task(self._produce(r, spec, pieces, voice),
+            r.producer = asyncio.create_task(self._produce(r, spec, text, voice),
                                              name=f"codecd-speech-{rid}")
             return await self._respond(request, r, enc, fmt, sf, spec)
         finally:
@@ -284,36 +289,70 @@ class SpeechFront:
             r.open = False
         self._reqs.pop(r.key, None)
 
-    async def _produce(self, r: _Request, spec: ModelSpec, pieces: list[str], voice: str) -> None:
+    async def generate_ids(self, text: str, voice: str, rid: str
+                           ) -> AsyncIterator[npt.NDArray[np.int64]]:
+        """Raw Orpheus token ids of ``text`` spoken by ``voice``, whole 7-token groups only,
+        as the upstream generates them: one generation per piece of the text, in order
+        (each piece's ids start at position 0 of a group; an incomplete last group of a
+        piece is dropped). Raises :class:`UpstreamError` or :class:`_Fail`."""
+        for i, piece in enumerate(split_sentences(text, PIECE_CHARS)):
+            parser = TokenParser()
+            held = np.zeros(0, dtype=np.int64)
+            async for chunk in self.upstream.complete(
+                    orpheus_prompt(piece, voice), max_tokens=PIECE_MAX_TOKENS, stop=STOP,
+                    request_id=rid):
+                ids = parser.feed(chunk)
+                if ids.size:
+                    held = np.concatenate([held, ids])
+                    k = held.size - held.size % 7
+                    if k:
+                        yield held[:k]
+                        held = held[k:]
+                if parser.ended:
+                    break
+            if parser.n_audio < 7:
+                raise _Fail("upstream_no_audio", 502,
+                            f"piece {i}: the upstream generation held no audio tokens "
+                            f"({parser.n_audio} audio token(s), {parser.skipped_chars} "
+                            "other characters); is it an Orpheus model?")
+            if held.size:
+                logger.info("speech %s: piece %d ended with %d token(s) of an incomplete "
+                            "frame (dropped)", rid, i, held.size, extra={"request_id": rid})
+
+    async def feed_session(self, text: str, voice: str, rid: str,
+                           on_ids: Callable[[npt.NDArray[np.int64]], None],
+                           on_end: Callable[[], None],
+                           on_fail: Callable[[str, str], None]) -> None:
+        """A websocket stream started with ``text``: the ids go to ``on_ids`` (the session
+        validates them), then ``on_end``; a failure goes to ``on_fail(code, message)``."""
+        try:
+            async for ids in self.generate_ids(text, voice, rid):
+                on_ids(ids)
+        except asyncio.CancelledError:
+            raise
+        except (UpstreamError, _Fail) as e:
+            logger.warning("text stream %s: %s: %s", rid, e.code, e, extra={"request_id": rid})
+            on_fail(e.code, str(e))
+            return
+        except Exception as e:  # a bug: the stream fails, the daemon does not
+            logger.exception("text stream %s: generation failed", rid)
+            on_fail("internal_error", f"internal error: {e}")
+            return
+        on_end()
+
+    async def _produce(self, r: _Request, spec: ModelSpec, text: str, voice: str) -> None:
         """Generations in order -> validated tokens -> engine pushes; then finish."""
         try:
-            for i, piece in enumerate(pieces):
-                parser = TokenParser()
-                asm = ORPHEUS_IDS.assembler(spec.codebook_sizes, spec.level_strides)
-                async for chunk in self.upstream.complete(
-                        orpheus_prompt(piece, voice), max_tokens=PIECE_MAX_TOKENS, stop=STOP,
-                        request_id=r.rid):
-                    ids = parser.feed(chunk)
-                    if ids.size:
-                        try:
-                            levels = asm.feed(ids)
-                        except LayoutError as e:
-                            raise _Fail("upstream_bad_tokens", 502,
-                                        f"piece {i}: the upstream sent a token that is not "
-                                        f"valid Orpheus audio: {e}") from None
-                        if levels is not None:
-                            self.pool.push(r.key, levels)
-                    if parser.ended:
-                        break
-                if parser.n_audio < 7:
-                    raise _Fail("upstream_no_audio", 502,
-                                f"piece {i}: the upstream generation held no audio tokens "
-                                f"({parser.n_audio} audio token(s), {parser.skipped_chars} "
-                                "other characters); is it an Orpheus model?")
-                if parser.n_audio % 7:
-                    logger.info("speech %s: piece %d ended with %d token(s) of an incomplete "
-                                "frame (dropped)", r.rid, i, parser.n_audio % 7,
-                                extra={"request_id": r.rid})
+            asm = ORPHEUS_IDS.assembler(spec.codebook_sizes, spec.level_strides)
+            async for ids in self.generate_ids(text, voice, r.rid):
+                try:
+                    levels = asm.feed(ids)
+                except LayoutError as e:
+                    raise _Fail("upstream_bad_tokens", 502,
+                                f"the upstream sent a token that is not valid Orpheus audio: "
+                                f"{e}") from None
+                if levels is not None:
+                    self.pool.push(r.key, levels)
             self.pool.finish(r.key)
         except asyncio.CancelledError:
             raise
