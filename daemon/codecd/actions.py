@@ -15,7 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "StreamKey", "EngineOpen", "EnginePush", "EngineFinish", "EngineCancel", "SendText",
+    "StreamKey", "EngineOpen", "EnginePush", "EngineFinish", "EngineCancel", "GenerateText",
+    "SendText",
     "SendBinary", "Close", "Action",
 ]
 
@@ -67,6 +68,16 @@ class EngineCancel:
 
 
 @dataclass(frozen=True)
+class GenerateText:
+    """Have the upstream LM speak ``text`` in ``voice`` into the stream (a ``start`` with
+    ``text``): its tokens come back through :meth:`Session.text_tokens`."""
+
+    key: StreamKey
+    text: str
+    voice: str
+
+
+@dataclass(frozen=True)
 class SendText:
     data: str
 
@@ -89,4 +100,5 @@ class Close:
     reason: str
 
 
-Action = Union[EngineOpen, EnginePush, EngineFinish, EngineCancel, SendText, SendBinary, Close]
+Action = Union[EngineOpen, EnginePush, EngineFinish, EngineCancel, GenerateText, SendText,
+               SendBinary, Close]

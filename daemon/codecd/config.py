@@ -40,7 +40,7 @@ __all__ = ["Config", "ModelSource", "ConfigError", "load_config", "add_arguments
            "SECRET_FIELDS"]
 
 DEMO_SOURCE = "demo"
-SECRET_FIELDS = ("auth_token", "metrics_token")
+SECRET_FIELDS = ("auth_token", "metrics_token", "upstream_key")
 ENV_PREFIX = "CODECD_"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -135,6 +135,16 @@ class Config:
     flow_first_chunk: int = _f(10, "S3Gen streams: tokens in the first chunk (time to first audio)")
     flow_chunk: int = _f(25, "S3Gen streams: tokens in each later chunk")
     flow_steps: int = _f(0, "S3Gen streams: flow (Euler) steps per chunk (0: the model's default)")
+    # speech front (codecd.speech; docs/speech.md): HTTP beside the websocket port
+    http_port: int = _f(-1, "port of the OpenAI-compatible HTTP speech endpoint on the listen "
+                        "host (POST /v1/audio/speech; -1: off, 0: ephemeral); needs --upstream")
+    upstream: str | None = _f(None, "OpenAI-compatible completions server the speech endpoint "
+                              "and websocket text streams get Orpheus tokens from "
+                              "(http://HOST:PORT[/v1])", metavar="URL")
+    upstream_key: str | None = _f(None, "bearer key sent to the upstream")
+    upstream_model: str = _f("orpheus", "model name sent to the upstream")
+    upstream_timeout_s: float = _f(30.0, "upstream connect timeout and longest silence within "
+                                   "its stream")
     flow_precision: str = _f("f32", "S3Gen models: precision of their products, f32 or bf16 "
                              "(bf16: CPU workers on x86-64 with AVX512-BF16 only; 1.5-1.9x "
                              "faster, relative error below 1e-2; see docs/runtime.md)")
@@ -216,6 +226,15 @@ class Config:
                         f"{self.metrics_access!r}")
         elif self.metrics_access == "token" and not (self.metrics_token or self.auth_token):
             errs.append("metrics_access: token needs metrics_token or auth_token")
+        if not -1 <= self.http_port <= 65535:
+            errs.append(f"http_port: -1 (off), 0 (ephemeral) or a port, got {self.http_port}")
+        if self.http_port >= 0 and not self.upstream:
+            errs.append("http_port: the speech endpoint needs --upstream URL (an OpenAI-"
+                        "compatible completions server)")
+        if self.upstream and not re.match(r"https?://[^/\s]+", self.upstream):
+            errs.append(f"upstream: expected http(s)://HOST:PORT[/v1], got {self.upstream!r}")
+        if not (math.isfinite(self.upstream_timeout_s) and self.upstream_timeout_s > 0):
+            errs.append(f"upstream_timeout_s: must be > 0, got {self.upstream_timeout_s}")
         if self.auth_token is not None and not self.auth_token:
             errs.append("auth_token: empty (leave it unset for no authentication)")
         return errs
@@ -278,7 +297,7 @@ def _coerce(name: str, v: Any, where: str) -> Any:
             if isinstance(v, bool):
                 raise ValueError("expected a number")
             return float(v)
-        if v is None or (name in SECRET_FIELDS and v == ""):
+SECRET_FIELDS = ("auth_token", "metrics_token", "upstream_key")
             return None
         if not isinstance(v, str):
             raise ValueError("expected a string")

@@ -11,13 +11,13 @@ code and close code below appears there).
 
 Client -> server:
 
-* text: JSON objects ``hello``, ``start``, ``tokens``, ``end``, ``cancel``, or a
+* text: JSON objects ``hello``, ``start``, ``tokens``, ``end``, ``cancel``, ``mark``, or a
   bare JSON array of integers (tokens for the connection's only open stream);
 * binary: ``u8 kind=0x01 | u8 level | u8 id_len | id | int32le tokens...``.
 
 Server -> client:
 
-* text: JSON objects ``hello``, ``started``, ``done``, ``cancelled``, ``error``;
+* text: JSON objects ``hello``, ``started``, ``mark``, ``done``, ``cancelled``, ``error``;
 * binary: ``u8 kind=0x02 | u8 id_len | id | u32le seq | u64le sample_offset | PCM``.
 
 Scoping rule: a :class:`ProtocolError` with a ``stream_id`` concerns that stream
@@ -40,8 +40,9 @@ import numpy.typing as npt
 __all__ = [
     "PROTOCOL_VERSION", "KIND_TOKENS", "KIND_AUDIO", "LEVEL_SEQUENCE", "LAYOUTS", "FORMATS",
     "LATENCIES", "ErrorCode", "ERRORS", "ErrorInfo", "close_code_for", "ProtocolError", "Limits",
-    "Hello", "Start", "TokenChunk", "End", "Cancel", "ClientMessage",
-    "ServerHello", "Started", "Done", "Cancelled", "Error", "AudioFrame", "ServerMessage",
+    "Hello", "Start", "TokenChunk", "End", "Cancel", "Mark", "ClientMessage",
+    "ServerHello", "Started", "MarkReached", "Done", "Cancelled", "Error", "AudioFrame",
+    "ServerMessage", "encode_mark",
     "parse_text", "parse_binary", "encode_hello", "encode_started", "encode_done",
     "encode_cancelled", "encode_error", "encode_audio", "encode_client", "encode_token_frame",
     "parse_server_text", "parse_audio", "valid_stream_id", "truncate_reason", "SEQUENCE_KEY",
@@ -99,6 +100,7 @@ class ErrorCode(str, Enum):
     DURATION_EXCEEDED = "duration_exceeded"
     SLOW_READER = "slow_reader"
     ENGINE_ERROR = "engine_error"
+    UPSTREAM_ERROR = "upstream_error"
     UNAUTHORIZED = "unauthorized"
     BAD_ORIGIN = "bad_origin"
     SHUTTING_DOWN = "shutting_down"
@@ -141,6 +143,8 @@ ERRORS: Mapping[ErrorCode, ErrorInfo] = {
     ErrorCode.DURATION_EXCEEDED: ErrorInfo(1008, "stream over the maximum audio duration"),
     ErrorCode.SLOW_READER: ErrorInfo(1008, "client does not read audio fast enough"),
     ErrorCode.ENGINE_ERROR: ErrorInfo(1011, "the decoder failed"),
+    ErrorCode.UPSTREAM_ERROR: ErrorInfo(1011, "the upstream language model of a text stream "
+                                              "failed"),
     ErrorCode.UNAUTHORIZED: ErrorInfo(1008, "missing or invalid credentials"),
     ErrorCode.BAD_ORIGIN: ErrorInfo(1008, "Origin header not allowed"),
     ErrorCode.SHUTTING_DOWN: ErrorInfo(1001, "server is shutting down"),
@@ -239,6 +243,8 @@ class Start:
     #: codebooks (levels) the stream sends, the model's first ones (Mimi: 8 for Moshi, 32 for
     #: CSM); None: every level of the model. The model's family checks it.
     codebooks: int | None = None
+    #: text to speak instead of tokens (the server's upstream LM generates them)
+    text: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -281,7 +287,16 @@ class Cancel:
     stream_id: str
 
 
-ClientMessage = Union[Hello, Start, TokenChunk, End, Cancel]
+@dataclass(frozen=True)
+class Mark:
+    """Answered with ``mark`` (and its ``sample_offset``) once the audio of every complete
+    frame sent before it has been sent; ``id`` is the client's (string or integer)."""
+
+    stream_id: str
+    id: str | int
+
+
+ClientMessage = Union[Hello, Start, TokenChunk, End, Cancel, Mark]
 
 
 # ---------------------------------------------------------------- server messages
@@ -335,7 +350,14 @@ class AudioFrame:
     data: bytes
 
 
-ServerMessage = Union[ServerHello, Started, Done, Cancelled, Error]
+@dataclass(frozen=True)
+class MarkReached:
+    stream_id: str
+    id: str | int
+    sample_offset: int
+
+
+ServerMessage = Union[ServerHello, Started, MarkReached, Done, Cancelled, Error]
 
 
 # ------------------------------------------------------------------ field helpers
@@ -514,7 +536,7 @@ def parse_text(data: str, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
                         f"{PROTOCOL_VERSION})")
         return Hello(version=version, client=f.str_("client", max_len=limits.max_name_len))
 
-    if mtype not in ("start", "tokens", "end", "cancel"):
+    if mtype not in ("start", "tokens", "end", "cancel", "mark"):
         raise f.err(f"unknown message type {_short(mtype)!r}")
     if sid is None:
         if raw_sid is None:
@@ -545,13 +567,34 @@ def parse_text(data: str, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
         return TokenChunk(sid, levels=levels, wide={k: w for k, w in wides.items() if w})
     if mtype == "end":
         return End(sid)
+    if mtype == "mark":
+        mid = obj.get("id")
+        if isinstance(mid, bool) or not (
+                (isinstance(mid, int) and _INT64_MIN <= mid <= _INT64_MAX)
+                or (isinstance(mid, str) and 0 < len(mid) <= limits.max_name_len)):
+            raise f.err(f"'id' must be an integer or a string of 1..{limits.max_name_len} "
+                        "characters")
+        return Mark(sid, mid)
     return Cancel(sid)
+
+
+#: longest ``text`` of a start (OpenAI's speech input limit)
+MAX_TEXT_CHARS = 4096
 
 
 def _parse_start(f: _Fields, sid: str, limits: Limits) -> Start:
     model = f.str_("model", max_len=limits.max_name_len, required=True)
-    layout = f.str_("layout", max_len=0, required=True, choices=LAYOUTS,
+    text = f.obj.get("text")
+    if text is not None and (not isinstance(text, str) or not text.strip()
+                             or len(text) > MAX_TEXT_CHARS):
+        raise f.err(f"'text' must be a non-empty string of at most {MAX_TEXT_CHARS} characters")
+    layout = f.str_("layout", max_len=0, required=text is None, choices=LAYOUTS,
                     code=ErrorCode.BAD_LAYOUT)
+    if text is not None:
+        if layout not in (None, "orpheus_ids"):
+            raise f.err("a start with 'text' takes layout orpheus_ids (or none)",
+                        ErrorCode.BAD_LAYOUT)
+        layout = "orpheus_ids"
     fmt = f.str_("format", max_len=0, choices=FORMATS, code=ErrorCode.BAD_FORMAT) or "pcm_s16le"
     rate = f.int_("sample_rate", limits.min_sample_rate, limits.max_sample_rate,
                   code=ErrorCode.BAD_FORMAT)
@@ -562,7 +605,8 @@ def _parse_start(f: _Fields, sid: str, limits: Limits) -> Start:
     codebooks = f.int_("codebooks", 1, 64)
     assert model is not None and layout is not None
     return Start(stream_id=sid, model=model, layout=layout, format=fmt, sample_rate=rate,
-                 latency=latency, noise=noise, seed=seed, voice=voice, codebooks=codebooks)
+                 latency=latency, noise=noise, seed=seed, voice=voice, codebooks=codebooks,
+                 text=text)
 
 
 def parse_binary(data: bytes, limits: Limits = DEFAULT_LIMITS) -> TokenChunk:
@@ -619,7 +663,7 @@ def encode_client(msg: ClientMessage) -> str:
         d = {"type": "start", "stream_id": msg.stream_id, "model": msg.model,
              "layout": msg.layout, "format": msg.format, "sample_rate": msg.sample_rate,
              "latency": msg.latency, "noise": msg.noise, "seed": msg.seed, "voice": msg.voice,
-             "codebooks": msg.codebooks}
+             "codebooks": msg.codebooks, "text": msg.text}
     elif isinstance(msg, TokenChunk):
         if msg.stream_id is None:
             assert msg.tokens is not None
@@ -634,6 +678,8 @@ def encode_client(msg: ClientMessage) -> str:
         d = {"type": "end", "stream_id": msg.stream_id}
     elif isinstance(msg, Cancel):
         d = {"type": "cancel", "stream_id": msg.stream_id}
+    elif isinstance(msg, Mark):
+        d = {"type": "mark", "stream_id": msg.stream_id, "id": msg.id}
     else:
         raise TypeError(f"not a client message: {type(msg).__name__}")
     return _dumps({k: v for k, v in d.items() if v is not None})
@@ -687,6 +733,11 @@ def encode_done(stream_id: str, samples: int, sample_rate: int) -> str:
                    "duration_s": round(samples / sample_rate, 6) if sample_rate else 0.0})
 
 
+def encode_mark(stream_id: str, mark_id: str | int, sample_offset: int) -> str:
+    return _dumps({"type": "mark", "stream_id": stream_id, "id": mark_id,
+                   "sample_offset": sample_offset})
+
+
 def encode_cancelled(stream_id: str) -> str:
     return _dumps({"type": "cancelled", "stream_id": stream_id})
 
@@ -736,6 +787,9 @@ def parse_server_text(data: str) -> ServerMessage:
                         duration_s=float(obj["duration_s"]))
         if t == "cancelled":
             return Cancelled(stream_id=obj["stream_id"])
+        if t == "mark":
+            return MarkReached(stream_id=obj["stream_id"], id=obj["id"],
+                               sample_offset=int(obj["sample_offset"]))
         if t == "error":
             known = {"type", "code", "message", "stream_id"}
             return Error(code=obj["code"], message=obj.get("message", ""),

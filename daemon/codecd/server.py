@@ -59,6 +59,7 @@ from .actions import (
     EngineFinish,
     EngineOpen,
     EnginePush,
+    GenerateText,
     SendBinary,
     SendText,
     StreamKey,
@@ -146,6 +147,7 @@ class Server:
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._pacer = Pacer()
         self._ttfa_t0: dict[Hashable, float] = {}
+        self._gen: dict[Hashable, asyncio.Task[None]] = {}  # text streams' generations
         self._ws_server: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._close_task: asyncio.Task[None] | None = None
@@ -153,6 +155,7 @@ class Server:
         self.session_limits: SessionLimits | None = None
         self.server_metrics = ServerMetrics(self)
         self._web = WebRoutes(config)  # the browser page and its credentials (codecd.web)
+        self.speech: Any = None  # codecd.speech.SpeechFront when --http-port is set
         self._routes = Routes(config, self.server_metrics, self.metrics, ready=self._is_ready,
                               accepting=lambda: self.ready and not self.draining,
                               connections=lambda ip: (len(self._conns), self._per_ip[ip]),
@@ -231,6 +234,10 @@ class Server:
         if interval is not None:
             self._tasks.append(asyncio.create_task(
                 watchdog(interval, self._healthy(interval), self._status), name="codecd-watchdog"))
+        if cfg.upstream:  # text streams (websocket), and HTTP speech on --http-port
+            from .speech import start_speech  # aiohttp is imported only when it is used
+
+            self.speech = await start_speech(self)
         self.ready = True
         for n, s in self.specs.items():
             logger.info("model %s: %s %d Hz, %d levels, layouts %s", n, s.arch, s.sample_rate,
@@ -374,6 +381,8 @@ class Server:
             elif isinstance(a, EngineCancel):
                 pool.cancel(a.key)
                 self._forget(a.key)
+            elif isinstance(a, GenerateText):
+                self._generate(conn, a, followups)
             elif isinstance(a, Close):
                 if not conn.closing:
                     conn.closing = True
@@ -443,12 +452,31 @@ class Server:
     def _forget(self, key: StreamKey) -> None:
         self._pacer.drop(key)
         self._ttfa_t0.pop(key, None)
+        gen = self._gen.pop(key, None)
+        if gen is not None:
+            gen.cancel()
+
+    def _generate(self, conn: _Conn, a: GenerateText, followups: list[Action]) -> None:
+        """A start with text: the speech front's upstream LM feeds the stream's tokens."""
+        sess = conn.session
+        if self.speech is None:
+            followups += sess.text_failed(a.key, "no_upstream", "this server has no --upstream "
+                                          "language model: start with tokens")
+            return
+        self._gen[a.key] = asyncio.create_task(self.speech.feed_session(
+            a.text, a.voice, f"ws-{a.key}",
+            on_ids=lambda ids: self._apply(conn, sess.text_tokens(a.key, ids)),
+            on_end=lambda: self._apply(conn, sess.text_end(a.key)),
+            on_fail=lambda code, msg: self._apply(conn, sess.text_failed(a.key, code, msg))),
+            name=f"codecd-text-{a.key}")
 
     # ---------------------------------------------------------------- engine events
 
     def _on_event(self, ev: EngineEvent) -> None:
         key = ev.key
         if not isinstance(key, StreamKey):
+            if self.speech is not None:
+                self.speech.on_event(ev)
             return
         conn = self._conns.get(key.session)
         if conn is None:
@@ -519,6 +547,8 @@ class Server:
             await asyncio.sleep(0.05)
         if self.active_streams:
             logger.warning("drain timeout: closing %d stream(s)", self.active_streams)
+        if self.speech is not None:
+            await self.speech.close()
         for conn in list(self._conns.values()):
             self._apply(conn, conn.session.shutdown())
         if self._ws_server is not None:

@@ -34,7 +34,7 @@ import itertools
 import logging
 import time
 from collections import Counter, OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -48,6 +48,7 @@ from .actions import (
     EngineFinish,
     EngineOpen,
     EnginePush,
+    GenerateText,
     SendBinary,
     SendText,
     StreamKey,
@@ -68,6 +69,7 @@ from .protocol import (
     ErrorCode,
     Hello,
     Limits,
+    Mark,
     ProtocolError,
     Start,
     TokenChunk,
@@ -77,15 +79,19 @@ from .protocol import (
     encode_done,
     encode_error,
     encode_hello,
+    encode_mark,
     encode_started,
     parse_binary,
     parse_text,
     truncate_reason,
 )
 
-__all__ = ["SessionLimits", "SessionMetrics", "Session"]
+__all__ = ["SessionLimits", "SessionMetrics", "Session", "MAX_PENDING_MARKS"]
 
 logger = logging.getLogger(__name__)
+
+#: unanswered ``mark`` messages one stream may hold
+MAX_PENDING_MARKS = 1024
 
 
 # ------------------------------------------------------------------ configuration
@@ -165,6 +171,8 @@ class _Stream:
     tokens_accepted: int = 0
     samples_in: int = 0  # model-rate samples from the engine
     seq: int = 0
+    marks: list[tuple[int, str | int]] = field(default_factory=list)  # (output offset, id)
+    from_text: bool = False  # a start with ``text``: the tokens come from the upstream LM
 
     @property
     def stream_id(self) -> str:
@@ -403,7 +411,7 @@ class Session:
         if st.state == _ENDING:  # progress: the finish deadline counts from the last audio
             st.ended_at = self.clock()
         data, n = st.converter.feed(pcm)
-        return acts + self._audio_frame(st, data, n)
+        return acts + self._audio_frame(st, data, n) + self._marks_due(st, False)
 
     def on_done(self, key: StreamKey, total_samples: int) -> list[Action]:
         """The engine finished a stream: flush its converter, send ``done``, free it."""
@@ -418,6 +426,7 @@ class Session:
                            key, total_samples, st.samples_in)
         data, n = st.converter.flush()
         acts += self._audio_frame(st, data, n)
+        acts += self._marks_due(st, True)
         out = st.converter.samples_out
         acts.append(SendText(encode_done(st.stream_id, out, st.out_rate)))
         self._free(st)
@@ -458,6 +467,29 @@ class Session:
         seconds = n / st.out_rate
         self.budget.queued(seconds, len(frame))
         return [SendBinary(frame, st.key, seconds)]
+
+    def _marks_due(self, st: _Stream, final: bool) -> list[Action]:
+        """``mark`` answers whose audio has all been sent (all of them at the end)."""
+        out: list[Action] = []
+        sent = st.converter.samples_out
+        while st.marks and (final or st.marks[0][0] <= sent):
+            off, mid = st.marks.pop(0)
+            out.append(SendText(encode_mark(st.stream_id, mid, min(off, sent))))
+        return out
+
+    def _on_mark(self, m: Mark) -> list[Action]:
+        r = self._resolve(m.stream_id)
+        if not isinstance(r, _Stream):
+            return r
+        st = r
+        if len(st.marks) >= MAX_PENDING_MARKS:
+            return self._fail(st, ErrorCode.BAD_MESSAGE,
+                              f"more than {MAX_PENDING_MARKS} marks pending")
+        # the output sample where the audio of frames pushed after the mark begins
+        model_samples = st.frames_pushed() * st.spec.hop_length
+        off = model_samples * st.out_rate // st.spec.sample_rate
+        st.marks.append((off, m.id))
+        return self._marks_due(st, False)
 
     def _mark_closed(self, stream_id: str) -> None:
         self._closed_ids[stream_id] = None
@@ -536,6 +568,8 @@ class Session:
                 return self._on_end(msg)
             if isinstance(msg, Cancel):
                 return self._on_cancel(msg)
+            if isinstance(msg, Mark):
+                return self._on_mark(msg)
             if isinstance(msg, Hello):
                 if self.client_hello is not None:
                     return self.fail_connection(ErrorCode.BAD_MESSAGE, "hello: sent twice")
@@ -576,8 +610,18 @@ class Session:
         if m.layout not in spec.layouts:
             return refuse(ErrorCode.BAD_LAYOUT, f"model {spec.name!r} takes layouts "
                                                 f"{', '.join(spec.layouts)}, not {m.layout!r}")
+        speaker = None
+        if m.text is not None:  # the voice is the LM's speaker, not the decoder's
+            from .speech.prompt import DEFAULT_VOICE, OPENAI_VOICES, ORPHEUS_VOICES
+
+            speaker = OPENAI_VOICES.get(m.voice or DEFAULT_VOICE, m.voice or DEFAULT_VOICE)
+            if speaker not in ORPHEUS_VOICES:
+                return refuse(ErrorCode.UNKNOWN_VOICE,
+                              f"voice {m.voice!r} is not an Orpheus voice "
+                              f"({', '.join(ORPHEUS_VOICES)}) or one of OpenAI's names")
         try:
-            plan = family_for(spec.arch, generic=True).plan_stream(spec, m)
+            plan = family_for(spec.arch, generic=True).plan_stream(
+                spec, m if m.text is None else replace(m, voice=None))
         except StreamRefused as e:
             return refuse(ErrorCode(e.code), e.message)
         out_rate = m.sample_rate or (MULAW_DEFAULT_RATE if m.format == "mulaw"
@@ -612,8 +656,14 @@ class Session:
         st.started = encode_started(sid, out_rate, m.format, lat_out, plan.latency)
         logger.debug("session %d: start %s model=%s layout=%s %s@%d", self.id, key, spec.name,
                      m.layout, m.format, out_rate)
-        return [EngineOpen(key, spec.name, noise=m.noise, seed=m.seed, latency=plan.latency,
-                           voice=m.voice, options=dict(plan.options))]
+        out: list[Action] = [EngineOpen(key, spec.name, noise=m.noise, seed=m.seed,
+                                        latency=plan.latency,
+                                        voice=m.voice if speaker is None else None,
+                                        options=dict(plan.options))]
+        if m.text is not None and speaker is not None:
+            st.from_text = True
+            out.append(GenerateText(key, m.text, speaker))
+        return out
 
     # ---------------------------------------------------------------- tokens
 
@@ -646,6 +696,8 @@ class Session:
         if not isinstance(r, _Stream):
             return r
         st = r
+        if st.from_text:
+            return self._fail(st, ErrorCode.BAD_MESSAGE, "tokens for a stream started with text")
         try:
             return self._accept_tokens(st, m)
         except _Fail as f:
@@ -712,6 +764,36 @@ class Session:
         if not isinstance(r, _Stream):
             return r
         st = r
+        if st.from_text:
+            return self._fail(st, ErrorCode.BAD_MESSAGE, "end for a stream started with text "
+                                                         "(it ends with its text)")
+        return self._end(st)
+
+    # ------------------------------------------------------ text streams (upstream LM)
+
+    def text_tokens(self, key: StreamKey, ids: npt.NDArray[np.int64]) -> list[Action]:
+        """Tokens the upstream LM generated for a stream started with ``text``."""
+        st = self._by_key.get(key)
+        if st is None:
+            return []
+        try:
+            return self._accept_tokens(st, TokenChunk(st.stream_id, tokens=ids))
+        except _Fail as f:
+            return self._fail(st, f.code, f.message, f.details or None)
+
+    def text_end(self, key: StreamKey) -> list[Action]:
+        """The upstream LM has spoken the whole text: decode the rest, then ``done``."""
+        st = self._by_key.get(key)
+        return [] if st is None or st.state != _OPEN else self._end(st)
+
+    def text_failed(self, key: StreamKey, code: str, message: str) -> list[Action]:
+        """The upstream LM failed: ``upstream_error`` (its own code in ``upstream_code``)."""
+        st = self._by_key.get(key)
+        if st is None:
+            return []
+        return self._fail(st, ErrorCode.UPSTREAM_ERROR, message, {"upstream_code": code})
+
+    def _end(self, st: _Stream) -> list[Action]:
         if st.assembler.ended and st.state == _ENDING:
             return []  # a stop id already ended it
         if st.state != _OPEN:
