@@ -30,7 +30,7 @@ static struct ggml_tensor *mimi_seanet(struct ggml_context *ctx, struct ggml_con
         t *= r;
         x = ggml_elu(ctx, x);
         /* ConvTranspose1d(k 2r, stride r) with its last r samples trimmed: T*r samples */
-        x = cr_upconv(ctx, x, mimi_w(w, "dec.up%d.weight", i), mimi_w(w, "dec.up%d.bias", i), r, 0, t);
+        x = cr_upconv(ctx, x, mimi_w(w, "dec.up%d.weight", i), mimi_w(w, "dec.up%d.bias", i), r, 0, t, NULL);
         for (int j = 0; j < hp->n_res; j++) { /* one block (dilation 1), checked at load */
             struct ggml_tensor *y = ggml_elu(ctx, x);
             /* C -> C/compress, k3, as K shifted products: never a [C*K, T] column matrix */

@@ -120,7 +120,7 @@ struct ggml_cgraph *mimi_build_stream(const cr_model *model, struct ggml_context
         const int r = hp->ratios[i];
         x = ggml_elu(ctx, x);
         x = cr_upconv_step(ctx, cr_states_append(st, x, 1), mimi_w(w, "dec.up%d.weight", i),
-                           mimi_w(w, "dec.up%d.bias", i), r); /* [C/2, n*r, B] */
+                           mimi_w(w, "dec.up%d.bias", i), r, NULL); /* [C/2, n*r, B] */
         n *= r;
         for (int j = 0; j < hp->n_res; j++) {
             struct ggml_tensor *y = cr_states_append(st, ggml_elu(ctx, x), hp->res_kernel - 1);
