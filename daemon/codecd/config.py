@@ -297,7 +297,7 @@ def _coerce(name: str, v: Any, where: str) -> Any:
             if isinstance(v, bool):
                 raise ValueError("expected a number")
             return float(v)
-SECRET_FIELDS = ("auth_token", "metrics_token", "upstream_key")
+        if v is None or (name in SECRET_FIELDS + ("upstream",) and v == ""):
             return None
         if not isinstance(v, str):
             raise ValueError("expected a string")
