@@ -542,9 +542,12 @@ def test_livekit_openai_tts_plugin(small: Path, offline: Any) -> None:
     asyncio.run(main())
 
 
-def test_serve_cli_http_port_and_sigterm(small: Path, offline: Any, tmp_path: Path) -> None:
-    """``codecd serve --http-port --upstream`` (a real daemon process, settings from flags
-    and the environment): speech works, the upstream gets its key, SIGTERM exits 0 while a
+@pytest.mark.parametrize("fronts", [1, 2])
+def test_serve_cli_http_port_and_sigterm(small: Path, offline: Any, tmp_path: Path,
+                                         fronts: int) -> None:
+    """``codecd serve --http-port --upstream --fronts F`` (a real daemon process, settings
+    from flags and the environment; with two fronts main binds the HTTP port once and both
+    accept on it, their streams admitted by main): speech works, the upstream gets its key, SIGTERM exits 0 while a
     request is in flight (it is drained or ended; the daemon stops)."""
     import signal
     import socket
@@ -560,7 +563,7 @@ def test_serve_cli_http_port_and_sigterm(small: Path, offline: Any, tmp_path: Pa
         await lm.start()
         try:
             with serve_process(small, log, "--http-port", str(http_port), "--upstream", lm.url,
-                               env={"CODECD_UPSTREAM_KEY": "sk-upstream"}) as (p, port):
+                               "--fronts", str(fronts), env={"CODECD_UPSTREAM_KEY": "sk-upstream"}) as (p, port):
                 await wait_ready(port, p, log)
                 pcm, _, _ = await speak(http_port, text)
                 assert_same_audio(pcm, want_pcm(offline, [text]), "pcm_s16le")

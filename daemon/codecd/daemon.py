@@ -76,6 +76,16 @@ def default_fronts(n_devices: int = 1) -> int:
     return max(1, min(8, (cores - n_devices) // 4))
 
 
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (0: ephemeral), for every front to accept on."""
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, port))
+    s.listen(4096)
+    return s
+
+
 @dataclass(eq=False)
 class _Front:
     index: int
@@ -123,19 +133,16 @@ class Daemon:
         self._ready_sent: bool | None = None
         self.tickets = TicketBook()  # the browser tickets of every front (codecd.web)
         self.port = 0
+        #: the speech endpoint's listening socket (--http-port with --upstream), every front's
+        self._http_sock: socket.socket | None = None
+        self.http_port = 0
 
     # ------------------------------------------------------------- start
 
     def _listen(self) -> socket.socket:
         if self._sock is not None:
             return self._sock
-        cfg = self.config
-        fam = socket.AF_INET6 if ":" in cfg.host else socket.AF_INET
-        s = socket.socket(fam, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((cfg.host, cfg.port))
-        s.listen(4096)
-        return s
+        return _bind(self.config.host, self.config.port)
 
     async def start(self) -> None:
         cfg = self.config
@@ -156,6 +163,12 @@ class Daemon:
         self._sock.setblocking(False)
         self.port = int(self._sock.getsockname()[1])
         logger.info("listening on %s:%d (%d front(s))", cfg.host, self.port, self.n_fronts)
+        if cfg.upstream and cfg.http_port >= 0:
+            self._http_sock = _bind(cfg.host, cfg.http_port)
+            self._http_sock.setblocking(False)
+            self.http_port = int(self._http_sock.getsockname()[1])
+            logger.info("speech endpoint on http://%s:%d/v1/audio/speech (upstream %s)",
+                        cfg.host, self.http_port, cfg.upstream)
         self.engines = [Engine(self.engine_config, d, i, on_serving=self._on_worker_serving)
                         for i, d in enumerate(cfg.devices)]
         for f in self.fronts:
@@ -204,11 +217,13 @@ class Daemon:
                if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
         env["PYTHONPATH"] = child_pythonpath()
         cfd, lfd = theirs.fileno(), self._sock.fileno()
+        hfd = self._http_sock.fileno() if self._http_sock is not None else -1
         try:
             f.proc = subprocess.Popen(
                 [sys.executable, "-c",
-                 f"import codecd.front as f; f.serve_fd({cfd}, {lfd}, {f.index})"],
-                pass_fds=(cfd, lfd), stdin=subprocess.DEVNULL, env=env, close_fds=True)
+                 f"import codecd.front as f; f.serve_fd({cfd}, {lfd}, {f.index}, {hfd})"],
+                pass_fds=(cfd, lfd) + ((hfd,) if hfd >= 0 else ()), stdin=subprocess.DEVNULL,
+                env=env, close_fds=True)
         except BaseException:
             mine.close()
             raise
@@ -430,9 +445,10 @@ class Daemon:
         for f in self.fronts:
             if f.link is not None:
                 f.link.send({"op": "drain"})
-        if self._sock is not None:  # the fronts close theirs as they stop accepting
-            self._sock.close()
-            self._sock = None
+        for sock in (self._sock, self._http_sock):  # the fronts close theirs as they stop accepting
+            if sock is not None:
+                sock.close()
+        self._sock = self._http_sock = None
         t_end = time.monotonic() + cfg.drain_timeout_s + cfg.send_timeout_s + 5.0
         while any(f.proc is not None and f.proc.poll() is None for f in self.fronts) and \
                 time.monotonic() < t_end:
@@ -459,8 +475,9 @@ class Daemon:
                 f.link = None
             f.up = False
         await asyncio.gather(*(e.close() for e in self.engines), return_exceptions=True)
-        if self._sock is not None:
-            self._sock.close()
+        for sock in (self._sock, self._http_sock):
+            if sock is not None:
+                sock.close()
 
 
 async def run(config: Config) -> int:

@@ -64,9 +64,7 @@ from .engine.events import BackpressureError
 from .engine.streams import CodesError, StreamRecord, StreamTable, int32_levels
 from .families import model_spec
 from .metrics import render_totals
-from .protocol import Limits
 from .server import Server, _Conn
-from .session import SessionLimits
 from .web.tickets import offered_credentials
 
 __all__ = ["RingEngine", "RingPool", "FrontServer", "serve_fd", "config_to_json",
@@ -418,9 +416,13 @@ class FrontServer(Server):
 
     def __init__(self, config: Config, ctl: socket.socket, index: int, listen: socket.socket,
                  n_workers: int, engine: EngineConfig,
-                 session_overrides: dict[str, Any] | None = None) -> None:
+                 session_overrides: dict[str, Any] | None = None,
+                 http: socket.socket | None = None) -> None:
         super().__init__(config, {}, sock=listen, session_overrides=session_overrides)
         self.index = index
+        self._http_sock = http  # the speech endpoint's listening socket (main binds it)
+        self._speech_task: asyncio.Future[None] | None = None
+        self._speech_admissions: dict[int, asyncio.Future[bool]] = {}
         self._ctl_sock = ctl
         self._ctl: CtlLink | None = None
         self.n_workers = n_workers
@@ -527,17 +529,11 @@ class FrontServer(Server):
 
     def _set_specs(self) -> None:
         assert self.pool is not None
-        cfg = self.config
         self.specs = {n: model_spec(n, i) for n, i in self.pool.models.items()}
-        cpf = max(s.codes_per_frame for s in self.specs.values())
-        skw: dict[str, Any] = dict(
-            max_streams=cfg.max_streams_per_connection,
-            max_pending_tokens=max(64, int(cfg.max_queued_frames * cpf)),
-            max_duration_s=cfg.max_stream_duration_s, idle_timeout_s=cfg.idle_timeout_s,
-            finish_timeout_s=max(120.0, cfg.max_stream_duration_s + 60.0),
-            protocol=Limits(max_message_bytes=cfg.max_message_bytes))
-        skw.update(self._session_overrides)
-        self.session_limits = SessionLimits(**skw)
+        self.session_limits = self._make_session_limits()
+        if self.config.upstream and self._speech_task is None:
+            # text streams and the HTTP speech endpoint, once the models are known
+            self._speech_task = asyncio.ensure_future(self._start_speech())
 
     # ------------------------------------------------------------- start
 
@@ -673,6 +669,13 @@ class FrontServer(Server):
         self._send({"op": "admit_stream", "id": i})
 
     def _on_admitted(self, i: int, ok: bool, why: str) -> None:
+        fut = self._speech_admissions.pop(i, None)
+        if fut is not None:
+            if not fut.done():
+                fut.set_result(ok)
+            elif ok:  # asked, then given up on (timeout): give the slot back
+                self._send({"op": "release_stream"})
+            return
         key = self._admissions.pop(i, None)
         if key is None:
             return
@@ -697,6 +700,34 @@ class FrontServer(Server):
     def _forget(self, key: Any) -> None:
         super()._forget(key)
         self._release_granted(key)
+
+    async def _start_speech(self) -> None:
+        from .speech import start_speech  # aiohttp is imported only when it is used
+
+        try:
+            self.speech = await start_speech(self, sock=self._http_sock)
+        except Exception:
+            logger.exception("front %d: the speech endpoint did not start", self.index)
+
+    async def _admit_speech(self) -> bool:
+        """A speech request's stream: main's daemon-wide limit, as for a websocket stream."""
+        if self.draining:
+            return False
+        i = next(self._ids)
+        fut: asyncio.Future[bool] = self._loop.create_future()
+        self._speech_admissions[i] = fut
+        self._send({"op": "admit_stream", "id": i})
+        try:
+            ok = await asyncio.wait_for(fut, 5.0)  # on timeout fut is cancelled: a late yes is released
+        except asyncio.TimeoutError:
+            return False
+        if ok:
+            self.active_streams += 1
+        return ok
+
+    def _release_speech(self) -> None:
+        self.active_streams -= 1
+        self._send({"op": "release_stream"})
 
     def _release_granted(self, key: Hashable) -> None:
         if key in self._granted:
@@ -723,6 +754,10 @@ class FrontServer(Server):
         if self.active_streams:
             logger.warning("front %d: drain timeout: closing %d stream(s)", self.index,
                            self.active_streams)
+        if self._speech_task is not None and not self._speech_task.done():
+            self._speech_task.cancel()
+        if self.speech is not None:
+            await self.speech.close()
         for conn in list(self._conns.values()):
             self._apply(conn, conn.session.shutdown())
         if self._ws_server is not None:
@@ -741,7 +776,7 @@ class FrontServer(Server):
         self._closed.set()
 
 
-def serve_fd(ctl_fd: int, listen_fd: int, index: int) -> None:
+def serve_fd(ctl_fd: int, listen_fd: int, index: int, http_fd: int = -1) -> None:
     """Process entry point of a front."""
     from .worker import _die_with_parent
 
@@ -760,6 +795,10 @@ def serve_fd(ctl_fd: int, listen_fd: int, index: int) -> None:
     setup_logging(cfg.log_format, cfg.log_level, front=index)
     listen = socket.socket(fileno=listen_fd)
     listen.setblocking(False)
+    http = None
+    if http_fd >= 0:
+        http = socket.socket(fileno=http_fd)
+        http.setblocking(False)
     ecfg = EngineConfig.from_json(msg["engine"])
     if msg.get("uvloop"):
         with contextlib.suppress(ImportError):
@@ -769,7 +808,7 @@ def serve_fd(ctl_fd: int, listen_fd: int, index: int) -> None:
 
     async def run() -> None:
         front = FrontServer(cfg, ctl, index, listen, int(msg["n_workers"]), ecfg,
-                            session_overrides=msg.get("session_overrides") or None)
+                            session_overrides=msg.get("session_overrides") or None, http=http)
         await front.start()
         await front.stopped.wait()
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hmac
 import ipaddress
 import logging
 import socket
@@ -30,12 +29,13 @@ from websockets.protocol import State
 
 from .config import Config
 from .metrics import ServerMetrics
+from .responses import METHODS, SINGLE_HEADERS, BadRequest, bearer_ok, header, respond
 from .session import SessionMetrics
 
 if TYPE_CHECKING:
     from .web import WebRoutes
 
-__all__ = ["Routes", "peer_ip", "respond", "header", "bearer_ok", "BadRequest"]
+__all__ = ["Routes", "peer_ip"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,31 +45,6 @@ def peer_ip(conn: ServerConnection) -> str:
     return str(ra[0]) if ra else "?"
 
 
-#: the methods every route answers (HEAD: the same headers, no body)
-METHODS = ("GET", "HEAD")
-#: request headers the server reads, which must therefore come at most once
-SINGLE_HEADERS = ("Upgrade", "Authorization", "Origin")
-
-
-class BadRequest(Exception):
-    """A request the server cannot read unambiguously (answered 400)."""
-
-
-def header(req: Request, name: str) -> str | None:
-    """The value of a header that must come at most once; BadRequest when it is repeated."""
-    values = req.headers.get_all(name)
-    if len(values) > 1:
-        raise BadRequest(f"{name} header sent {len(values)} times")
-    return values[0] if values else None
-
-
-def bearer_ok(auth: str | None, token: str) -> bool:
-    """``Authorization: Bearer <token>`` with this token (constant-time comparison)."""
-    scheme, _, tok = (auth or "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(tok.strip().encode(),
-                                                              token.encode())
-
-
 def _is_loopback(ip: str) -> bool:
     try:
         addr = ipaddress.ip_address(ip.split("%", 1)[0])
@@ -77,20 +52,6 @@ def _is_loopback(ip: str) -> bool:
         return False
     mapped = getattr(addr, "ipv4_mapped", None)  # ::ffff:127.0.0.1 on a dual-stack socket
     return bool((mapped or addr).is_loopback)
-
-
-def respond(conn: ServerConnection, status: int, body: str,
-             content_type: str = "text/plain; charset=utf-8",
-             extra: dict[str, str] | None = None, head: bool = False) -> Response:
-    r = conn.respond(status, body)
-    # respond() already sets Content-Type: replace it (a Headers item assignment appends)
-    for k, v in {"Content-Type": content_type, **(extra or {})}.items():
-        if k in r.headers:
-            del r.headers[k]
-        r.headers[k] = v
-    if head:  # the GET response's headers (Content-Length included), without its body
-        r = dataclasses.replace(r, body=b"")
-    return r
 
 
 @dataclass

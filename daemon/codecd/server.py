@@ -219,16 +219,7 @@ class Server:
             self._ws_server.close()
             raise
         self.specs = {n: model_spec(n, i) for n, i in self.pool.models.items()}
-        cpf = max(s.codes_per_frame for s in self.specs.values())
-        skw: dict[str, Any] = dict(
-            max_streams=cfg.max_streams_per_connection,
-            max_pending_tokens=max(64, int(cfg.max_queued_frames * cpf)),
-            max_duration_s=cfg.max_stream_duration_s, idle_timeout_s=cfg.idle_timeout_s,
-            output_budget_s=cfg.output_budget_s,
-            finish_timeout_s=max(120.0, cfg.max_stream_duration_s + 60.0),
-            protocol=Limits(max_message_bytes=cfg.max_message_bytes))
-        skw.update(self._session_overrides)
-        self.session_limits = SessionLimits(**skw)
+        self.session_limits = self._make_session_limits()
         self._tasks.append(asyncio.create_task(self._ticker(), name="codecd-ticker"))
         interval = watchdog_interval_s()
         if interval is not None:
@@ -245,6 +236,20 @@ class Server:
         logger.info("ready: %d worker(s) on %s", len(self.pool.engines),
                     ", ".join(e.devices_used() for e in self.pool.engines))
         sd_notify("READY=1")
+
+    def _make_session_limits(self) -> SessionLimits:
+        """Every session's limits, from the config and the served models (``self.specs``)."""
+        cfg = self.config
+        cpf = max(s.codes_per_frame for s in self.specs.values())
+        skw: dict[str, Any] = dict(
+            max_streams=cfg.max_streams_per_connection,
+            max_pending_tokens=max(64, int(cfg.max_queued_frames * cpf)),
+            max_duration_s=cfg.max_stream_duration_s, idle_timeout_s=cfg.idle_timeout_s,
+            output_budget_s=cfg.output_budget_s,
+            finish_timeout_s=max(120.0, cfg.max_stream_duration_s + 60.0),
+            protocol=Limits(max_message_bytes=cfg.max_message_bytes))
+        skw.update(self._session_overrides)
+        return SessionLimits(**skw)
 
     def _healthy(self, timeout: float) -> Callable[[], Awaitable[bool]]:
         async def probe() -> bool:
@@ -264,6 +269,13 @@ class Server:
 
     def _release(self) -> None:
         self.active_streams -= 1
+
+    async def _admit_speech(self) -> bool:
+        """A speech request's stream (HTTP): the same limit as a websocket stream's."""
+        return self._admit()
+
+    def _release_speech(self) -> None:
+        self._release()
 
     async def _handler(self, ws: ServerConnection) -> None:
         assert self.session_limits is not None

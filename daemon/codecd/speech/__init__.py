@@ -13,7 +13,7 @@ from typing import Any
 __all__ = ["start_speech"]
 
 
-async def start_speech(server: Any) -> Any:
+async def start_speech(server: Any, sock: Any = None) -> Any:
     """Start the speech front of a started :class:`codecd.server.Server`; returns it.
 
     The one hook the server calls (its ``close`` calls the front's ``close``)."""
@@ -26,6 +26,7 @@ async def start_speech(server: Any) -> Any:
                        upstream_key=cfg.upstream_key or None, upstream_model=cfg.upstream_model,
                        upstream_timeout_s=cfg.upstream_timeout_s, auth_token=cfg.auth_token,
                        send_timeout_s=cfg.send_timeout_s),
-        server.pool, server.specs, admit=server._admit, release=server._release)
+        server.pool, server.specs, admit=server._admit_speech, release=server._release_speech,
+        sock=sock)
     await front.start()
     return front

@@ -25,9 +25,10 @@ import base64
 import itertools
 import json
 import logging
+import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,8 +118,12 @@ class SpeechFront:
     """The HTTP speech front of one daemon (started and stopped by :class:`Server`)."""
 
     def __init__(self, settings: SpeechSettings, pool: EnginePool, specs: dict[str, ModelSpec],
-                 admit: Callable[[], bool], release: Callable[[], None]) -> None:
+                 admit: Callable[[], Awaitable[bool]], release: Callable[[], None],
+                 sock: socket.socket | None = None) -> None:
+        # admit: the daemon-wide stream limit (a front asks main); sock: the listening
+        # socket main bound for every front (None: bind host:port here)
         self.settings = settings
+        self._sock = sock
         self.pool = pool
         self.specs = specs
         self._admit = admit
@@ -128,7 +133,7 @@ class SpeechFront:
                                  timeout_s=settings.upstream_timeout_s, params=dict(SAMPLING))
         self._reqs: dict[Hashable, _Request] = {}
         self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._site: web.BaseSite | None = None
         self.models = [n for n, s in specs.items() if "orpheus_ids" in s.layouts]
 
     # ------------------------------------------------------------ lifecycle
@@ -147,7 +152,10 @@ class SpeechFront:
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
                                      shutdown_timeout=1.0)
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
+        if self._sock is not None:
+            self._site = web.SockSite(self._runner, self._sock)
+        else:
+            self._site = web.TCPSite(self._runner, self.settings.host, self.settings.port)
         await self._site.start()
         logger.info("speech endpoint on http://%s:%d/v1/audio/speech (upstream %s)",
                     self.settings.host, self.port, self.upstream.endpoint)
@@ -259,7 +267,7 @@ class SpeechFront:
             enc = make_encoder(fmt, spec.sample_rate)
         except CodecsMissing as e:
             return _error(400, "codecs_unavailable", str(e), rid)
-        if not self._admit():
+        if not await self._admit():
             return _error(503, "busy", "the server is at its stream limit or shutting down", rid)
         r = _Request(rid, SpeechKey(f"{rid}#{next(_ids)}"))
         self._reqs[r.key] = r

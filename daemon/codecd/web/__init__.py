@@ -28,7 +28,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.http11 import Request, Response
 
 from ..config import Config
-from ..http import bearer_ok, header, respond
+from ..responses import bearer_ok, header, respond
 from .tickets import SUBPROTOCOL, TicketBook, offered_credentials
 
 __all__ = ["WebRoutes", "STATIC_DIR", "TicketBook"]
