@@ -120,6 +120,15 @@ class FakeLM:
             return web.json_response({"error": "overloaded"}, status=500)
         if "STATUS404" in piece:
             return web.json_response({"error": "no such model"}, status=404)
+        if "HUGE500" in piece:  # a 4 MB error body: codecd reads 4 KiB of it
+            return web.Response(body=b"x" * (4 << 20), status=500)
+        if "LONGLINE" in piece:  # an event line that never ends (200 KB, no newline)
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for _ in range(50):
+                await resp.write(b"x" * 4096)
+            await asyncio.sleep(1.0)
+            return resp
         ids = piece_ids(piece)
         text = ids_text(ids) + "<custom_token_2>"
         if "NOAUDIO" in piece:
@@ -370,6 +379,8 @@ def test_upstream_failures(small: Path, offline: Any, caplog: pytest.LogCaptureF
             for word, status, code in (("SLOW", 504, "upstream_timeout"),
                                        ("STATUS500", 502, "upstream_status"),
                                        ("STATUS404", 502, "upstream_status"),
+                                       ("HUGE500", 502, "upstream_status"),
+                                       ("LONGLINE", 502, "upstream_broken"),
                                        ("BREAKEARLY", 502, "upstream_broken"),
                                        ("NODONE", 502, "upstream_broken"),
                                        ("NOAUDIO", 502, "upstream_no_audio"),
@@ -434,6 +445,41 @@ def test_upstream_failures(small: Path, offline: Any, caplog: pytest.LogCaptureF
             assert st == 502 and json.loads(body)["error"]["code"] == "upstream_unreachable"
             await assert_nothing_running(srv, lm)
     caplog.set_level("INFO", logger="codecd.speech.app")
+    asyncio.run(main())
+
+
+def test_speech_output_is_bounded(small: Path, offline: Any) -> None:
+    """A speech request holds at most about its output budget of decoded audio unsent (the
+    upstream is no longer read while the client lags), and its audio ends cleanly at
+    ``max_stream_duration_s``, whatever the upstream generates."""
+    budget_s, max_s = 0.01, 0.1  # the small model: 16 samples per group, 24 kHz: 150 groups
+
+    async def main() -> None:
+        async with speech_server(small, output_budget_s=budget_s, max_stream_duration_s=max_s
+                                 ) as (srv, lm):
+            text = " ".join(["A long one."] * 330)  # 17 pieces, at least 12 groups each
+            peak = 0
+            out = bytearray()
+            async with ClientSession() as s:
+                async with s.post(base_url(srv) + "/audio/speech", json={
+                        "input": text, "response_format": "pcm"}) as r:
+                    assert r.status == 200
+                    while True:
+                        chunk = await r.content.read(64)
+                        if not chunk:
+                            break
+                        out += chunk
+                        peak = max([peak, *(q.queued for q in srv.speech._reqs.values())])
+                        await asyncio.sleep(0.002)  # slower than the LM
+            # unsent audio: the budget, plus what was pushed before the producer looked
+            assert 0 < peak <= int(budget_s * SR) + 64 * SAMPLES_PER_GROUP, peak
+            n = len(out) // 2
+            assert n == int(max_s * SR) // SAMPLES_PER_GROUP * SAMPLES_PER_GROUP, n
+            ids = np.concatenate([piece_ids(t) for t in split_sentences(text, 240)])
+            cut = ids[:7 * (n // SAMPLES_PER_GROUP)]  # the stream ends there: decoded as ended
+            assert_same_audio(bytes(out), expected(offline, levels_of(cut), "pcm_s16le", SR),
+                              "pcm_s16le")
+            await assert_nothing_running(srv, lm)
     asyncio.run(main())
 
 

@@ -355,6 +355,7 @@ class Daemon:
             f.failures = 0
         delay = FRONT_BACKOFF_S[min(f.failures, len(FRONT_BACKOFF_S) - 1)]
         f.failures += 1
+        self._tasks = [t for t in self._tasks if not t.done()]  # restarts come and go
         self._tasks.append(asyncio.ensure_future(self._restart_front(f, delay)))
 
     async def _restart_front(self, f: _Front, delay: float) -> None:

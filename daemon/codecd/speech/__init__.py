@@ -25,7 +25,8 @@ async def start_speech(server: Any, sock: Any = None) -> Any:
         SpeechSettings(host=cfg.host, port=cfg.http_port, upstream=cfg.upstream,
                        upstream_key=cfg.upstream_key or None, upstream_model=cfg.upstream_model,
                        upstream_timeout_s=cfg.upstream_timeout_s, auth_token=cfg.auth_token,
-                       send_timeout_s=cfg.send_timeout_s),
+                       send_timeout_s=cfg.send_timeout_s, output_budget_s=cfg.output_budget_s,
+                       max_duration_s=cfg.max_stream_duration_s),
         server.pool, server.specs, admit=server._admit_speech, release=server._release_speech,
         sock=sock)
     await front.start()

@@ -98,6 +98,10 @@ class _Request:
     key: SpeechKey
     events: asyncio.Queue[EngineEvent | _Fail] = field(default_factory=asyncio.Queue)
     producer: asyncio.Task[None] | None = None
+    #: decoded samples in ``events`` not yet written to the client: the producer stops
+    #: reading the upstream while they exceed the output budget (``drained`` wakes it)
+    queued: int = 0
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
     t0: float = field(default_factory=time.monotonic)
     open: bool = False  # the engine stream exists
 
@@ -112,6 +116,10 @@ class SpeechSettings:
     upstream_timeout_s: float = 30.0
     auth_token: str | None = None
     send_timeout_s: float = 5.0  # a client that does not read for this long is dropped
+    #: decoded audio a request may hold unsent before its upstream is no longer read
+    output_budget_s: float = 2.5
+    #: a request's audio ends (cleanly) past this length, whatever the upstream generates
+    max_duration_s: float = 600.0
 
 
 class SpeechFront:
@@ -182,6 +190,8 @@ class SpeechFront:
     def on_event(self, ev: EngineEvent) -> None:
         r = self._reqs.get(ev.key)
         if r is not None:
+            if isinstance(ev, Audio):
+                r.queued += int(ev.pcm.size)
             r.events.put_nowait(ev)
 
     # ------------------------------------------------------------ listings
@@ -310,6 +320,9 @@ class SpeechFront:
                     orpheus_prompt(piece, voice), max_tokens=PIECE_MAX_TOKENS, stop=STOP,
                     request_id=rid):
                 ids = parser.feed(chunk)
+                if parser.n_audio > PIECE_MAX_TOKENS:  # an upstream that ignores max_tokens
+                    ids = ids[:max(0, ids.size - (parser.n_audio - PIECE_MAX_TOKENS))]
+                    parser.ended = True
                 if ids.size:
                     held = np.concatenate([held, ids])
                     k = held.size - held.size % 7
@@ -352,7 +365,17 @@ class SpeechFront:
         """Generations in order -> validated tokens -> engine pushes; then finish."""
         try:
             asm = ORPHEUS_IDS.assembler(spec.codebook_sizes, spec.level_strides)
+            budget = max(1, int(self.settings.output_budget_s * spec.sample_rate))
+            # one 7-id Orpheus group is one coarsest frame: hop_length * level_strides[-1] samples
+            per_group = spec.hop_length * max(spec.level_strides)
+            groups_left = int(self.settings.max_duration_s * spec.sample_rate) // per_group
             async for ids in self.generate_ids(text, voice, r.rid):
+                if ids.size // 7 > groups_left:
+                    ids = ids[:groups_left * 7]
+                    logger.warning("speech %s: audio reached max_stream_duration_s (%g s); "
+                                   "ending it there", r.rid, self.settings.max_duration_s,
+                                   extra={"request_id": r.rid})
+                groups_left -= ids.size // 7
                 try:
                     levels = asm.feed(ids)
                 except LayoutError as e:
@@ -361,6 +384,11 @@ class SpeechFront:
                                 f"{e}") from None
                 if levels is not None:
                     self.pool.push(r.key, levels)
+                if groups_left <= 0:
+                    break
+                while r.queued > budget:  # the client reads slower than the LM generates
+                    r.drained.clear()
+                    await r.drained.wait()
             self.pool.finish(r.key)
         except asyncio.CancelledError:
             raise
@@ -418,6 +446,8 @@ class SpeechFront:
                 try:
                     await asyncio.wait_for(self._write(resp, enc.feed(ev.pcm), sf),
                                            self.settings.send_timeout_s)
+                    r.queued -= int(ev.pcm.size)
+                    r.drained.set()
                 except asyncio.TimeoutError:
                     # the client does not read: drop it (the finally of speech() ends the
                     # upstream request and the engine stream)

@@ -85,7 +85,8 @@ class Upstream:
         try:
             async with self._session.post(self.endpoint, json=body, headers=headers) as r:
                 if r.status // 100 != 2:
-                    text = (await r.text(errors="replace"))[:300]
+                    # an error body is read up to 4 KiB, whatever the upstream sends
+                    text = (await r.content.read(4096)).decode("utf-8", errors="replace")[:300]
                     raise UpstreamError("upstream_status", 502,
                                         f"upstream answered HTTP {r.status}: {text.strip()}")
                 finished = False
@@ -132,11 +133,19 @@ class Upstream:
                                 ) from None
 
 
+#: longest event-stream line taken from the upstream (a completion event is ~200 bytes)
+MAX_LINE = 64 * 1024
+
+
 async def _lines(r: aiohttp.ClientResponse) -> AsyncIterator[str]:
-    """Lines of an event stream (CRLF, LF or CR ends), decoded as UTF-8."""
+    """Lines of an event stream (CRLF, LF or CR ends), decoded as UTF-8; a line longer
+    than :data:`MAX_LINE` is ``upstream_broken`` (the buffer never grows past it)."""
     buf = b""
     async for chunk in r.content.iter_any():
         buf += chunk
+        if len(buf) > MAX_LINE and buf.find(b"\n", 0, MAX_LINE + 1) < 0:
+            raise UpstreamError("upstream_broken", 502,
+                                f"an upstream event line exceeds {MAX_LINE} bytes")
         while True:
             i = buf.find(b"\n")
             if i < 0:
