@@ -27,6 +27,10 @@ before the error is yielded first); a ``start`` refused (``busy``,
 ``stream_id``) or a lost connection raises :class:`ServerError` in every open
 stream (code ``connection_closed`` when the server gave none).
 
+An ``opus`` stream (``format="opus"``) yields one chunk per Opus packet: ``pcm`` is the
+packet's bytes (uint8), ``len(chunk)`` its 960 samples at 48 kHz, and ``stream.started.codec``
+holds the decoder parameters (``pre_skip``, docs/protocol.md).
+
 Encoding and parsing come from :mod:`codecd.protocol` (sans-I/O).
 """
 
@@ -93,17 +97,20 @@ class ConnectionLost(ServerError):
 
 @dataclass(frozen=True, eq=False)
 class AudioChunk:
-    """One audio frame of a stream: ``pcm`` in the stream's format (int16, float32, or uint8
-    μ-law bytes), ``sample_offset`` = output samples of the stream before it."""
+    """One audio frame of a stream: ``pcm`` in the stream's format (int16, float32, uint8
+    μ-law bytes, or the uint8 bytes of one Opus packet), ``sample_offset`` = output samples
+    of the stream before it."""
 
     pcm: npt.NDArray[Any]
     sample_offset: int
     seq: int
     #: time.monotonic() when the reader received the frame
     received_at: float = field(default_factory=time.monotonic)
+    #: samples the frame decodes to when ``pcm`` is encoded (opus: 960); None: ``pcm.size``
+    samples: int | None = None
 
     def __len__(self) -> int:
-        return int(self.pcm.size)
+        return int(self.pcm.size) if self.samples is None else self.samples
 
 
 def pcm_to_array(data: bytes, fmt: str) -> npt.NDArray[Any]:
@@ -112,7 +119,7 @@ def pcm_to_array(data: bytes, fmt: str) -> npt.NDArray[Any]:
         return np.frombuffer(data, dtype="<i2")
     if fmt == "pcm_f32le":
         return np.frombuffer(data, dtype="<f4")
-    if fmt == "mulaw":
+    if fmt in ("mulaw", "opus"):  # opus: one packet's bytes
         return np.frombuffer(data, dtype=np.uint8)
     raise ValueError(f"unknown format {fmt!r}")
 
@@ -242,7 +249,10 @@ class Stream:
         raise item
 
     async def read_all(self) -> npt.NDArray[Any]:
-        """Every remaining chunk concatenated (in the output format); raises ServerError."""
+        """Every remaining chunk concatenated (in the output format); raises ServerError.
+        Not for ``opus`` (packets must stay apart: iterate the stream)."""
+        if self.format == "opus":
+            raise ValueError("read_all on an opus stream: iterate it, one chunk per packet")
         parts = [c.pcm async for c in self]
         if not parts:
             return pcm_to_array(b"", self.format)
@@ -360,8 +370,9 @@ class Client:
                     sample_rate: int | None = None, *, latency: str | None = None,
                     noise: bool | None = None, seed: int | None = None,
                     voice: str | None = None, stream_id: str | None = None,
-                    timeout: float | None = 30.0) -> Stream:
-        """Open a stream and wait for ``started``; raises ServerError when refused."""
+                    timeout: float | None = 30.0, bitrate: int | None = None) -> Stream:
+        """Open a stream and wait for ``started``; raises ServerError when refused.
+        ``bitrate`` (b/s) is for ``format="opus"`` only."""
         if self.error is not None:
             raise self.error
         if self._ws is None or self._closed:
@@ -371,7 +382,7 @@ class Client:
             raise ValueError(f"stream {sid!r} is open on this connection")
         msg = Start(stream_id=sid, model=model, layout=layout, format=format,
                     sample_rate=sample_rate, latency=latency or "exact",
-                    noise=bool(noise), seed=seed, voice=voice)
+                    noise=bool(noise), seed=seed, voice=voice, bitrate=bitrate)
         st = Stream(self, sid, msg, self.queue_size)
         self._streams[sid] = st
         st.started_at = time.monotonic()
@@ -429,14 +440,19 @@ class Client:
         if st is None:
             logger.debug("audio for unknown stream %r dropped", f.stream_id)
             return
+        samples = None
+        if st.format == "opus":
+            codec = st.started.codec if st.started is not None else None
+            samples = int((codec or {}).get("frame_samples", 960))
         await st._put(AudioChunk(pcm_to_array(f.data, st.format), int(f.sample_offset),
-                                 int(f.seq)))
+                                 int(f.seq), samples=samples))
 
     async def _on_text(self, data: str) -> None:
         msg = parse_server_text(data)
         if isinstance(msg, Started):
             st = self._streams.get(msg.stream_id)
             if st is not None and not st._started_fut.done():
+                st.started = msg  # before start() resumes: the audio after it reads it
                 st._started_fut.set_result(msg)
         elif isinstance(msg, (Done, Cancelled)):
             st = self._streams.get(msg.stream_id)

@@ -18,7 +18,8 @@ Client -> server:
 Server -> client:
 
 * text: JSON objects ``hello``, ``started``, ``mark``, ``done``, ``cancelled``, ``error``;
-* binary: ``u8 kind=0x02 | u8 id_len | id | u32le seq | u64le sample_offset | PCM``.
+* binary: ``u8 kind=0x02 | u8 id_len | id | u32le seq | u64le sample_offset | PCM`` (or,
+  for an ``opus`` stream, one raw Opus packet).
 
 Scoping rule: a :class:`ProtocolError` with a ``stream_id`` concerns that stream
 only (the connection stays open); one without is fatal to the connection, which
@@ -39,7 +40,7 @@ import numpy.typing as npt
 
 __all__ = [
     "PROTOCOL_VERSION", "KIND_TOKENS", "KIND_AUDIO", "LEVEL_SEQUENCE", "LAYOUTS", "FORMATS",
-    "LATENCIES", "ErrorCode", "ERRORS", "ErrorInfo", "close_code_for", "ProtocolError", "Limits",
+    "LATENCIES", "OPUS_SAMPLE_RATE", "OPUS_BITRATE_RANGE", "ErrorCode", "ERRORS", "ErrorInfo", "close_code_for", "ProtocolError", "Limits",
     "Hello", "Start", "TokenChunk", "End", "Cancel", "Mark", "ClientMessage",
     "ServerHello", "Started", "MarkReached", "Done", "Cancelled", "Error", "AudioFrame",
     "ServerMessage", "encode_mark",
@@ -60,10 +61,16 @@ LEVEL_SEQUENCE = 0xFF
 
 LAYOUTS = ("orpheus_ids", "orpheus", "levels", "chatterbox_ids", "dac_frames", "outetts_wavtokenizer",
            "neutts", "llasa", "llasa_ids")
-FORMATS = ("pcm_s16le", "pcm_f32le", "mulaw")
+#: the wire's formats; ``opus`` needs PyAV (``codecd[codecs]``): a server without it refuses
+#: it (``bad_format``) and leaves it out of ``hello.formats``
+FORMATS = ("pcm_s16le", "pcm_f32le", "mulaw", "opus")
 LATENCIES = ("exact", "low")
 #: output rate of ``mulaw`` streams when ``sample_rate`` is not given
 MULAW_DEFAULT_RATE = 8000
+#: the one output rate of ``opus`` streams (raw Opus packets of 20 ms)
+OPUS_SAMPLE_RATE = 48000
+#: ``bitrate`` of an ``opus`` start: libopus' range in b/s
+OPUS_BITRATE_RANGE = (6000, 510000)
 
 _TOKEN_HDR = struct.Struct("<BBB")  # kind, level, id_len
 _AUDIO_TAIL = struct.Struct("<IQ")  # seq, sample_offset
@@ -245,6 +252,8 @@ class Start:
     codebooks: int | None = None
     #: text to speak instead of tokens (the server's upstream LM generates them)
     text: str | None = None
+    #: ``opus`` only: the encoder's bit rate in b/s (None: the server's default, 64 kb/s)
+    bitrate: int | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -317,6 +326,9 @@ class Started:
     latency_samples: int
     channels: int = 1
     latency: str = "exact"
+    #: an encoded format's decoder parameters (``opus``: name, sample_rate, channels,
+    #: frame_ms, frame_samples, pre_skip, bitrate, application); None for PCM formats
+    codec: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -342,7 +354,8 @@ class Error:
 @dataclass(frozen=True)
 class AudioFrame:
     """One binary audio frame: ``seq`` counts frames of the stream from 0, ``sample_offset``
-    the output samples sent before this frame; ``data`` is PCM in the stream's format."""
+    the output samples sent before this frame; ``data`` is PCM in the stream's format, or
+    one raw Opus packet (20 ms) for ``opus``."""
 
     stream_id: str
     seq: int
@@ -603,10 +616,16 @@ def _parse_start(f: _Fields, sid: str, limits: Limits) -> Start:
     seed = f.int_("seed", 0, _UINT64_MAX)
     voice = f.str_("voice", max_len=limits.max_name_len)
     codebooks = f.int_("codebooks", 1, 64)
+    bitrate = f.int_("bitrate", *OPUS_BITRATE_RANGE, code=ErrorCode.BAD_FORMAT)
+    if fmt == "opus" and rate is not None and rate != OPUS_SAMPLE_RATE:
+        raise f.err(f"format opus is sent at {OPUS_SAMPLE_RATE} Hz only, not {rate}",
+                    ErrorCode.BAD_FORMAT)
+    if bitrate is not None and fmt != "opus":
+        raise f.err(f"'bitrate' is for format opus, not {fmt}", ErrorCode.BAD_FORMAT)
     assert model is not None and layout is not None
     return Start(stream_id=sid, model=model, layout=layout, format=fmt, sample_rate=rate,
                  latency=latency, noise=noise, seed=seed, voice=voice, codebooks=codebooks,
-                 text=text)
+                 text=text, bitrate=bitrate)
 
 
 def parse_binary(data: bytes, limits: Limits = DEFAULT_LIMITS) -> TokenChunk:
@@ -663,7 +682,7 @@ def encode_client(msg: ClientMessage) -> str:
         d = {"type": "start", "stream_id": msg.stream_id, "model": msg.model,
              "layout": msg.layout, "format": msg.format, "sample_rate": msg.sample_rate,
              "latency": msg.latency, "noise": msg.noise, "seed": msg.seed, "voice": msg.voice,
-             "codebooks": msg.codebooks, "text": msg.text}
+             "codebooks": msg.codebooks, "text": msg.text, "bitrate": msg.bitrate}
     elif isinstance(msg, TokenChunk):
         if msg.stream_id is None:
             assert msg.tokens is not None
@@ -721,10 +740,14 @@ def encode_hello(info: Mapping[str, Any]) -> str:
 
 
 def encode_started(stream_id: str, sample_rate: int, format: str, latency_samples: int,
-                   latency: str = "exact") -> str:
-    return _dumps({"type": "started", "stream_id": stream_id, "sample_rate": sample_rate,
-                   "format": format, "channels": 1, "latency_samples": latency_samples,
-                   "latency": latency})
+                   latency: str = "exact", codec: Mapping[str, Any] | None = None) -> str:
+    """``started``; ``codec`` (an encoded format's decoder parameters) only when given."""
+    d: dict[str, Any] = {"type": "started", "stream_id": stream_id, "sample_rate": sample_rate,
+                         "format": format, "channels": 1, "latency_samples": latency_samples,
+                         "latency": latency}
+    if codec is not None:
+        d["codec"] = dict(codec)
+    return _dumps(d)
 
 
 def encode_done(stream_id: str, samples: int, sample_rate: int) -> str:
@@ -753,7 +776,7 @@ def encode_error(code: ErrorCode | str, message: str, stream_id: str | None = No
 
 
 def encode_audio(stream_id: str, seq: int, sample_offset: int, pcm: bytes) -> bytes:
-    """A binary audio frame: header then raw PCM (never a WAV header)."""
+    """A binary audio frame: header then raw PCM (never a WAV header), or one Opus packet."""
     b = _id_bytes(stream_id)
     return bytes((KIND_AUDIO, len(b))) + b + _AUDIO_TAIL.pack(seq, sample_offset) + pcm
 
@@ -781,7 +804,8 @@ def parse_server_text(data: str) -> ServerMessage:
         if t == "started":
             return Started(stream_id=obj["stream_id"], sample_rate=obj["sample_rate"],
                            format=obj["format"], latency_samples=obj["latency_samples"],
-                           channels=obj.get("channels", 1), latency=obj.get("latency", "exact"))
+                           channels=obj.get("channels", 1), latency=obj.get("latency", "exact"),
+                           codec=_codec_field(obj.get("codec")))
         if t == "done":
             return Done(stream_id=obj["stream_id"], samples=obj["samples"],
                         duration_s=float(obj["duration_s"]))
@@ -798,6 +822,14 @@ def parse_server_text(data: str) -> ServerMessage:
     except (KeyError, TypeError, ValueError) as e:
         raise ProtocolError(ErrorCode.BAD_MESSAGE, f"{t}: bad or missing field {e}") from None
     raise ProtocolError(ErrorCode.BAD_MESSAGE, f"unknown message type {_short(t)!r}")
+
+
+def _codec_field(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise TypeError("'codec' must be an object")
+    return dict(v)
 
 
 def parse_audio(data: bytes) -> AudioFrame:

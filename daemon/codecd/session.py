@@ -62,6 +62,7 @@ from .protocol import (
     FORMATS,
     LAYOUTS,
     MULAW_DEFAULT_RATE,
+    OPUS_SAMPLE_RATE,
     SEQUENCE_KEY,
     Cancel,
     ClientMessage,
@@ -85,6 +86,7 @@ from .protocol import (
     parse_text,
     truncate_reason,
 )
+from .speech.encode import CodecsMissing, OpusPackets, opus_available
 
 __all__ = ["SessionLimits", "SessionMetrics", "Session", "MAX_PENDING_MARKS"]
 
@@ -156,7 +158,8 @@ class _Stream:
     start: Start
     spec: ModelSpec
     out_rate: int
-    converter: OutputConverter
+    #: the output path: PCM conversion, or the ``opus`` encoder (packets of 20 ms)
+    converter: OutputConverter | OpusPackets
     admitted: bool
     last_input: float
     assembler: Assembler  # the layout's: tokens -> per-level codes
@@ -171,6 +174,9 @@ class _Stream:
     tokens_accepted: int = 0
     samples_in: int = 0  # model-rate samples from the engine
     seq: int = 0
+    samples_sent: int = 0  # output samples in the audio frames sent (opus: of the packets)
+    #: where the stream's audio begins in its output samples (opus: the encoder's pre-skip)
+    offset0: int = 0
     marks: list[tuple[int, str | int]] = field(default_factory=list)  # (output offset, id)
     from_text: bool = False  # a start with ``text``: the tokens come from the upstream LM
 
@@ -268,7 +274,7 @@ class Session:
         return {
             "server": f"codecd/{__version__}",
             "models": [family_for(m.arch, generic=True).describe(m) for m in self.models.values()],
-            "formats": list(FORMATS),
+            "formats": [f for f in FORMATS if f != "opus" or opus_available()],
             "layouts": list(LAYOUTS),
             "limits": {
                 "max_message_bytes": pl.max_message_bytes,
@@ -410,8 +416,7 @@ class Session:
         self.budget.produced(key, pcm.size / st.spec.sample_rate)
         if st.state == _ENDING:  # progress: the finish deadline counts from the last audio
             st.ended_at = self.clock()
-        data, n = st.converter.feed(pcm)
-        return acts + self._audio_frame(st, data, n) + self._marks_due(st, False)
+        return acts + self._audio_frames(st, pcm, False) + self._marks_due(st, False)
 
     def on_done(self, key: StreamKey, total_samples: int) -> list[Action]:
         """The engine finished a stream: flush its converter, send ``done``, free it."""
@@ -424,11 +429,9 @@ class Session:
         if total_samples != st.samples_in:
             logger.warning("session %d: %s: engine reports %d samples, %d received", self.id,
                            key, total_samples, st.samples_in)
-        data, n = st.converter.flush()
-        acts += self._audio_frame(st, data, n)
+        acts += self._audio_frames(st, np.zeros(0, dtype=np.float32), True)
         acts += self._marks_due(st, True)
-        out = st.converter.samples_out
-        acts.append(SendText(encode_done(st.stream_id, out, st.out_rate)))
+        acts.append(SendText(encode_done(st.stream_id, st.samples_sent, st.out_rate)))
         self._free(st)
         self.metrics.streams_done += 1
         return acts
@@ -456,10 +459,25 @@ class Session:
     def _count_error(self, code: ErrorCode) -> None:
         self.metrics.errors[code.value] += 1
 
+    def _audio_frames(self, st: _Stream, pcm: npt.NDArray[np.float32],
+                      last: bool) -> list[Action]:
+        """Model-rate audio through the stream's output path (``last``: flush it): PCM in
+        one binary frame, opus one frame per packet."""
+        conv = st.converter
+        if isinstance(conv, OpusPackets):
+            chunks = conv.flush() if last else conv.feed(pcm)
+        else:
+            chunks = [conv.flush() if last else conv.feed(pcm)]
+        acts: list[Action] = []
+        for data, n in chunks:
+            acts += self._audio_frame(st, data, n)
+        return acts
+
     def _audio_frame(self, st: _Stream, data: bytes, n: int) -> list[Action]:
         if not n:
             return []
-        offset = st.converter.samples_out - n
+        offset = st.samples_sent
+        st.samples_sent += n
         frame = encode_audio(st.stream_id, st.seq, offset, data)
         st.seq += 1
         self.metrics.samples_sent += n
@@ -471,7 +489,7 @@ class Session:
     def _marks_due(self, st: _Stream, final: bool) -> list[Action]:
         """``mark`` answers whose audio has all been sent (all of them at the end)."""
         out: list[Action] = []
-        sent = st.converter.samples_out
+        sent = st.samples_sent
         while st.marks and (final or st.marks[0][0] <= sent):
             off, mid = st.marks.pop(0)
             out.append(SendText(encode_mark(st.stream_id, mid, min(off, sent))))
@@ -487,7 +505,7 @@ class Session:
                               f"more than {MAX_PENDING_MARKS} marks pending")
         # the output sample where the audio of frames pushed after the mark begins
         model_samples = st.frames_pushed() * st.spec.hop_length
-        off = model_samples * st.out_rate // st.spec.sample_rate
+        off = model_samples * st.out_rate // st.spec.sample_rate + st.offset0
         st.marks.append((off, m.id))
         return self._marks_due(st, False)
 
@@ -498,6 +516,8 @@ class Session:
             self._closed_ids.popitem(last=False)
 
     def _free(self, st: _Stream) -> None:
+        if isinstance(st.converter, OpusPackets):
+            st.converter.close()  # done, cancelled, failed or dropped: the encoder goes
         self._streams.pop(st.stream_id, None)
         self._by_key.pop(st.key, None)
         self.budget.drop(st.key)
@@ -625,13 +645,24 @@ class Session:
         except StreamRefused as e:
             return refuse(ErrorCode(e.code), e.message)
         out_rate = m.sample_rate or (MULAW_DEFAULT_RATE if m.format == "mulaw"
+                                     else OPUS_SAMPLE_RATE if m.format == "opus"
                                      else spec.sample_rate)
+        if m.format == "opus" and not opus_available():
+            return refuse(ErrorCode.BAD_FORMAT, "format opus is not available on this server: "
+                                                "it needs PyAV with libopus "
+                                                "(pip install 'codecd[codecs]')")
+        conv: OutputConverter | OpusPackets
         try:
-            conv = OutputConverter(spec.sample_rate, out_rate, m.format)
-        except (ValueError, ImportError) as e:
+            if m.format == "opus":
+                conv = OpusPackets(spec.sample_rate, m.bitrate)
+            else:
+                conv = OutputConverter(spec.sample_rate, out_rate, m.format)
+        except (ValueError, ImportError, CodecsMissing) as e:
             return refuse(ErrorCode.BAD_FORMAT, f"cannot produce {m.format} at {out_rate} Hz: "
                                                 f"{e}")
         if not self.admit():
+            if isinstance(conv, OpusPackets):
+                conv.close()
             return refuse(ErrorCode.BUSY, "server is at its stream limit; retry later")
 
         key = StreamKey(self.id, next(self._serial), sid)
@@ -653,7 +684,11 @@ class Session:
         self.metrics.streams_started += 1
 
         lat_out = int(round(plan.latency_samples * out_rate / spec.sample_rate))
-        st.started = encode_started(sid, out_rate, m.format, lat_out, plan.latency)
+        codec = None
+        if isinstance(conv, OpusPackets):
+            st.offset0 = conv.pre_skip
+            codec = conv.codec_info()
+        st.started = encode_started(sid, out_rate, m.format, lat_out, plan.latency, codec)
         logger.debug("session %d: start %s model=%s layout=%s %s@%d", self.id, key, spec.name,
                      m.layout, m.format, out_rate)
         out: list[Action] = [EngineOpen(key, spec.name, noise=m.noise, seed=m.seed,
