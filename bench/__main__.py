@@ -27,6 +27,7 @@ SUITES: dict[str, Suite] = {
     "sweep": Suite("bench.gpu.sweep", "GPU shape sweep: every graph kind up to 300 s (issue 24)"),
     "profile": Suite("bench.gpu.profile_tick", "CUDA kernel profile of one streaming tick"),
     "check": Suite("bench.gpu.stream_check", "GPU streamed against offline and against the CPU"),
+    "mimi": Suite("bench.mimi", "Mimi streams: frame-by-frame cost (against moshi) and real-time capacity"),
 }
 
 
