@@ -241,3 +241,58 @@ def test_page_reconnects_after_a_server_restart(browser: Any, server: ServerThre
         assert pg.errors == []
     finally:
         pg.close()
+
+
+def test_page_plays_opus_through_webcodecs(browser: Any, server: ServerThread) -> None:
+    """Format Opus (WebCodecs): the page decodes the server's 20 ms packets with the browser's AudioDecoder, drops the pre-skip and plays the rest at 48 kHz: every decoded sample but the pre-skip reaches the worklet, exactly."""
+    pg = Page(browser, server.start())
+    try:
+        pg.wait("window.codecd.hello !== null")
+        opus = pg.js("window.codecd.opus")
+        if not opus["server"]:
+            pytest.skip("the server offers no opus (no PyAV with libopus)")
+        if not opus["browser"]:
+            pytest.skip(f"chromium here cannot decode Opus with WebCodecs: {opus['why']}")
+        assert pg.page.text_content("#format option[value=opus]") == "Opus (WebCodecs)"
+        assert "decoded by this browser's AudioDecoder" in (pg.page.text_content("#format-note")
+                                                            or "")
+        last = pg.play("opus")
+        assert last["outcome"] == "played" and last["path"] == "opus-webcodecs", last
+        assert pg.js("window.codecd.audio.sampleRate") == 48000
+        # the demo's 24 kHz audio is 2n samples at 48 kHz; the server pads the last frame:
+        # ceil((2n + pre_skip) / 960) packets, each decoding to 960 samples
+        pre = last["preSkip"]
+        packets = -(-(2 * DEMO_SAMPLES + pre) // 960)
+        assert pre > 0 and last["packets"] == packets and last["sent"] == 960 * packets, last
+        assert last["decoded"] == 960 * packets and last["skipped"] == pre, last
+        assert last["played"] == last["received"] == 960 * packets - pre, last
+        assert pg.page.text_content("#played") == str(960 * packets - pre)
+        assert "WebCodecs AudioDecoder" in (pg.page.text_content("#path") or "")
+        pg.shot("page-opus.png")
+        assert pg.errors == []
+    finally:
+        pg.close()
+
+
+def test_page_text_without_an_upstream(browser: Any, server: ServerThread) -> None:
+    """Typed text streams as `start.text` (no tokens): on a server without --upstream the page's status shows the no_upstream error, and Play works again."""
+    pg = Page(browser, server.start())
+    try:
+        pg.wait("window.codecd.hello !== null")
+        pg.page.fill("#text", "Hello from the page.")
+        assert pg.js("document.querySelector('input[name=source]:checked').value") == "text"
+        pg.page.fill("#text-voice", "leo")
+        pg.page.click("#play")
+        pg.wait("document.getElementById('status').dataset.state === 'error'")
+        text = pg.status()[1]
+        assert "upstream_error [no_upstream]" in text and "--upstream" in text, text
+        last = pg.js("window.codecd.last")
+        assert last["outcome"] == "failed: upstream_error [no_upstream]" and last["text"], last
+        assert last["error"]["upstream_code"] == "no_upstream" and last["received"] == 0, last
+        assert any(e.startswith("streaming text (20 characters, speaker leo)")
+                   for e in pg.js("window.codecd.events"))
+        assert pg.page.is_enabled("#play")
+        pg.shot("page-no-upstream.png")
+        assert pg.errors == []
+    finally:
+        pg.close()

@@ -1,17 +1,25 @@
 // codecd page: connect (with a ticket when the server wants a token), read the hello, stream
 // a token file or the demo sequence, play it through an AudioWorklet jitter buffer, and chart
 // /metrics. Plain ES module, no framework, no build step; the protocol is docs/protocol.md.
+// Audio is PCM, or Opus packets decoded by WebCodecs' AudioDecoder where the browser has one
+// for Opus (docs/protocol.md, "Opus streams"); a stream may also be text, which the server's
+// upstream LM turns into tokens (`start.text`).
 
 const $ = (id) => document.getElementById(id);
 const ORPHEUS_BASE = 128266;           // raw id of <custom_token_10>
 const CUSTOM_TO_ID = ORPHEUS_BASE - 10; // <custom_token_N> -> id N + 128256
 const HISTORY = 120;                   // chart points (seconds)
 const MAX_BACKOFF_MS = 4000;
+const OPUS_RATE = 48000;                // opus streams: 48 kHz mono, 20 ms packets
+const OPUS_CONFIG = {codec: "opus", sampleRate: OPUS_RATE, numberOfChannels: 1};
+const FORMAT_LABELS = {pcm_f32le: "PCM float32", pcm_s16le: "PCM 16-bit", mulaw: "μ-law 8-bit",
+                       opus: "Opus (WebCodecs)"};
 
 // Everything the page knows, on window for tests and for the curious (devtools).
 const state = {
   ws: null, hello: null, everOpen: false, reconnects: 0, backoff: 250, retryTimer: null,
   lostAt: 0, seq: 0, stream: null, last: null, audio: null, node: null, analyser: null,
+  opus: {server: false, browser: null, why: ""},  // the Opus path: offered, and decodable here
   events: [], metrics: {streams: [], tick: [], batch: [], fetched: 0, errors: 0},
 };
 window.codecd = state;
@@ -86,8 +94,25 @@ function onClose(ws, e) {
   scheduleReconnect(`connection closed (${e.code})`);
 }
 
-function onHello(msg) {
+// Whether this browser decodes Opus: WebCodecs' AudioDecoder (secure contexts only; http on
+// localhost counts) and a config check. Asked once; {ok, why}.
+const opusProbe = (async () => {
+  if (typeof AudioDecoder === "undefined") {
+    return {ok: false, why: "this browser has no WebCodecs AudioDecoder" +
+                            (window.isSecureContext ? "" : " (the page is not a secure context)")};
+  }
+  try {
+    const r = await AudioDecoder.isConfigSupported(OPUS_CONFIG);
+    return r.supported ? {ok: true, why: ""} : {ok: false, why: "WebCodecs here cannot decode Opus"};
+  } catch (e) {
+    return {ok: false, why: `WebCodecs' Opus check failed (${e.message})`};
+  }
+})();
+
+async function onHello(msg) {
   const again = state.everOpen;
+  const probe = await opusProbe;
+  state.opus = {server: msg.formats.includes("opus"), browser: probe.ok, why: probe.why};
   state.hello = msg;
   state.everOpen = true;
   state.backoff = 250;
@@ -95,8 +120,15 @@ function onHello(msg) {
   const names = msg.models.map((m) => `${m.name} (${m.arch}, ${m.sample_rate} Hz)`).join(", ");
   $("server-info").textContent = `${msg.server}, protocol v${msg.version}: ${names || "no models"}`;
   fillSelect($("model"), msg.models.map((m) => m.name), $("model").value);
-  const formats = msg.formats.filter((f) => f.startsWith("pcm_") || f === "mulaw");
-  fillSelect($("format"), formats, $("format").value || "pcm_f32le");
+  const formats = msg.formats.filter((f) => f.startsWith("pcm_") || f === "mulaw" ||
+                                          (f === "opus" && probe.ok));
+  fillSelect($("format"), formats, $("format").value || "pcm_f32le", FORMAT_LABELS);
+  $("format-note").textContent = !state.opus.server
+    ? "Audio arrives as PCM (this server offers no Opus: it has no PyAV) and plays through an AudioWorklet."
+    : probe.ok
+      ? "Opus (WebCodecs): 20 ms packets decoded by this browser's AudioDecoder at 48 kHz; " +
+        "PCM formats as they come. Both play through an AudioWorklet."
+      : `The server offers Opus but ${probe.why}: PCM only. Audio plays through an AudioWorklet.`;
   onModelChange();
   $("play").disabled = false;
   const away = again ? ((performance.now() - state.lostAt) / 1000).toFixed(1) : "";
@@ -105,8 +137,8 @@ function onHello(msg) {
   log(again ? `reconnected: the server is back (${msg.server})` : `hello from ${msg.server}`);
 }
 
-function fillSelect(sel, values, keep) {
-  sel.replaceChildren(...values.map((v) => new Option(v, v)));
+function fillSelect(sel, values, keep, labels = {}) {
+  sel.replaceChildren(...values.map((v) => new Option(labels[v] ?? v, v)));
   if (values.includes(keep)) sel.value = keep;
 }
 
@@ -119,9 +151,14 @@ function onModelChange() {
   const voices = m?.voices ?? [];
   fillSelect($("voice"), voices.length ? voices : [""], $("voice").value);
   $("voice").disabled = !voices.length;
-  const demo = document.querySelector('input[name=source][value=demo]');
-  demo.disabled = !m?.layouts.includes("orpheus_ids");
-  if (demo.disabled) document.querySelector('input[name=source][value=file]').checked = true;
+  // the demo sequence and text both need a model that takes Orpheus LM ids
+  const orpheus = !!m?.layouts.includes("orpheus_ids");
+  for (const v of ["demo", "text"]) {
+    const r = document.querySelector(`input[name=source][value=${v}]`);
+    r.disabled = !orpheus;
+    if (r.disabled && r.checked) document.querySelector('input[name=source][value=file]').checked = true;
+  }
+  $("text").disabled = $("text-voice").disabled = !orpheus;
 }
 
 // ------------------------------------------------------------------ messages
@@ -135,25 +172,53 @@ function onMessage(ws, e) {
     case "started":
       if (s && msg.stream_id === s.id) {
         s.rate = msg.sample_rate;
-        log(`started ${s.id}: ${msg.format} at ${msg.sample_rate} Hz, look-ahead ${msg.latency_samples} samples`);
+        if (msg.codec) {
+          s.codec = msg.codec;
+          s.skipLeft = msg.codec.pre_skip;
+          $("path").textContent = `Opus ${msg.codec.bitrate / 1000} kb/s, ${msg.codec.frame_ms} ms packets → ` +
+            `WebCodecs AudioDecoder → AudioWorklet at ${state.audio.sampleRate} Hz ` +
+            `(pre-skip ${msg.codec.pre_skip} samples dropped)`;
+        }
+        log(`started ${s.id}: ${msg.format} at ${msg.sample_rate} Hz, look-ahead ${msg.latency_samples} samples` +
+            (msg.codec ? `, pre-skip ${msg.codec.pre_skip}` : ""));
       }
       return;
     case "done":
-      if (s && msg.stream_id === s.id) {
-        s.sent = msg.samples;
-        $("sent").textContent = `${msg.samples} samples`;
-        log(`done ${s.id}: the server sent ${msg.samples} samples (${msg.duration_s.toFixed(3)} s)`);
-        state.node.port.postMessage({type: "end"});
-      }
+      if (s && msg.stream_id === s.id) onDone(s, msg);
       return;
     case "cancelled":
       if (s && msg.stream_id === s.id) finishStream("cancelled");
       return;
-    case "error":
-      log(`error ${msg.code}${msg.stream_id ? ` (${msg.stream_id})` : ""}: ${msg.message}`);
-      if (s && (!msg.stream_id || msg.stream_id === s.id)) finishStream(`failed: ${msg.code}`);
+    case "error": {
+      const sub = msg.upstream_code ? ` [${msg.upstream_code}]` : "";
+      log(`error ${msg.code}${sub}${msg.stream_id ? ` (${msg.stream_id})` : ""}: ${msg.message}`);
+      if (s && (!msg.stream_id || msg.stream_id === s.id)) {
+        setStatus("error", msg.upstream_code === "no_upstream"
+          ? `cannot speak text: this server has no upstream LM (start it with --upstream URL); ` +
+            `stream tokens instead (${msg.code}${sub})`
+          : `stream failed: ${msg.code}${sub}: ${msg.message}`);
+        finishStream(`failed: ${msg.code}${sub}`, {error: {code: msg.code,
+          upstream_code: msg.upstream_code ?? null, message: msg.message}});
+      }
       return;
+    }
   }
+}
+
+async function onDone(s, msg) {
+  s.sent = msg.samples;
+  $("sent").textContent = `${msg.samples} samples`;
+  log(`done ${s.id}: the server sent ${msg.samples} samples (${msg.duration_s.toFixed(3)} s)` +
+      (s.decoder ? ` in ${s.packets} Opus packets` : ""));
+  if (s.decoder) {
+    try {
+      await s.decoder.flush();  // every packet's samples are out (and in the worklet)
+    } catch (e) {
+      if (state.stream === s) finishStream(`failed: opus decoder (${e.message})`);
+      return;
+    }
+  }
+  if (state.stream === s) state.node.port.postMessage({type: "end"});
 }
 
 const MULAW = new Float32Array(256).map((_, i) => {
@@ -167,6 +232,20 @@ function onAudio(b) {
   const idLen = b[1];
   const id = new TextDecoder().decode(b.subarray(2, 2 + idLen));
   if (id !== s.id) return;
+  if (s.firstAudio === null) {
+    s.firstAudio = performance.now();
+    $("ttfa").textContent = `${(s.firstAudio - s.t0).toFixed(0)} ms`;
+  }
+  if (s.decoder) {
+    // one raw Opus packet; its first sample's offset in the decoder's output -> timestamp
+    const offset = Number(new DataView(b.buffer, b.byteOffset + 6 + idLen, 8).getBigUint64(0, true));
+    s.packets += 1;
+    if (s.decoder.state === "configured") {
+      s.decoder.decode(new EncodedAudioChunk({type: "key", data: b.subarray(14 + idLen),
+        timestamp: Math.round(offset * 1e6 / OPUS_RATE)}));
+    }
+    return;
+  }
   const pcm = b.slice(14 + idLen);  // a copy: aligned, transferable
   let x;
   if (s.format === "pcm_f32le") {
@@ -179,13 +258,38 @@ function onAudio(b) {
     x = new Float32Array(pcm.length);
     for (let i = 0; i < pcm.length; i++) x[i] = MULAW[pcm[i]];
   }
-  if (s.firstAudio === null) {
-    s.firstAudio = performance.now();
-    $("ttfa").textContent = `${(s.firstAudio - s.t0).toFixed(0)} ms`;
-  }
+  toPlayer(s, x);
+}
+
+function toPlayer(s, x) {
   s.received += x.length;
   $("received").textContent = s.received;
   state.node.port.postMessage(x, [x.buffer]);
+}
+
+// An AudioDecoder for one opus stream: its output (f32) minus the first pre_skip samples
+// goes to the worklet, like PCM.
+function opusDecoder(s) {
+  const dec = new AudioDecoder({
+    output: (ad) => {
+      const n = ad.numberOfFrames;
+      if (state.stream !== s) { ad.close(); return; }
+      const x = new Float32Array(n);
+      ad.copyTo(x, {planeIndex: 0, format: "f32-planar"});
+      ad.close();
+      s.decoded += n;
+      const skip = Math.min(s.skipLeft, n);
+      s.skipLeft -= skip;
+      s.skipped += skip;
+      if (n > skip) toPlayer(s, skip ? x.slice(skip) : x);
+    },
+    error: (e) => {
+      log(`opus decoder error: ${e.message}`);
+      if (state.stream === s) finishStream(`failed: opus decoder (${e.message})`);
+    },
+  });
+  dec.configure(OPUS_CONFIG);
+  return dec;
 }
 
 // ------------------------------------------------------------------ audio
@@ -227,9 +331,16 @@ function onPlayer(m) {
   } else if (m.type === "drained" && s) {
     $("played").textContent = m.played;
     $("underruns").textContent = m.underruns;
-    const ok = s.sent === m.played;
-    log(`played ${m.played} of ${s.sent} samples the server sent; ${m.underruns} underrun(s)` +
-        (ok ? "" : " (MISMATCH)"));
+    if (s.decoder) {
+      const ok = s.decoded === s.sent && m.played === s.decoded - s.codec.pre_skip;
+      log(`played ${m.played} samples: ${s.packets} Opus packets decoded to ${s.decoded} samples ` +
+          `(the server sent ${s.sent}), less ${s.skipped} of pre-skip; ${m.underruns} underrun(s)` +
+          (ok ? "" : " (MISMATCH)"));
+    } else {
+      const ok = s.sent === m.played;
+      log(`played ${m.played} of ${s.sent} samples the server sent; ${m.underruns} underrun(s)` +
+          (ok ? "" : " (MISMATCH)"));
+    }
     finishStream("played", {played: m.played, received: m.received, underruns: m.underruns});
   }
 }
@@ -272,6 +383,11 @@ function parseTokens(text, model) {
 
 async function tokenSource(model) {
   const src = document.querySelector("input[name=source]:checked").value;
+  if (src === "text") {
+    const text = $("text").value.trim();
+    if (!text) throw new Error("type some text first");
+    return {text, voice: $("text-voice").value.trim(), name: "text"};
+  }
   if (src === "demo") {
     const j = await (await fetch("/demo/tokens.json", {cache: "no-store"})).json();
     return {layout: j.layout, tokens: j.tokens, perSecond: 7 * model.sample_rate / 2048,
@@ -294,23 +410,54 @@ async function play() {
     log(`cannot stream: ${e.message}`);
     return;
   }
-  await ensureAudio(model.sample_rate);
+  const format = $("format").value;
+  const opus = format === "opus";
+  // the AudioContext runs at the stream's output rate: 48 kHz for Opus, else the model's
+  await ensureAudio(opus ? OPUS_RATE : model.sample_rate);
+  if (opus && state.audio.sampleRate !== OPUS_RATE) {
+    log(`cannot stream Opus: this browser's audio runs at ${state.audio.sampleRate} Hz, not 48 kHz; pick a PCM format`);
+    return;
+  }
   const ws = state.ws;
   if (!ws || ws.readyState !== WebSocket.OPEN || state.stream) {
     log("cannot stream: not connected");
     return;
   }
-  const s = {id: `page-${Date.now().toString(36)}-${++state.seq}`, format: $("format").value,
-             t0: performance.now(), firstAudio: null, firstSound: null, received: 0,
-             sent: null, rate: model.sample_rate, cancelled: false};
+  const s = {id: `page-${Date.now().toString(36)}-${++state.seq}`, format,
+             path: opus ? "opus-webcodecs" : "pcm", t0: performance.now(), firstAudio: null,
+             firstSound: null, received: 0, sent: null, rate: model.sample_rate, cancelled: false,
+             decoder: null, codec: null, packets: 0, decoded: 0, skipped: 0, skipLeft: 0,
+             text: src.text !== undefined};
+  if (opus) {
+    try {
+      s.decoder = opusDecoder(s);
+    } catch (e) {
+      log(`cannot stream Opus: ${e.message}`);
+      return;
+    }
+  }
   state.stream = s;
   for (const id of ["ttfa", "ttfs", "sent"]) $(id).textContent = "–";
+  $("path").textContent = opus
+    ? "Opus → WebCodecs AudioDecoder → AudioWorklet at 48000 Hz"
+    : `PCM (${FORMAT_LABELS[format] ?? format}) → AudioWorklet at ${state.audio.sampleRate} Hz`;
+  if ($("status").dataset.state === "error") setStatus("open", `connected to ${state.hello.server}`);
   const prebuffer = Math.round(Number($("prebuffer").value) * state.audio.sampleRate / 1000);
   state.node.port.postMessage({type: "reset", prebuffer});
   $("play").disabled = true;
   $("stop").disabled = false;
-  const start = {type: "start", stream_id: s.id, model: model.name, layout: src.layout,
-                 format: s.format, sample_rate: state.audio.sampleRate};
+  const start = {type: "start", stream_id: s.id, model: model.name, format};
+  if (!opus) start.sample_rate = state.audio.sampleRate;  // opus is 48 kHz, and only that
+  if (s.text) {
+    // the server's upstream LM makes the tokens and ends the stream: no tokens, no end
+    start.text = src.text;
+    if (src.voice) start.voice = src.voice;
+    ws.send(JSON.stringify(start));
+    log(`streaming text (${src.text.length} characters${src.voice ? `, speaker ${src.voice}` : ""}) ` +
+        `to ${model.name} through the server's upstream LM`);
+    return;
+  }
+  start.layout = src.layout;
   if ($("voice").value) start.voice = $("voice").value;
   ws.send(JSON.stringify(start));
   log(`streaming ${src.name}: ${src.tokens.length} tokens (${src.layout}) to ${model.name}`);
@@ -345,8 +492,14 @@ function finishStream(outcome, result = {}) {
   if (!s) return;
   state.stream = null;
   state.node?.port.postMessage({type: "end"});
+  if (s.decoder && s.decoder.state !== "closed") s.decoder.close();
   state.last = {id: s.id, outcome, sent: s.sent, received: s.received, format: s.format,
+                path: s.path, text: s.text,
                 ttfaMs: s.firstAudio === null ? null : s.firstAudio - s.t0, ...result};
+  if (s.decoder) {
+    Object.assign(state.last, {packets: s.packets, decoded: s.decoded, skipped: s.skipped,
+                               preSkip: s.codec?.pre_skip ?? null});
+  }
   $("stop").disabled = true;
   $("play").disabled = !(state.ws && state.ws.readyState === WebSocket.OPEN && state.hello);
   if (outcome !== "played") log(`stream ${s.id} ${outcome}`);
@@ -434,6 +587,9 @@ function init() {
   $("model").onchange = onModelChange;
   $("play").onclick = play;
   $("stop").onclick = stop;
+  $("text").oninput = () => {
+    if ($("text").value.trim()) document.querySelector("input[name=source][value=text]").checked = true;
+  };
   $("file").onchange = () => {
     state.file = null;
     document.querySelector("input[name=source][value=file]").checked = true;
