@@ -54,10 +54,9 @@ from typing import Any
 from .channel import CtlLink, control_pair, make_channel, send_msg
 from .config import Config, resolve_models
 from .engine import Engine, EngineConfig, EngineStartError, child_pythonpath
-from .families import engine_options
 from .front import config_to_json
 from .sdnotify import sd_notify, systemd_listen_socket, watchdog, watchdog_interval_s
-from .server import voice_files
+from .server import engine_config
 from .web.tickets import TicketBook
 
 __all__ = ["Daemon", "run", "default_fronts"]
@@ -150,15 +149,7 @@ class Daemon:
         models = self._model_paths
         if models is None:
             models = await asyncio.to_thread(resolve_models, cfg)
-        ekw: dict[str, Any] = dict(models=dict(models), n_threads=cfg.threads,
-                                   max_streams=cfg.max_streams, max_batch=cfg.max_batch,
-                                   gather_ms=cfg.gather_ms, max_backlog_frames=cfg.max_queued_frames,
-                                   tick_align_ms=cfg.tick_align_ms,
-                                   warm_buckets=tuple(cfg.batch_buckets) or None,
-                                   voices=voice_files(cfg.voices_dir),
-                                   family_options=engine_options(cfg))
-        ekw.update(self._engine_overrides)
-        self.engine_config = EngineConfig(**ekw)
+        self.engine_config = engine_config(cfg, models, self._engine_overrides)
         self._sock = self._listen()
         self._sock.setblocking(False)
         self.port = int(self._sock.getsockname()[1])

@@ -32,7 +32,7 @@ import logging
 import signal
 import socket
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
@@ -78,6 +78,20 @@ _CLOSE = object()
 #: cannot grow the queue (audio is bounded by the output budget)
 OUT_HIGH = 1 << 20
 OUT_LOW = 1 << 18
+
+
+def engine_config(cfg: Config, models: Mapping[str, str],
+                  overrides: Mapping[str, Any] | None = None) -> EngineConfig:
+    """The one configuration every engine worker of a daemon gets, from its settings."""
+    ekw: dict[str, Any] = dict(models=dict(models), n_threads=cfg.threads,
+                               max_streams=cfg.max_streams, max_batch=cfg.max_batch,
+                               gather_ms=cfg.gather_ms, max_backlog_frames=cfg.max_queued_frames,
+                               tick_align_ms=cfg.tick_align_ms,
+                               warm_buckets=tuple(cfg.batch_buckets) or None,
+                               voices=voice_files(cfg.voices_dir),
+                               family_options=engine_options(cfg))
+    ekw.update(overrides or {})
+    return EngineConfig(**ekw)
 
 
 def voice_files(root: str) -> dict[str, str]:
@@ -193,15 +207,8 @@ class Server:
         models = self._model_paths
         if models is None:
             models = await asyncio.to_thread(resolve_models, cfg)
-        ekw: dict[str, Any] = dict(models=dict(models), n_threads=cfg.threads,
-                                   max_streams=cfg.max_streams, max_batch=cfg.max_batch,
-                                   gather_ms=cfg.gather_ms, max_backlog_frames=cfg.max_queued_frames,
-                                   tick_align_ms=cfg.tick_align_ms,
-                                   warm_buckets=tuple(cfg.batch_buckets) or None,
-                                   voices=voice_files(cfg.voices_dir),
-                                   family_options=engine_options(cfg))
-        ekw.update(self._engine_overrides)
-        self.pool = EnginePool(EngineConfig(**ekw), cfg.devices, on_event=self._on_event)
+        self.pool = EnginePool(engine_config(cfg, models, self._engine_overrides), cfg.devices,
+                               on_event=self._on_event)
         kw: dict[str, Any] = dict(process_request=self._routes.process_request, compression=None,
                                   max_size=cfg.max_message_bytes, max_queue=64,
                                   write_limit=max(4096, cfg.sndbuf_bytes or 32768),
