@@ -1,11 +1,14 @@
-"""Shared fixtures: import paths, the Orpheus layouts module, converted random SNAC models."""
+"""Shared fixtures: import paths, the Orpheus layouts module, converted random SNAC models,
+the small model of the daemon tests (``codecrt``, ``small``, ``offline``)."""
 
 from __future__ import annotations
 
 import importlib
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,6 +21,7 @@ if str(ROOT / "bindings") not in sys.path:
     sys.path.append(str(ROOT / "bindings"))
 
 import reference  # noqa: E402
+from smallmodel import write_small_snac as _write_small_snac  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -93,3 +97,30 @@ def snac_cases(tmp_path_factory):
         return cache[name]
 
     return get
+
+
+# ------------------------------------------------------------- the small model
+# (module scope: each test module gets its own model file and offline context)
+
+
+@pytest.fixture(scope="module")
+def codecrt() -> Any:
+    return codecrt_or_skip()
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory, codecrt: Any) -> Path:
+    return _write_small_snac(tmp_path_factory.mktemp("server") / "small.gguf", seed=5)
+
+
+@pytest.fixture(scope="module")
+def offline(codecrt: Any, small: Path) -> Any:
+    model = codecrt.Model(small)
+    ctx = codecrt.Context(model, device="cpu", n_threads=1, max_frames=1 << 14)
+
+    def decode(levels: list[np.ndarray]) -> np.ndarray:
+        return ctx.decode(levels).copy()
+
+    yield decode
+    ctx.close()
+    model.close()

@@ -31,7 +31,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 
 from codecd.protocol import encode_token_frame  # noqa: E402
 from codecd.session import MAX_PENDING_MARKS, SessionLimits  # noqa: E402
-from test_server import Client, running, send_stream, start_msg  # noqa: E402
+from serverkit import Client, running, send_stream, start_msg  # noqa: E402
 
 L = load_layouts()
 

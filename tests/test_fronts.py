@@ -20,17 +20,14 @@ import numpy as np
 import pytest
 
 from smallmodel import small_codes
-from test_server import (  # noqa: F401  (codecrt, offline, small: fixtures)
+from serverkit import (
     Client,
     assert_same_audio,
-    codecrt,
     expected,
     http_get,
     metric_value,
     metrics,
-    offline,
     send_stream,
-    small,
     start_msg,
     wait_ready,
 )

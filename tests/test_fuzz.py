@@ -169,7 +169,7 @@ from smallmodel import write_small_snac  # noqa: E402
 from websockets.sync.client import connect  # noqa: E402
 
 from codecd.server import Server  # noqa: E402
-from test_server import make_config  # noqa: E402
+from serverkit import make_config  # noqa: E402
 
 
 class LiveServer:

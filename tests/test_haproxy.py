@@ -29,9 +29,19 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from smallmodel import small_codes
-from test_server import (  # noqa: F401  (codecrt, offline, small: fixtures)
-    SR, Client, assert_same_audio, codecrt, expected, http_get, metric_value, metrics, offline, send_stream,
-    serve_process, small, start_msg, wait_ready)
+from serverkit import (
+    SR,
+    Client,
+    assert_same_audio,
+    expected,
+    http_get,
+    metric_value,
+    metrics,
+    send_stream,
+    serve_process,
+    start_msg,
+    wait_ready,
+)
 
 SHIPPED = Path(__file__).resolve().parent.parent / "systemd" / "haproxy" / "codecd.cfg"
 HAPROXY = shutil.which("haproxy") or next(

@@ -24,15 +24,7 @@ pytest.importorskip("prometheus_client")
 from websockets.asyncio.client import connect  # noqa: E402
 
 from codecd.protocol import encode_token_frame, parse_audio  # noqa: E402
-from test_server import (  # noqa: E402
-    SR,
-    Client,
-    assert_same_audio,
-    expected,
-    running,
-    send_stream,
-    start_msg,
-)
+from serverkit import SR, Client, assert_same_audio, expected, running, send_stream, start_msg  # noqa: E402
 
 LAYOUTS = load_layouts()
 

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import load_layouts
 from smallmodel import small_codes
-from test_server import codecrt, running, small, start_msg  # noqa: F401
+from serverkit import running, start_msg
 
 pytest.importorskip("websockets")
 

@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 pytest.importorskip("moshi")
 pytest.importorskip("websockets")
 ref = pytest.importorskip("references.mimi")
-from test_server import Client, running  # noqa: E402
+from serverkit import Client, running  # noqa: E402
 
 from codecd.audio import OutputConverter  # noqa: E402
 from codecd.protocol import encode_token_frame  # noqa: E402

@@ -19,9 +19,18 @@ from typing import Any
 import numpy as np
 
 from smallmodel import small_codes
-from test_server import (  # noqa: F401  (codecrt, offline, small: fixtures)
-    SR, Client, assert_same_audio, codecrt, expected, http_get, metric_value, metrics, offline,
-    running, send_stream, small, start_msg)
+from serverkit import (
+    SR,
+    Client,
+    assert_same_audio,
+    expected,
+    http_get,
+    metric_value,
+    metrics,
+    running,
+    send_stream,
+    start_msg,
+)
 
 # float output: the subject is placement and isolation, not s16 rounding of batch-dependent GEMMs
 FMT = "pcm_f32le"

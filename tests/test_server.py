@@ -3,301 +3,41 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import shlex
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-
 import numpy as np
 import pytest
-
-from conftest import codecrt_or_skip, load_layouts
-from smallmodel import small_codes, write_small_snac
-
-pytest.importorskip("gguf")
-pytest.importorskip("websockets")
-pytest.importorskip("prometheus_client")
-
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from smallmodel import small_codes
 from websockets.asyncio.client import connect  # noqa: E402
-from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
-
-from codecd.audio import OutputConverter, mulaw_to_s16  # noqa: E402
+from websockets.exceptions import InvalidStatus  # noqa: E402
 from codecd.engine import child_pythonpath  # noqa: E402
-from codecd.config import Config, ConfigError, ModelSource, load_config  # noqa: E402
-from codecd.protocol import encode_token_frame, parse_audio  # noqa: E402
+from codecd.config import ConfigError, ModelSource, load_config  # noqa: E402
+from codecd.protocol import encode_token_frame  # noqa: E402
 from codecd.server import Server  # noqa: E402
 
-STRIDES = (4, 2, 1)
-SR = 24000
-LAYOUTS = load_layouts()
-
-
-@pytest.fixture(scope="module")
-def codecrt() -> Any:
-    return codecrt_or_skip()
-
-
-@pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory, codecrt: Any) -> Path:
-    return write_small_snac(tmp_path_factory.mktemp("server") / "small.gguf", seed=5)
-
-
-@pytest.fixture(scope="module")
-def offline(codecrt: Any, small: Path) -> Any:
-    model = codecrt.Model(small)
-    ctx = codecrt.Context(model, device="cpu", n_threads=1, max_frames=1 << 14)
-
-    def decode(levels: list[np.ndarray]) -> np.ndarray:
-        return ctx.decode(levels).copy()
-
-    yield decode
-    ctx.close()
-    model.close()
-
-
-def make_config(small: Path, **kw: Any) -> Config:
-    base: dict[str, Any] = dict(listen="127.0.0.1:0", models=[ModelSource("small", str(small))],
-                                devices=["cpu"], threads=1, max_ahead_s=0.0, max_batch=64,
-                                send_timeout_s=2.0, drain_timeout_s=2.0)
-    base.update(kw)
-    cfg = Config(**base)
-    assert not cfg.validate()
-    return cfg
-
-
-@contextlib.asynccontextmanager
-async def running(small: Path, **kw: Any) -> AsyncIterator[Server]:
-    srv = Server(make_config(small, **kw), {"small": str(small)},
-                 engine_overrides={"debug_commands": True, "start_timeout_s": 30.0,
-                                   "warm_buckets": (1,)})
-    await srv.start()
-    try:
-        yield srv
-    finally:
-        await srv.close()
-
-
-@contextlib.contextmanager
-def serve_process(small: Path, log: Path, *flags: str, env: dict[str, str] | None = None
-                  ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """``codecd serve`` in a child process, on a loopback socket passed as systemd passes one
-    (fd 3: the port is known before the child starts, with no race), stderr into ``log``.
-    Yields the process (the daemon itself: bash execs it) and the port. On exit a daemon still
-    running gets SIGTERM, and SIGKILL after 15 s (its workers die with it: PR_SET_PDEATHSIG)."""
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(64)
-    port = lsock.getsockname()[1]
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("CODECD_")}
-    full_env.update(PYTHONPATH=os.pathsep.join(sys.path), LISTEN_FDS="1", CODECD_DEVICES="cpu")
-    full_env.update(env or {})
-    fd = lsock.fileno()
-    args = " ".join(shlex.quote(f) for f in flags)
-    # fd 3 only, as systemd passes it: a second descriptor of the socket left open in the
-    # daemon would keep it listening after the daemon closes it (connections would hang)
-    redirect = "" if fd == 3 else f"3<&{fd} {fd}<&-"
-    cmd = (f'LISTEN_PID=$$ exec {shlex.quote(sys.executable)} -m codecd.cli serve '
-           f'--model small={shlex.quote(str(small))} --threads 1 --batch-buckets 1 '
-           f'--listen 127.0.0.1:1 {args} {redirect}')
-    with open(log, "wb") as err:
-        p = subprocess.Popen(["bash", "-c", cmd], env=full_env, stderr=err, pass_fds=(fd,))
-    lsock.close()
-    try:
-        yield p, port
-    finally:
-        if p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        p.wait()
-
-
-async def wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path,
-                     timeout: float = 30.0) -> None:
-    """Poll /readyz until 200; fail with the daemon's log if it exits or takes too long."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(OSError):
-            if (await http_get(port, "/readyz"))[0] == 200:
-                return
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(("exited: " if proc.poll() is not None else "not ready in time: ")
-                                 + log.read_text(errors="replace")[-4000:])
-        await asyncio.sleep(0.1)
-
-
-async def http_get(port: int, path: str, headers: dict[str, str] | None = None
-                   ) -> tuple[int, str]:
-    r, w = await asyncio.open_connection("127.0.0.1", port)
-    hs = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-    w.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{hs}\r\n".encode())
-    data = await r.read()
-    w.close()
-    head, _, body = data.decode("utf-8", "replace").partition("\r\n\r\n")
-    return int(head.split()[1]), body
-
-
-async def metrics(port: int) -> dict[str, list[Any]]:
-    status, body = await http_get(port, "/metrics")
-    assert status == 200
-    out: dict[str, list[Any]] = {}
-    for fam in text_string_to_metric_families(body):
-        out.setdefault(fam.name, []).extend(fam.samples)
-    return out
-
-
-def metric_value(m: dict[str, list[Any]], name: str, **labels: str) -> float:
-    return sum(s.value for fam in m.values() for s in fam
-               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
-
-
-class Client:
-    """A websocket client that collects each stream's audio and terminal message."""
-
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-        self.hello: dict[str, Any] = {}
-        self.streams: dict[str, dict[str, Any]] = {}
-        self.conn_errors: list[dict[str, Any]] = []
-        self.changed = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
-
-    @classmethod
-    async def open(cls, port: int, **kw: Any) -> Client:
-        ws = await connect(f"ws://127.0.0.1:{port}/", compression=None, max_size=None,
-                           open_timeout=10, **kw)
-        c = cls(ws)
-        c.hello = json.loads(await ws.recv())
-        assert c.hello["type"] == "hello"
-        c.task = asyncio.create_task(c._read())
-        return c
-
-    def rec(self, sid: str) -> dict[str, Any]:
-        return self.streams.setdefault(sid, {"audio": bytearray(), "frames": [], "msgs": [],
-                                             "terminal": None})
-
-    async def _read(self) -> None:
-        with contextlib.suppress(ConnectionClosed):
-            async for m in self.ws:
-                if isinstance(m, bytes):
-                    f = parse_audio(m)
-                    r = self.rec(f.stream_id)
-                    assert r["terminal"] is None, "audio after the terminal message"
-                    r["frames"].append((f.seq, f.sample_offset))
-                    r["audio"] += f.data
-                else:
-                    d = json.loads(m)
-                    sid = d.get("stream_id")
-                    if sid is None:
-                        self.conn_errors.append(d)
-                    else:
-                        r = self.rec(sid)
-                        r["msgs"].append(d)
-                        if d["type"] in ("done", "cancelled", "error"):
-                            assert r["terminal"] is None, f"two terminal messages: {r['msgs']}"
-                            r["terminal"] = d
-                self.changed.set()
-        self.changed.set()
-
-    async def send(self, obj: Any) -> None:
-        await self.ws.send(obj if isinstance(obj, (str, bytes)) else json.dumps(obj))
-
-    async def until(self, cond: Any, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not cond():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError("timed out")
-            self.changed.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), min(left, 0.05))
-
-    async def terminal(self, sid: str, timeout: float = 10.0) -> dict[str, Any]:
-        await self.until(lambda: self.rec(sid)["terminal"] is not None, timeout)
-        return self.rec(sid)["terminal"]
-
-    async def closed(self, timeout: float = 5.0) -> int | None:
-        assert self.task is not None
-        await asyncio.wait_for(self.task, timeout)
-        return self.ws.close_code
-
-    async def close(self) -> None:
-        await self.ws.close()
-        if self.task is not None:
-            with contextlib.suppress(Exception):
-                await self.task
-
-
-def expected(offline: Any, levels: list[np.ndarray], fmt: str, rate: int) -> bytes:
-    conv = OutputConverter(SR, rate, fmt)
-    a, _ = conv.feed(offline(levels))
-    b, _ = conv.flush()
-    return a + b
-
-
-def assert_same_audio(got: bytes, want: bytes, fmt: str) -> None:
-    """Same length; s16 within 1 LSB (almost everywhere: the small random model amplifies the
-    batch-dependent GEMM rounding to ~1e-4, see test_engine), f32 to float precision."""
-    assert len(got) == len(want)
-    if fmt == "pcm_s16le":
-        d = np.abs(np.frombuffer(got, "<i2").astype(int) - np.frombuffer(want, "<i2"))
-        assert np.mean(d <= 1) > 0.99 and d.max() <= 1 + int(5e-4 * 32768), d.max()
-    elif fmt == "pcm_f32le":
-        np.testing.assert_allclose(np.frombuffer(got, "<f4"), np.frombuffer(want, "<f4"),
-                                   atol=5e-4, rtol=0)
-    else:
-        g = np.frombuffer(got, np.uint8).astype(int)
-        w = np.frombuffer(want, np.uint8).astype(int)
-        assert np.mean(g == w) > 0.98
-        np.testing.assert_allclose(mulaw_to_s16(got), mulaw_to_s16(want), atol=600, rtol=0.1)
-
-
-async def send_stream(c: Client, sid: str, levels: list[np.ndarray], layout: str,
-                      rng: np.random.Generator, *, end: bool = True) -> None:
-    """Send a stream's codes in random pieces, mixing JSON and binary frames."""
-    if layout == "levels":
-        n = len(levels[0])
-        cuts = sorted({0, n, *map(int, rng.integers(0, n, 3))})
-        for a, b in zip(cuts, cuts[1:]):
-            parts = [lv[a * (4 // s):b * (4 // s)] for lv, s in zip(levels, STRIDES)]
-            if rng.random() < 0.5:
-                await c.send({"type": "tokens", "stream_id": sid,
-                              "levels": [p.tolist() for p in parts]})
-            else:
-                for i, p in enumerate(parts):
-                    await c.send(encode_token_frame(sid, p, level=i))
-    else:
-        toks = LAYOUTS.levels_to_orpheus(levels)
-        if layout == "orpheus_ids":
-            toks = LAYOUTS.codes_to_orpheus_ids(toks)
-        n = len(toks)
-        cuts = sorted({0, n, *map(int, rng.integers(0, n, 4))})
-        for a, b in zip(cuts, cuts[1:]):
-            piece = toks[a:b]
-            if rng.random() < 0.5:
-                await c.send({"type": "tokens", "stream_id": sid, "tokens": piece.tolist()})
-            else:
-                await c.send(encode_token_frame(sid, piece))
-    if end:
-        await c.send({"type": "end", "stream_id": sid})
-
-
-def start_msg(sid: str, layout: str = "orpheus_ids", **kw: Any) -> dict[str, Any]:
-    return {"type": "start", "stream_id": sid, "model": "small", "layout": layout, **kw}
-
-
-# -------------------------------------------------------------------- tests
+from serverkit import (  # noqa: E402
+    Client,
+    LAYOUTS,
+    SR,
+    assert_same_audio,
+    expected,
+    http_get,
+    make_config,
+    metric_value,
+    metrics,
+    running,
+    send_stream,
+    serve_process,
+    start_msg,
+    wait_ready,
+)
 
 
 def test_parity_every_layout_and_format(small: Path, offline: Any) -> None:

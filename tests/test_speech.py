@@ -25,18 +25,15 @@ from aiohttp import ClientSession, web  # noqa: E402
 
 from conftest import load_layouts  # noqa: E402
 from smallmodel import small_codes  # noqa: E402
-from test_server import (  # noqa: E402,F401
+from serverkit import (  # noqa: E402
     SR,
     Client,
     serve_process,
     wait_ready,
     assert_same_audio,
-    codecrt,
     expected,
-    offline,
     running,
     send_stream,
-    small,
     start_msg,
 )
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import codecrt_or_skip
-from test_server import Client
+from serverkit import Client
 
 pytest.importorskip("websockets")
 pytest.importorskip("gguf")

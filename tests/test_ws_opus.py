@@ -30,7 +30,7 @@ from codecd import session as session_mod  # noqa: E402
 from codecd.client import Client as CodecdClient  # noqa: E402
 from codecd.protocol import encode_token_frame, parse_audio  # noqa: E402
 from codecd.speech.encode import OpusPackets  # noqa: E402
-from test_server import Client, running, start_msg  # noqa: E402
+from serverkit import Client, running, start_msg  # noqa: E402
 
 L = load_layouts()
 FRAME = 960  # 20 ms at 48 kHz
