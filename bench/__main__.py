@@ -21,7 +21,7 @@ SUITES: dict[str, Suite] = {
                     "processes, one worker"),
     "speech": Suite("bench.speech", "speech endpoint: time to first audio over a paced LM stand-in"),
     "s3gen": Suite("bench.s3gen", "Chatterbox S3Gen throughput and first-chunk latency"),
-    "vocos": Suite("bench.vocos", "WavTokenizer, NeuCodec, XCodec2 offline, codecrt against PyTorch"),
+    "vocos": Suite("bench.vocos", "WavTokenizer, NeuCodec, XCodec2, DAC offline, codecrt against PyTorch"),
     "windowed": Suite("bench.windowed", "WavTokenizer, NeuCodec, XCodec2 windowed streams: error, cost"),
     "gpu": Suite("bench.gpu.capacity", "GPU capacity: offline throughput and real-time streams"),
     "sweep": Suite("bench.gpu.sweep", "GPU shape sweep: every graph kind up to 300 s (issue 24)"),
