@@ -446,6 +446,15 @@ async def _send_paced(s, layout: str, payload, rate: float, chunk_tokens: int, b
     return t0
 
 
+def _codebooks(hello_model: dict | None, layout: str, payload) -> int | None:
+    """``start.codebooks`` for a ``levels`` file holding fewer levels than the model has
+    (Moshi's 8 of Mimi's 32); None otherwise (every level: the server's default)."""
+    n_model = int((hello_model or {}).get("n_levels") or 0)
+    if layout == "levels" and 0 < len(payload) < n_model:
+        return len(payload)
+    return None
+
+
 def _group_seconds(hello_model: dict | None, frame_samples: int | None) -> float:
     sr = int((hello_model or {}).get("sample_rate") or 24000)
     n = frame_samples or GROUP_SAMPLES_24K * sr // 24000
@@ -509,7 +518,8 @@ async def _stream_main(args, layout: str, payload) -> int:
                 raise UsageError(f"model {args.model!r} not on the server (has: "
                                  f"{', '.join(c.models) or 'none'})")
             s = await c.start(args.model, layout=layout, format=args.format,
-                              sample_rate=args.sample_rate)
+                              sample_rate=args.sample_rate,
+                              codebooks=_codebooks(c.models.get(args.model), layout, payload))
             sender = asyncio.create_task(_send_paced(
                 s, layout, payload, args.rate, args.chunk_tokens, args.binary,
                 _group_seconds(c.models.get(args.model), args.frame_samples)))
@@ -586,7 +596,8 @@ async def _play_main(args, layout: str, payload) -> int:
             if args.model not in c.models:
                 raise UsageError(f"model {args.model!r} not on the server (has: "
                                  f"{', '.join(c.models) or 'none'})")
-            s = await c.start(args.model, layout=layout, format="pcm_f32le")
+            s = await c.start(args.model, layout=layout, format="pcm_f32le",
+                              codebooks=_codebooks(c.models.get(args.model), layout, payload))
             sr = s.sample_rate
             prime = int(round(args.prime_ms * sr / 1000.0))
             buf = JitterBuffer(max(prime + sr, int(args.buffer_s * sr)), prime)

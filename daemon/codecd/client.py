@@ -370,9 +370,11 @@ class Client:
                     sample_rate: int | None = None, *, latency: str | None = None,
                     noise: bool | None = None, seed: int | None = None,
                     voice: str | None = None, stream_id: str | None = None,
-                    timeout: float | None = 30.0, bitrate: int | None = None) -> Stream:
+                    timeout: float | None = 30.0, bitrate: int | None = None,
+                    codebooks: int | None = None) -> Stream:
         """Open a stream and wait for ``started``; raises ServerError when refused.
-        ``bitrate`` (b/s) is for ``format="opus"`` only."""
+        ``bitrate`` (b/s) is for ``format="opus"`` only; ``codebooks``: the model's first
+        levels the stream sends (Mimi: 8 for Moshi; None: all of them)."""
         if self.error is not None:
             raise self.error
         if self._ws is None or self._closed:
@@ -382,7 +384,8 @@ class Client:
             raise ValueError(f"stream {sid!r} is open on this connection")
         msg = Start(stream_id=sid, model=model, layout=layout, format=format,
                     sample_rate=sample_rate, latency=latency or "exact",
-                    noise=bool(noise), seed=seed, voice=voice, bitrate=bitrate)
+                    noise=bool(noise), seed=seed, voice=voice, bitrate=bitrate,
+                    codebooks=codebooks)
         st = Stream(self, sid, msg, self.queue_size)
         self._streams[sid] = st
         st.started_at = time.monotonic()
