@@ -247,10 +247,9 @@ def main() -> int:
                     help="audio of the frame-by-frame table (default: --seconds)")
     ap.add_argument("--max-row-s", type=float, default=60.0,
                     help="cut a capacity row after this many wall seconds (at least 10 ticks)")
-    ap.add_argument("--max-batch", type=int, default=100,
+    ap.add_argument("--max-batch", type=int, default=1024,
                     help="streams per tick graph; N streams run as ceil(N / this) graphs (ctx.step calls) "
-                         "per tick. The runtime refuses Mimi stream contexts above max_batch 107 (its bound "
-                         "on the largest tensor of a 1-frame tick assumes 64 frames of state)")
+                         "per tick (lowered and retried if the runtime refuses it)")
     ap.add_argument("--dtype", choices=("f32", "f16"), default="f32", help="the transformer's matrices")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-moshi", action="store_true", help="skip moshi's reference row")

@@ -32,7 +32,10 @@ def test_layout_equals_transformers_decoder():
 
 def test_gguf_decodes_finite_audio(tmp_path):
     """The full-size random model converts, loads, and decodes 8 codebooks offline and streamed
-    (frame by frame) to the same finite, non-silent audio of T * 1920 samples."""
+    (frame by frame) to the same finite, non-silent audio of T * 1920 samples. The stream
+    context admits tick graphs of 1,024 streams (max_batch): Mimi's bound counts its few
+    steps of state at each rate, not 64 coarse frames upsampled (which refused more than
+    107 streams a graph)."""
     codecrt = codecrt_or_skip()
     from codecd.convert.random_mimi import write_random_mimi
 
@@ -42,7 +45,8 @@ def test_gguf_decodes_finite_audio(tmp_path):
         assert m.info.n_levels == 32 and m.info.hop_length == 1920 and m.info.sample_rate == 24000
         with codecrt.Context(m, device="cpu", n_threads=2) as ctx:
             want = ctx.decode([c[None] for c in codes])[0]
-        with codecrt.Context(m, device="cpu", n_threads=2, stream_chunk_frames=1) as ctx:
+        with codecrt.Context(m, device="cpu", n_threads=2, stream_chunk_frames=1, max_streams=4,
+                             max_batch=1024) as ctx:
             s = ctx.stream()
             out = []
             for t in range(codes.shape[1]):

@@ -101,8 +101,13 @@ size_t mimi_scratch_floats(const cr_model *model, const cr_decode_shape *shape) 
 }
 
 int64_t mimi_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, int64_t context) {
+    /* T new 12.5 Hz frames per stream; `context` extra steps of state at every rate (a
+       stream tick's conv tails and transposed-conv overlaps, each a few steps at its own
+       rate: never `context` coarse frames upsampled, which would size the last SEANet
+       stage for 64 x 1,920 samples of state and cap a tick graph at about 100 streams) */
     const mimi_hparams *hp = model->hparams;
-    const int64_t S = (T + context) * hp->up_stride;
+    int64_t tf = T * hp->up_stride; /* new steps at the current rate */
+    const int64_t S = tf + context;
     int64_t best = 3 * (int64_t)hp->dim * S * B;
     /* scores [keys, queries, heads, B]; a stream tick's keys include its W-1 steps of state */
     const int64_t keys = S + (context > 0 ? hp->context : 0);
@@ -111,13 +116,13 @@ int64_t mimi_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, in
     best = ff > best ? ff : best;
     best = kq > best ? kq : best;
     best = cb > best ? cb : best;
-    int64_t t = S;
     for (int i = 0; i < hp->n_ratios; i++) {
-        const int64_t r = hp->ratios[i], ci = mimi_channels(hp, i), co = mimi_channels(hp, i + 1);
-        const int64_t in = i == 0 ? (int64_t)hp->dim * t * B * hp->kernel : 0; /* the first conv's im2col */
-        const int64_t cols = 2 * r * co * (t + 2) * B;
-        (void)ci;
-        t *= r;
+        const int64_t r = hp->ratios[i], co = mimi_channels(hp, i + 1);
+        const int64_t t_in = tf + context;
+        const int64_t in = i == 0 ? (int64_t)hp->dim * t_in * B * hp->kernel : 0; /* the first conv's im2col */
+        const int64_t cols = 2 * r * co * (t_in + 2) * B;
+        tf *= r;
+        const int64_t t = tf + context;
         const int64_t out = co * (t + hp->res_kernel) * B * hp->res_kernel / hp->compress + co * t * B;
         best = in > best ? in : best;
         best = cols > best ? cols : best;
