@@ -4,6 +4,9 @@
  */
 #include "layers.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+
 /* ---------------------------------------------------------------- products */
 
 struct ggml_tensor *cr_mm(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x) {
@@ -66,6 +69,21 @@ struct ggml_tensor *cr_snake_tf(struct ggml_context *ctx, struct ggml_cgraph *gf
     y = ggml_sqr(ctx, y);
     y = ggml_mul(ctx, y, ia);
     return ggml_add(ctx, t, y);
+}
+
+
+struct ggml_tensor *cr_weightv(struct ggml_context *w, const char *fmt, va_list ap) {
+    char name[GGML_MAX_NAME];
+    vsnprintf(name, sizeof(name), fmt, ap);
+    return ggml_get_tensor(w, name);
+}
+
+struct ggml_tensor *cr_weight(struct ggml_context *w, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    struct ggml_tensor *t = cr_weightv(w, fmt, ap);
+    va_end(ap);
+    return t;
 }
 
 struct ggml_tensor *cr_snake(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *x,

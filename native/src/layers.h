@@ -34,6 +34,8 @@
 #ifndef CODECRT_LAYERS_H
 #define CODECRT_LAYERS_H
 
+#include <stdarg.h>
+
 #include "internal.h"
 
 /* ---------------------------------------------------------------- products */
@@ -89,6 +91,15 @@ struct ggml_tensor *cr_pad_frames(struct ggml_context *ctx, struct ggml_tensor *
  */
 struct ggml_tensor *cr_snake_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *t,
                                 struct ggml_tensor *alpha, struct ggml_tensor *inv_alpha);
+
+/* A weight by printf-style name (names were validated at load, so this cannot miss);
+   cr_weightv takes the arguments as a va_list. Every codec's weight lookup. */
+struct ggml_tensor *cr_weight(struct ggml_context *w, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+struct ggml_tensor *cr_weightv(struct ggml_context *w, const char *fmt, va_list ap);
 
 /* Snake on x [C, T, B]: the fused CPU kernel when cpu_ops (the graph runs on
    the CPU backend), else cr_snake_tf between two tiled transposes. */

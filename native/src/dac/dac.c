@@ -123,15 +123,6 @@ static void dac_tensor_specs(const void *hp_, cr_spec_list *s) {
 
 /* ----------------------------------------------------------- graph pieces */
 
-struct ggml_tensor *dac_w(struct ggml_context *w, const char *fmt, ...) {
-    char name[GGML_MAX_NAME];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof(name), fmt, ap);
-    va_end(ap);
-    return ggml_get_tensor(w, name);
-}
-
 struct ggml_tensor *dac_snake(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
                               struct ggml_tensor *x, const char *prefix, bool cpu_ops) {
     return cr_snake(ctx, gf, x, dac_w(w, "%s.alpha", prefix), dac_w(w, "%s.inv_alpha", prefix), cpu_ops);

@@ -66,12 +66,8 @@ int64_t dac_points(const dac_hparams *hp, int64_t T, int i);
 
 /* ------------------------------------------------- graph pieces (dac.c) */
 
-/* Weight lookup by printf-style name; names were validated at load, so this cannot miss. */
-struct ggml_tensor *dac_w(struct ggml_context *w, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+/* weight lookup by printf-style name (layers.h) */
+#define dac_w cr_weight
 
 /* Snake on x [C, T, B] by prefix's parameters (cr_snake: fused on the CPU, fusable elsewhere). */
 struct ggml_tensor *dac_snake(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,

@@ -124,15 +124,6 @@ static void mimi_tensor_specs(const void *hp_, cr_spec_list *s) {
 
 /* ----------------------------------------------------------- graph pieces */
 
-struct ggml_tensor *mimi_w(struct ggml_context *w, const char *fmt, ...) {
-    char name[GGML_MAX_NAME];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof(name), fmt, ap);
-    va_end(ap);
-    return ggml_get_tensor(w, name);
-}
-
 struct ggml_tensor *mimi_quantizer(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,
                                    struct ggml_tensor *const *codes, int64_t T, int64_t B) {
     struct ggml_tensor *cb = mimi_w(w, "quant.codebooks"); /* [cdim, n_q * (bins + 1)] */

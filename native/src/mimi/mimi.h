@@ -86,11 +86,8 @@ static inline int32_t mimi_channels(const mimi_hparams *hp, int i) {
 
 /* ------------------------------------------------- graph pieces (mimi.c) */
 
-struct ggml_tensor *mimi_w(struct ggml_context *w, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+/* weight lookup by printf-style name (layers.h) */
+#define mimi_w cr_weight
 
 /* codes[k]: I32 [T*B] codes of codebook k, `bins` where the codebook is absent (its zero row) -> [D, T, B]. */
 struct ggml_tensor *mimi_quantizer(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,

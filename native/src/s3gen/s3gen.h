@@ -183,11 +183,7 @@ codecrt_status s3_status(codecrt_context *ctx, codecrt_status st);
 codecrt_status s3_decode(codecrt_context *ctx, const codecrt_decode_params *p, const codecrt_codes *codes,
                          int32_t n_frames, float *pcm);
 
-/* Shared helper: weight lookup by printf-style name (validated at load). */
-struct ggml_tensor *s3_w(struct ggml_context *w, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+/* weight lookup by printf-style name (layers.h) */
+#define s3_w cr_weight
 
 #endif /* CODECRT_S3GEN_INTERNAL_H */

@@ -49,15 +49,6 @@ static const int hift_dilation[3] = {1, 3, 5};
 enum { HIFT_IN_STFT = 0, HIFT_IN_ISTFT = 1, HIFT_IN_ENVELOPE = 2 };
 
 /* Names were validated at load, so a lookup of a listed tensor cannot miss. */
-struct ggml_tensor *s3_w(struct ggml_context *w, const char *fmt, ...) {
-    char name[GGML_MAX_NAME];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof(name), fmt, ap);
-    va_end(ap);
-    return ggml_get_tensor(w, name);
-}
-
 /* ------------------------------------------------------------ tensor specs */
 
 /* The source branch of stage i is strided by the later stages' rates (15, 3, 1),

@@ -74,12 +74,8 @@ static inline int32_t snac_channels(const snac_hparams *hp, int i) { return hp->
 
 /* ------------------------------------------------- graph pieces (snac.c) */
 
-/* Weight lookup by printf-style name; names were validated at load, so this cannot miss. */
-struct ggml_tensor *snac_w(struct ggml_context *w, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+/* weight lookup by printf-style name (layers.h) */
+#define snac_w cr_weight
 
 /* Snake on x [C, T, B] by prefix's parameters (cr_snake: fused on the CPU, fusable elsewhere). */
 struct ggml_tensor *snac_snake(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,

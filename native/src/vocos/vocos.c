@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "vocos.h"
+#include "layers.h"
 
 void vc_graph_begin(vc_graph *g, struct ggml_context *ctx, struct ggml_context *w, cr_graph_io *io, int64_t T,
                     int64_t B, bool cpu_ops, bool masked) {
@@ -41,12 +42,11 @@ struct ggml_tensor *vc_input(vc_graph *g, int slot, enum ggml_type type, int64_t
 }
 
 struct ggml_tensor *vc_w(const vc_graph *g, const char *fmt, ...) {
-    char name[GGML_MAX_NAME];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(name, sizeof(name), fmt, ap);
+    struct ggml_tensor *t = cr_weightv(g->w, fmt, ap);
     va_end(ap);
-    return ggml_get_tensor(g->w, name);
+    return t;
 }
 
 struct ggml_tensor *vc_mask(vc_graph *g, struct ggml_tensor *x) {
