@@ -23,6 +23,10 @@
 #   s3bench  python -m bench s3gen --random --device cuda:0 --threads 16 $S3GEN_ARGS [--repeat 2]
 #   check    python -m bench check, TF32 off, with ggml's CUDA fusion on and off
 #   sweep    python -m bench sweep $SWEEP_ARGS        every graph kind up to 300 s [the suite's]
+#   mimi     Mimi GPU tests (TF32 on, off) and python -m bench mimi --device cuda:0 --no-moshi
+#            $MIMI_ARGS [--streams 256,512,1000,1500 --seconds 3]
+#   soak     python bench/soak.py --spawn demo on cuda:0 $SOAK_ARGS [--minutes 8 --kill-every 2
+#            --report-every 30 --finishers 64 --slow 4] (issue 18's GPU run)
 #   vocos    WavTokenizer/NeuCodec/XCodec2 and DAC GPU tests (TF32 on, off), python -m bench vocos and
 #            python -m bench windowed on cuda:0
 set -uo pipefail
@@ -140,6 +144,31 @@ vocos() {
         | tee "$OUT/windowed_bench.md" | tee -a "$OUT/report.txt"
 }
 
+mimi() {
+    # the released size with random weights (numpy only: no moshi or torch needed there)
+    for tf32 in on off; do
+        stage "Mimi GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/test_mimi_gpu.py"
+        if [ $tf32 = off ]; then export NVIDIA_TF32_OVERRIDE=0; else unset NVIDIA_TF32_OVERRIDE; fi
+        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_mimi_gpu.py 2>&1 \
+            | tee "$OUT/mimi_gpu_tests_tf32_$tf32.txt" \
+            | grep -E "passed|failed|error|CUDA|Error" | tee -a "$OUT/report.txt"
+    done
+    unset NVIDIA_TF32_OVERRIDE
+    local args=${MIMI_ARGS:---streams 256,512,1000,1500 --seconds 3}
+    stage "Mimi capacity: python3 -m bench mimi --device cuda:0 --no-moshi $args"
+    # shellcheck disable=SC2086
+    python3 -m bench mimi --device cuda:0 --no-moshi $args 2>&1 | tee "$OUT/mimi_bench.md" \
+        | tee -a "$OUT/report.txt"
+}
+
+soak() {
+    local args=${SOAK_ARGS:---minutes 8 --kill-every 2 --report-every 30 --finishers 64 --slow 4}
+    stage "soak: python3 bench/soak.py --spawn demo --serve-arg=--devices=cuda:0 $args"
+    # shellcheck disable=SC2086
+    python3 bench/soak.py --spawn demo --serve-arg=--devices=cuda:0 $args --log "$OUT/soak_server.log" 2>&1 \
+        | tee "$OUT/soak.md" | tee -a "$OUT/report.txt"
+}
+
 sweep() {
     stage "shape sweep: python3 -m bench sweep ${SWEEP_ARGS:-}"
     # shellcheck disable=SC2086
@@ -161,6 +190,8 @@ for what in "$@"; do
         check) check ;;
         sweep) sweep ;;
         vocos) vocos ;;
+        mimi) mimi ;;
+        soak) soak ;;
         all) build && tests; bench ;;
         *) echo "unknown stage $what" >&2; exit 2 ;;
     esac
