@@ -21,6 +21,10 @@ pytestmark = pytest.mark.gpu
 GPU = os.environ.get("CODECD_GPU_DEVICE", "cuda:0")
 TF32_OFF = os.environ.get("NVIDIA_TF32_OVERRIDE") == "0"
 TOL = 1e-4 if TF32_OFF else 2e-3  # relative L2, GPU against CPU (see tests/test_gpu.py)
+# Streams step 1-3 frames a tick: matrix products of few columns, which ggml's CUDA backend runs
+# in its small-batch kernels on TF32 tensor cores whatever NVIDIA_TF32_OVERRIDE says (as SNAC's
+# STREAM_TOL in tests/test_gpu.py; measured 6.4e-4 with TF32 off on the H200, 2026-12-04)
+STREAM_TOL = 1e-3 if TF32_OFF else 5e-3
 FRAME = 1920  # samples per 12.5 Hz frame at 24 kHz
 
 
@@ -66,7 +70,7 @@ def test_cuda_matches_cpu(codecrt, gguf, n_q, seconds):
 def test_streams_on_gpu_equal_cpu_offline(codecrt, gguf):
     """Eight streams with 1..32 codebooks, started at different ticks and pushed 1 to 3 frames at
     a time, stepped together in one CUDA context past the window (320 frames, 25.6 s): each
-    stream's audio is within TOL of the CPU's offline decode of its codes."""
+    stream's audio is within STREAM_TOL of the CPU's offline decode of its codes."""
     rng = np.random.default_rng(7)
     n_qs = [1, 8, 8, 16, 32, 8, 4, 32]
     starts = [0, 3, 7, 11, 20, 31, 40, 55]
@@ -100,9 +104,11 @@ def test_streams_on_gpu_equal_cpu_offline(codecrt, gguf):
                         out[i].append(s.pull())
             for s in streams:
                 s.close()
+    errs = []
     for i in range(8):
         got = np.concatenate(out[i])
         assert got.shape == want[i].shape
-        err = rel_l2(got, want[i])
-        print(f"stream {i} ({n_qs[i]} codebooks, started at tick {starts[i]}): CUDA stream vs CPU offline {err:.2e}")
-        assert err <= TOL
+        errs.append(rel_l2(got, want[i]))
+        print(f"stream {i} ({n_qs[i]} codebooks, started at tick {starts[i]}): CUDA stream vs CPU offline "
+              f"{errs[-1]:.2e}")
+    assert max(errs) <= STREAM_TOL

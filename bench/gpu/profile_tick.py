@@ -1,9 +1,10 @@
 """Where a streaming tick's time goes on the GPU: CUDA kernels by name, against wall time.
 
-    python -m bench profile [--streams 256] [--chunks 4,16] [--ticks 5]
+    python -m bench profile [--codec snac|mimi] [--streams 256] [--chunks 4,16] [--ticks 5]
 
-SNAC 24 kHz with random weights (the demo model: codecd.config.build_demo_model). For each chunk
-size, N streams are stepped together; a few warm ticks are then recorded with
+SNAC 24 kHz with random weights (the demo model: codecd.config.build_demo_model), or the
+released-size Mimi with random weights and 8 codebooks per stream (codecd.convert.random_mimi;
+a chunk is then a number of 80 ms frames). For each chunk size, N streams are stepped together; a few warm ticks are then recorded with
 torch.profiler, whose CUPTI tracing sees every kernel launched in the process,
 ggml's included. Prints the wall time per tick, the summed kernel time per tick
 (the rest is host work, launches and synchronisation), and the kernels that
@@ -27,6 +28,7 @@ def main() -> None:
     ap.add_argument("--chunks", default="4,16")
     ap.add_argument("--ticks", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--codec", choices=("snac", "mimi"), default="snac")
     args = ap.parse_args()
 
     import torch
@@ -35,7 +37,12 @@ def main() -> None:
     import codecrt
     from codecd.config import build_demo_model
 
-    path = build_demo_model(Path(tempfile.mkdtemp()) / "snac24.gguf", seed=1)
+    if args.codec == "mimi":
+        from codecd.convert.random_mimi import write_random_mimi
+
+        path = str(write_random_mimi(Path(tempfile.mkdtemp()) / "mimi.gguf", seed=1))
+    else:
+        path = build_demo_model(Path(tempfile.mkdtemp()) / "snac24.gguf", seed=1)
     model = codecrt.Model(path)
     info = model.info
     rng = np.random.default_rng(0)
@@ -44,8 +51,11 @@ def main() -> None:
         with codecrt.Context(model, device=args.device, max_batch=n, max_streams=n,
                              batch_bucket=True, stream_chunk_frames=chunk) as ctx:
             total = chunk * (args.ticks + 8)
-            levels = [rng.integers(0, size, total // stride).astype(np.int32)
-                      for size, stride in zip(info.codebook_sizes, info.level_strides)]
+            if args.codec == "mimi":  # Moshi's 8 of the 32 codebooks, one code per frame
+                levels = [rng.integers(0, info.codebook_sizes[q], total).astype(np.int32) for q in range(8)]
+            else:
+                levels = [rng.integers(0, size, total // stride).astype(np.int32)
+                          for size, stride in zip(info.codebook_sizes, info.level_strides)]
             ss = [ctx.stream() for _ in range(n)]
             for s in ss:
                 s.push(levels)
@@ -72,7 +82,8 @@ def main() -> None:
         busy = sum(sum(v) for v in kernels.values()) / args.ticks / 1000
         launches = sum(len(v) for v in kernels.values()) / args.ticks
         wall = 1000 * float(np.median(walls))
-        print(f"\n## {n} streams, {chunk} frames per tick ({1000 * chunk * 2048 / 4 / 24000:.1f} ms of audio)")
+        print(f"\n## {args.codec}: {n} streams, {chunk} frames per tick "
+              f"({1000 * chunk * info.hop_length / info.sample_rate:.1f} ms of audio)")
         print(f"wall per tick {wall:.2f} ms; kernel time per tick {busy:.2f} ms "
               f"({100 * busy / wall:.0f} % of wall); {launches:.0f} kernel launches per tick; "
               f"graphs built {st.graphs_built}, splits {getattr(st, 'graph_splits', '?')}")
