@@ -268,16 +268,22 @@ def run_load(urls: list[str], model: str, n: int, seconds: float, speed: float, 
     return RunResult(n, streams, wall, cpu1[0] - cpu0[0], speed, cpu1[1] - cpu0[1], ticks)
 
 
+def server_env() -> dict[str, str]:
+    """The environment of a spawned ``codecd serve``: it imports codecrt from where this process
+    finds it (an installed extension, as on the GPU machine, must not be shadowed by the source
+    tree's bindings/, which has no compiled module)."""
+    env = dict(os.environ)
+    spec = importlib.util.find_spec("codecrt")
+    bindings = Path(spec.origin).parent.parent if spec and spec.origin else ROOT / "bindings"
+    env["PYTHONPATH"] = os.pathsep.join([str(bindings), str(ROOT / "daemon"), env.get("PYTHONPATH", "")])
+    return env
+
+
 def spawn_server(source: str, args) -> tuple[subprocess.Popen, str]:
     with socket.socket() as so:
         so.bind(("127.0.0.1", 0))
         port = so.getsockname()[1]
-    env = dict(os.environ)
-    # the server imports codecrt from where this process finds it (an installed
-    # extension must not be shadowed by the source tree's bindings/)
-    spec = importlib.util.find_spec("codecrt")
-    bindings = Path(spec.origin).parent.parent if spec and spec.origin else ROOT / "bindings"
-    env["PYTHONPATH"] = os.pathsep.join([str(bindings), str(ROOT / "daemon"), env.get("PYTHONPATH", "")])
+    env = server_env()
     cmd = [sys.executable, "-m", "codecd.cli", "serve", "--listen", f"127.0.0.1:{port}",
            "--model", f"{args.model}={source}", *args.serve_arg]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

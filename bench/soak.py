@@ -49,10 +49,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "daemon"))
+sys.path.insert(0, str(ROOT))
 
 from websockets.asyncio.client import connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: E402
 
+from bench.serve import server_env  # noqa: E402
 from codecd.protocol import encode_token_frame, parse_audio  # noqa: E402
 
 BASE = 128266
@@ -131,9 +133,7 @@ def spawn(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], int]:
     with socket.socket() as so:
         so.bind(("127.0.0.1", 0))
         port = so.getsockname()[1]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "bindings"), str(ROOT / "daemon"),
-                                         env.get("PYTHONPATH", "")])
+    env = server_env()
     cmd = [sys.executable, "-m", "codecd.cli", "serve", "--listen", f"127.0.0.1:{port}",
            "--model", f"{args.model}={args.spawn}", "--log-level", "warning", *args.serve_arg]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
