@@ -29,7 +29,7 @@ struct ggml_tensor *cr_linear(struct ggml_context *ctx, struct ggml_tensor *x, s
     if (y) {
         return y;
     }
-    y = ggml_mul_mat(ctx, w, x);
+    y = cr_mm(ctx, w, x); /* one product over every sequence of a batch, not one per sequence */
     return b ? ggml_add(ctx, y, b) : y;
 }
 

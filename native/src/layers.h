@@ -57,7 +57,7 @@ struct ggml_tensor *cr_pwconv(struct ggml_context *ctx, struct ggml_tensor *x, s
  * Linear layer y = W x + b: x [K, ...], w [K, M] (PyTorch Linear (M, K)),
  * b [M] or NULL -> [M, ...]. With ops (a CPU graph) the fused kernel of
  * ops_avx512_linear.c where it applies (AVX-512, F32, M a multiple of 16; bias in
- * its epilogue); otherwise ggml_mul_mat and an add.
+ * its epilogue); otherwise cr_mm (one product over the whole batch) and an add.
  */
 struct ggml_tensor *cr_linear(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
                               struct ggml_tensor *b, const cr_cpu_ops *ops);

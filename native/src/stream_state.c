@@ -66,6 +66,23 @@ struct ggml_tensor *cr_states_append_tf(cr_states *s, struct ggml_tensor *x, int
     return buf;
 }
 
+struct ggml_tensor *cr_states_append_t(cr_states *s, struct ggml_tensor *x, int64_t S) {
+    struct ggml_context *ctx = s->ctx;
+    const int64_t n = x->ne[0], C = x->ne[1], B = x->ne[2];
+    struct ggml_tensor *pool = cr_states_next(s, S * C);                 /* [S*C, slots+1] */
+    struct ggml_tensor *st = ggml_get_rows(ctx, pool, s->io->slot_read); /* [S*C, B] */
+    st = ggml_reshape_3d(ctx, st, S, C, B);
+    if (s->io->keep) {
+        st = ggml_mul(ctx, st, s->io->keep);
+    }
+    struct ggml_tensor *buf = ggml_concat(ctx, st, x, 0); /* [S+n, C, B] */
+    struct ggml_tensor *tail = ggml_view_3d(ctx, buf, S, C, B, buf->nb[1], buf->nb[2], (size_t)n * sizeof(float));
+    /* written as [S, B, C] into the pool viewed [S, slots+1, C], as cr_states_append_tf does */
+    struct ggml_tensor *rows = ggml_view_3d(ctx, pool, S, pool->ne[1], C, pool->nb[1], (size_t)S * sizeof(float), 0);
+    ggml_build_forward_expand(s->gf, ggml_set_rows(ctx, rows, ggml_permute(ctx, tail, 0, 2, 1, 3), s->io->slot_write));
+    return buf;
+}
+
 struct ggml_tensor *cr_states_time(cr_states *s, int32_t kind, int64_t n, int32_t rate, int32_t delay,
                                    int32_t site) {
     struct ggml_tensor *t = kind == CR_TIME_POS ? ggml_new_tensor_1d(s->ctx, GGML_TYPE_I32, n * s->B)

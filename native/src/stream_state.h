@@ -76,6 +76,13 @@ struct ggml_tensor *cr_states_append(cr_states *s, struct ggml_tensor *x, int64_
 struct ggml_tensor *cr_states_append_tf(cr_states *s, struct ggml_tensor *x, int64_t S);
 
 /*
+ * The same for x [n, C, B], time fastest within each stream ([S+n, C, B] back,
+ * contiguous; state row [S, C]): an attention layer's values, which its
+ * product with the attention weights reads with time fastest (Mimi).
+ */
+struct ggml_tensor *cr_states_append_t(cr_states *s, struct ggml_tensor *x, int64_t S);
+
+/*
  * A time input of n points per stream at a point of the decoder with rate
  * samples per frame, lagging the input frontier by delay samples (of that
  * rate): F32 [1, n, B] (CR_TIME_MASK, CR_TIME_NOISE with its noise site), or

@@ -165,20 +165,32 @@ struct ggml_tensor *mimi_rope(struct ggml_context *ctx, const mimi_hparams *hp, 
                          1.0f, 0.0f, 0.0f);
 }
 
+static struct ggml_tensor *mimi_dense(struct ggml_context *ctx, struct ggml_tensor *t) {
+    return ggml_is_contiguous(t) ? t : ggml_cont(ctx, t);
+}
+
+struct ggml_tensor *mimi_attend_vt(struct ggml_context *ctx, const mimi_hparams *hp, struct ggml_tensor *q,
+                                   struct ggml_tensor *k, struct ggml_tensor *vt, struct ggml_tensor *mask,
+                                   int64_t Tq, int64_t Tk, int64_t B) {
+    const int64_t hd = mimi_head_dim(hp), H = hp->n_heads;
+    /* [hd, H, T*B] -> [hd, T, H, B] views (no copy of a contiguous q or k) */
+    q = ggml_permute(ctx, ggml_reshape_4d(ctx, mimi_dense(ctx, q), hd, H, Tq, B), 0, 2, 1, 3);
+    k = ggml_permute(ctx, ggml_reshape_4d(ctx, mimi_dense(ctx, k), hd, H, Tk, B), 0, 2, 1, 3);
+    struct ggml_tensor *v = ggml_reshape_4d(ctx, vt, Tk, hd, H, B); /* [Tk, hd, H, B]: time fastest */
+    struct ggml_tensor *kq = ggml_mul_mat(ctx, k, q);                /* [Tk, Tq, H, B] */
+    kq = ggml_soft_max_ext(ctx, kq, mask, 1.0f / sqrtf((float)hd), 0.0f);
+    struct ggml_tensor *o = ggml_mul_mat(ctx, v, kq);                /* [hd, Tq, H, B] */
+    o = ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3));            /* [hd, H, Tq, B] */
+    return ggml_reshape_3d(ctx, o, hd * H, Tq, B);
+}
+
 struct ggml_tensor *mimi_attend(struct ggml_context *ctx, const mimi_hparams *hp, struct ggml_tensor *q,
                                 struct ggml_tensor *k, struct ggml_tensor *v, struct ggml_tensor *mask,
                                 int64_t Tq, int64_t Tk, int64_t B) {
-    const int64_t hd = mimi_head_dim(hp), H = hp->n_heads;
-    /* [hd, H, T*B] -> [hd, T, H, B] */
-    q = ggml_permute(ctx, ggml_reshape_4d(ctx, ggml_cont(ctx, q), hd, H, Tq, B), 0, 2, 1, 3);
-    k = ggml_permute(ctx, ggml_reshape_4d(ctx, ggml_cont(ctx, k), hd, H, Tk, B), 0, 2, 1, 3);
-    v = ggml_cont(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, ggml_cont(ctx, v), hd, H, Tk, B), 1, 2, 0,
-                                    3));                          /* [Tk, hd, H, B] */
-    struct ggml_tensor *kq = ggml_mul_mat(ctx, k, q);             /* [Tk, Tq, H, B] */
-    kq = ggml_soft_max_ext(ctx, kq, mask, 1.0f / sqrtf((float)hd), 0.0f);
-    struct ggml_tensor *o = ggml_mul_mat(ctx, v, kq);             /* [hd, Tq, H, B] */
-    o = ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 1, 3));         /* [hd, H, Tq, B] */
-    return ggml_reshape_3d(ctx, o, hd * H, Tq, B);
+    /* v [hd, H, Tk*B] -> [Tk, D, B], time fastest: the weights' product contracts over time */
+    struct ggml_tensor *vt = ggml_reshape_3d(ctx, mimi_dense(ctx, v), hp->dim, Tk, B);
+    vt = ggml_cont(ctx, ggml_permute(ctx, vt, 1, 0, 2, 3));
+    return mimi_attend_vt(ctx, hp, q, k, vt, mask, Tq, Tk, B);
 }
 
 struct ggml_tensor *mimi_ff(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,

@@ -110,6 +110,15 @@ struct ggml_tensor *mimi_attend(struct ggml_context *ctx, const mimi_hparams *hp
                                 struct ggml_tensor *k, struct ggml_tensor *v, struct ggml_tensor *mask,
                                 int64_t Tq, int64_t Tk, int64_t B);
 
+/*
+ * The same with the values already time fastest, vt [Tk, D, B] contiguous (a
+ * stream keeps them so: no transpose of the window per tick), and k also as
+ * [D, Tk, B]; a contiguous q or k is not copied.
+ */
+struct ggml_tensor *mimi_attend_vt(struct ggml_context *ctx, const mimi_hparams *hp, struct ggml_tensor *q,
+                                   struct ggml_tensor *k, struct ggml_tensor *vt, struct ggml_tensor *mask,
+                                   int64_t Tq, int64_t Tk, int64_t B);
+
 /* The feed-forward half of layer l, residual included: x [D, T, B]. */
 struct ggml_tensor *mimi_ff(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,
                             struct ggml_tensor *x, int l, const cr_cpu_ops *ops);

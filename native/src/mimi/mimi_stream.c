@@ -6,9 +6,13 @@
  * the builder takes them (mimi_stream_states lists the same):
  *
  *   upsample          [D, 1]           the previous frame (transposed-conv overlap)
- *   layer l kv        [2D, W-1]        post-RoPE keys and values of the last W-1
- *                                      steps (W = context): with the 2n new ones,
- *                                      every key of every new query's window
+ *   layer l keys      [D, W-1]         post-RoPE keys of the last W-1 steps
+ *                                      (W = context): with the 2n new ones, every
+ *                                      key of every new query's window
+ *   layer l values    [W-1, D]         their values, time fastest (the product
+ *                                      with the weights contracts over time, so
+ *                                      the window is never transposed per tick:
+ *                                      only the 2n new values are)
  *   dec.in            [D, K-1]         the causal conv's left context
  *   ratio i up        [C_i, 1]         the previous input frame (overlap)
  *   ratio i res conv1 [C_i+1, KR-1]    the residual block's k3 conv context
@@ -42,7 +46,8 @@ int mimi_stream_states(const cr_model *model, cr_state_spec *s, int max) {
     } while (0)
     MIMI_STATE(hp->dim, 1);
     for (int l = 0; l < hp->n_layers; l++) {
-        MIMI_STATE(2 * (int64_t)hp->dim, hp->context - 1);
+        MIMI_STATE(hp->dim, hp->context - 1); /* keys */
+        MIMI_STATE(hp->dim, hp->context - 1); /* values, [W-1, D] */
     }
     MIMI_STATE(hp->dim, hp->kernel - 1);
     for (int i = 0; i < hp->n_ratios; i++) {
@@ -102,11 +107,10 @@ struct ggml_cgraph *mimi_build_stream(const cr_model *model, struct ggml_context
         struct ggml_tensor *v = ggml_view_3d(ctx, qkv, D, n2, B, row, row * n2, 2 * D * sizeof(float));
         q = mimi_rope(ctx, hp, q, pos);
         k = ggml_reshape_3d(ctx, mimi_rope(ctx, hp, k, pos), D, n2, B);
-        struct ggml_tensor *kv = ggml_concat(ctx, k, ggml_cont(ctx, v), 0); /* [2D, n2, B] */
-        kv = cr_states_append(st, kv, S);                                   /* [2D, Tk, B] */
-        struct ggml_tensor *ka = ggml_view_3d(ctx, kv, hd, H, Tk * B, hd * sizeof(float), kv->nb[1], 0);
-        struct ggml_tensor *va = ggml_view_3d(ctx, kv, hd, H, Tk * B, hd * sizeof(float), kv->nb[1], D * sizeof(float));
-        struct ggml_tensor *o = mimi_attend(ctx, hp, q, ka, va, mask, n2, Tk, B);
+        k = cr_states_append(st, k, S);                                  /* [D, Tk, B] */
+        struct ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3)); /* [n2, D, B] */
+        vt = cr_states_append_t(st, vt, S);                              /* [Tk, D, B] */
+        struct ggml_tensor *o = mimi_attend_vt(ctx, hp, q, k, vt, mask, n2, Tk, B);
         o = cr_linear(ctx, o, mimi_w(w, "tr.%d.attn_out.weight", l), NULL, ops);
         x = ggml_add(ctx, x, o);
         x = mimi_ff(ctx, w, hp, x, l, ops);
