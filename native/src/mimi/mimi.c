@@ -124,19 +124,19 @@ static void mimi_tensor_specs(const void *hp_, cr_spec_list *s) {
 
 /* ----------------------------------------------------------- graph pieces */
 
-struct ggml_tensor *mimi_quantizer(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,
-                                   struct ggml_tensor *const *codes, int64_t T, int64_t B) {
+struct ggml_tensor *mimi_split_rvq(struct ggml_context *ctx, struct ggml_context *w, int n_q, int n_sem, int bins,
+                                   int cdim, struct ggml_tensor *const *codes, int64_t T, int64_t B) {
     struct ggml_tensor *cb = mimi_w(w, "quant.codebooks"); /* [cdim, n_q * (bins + 1)] */
     struct ggml_tensor *e[2] = {NULL, NULL};               /* per group: sum of the looked-up rows [cdim, T*B] */
-    for (int k = 0; k < hp->n_q; k++) {
-        struct ggml_tensor *book = ggml_view_2d(ctx, cb, hp->cdim, hp->bins + 1, cb->nb[1],
-                                                (size_t)k * (size_t)(hp->bins + 1) * cb->nb[1]);
+    for (int k = 0; k < n_q; k++) {
+        struct ggml_tensor *book =
+            ggml_view_2d(ctx, cb, cdim, bins + 1, cb->nb[1], (size_t)k * (size_t)(bins + 1) * cb->nb[1]);
         struct ggml_tensor *r = ggml_get_rows(ctx, book, codes[k]);
-        const int g = k >= hp->n_q_sem;
+        const int g = k >= n_sem;
         e[g] = e[g] ? ggml_add(ctx, e[g], r) : r;
     }
-    struct ggml_tensor *z = cr_pwconv(ctx, ggml_reshape_3d(ctx, e[0], hp->cdim, T, B), mimi_w(w, "quant.first.proj"), NULL);
-    return ggml_add(ctx, z, cr_pwconv(ctx, ggml_reshape_3d(ctx, e[1], hp->cdim, T, B), mimi_w(w, "quant.rest.proj"),
+    struct ggml_tensor *z = cr_pwconv(ctx, ggml_reshape_3d(ctx, e[0], cdim, T, B), mimi_w(w, "quant.first.proj"), NULL);
+    return ggml_add(ctx, z, cr_pwconv(ctx, ggml_reshape_3d(ctx, e[1], cdim, T, B), mimi_w(w, "quant.rest.proj"),
                                       NULL)); /* [D, T, B] */
 }
 
@@ -165,10 +165,9 @@ struct ggml_tensor *mimi_rope(struct ggml_context *ctx, const mimi_hparams *hp, 
                          1.0f, 0.0f, 0.0f);
 }
 
-struct ggml_tensor *mimi_attend(struct ggml_context *ctx, const mimi_hparams *hp, struct ggml_tensor *q,
+struct ggml_tensor *mimi_attend(struct ggml_context *ctx, int64_t hd, int64_t H, struct ggml_tensor *q,
                                 struct ggml_tensor *k, struct ggml_tensor *v, struct ggml_tensor *mask,
                                 int64_t Tq, int64_t Tk, int64_t B) {
-    const int64_t hd = mimi_head_dim(hp), H = hp->n_heads;
     /* [hd, H, T*B] -> [hd, T, H, B] */
     q = ggml_permute(ctx, ggml_reshape_4d(ctx, ggml_cont(ctx, q), hd, H, Tq, B), 0, 2, 1, 3);
     k = ggml_permute(ctx, ggml_reshape_4d(ctx, ggml_cont(ctx, k), hd, H, Tk, B), 0, 2, 1, 3);

@@ -76,7 +76,7 @@ struct ggml_cgraph *mimi_build_decode(const cr_model *model, struct ggml_context
         struct ggml_tensor *v = ggml_view_3d(ctx, qkv, hd, H, S * B, hd * sizeof(float), row, 2 * D * sizeof(float));
         q = mimi_rope(ctx, hp, q, io[MIMI_IO_POS]);
         k = mimi_rope(ctx, hp, k, io[MIMI_IO_POS]);
-        struct ggml_tensor *o = mimi_attend(ctx, hp, q, k, v, io[MIMI_IO_MASK], S, S, B);
+        struct ggml_tensor *o = mimi_attend(ctx, hd, H, q, k, v, io[MIMI_IO_MASK], S, S, B);
         o = cr_linear(ctx, o, mimi_w(w, "tr.%d.attn_out.weight", l), NULL, ops); /* LayerScale folded in */
         x = ggml_add(ctx, x, o);
         x = mimi_ff(ctx, w, hp, x, l, ops);
@@ -157,12 +157,15 @@ void mimi_set_inputs(const cr_model *model, const cr_decode_shape *shape, const 
         }
     }
     ggml_backend_tensor_set(io[MIMI_IO_POS], iv, 0, (size_t)(S * Bg) * sizeof(int32_t));
+    mimi_window_mask(in->scratch, S, hp->context);
+    ggml_backend_tensor_set(io[MIMI_IO_MASK], in->scratch, 0, (size_t)(S * S) * sizeof(float));
+}
+
+void mimi_window_mask(float *f, int64_t S, int64_t context) {
     /* query q sees key k iff 0 <= q - k < context */
-    float *f = in->scratch;
     for (int64_t q = 0; q < S; q++) {
         for (int64_t k = 0; k < S; k++) {
-            f[q * S + k] = (q - k >= 0 && q - k < hp->context) ? 0.0f : -INFINITY;
+            f[q * S + k] = (q - k >= 0 && q - k < context) ? 0.0f : -INFINITY;
         }
     }
-    ggml_backend_tensor_set(io[MIMI_IO_MASK], f, 0, (size_t)(S * S) * sizeof(float));
 }

@@ -56,17 +56,16 @@ int mimi_stream_states(const cr_model *model, cr_state_spec *s, int max) {
     return n;
 }
 
-/* mask [Tk, n2, 1, B]: 0 where buffer key j is in the window of new query i and valid, else -1e30 */
-static struct ggml_tensor *mimi_stream_mask(cr_states *st, const mimi_hparams *hp, int64_t n2) {
+struct ggml_tensor *mimi_stream_mask(cr_states *st, int64_t S, int32_t rate, int64_t n2) {
     struct ggml_context *ctx = st->ctx;
-    const int64_t S = hp->context - 1, Tk = S + n2, B = st->B;
+    const int64_t Tk = S + n2, B = st->B;
     struct ggml_tensor *ones = ggml_fill(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, Tk, Tk), 1.0f);
     struct ggml_tensor *lo = ggml_tri(ctx, ones, GGML_TRI_TYPE_UPPER_DIAG); /* row r: 1 where j >= r */
     struct ggml_tensor *hi = ggml_tri(ctx, ones, GGML_TRI_TYPE_LOWER_DIAG); /* row r: 1 where j <= r */
     struct ggml_tensor *band = ggml_mul(ctx, ggml_view_2d(ctx, lo, Tk, n2, lo->nb[1], 0),
                                         ggml_view_2d(ctx, hi, Tk, n2, hi->nb[1], (size_t)S * hi->nb[1]));
-    /* the keys' positions start W-1 steps before the tick's first step */
-    struct ggml_tensor *valid = cr_states_time(st, CR_TIME_MASK, Tk, hp->up_stride, (int32_t)S, 0); /* [1, Tk, B] */
+    /* the keys' positions start S steps before the tick's first step */
+    struct ggml_tensor *valid = cr_states_time(st, CR_TIME_MASK, Tk, rate, (int32_t)S, 0); /* [1, Tk, B] */
     struct ggml_tensor *m = ggml_mul(ctx, ggml_repeat_4d(ctx, band, Tk, n2, 1, B), ggml_reshape_4d(ctx, valid, Tk, 1, 1, B));
     return ggml_scale_bias(ctx, m, 1e30f, -1e30f);
 }
@@ -91,7 +90,7 @@ struct ggml_cgraph *mimi_build_stream(const cr_model *model, struct ggml_context
     x = mimi_upsample(ctx, w, cr_states_append(st, x, 1), N);              /* [D, n2, B] */
 
     struct ggml_tensor *pos = cr_states_time(st, CR_TIME_POS, n2, hp->up_stride, 0, MIMI_POS_SITE);
-    struct ggml_tensor *mask = mimi_stream_mask(st, hp, n2);
+    struct ggml_tensor *mask = mimi_stream_mask(st, S, hp->up_stride, n2);
     for (int l = 0; l < hp->n_layers; l++) {
         struct ggml_tensor *h = cr_layer_norm(ctx, x, mimi_w(w, "tr.%d.norm1.weight", l),
                                               mimi_w(w, "tr.%d.norm1.bias", l), hp->norm_eps);
@@ -106,7 +105,7 @@ struct ggml_cgraph *mimi_build_stream(const cr_model *model, struct ggml_context
         kv = cr_states_append(st, kv, S);                                   /* [2D, Tk, B] */
         struct ggml_tensor *ka = ggml_view_3d(ctx, kv, hd, H, Tk * B, hd * sizeof(float), kv->nb[1], 0);
         struct ggml_tensor *va = ggml_view_3d(ctx, kv, hd, H, Tk * B, hd * sizeof(float), kv->nb[1], D * sizeof(float));
-        struct ggml_tensor *o = mimi_attend(ctx, hp, q, ka, va, mask, n2, Tk, B);
+        struct ggml_tensor *o = mimi_attend(ctx, hd, H, q, ka, va, mask, n2, Tk, B);
         o = cr_linear(ctx, o, mimi_w(w, "tr.%d.attn_out.weight", l), NULL, ops);
         x = ggml_add(ctx, x, o);
         x = mimi_ff(ctx, w, hp, x, l, ops);
