@@ -217,13 +217,14 @@ struct ggml_tensor *qwen3_snake(struct ggml_context *ctx, struct ggml_context *w
 }
 
 struct ggml_tensor *qwen3_res_branch(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
-                                     struct ggml_tensor *buf, int i, int j, bool cpu_ops, const cr_cpu_ops *ops) {
+                                     struct ggml_tensor *buf, int i, int j, int pad, bool cpu_ops,
+                                     const cr_cpu_ops *ops) {
     static const int dil[QWEN3_N_RES] = {1, 3, 9};
     if (!ggml_is_contiguous(buf)) {
         buf = ggml_cont(ctx, buf);
     }
     struct ggml_tensor *y = cr_conv1d(ctx, buf, cr_weight(w, "dec.%d.res.%d.conv.weight", i, j),
-                                      cr_weight(w, "dec.%d.res.%d.conv.bias", i, j), dil[j], 0, 0, ops);
+                                      cr_weight(w, "dec.%d.res.%d.conv.bias", i, j), dil[j], pad, 0, ops);
     y = qwen3_snake(ctx, w, gf, y, cpu_ops, "dec.%d.res.%d.snake2", i, j);
     return cr_linear(ctx, y, cr_weight(w, "dec.%d.res.%d.pw.weight", i, j), cr_weight(w, "dec.%d.res.%d.pw.bias", i, j),
                      ops);

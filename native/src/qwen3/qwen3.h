@@ -123,10 +123,12 @@ struct ggml_tensor *qwen3_snake(struct ggml_context *ctx, struct ggml_context *w
 #endif
     ;
 
-/* The branch of residual unit j of block i on buf [C, 6 dil + n, B] (the conv's left context, then
-   the n new frames; offline, zeros) already through Snake1 -> [C, n, B]. */
+/* The branch pw(Snake2(conv_k7_dil(y))) of residual unit j of block i on y = Snake1(x): buf [C,
+   6 dil + n, B] (a stream's state, then the n new frames; pad 0), or the whole sequence [C, n, B]
+   with pad = 6 dil (its causal zero padding) -> [C, n, B]. The caller adds the residual. */
 struct ggml_tensor *qwen3_res_branch(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
-                                     struct ggml_tensor *buf, int i, int j, bool cpu_ops, const cr_cpu_ops *ops);
+                                     struct ggml_tensor *buf, int i, int j, int pad, bool cpu_ops,
+                                     const cr_cpu_ops *ops);
 
 /* ----------------------------------------------------- graphs (decode, stream) */
 

@@ -35,8 +35,7 @@ static struct ggml_tensor *qwen3_decoder(struct ggml_context *ctx, struct ggml_c
         x = cr_upconv(ctx, x, cr_weight(w, "dec.%d.up.weight", i), cr_weight(w, "dec.%d.up.bias", i), r, 0, t, ops);
         for (int j = 0, dil = 1; j < QWEN3_N_RES; j++, dil *= 3) {
             struct ggml_tensor *y = qwen3_snake(ctx, w, gf, x, cpu, "dec.%d.res.%d.snake1", i, j);
-            y = cr_pad_frames(ctx, y, (QWEN3_K - 1) * dil, 0); /* causal */
-            x = ggml_add(ctx, x, qwen3_res_branch(ctx, w, gf, y, i, j, cpu, ops));
+            x = ggml_add(ctx, x, qwen3_res_branch(ctx, w, gf, y, i, j, (QWEN3_K - 1) * dil, cpu, ops));
         }
     }
     x = qwen3_snake(ctx, w, gf, x, cpu, "dec.out_snake");

@@ -118,7 +118,7 @@ struct ggml_cgraph *qwen3_build_stream(const cr_model *model, struct ggml_contex
         for (int j = 0, dil = 1; j < QWEN3_N_RES; j++, dil *= 3) {
             struct ggml_tensor *y = qwen3_snake(ctx, w, gf, x, cpu, "dec.%d.res.%d.snake1", i, j);
             y = cr_states_append(st, y, (QWEN3_K - 1) * dil);
-            x = ggml_add(ctx, x, qwen3_res_branch(ctx, w, gf, y, i, j, cpu, ops));
+            x = ggml_add(ctx, x, qwen3_res_branch(ctx, w, gf, y, i, j, 0, cpu, ops));
         }
     }
     x = cr_states_append(st, qwen3_snake(ctx, w, gf, x, cpu, "dec.out_snake"), QWEN3_K - 1);
