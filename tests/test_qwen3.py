@@ -332,3 +332,19 @@ def reference_f64(model, codes: np.ndarray) -> np.ndarray:
     with torch.inference_mode():
         y = model(torch.as_tensor(codes.astype(np.int64)))
     return y[:, 0].numpy()
+
+
+@pytest.mark.parametrize("name", ["tiny", "12hz"])
+def test_random_builder_has_the_release_layout(name):
+    """codecd.convert.random_qwen3 (numpy only: the bench, CLI and GPU tests' model) writes the
+    reference decoder's state_dict keys and shapes under ``decoder.``, for both sizes."""
+    import torch
+
+    from codecd.convert.random_qwen3 import CONFIGS, random_qwen3_state_dict
+
+    _, mod = ref._load()
+    with torch.device("meta"):  # shapes only
+        model = mod.Qwen3TTSTokenizerV2Decoder(ref.decoder_config(ref.CONFIGS[name]))
+    want = {"decoder." + k: tuple(v.shape) for k, v in model.state_dict().items()}
+    got = {k: v.shape for k, v in random_qwen3_state_dict(CONFIGS[name], seed=1).items()}
+    assert got == want

@@ -145,7 +145,7 @@ def random_qwen3_state_dict(config: Mapping[str, Any] | None = None, seed: int =
 def _snake(x: np.ndarray, sd: Mapping[str, np.ndarray], pre: str) -> np.ndarray:
     a = np.exp(sd[pre + ".alpha"].astype(np.float64))[:, None]
     inv = 1.0 / (np.exp(sd[pre + ".beta"].astype(np.float64))[:, None] + 1e-9)
-    return x + inv * np.sin(a * x) ** 2
+    return np.asarray(x + inv * np.sin(a * x) ** 2)
 
 
 def _causal_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, dil: int = 1) -> np.ndarray:
@@ -153,7 +153,10 @@ def _causal_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, dil: int = 1) -> n
     k = w.shape[2]
     xp = np.pad(x, ((0, 0), ((k - 1) * dil, 0)))
     t = x.shape[1]
-    return sum(w[:, :, j].astype(np.float64) @ xp[:, j * dil:j * dil + t] for j in range(k)) + b[:, None]
+    y = b[:, None].astype(np.float64)
+    for j in range(k):
+        y = y + w[:, :, j].astype(np.float64) @ xp[:, j * dil:j * dil + t]
+    return np.asarray(y)
 
 
 def _calibrate(sd: dict[str, np.ndarray], cfg: Mapping[str, Any], rng: np.random.Generator) -> None:
