@@ -17,10 +17,8 @@ import pytest
 from conftest import codecrt_or_skip
 
 pytest.importorskip("websockets")
-from serverkit import Client, running, serve_process, wait_ready  # noqa: E402
+from serverkit import Client, offline_s16, running, send_stream, serve_process, wait_ready  # noqa: E402
 
-from codecd.audio import OutputConverter  # noqa: E402
-from codecd.protocol import encode_token_frame  # noqa: E402
 
 BINS = 64  # the tiny config's codebook size
 
@@ -44,25 +42,7 @@ def test_twenty_streams(qwen3_gguf: Path) -> None:
         k = int(rng.choice([16, 16, 1, int(rng.integers(1, 17))]))
         cases.append((f"s{i}", rng.integers(0, BINS, (k, int(rng.integers(3, 41)))).astype(np.int32)))
     with codecrt.Model(str(qwen3_gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
-        want = {}
-        for sid, codes in cases:
-            conv = OutputConverter(24000, 24000, "pcm_s16le")
-            a, _ = conv.feed(ctx.decode([codes[k:k + 1] for k in range(codes.shape[0])])[0])
-            b, _ = conv.flush()
-            want[sid] = a + b
-
-    async def send(c: Client, sid: str, codes: np.ndarray) -> None:
-        n = codes.shape[1]
-        cuts = sorted({0, n, *map(int, rng.integers(0, n, 3))})
-        for a, b in zip(cuts, cuts[1:]):
-            if rng.random() < 0.5:
-                await c.send({"type": "tokens", "stream_id": sid,
-                              "levels": [codes[k, a:b].tolist() for k in range(codes.shape[0])]})
-            else:
-                for k in range(codes.shape[0]):
-                    await c.send(encode_token_frame(sid, codes[k, a:b], level=k))
-            await asyncio.sleep(0)
-        await c.send({"type": "end", "stream_id": sid})
+        want = {sid: offline_s16(ctx, codes) for sid, codes in cases}
 
     async def main() -> tuple[dict[str, Any], dict[str, Any]]:
         async with running(qwen3_gguf, max_batch=32) as srv:
@@ -71,7 +51,9 @@ def test_twenty_streams(qwen3_gguf: Path) -> None:
             for i, (sid, codes) in enumerate(cases):
                 await conns[i % 2].send({"type": "start", "stream_id": sid, "model": "small",
                                          "layout": "levels", "codebooks": int(codes.shape[0])})
-            await asyncio.gather(*(send(conns[i % 2], sid, codes) for i, (sid, codes) in enumerate(cases)))
+            await asyncio.gather(*(send_stream(conns[i % 2], sid, list(codes), "levels", rng,
+                                              strides=(1,) * codes.shape[0])
+                                  for i, (sid, codes) in enumerate(cases)))
             out = {}
             for i, (sid, _) in enumerate(cases):
                 c = conns[i % 2]

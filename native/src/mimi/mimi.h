@@ -133,6 +133,16 @@ struct ggml_tensor *mimi_stream_mask(cr_states *st, int64_t S, int32_t rate, int
 /* The offline window mask [S, S] (keys, queries) into f: 0 iff 0 <= q - k < context, else -INF. */
 void mimi_window_mask(float *f, int64_t S, int64_t context);
 
+/*
+ * An offline decode's inputs (io[MIMI_IO_*]) for a transformer at `rate` steps per
+ * frame: the code rows of n_q codebooks (`bins`, the zero row, where a codebook is
+ * absent or the frame is padding), absolute positions, the window mask of `context`
+ * steps. Staged through in->scratch, mimi_inputs_scratch floats.
+ */
+void mimi_fill_inputs(const cr_graph_io *io, int n_q, int32_t bins, int32_t rate, int32_t context,
+                      const cr_decode_shape *shape, const cr_decode_inputs *in);
+size_t mimi_inputs_scratch(int n_q, int32_t rate, const cr_decode_shape *shape);
+
 /* The feed-forward half of layer l, residual included: x [D, T, B]. */
 struct ggml_tensor *mimi_ff(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,
                             struct ggml_tensor *x, int l, const cr_cpu_ops *ops);

@@ -75,15 +75,7 @@ typedef struct qwen3_hparams {
     float norm_eps;      /* the transformer's RMSNorm */
 } qwen3_hparams;
 
-/* Indices into the graph's io[] table. */
-enum {
-    QWEN3_IO_OUT = 0,
-    QWEN3_IO_POS = 1,    /* I32 [T * B]: absolute frame */
-    QWEN3_IO_MASK = 2,   /* F32 [T, T] (keys, queries): 0 inside the causal window, else -INF */
-    QWEN3_IO_CODES = 3,  /* + codebook: I32 [T * B], `bins` for an absent codebook */
-    QWEN3_IO_END = QWEN3_IO_CODES + CODECRT_MAX_LEVELS
-};
-_Static_assert(QWEN3_IO_END <= CR_MAX_IO, "io table too small");
+/* The offline graph's io[] table is Mimi's (MIMI_IO_*: out, pos, mask, codes), and so are its inputs. */
 
 /* decoder channels after i rates (0: the first conv's output) */
 static inline int32_t qwen3_channels(const qwen3_hparams *hp, int i) { return hp->dec_dim >> i; }

@@ -1,10 +1,10 @@
 /*
- * qwen3_decode.c: the Qwen3-TTS 12 Hz decoder's offline graph and its host
- * inputs (code-row indices, absolute positions, the causal window mask). It
- * is upstream's Qwen3TTSTokenizerV2Decoder.forward, one graph over the whole
- * sequence: causal, so bucketed (right-padded) sequences need no masks.
+ * qwen3_decode.c: the Qwen3-TTS 12 Hz decoder's offline graph: upstream's
+ * Qwen3TTSTokenizerV2Decoder.forward, one graph over the whole sequence,
+ * causal, so bucketed (right-padded) sequences need no masks. Its io table
+ * and host inputs are Mimi's (MIMI_IO_*, mimi_fill_inputs: code rows,
+ * absolute positions, the window mask), with the transformer at the frame rate.
  */
-#include <math.h>
 #include <stdio.h>
 
 #include "qwen3.h"
@@ -55,12 +55,12 @@ struct ggml_cgraph *qwen3_build_decode(const cr_model *model, struct ggml_contex
     char name[32];
     for (int k = 0; k < hp->n_q; k++) {
         snprintf(name, sizeof(name), "codes.%d", k);
-        io[QWEN3_IO_CODES + k] = qwen3_input(ctx, GGML_TYPE_I32, T * B, 1, name);
+        io[MIMI_IO_CODES + k] = qwen3_input(ctx, GGML_TYPE_I32, T * B, 1, name);
     }
-    io[QWEN3_IO_POS] = qwen3_input(ctx, GGML_TYPE_I32, T * B, 1, "pos");
-    io[QWEN3_IO_MASK] = qwen3_input(ctx, GGML_TYPE_F32, T, T, "mask"); /* [keys, queries] */
+    io[MIMI_IO_POS] = qwen3_input(ctx, GGML_TYPE_I32, T * B, 1, "pos");
+    io[MIMI_IO_MASK] = qwen3_input(ctx, GGML_TYPE_F32, T, T, "mask"); /* [keys, queries] */
 
-    struct ggml_tensor *x = qwen3_quantizer(ctx, w, hp, io + QWEN3_IO_CODES, T, B); /* [Q, T, B] */
+    struct ggml_tensor *x = qwen3_quantizer(ctx, w, hp, io + MIMI_IO_CODES, T, B); /* [Q, T, B] */
     x = cr_conv1d(ctx, x, cr_weight(w, "pre_conv.weight"), cr_weight(w, "pre_conv.bias"), 1, QWEN3_PRE_K - 1, 0, ops);
     x = cr_linear(ctx, x, cr_weight(w, "tr.in.weight"), cr_weight(w, "tr.in.bias"), ops); /* [D, T, B] */
     for (int l = 0; l < hp->n_layers; l++) {
@@ -69,9 +69,9 @@ struct ggml_cgraph *qwen3_build_decode(const cr_model *model, struct ggml_contex
         struct ggml_tensor *q = ggml_view_3d(ctx, qkv, hd, H, T * B, hd * sizeof(float), row, 0);
         struct ggml_tensor *k = ggml_view_3d(ctx, qkv, hd, H, T * B, hd * sizeof(float), row, A * sizeof(float));
         struct ggml_tensor *v = ggml_view_3d(ctx, qkv, hd, H, T * B, hd * sizeof(float), row, 2 * A * sizeof(float));
-        q = qwen3_rope(ctx, hp, q, io[QWEN3_IO_POS]);
-        k = qwen3_rope(ctx, hp, k, io[QWEN3_IO_POS]);
-        struct ggml_tensor *o = mimi_attend(ctx, hd, H, q, k, v, io[QWEN3_IO_MASK], T, T, B); /* [A, T, B] */
+        q = qwen3_rope(ctx, hp, q, io[MIMI_IO_POS]);
+        k = qwen3_rope(ctx, hp, k, io[MIMI_IO_POS]);
+        struct ggml_tensor *o = mimi_attend(ctx, hd, H, q, k, v, io[MIMI_IO_MASK], T, T, B); /* [A, T, B] */
         x = qwen3_layer_out(ctx, w, hp, x, o, l, ops);
     }
     x = cr_rms_norm(ctx, x, cr_weight(w, "tr.norm.weight"), hp->norm_eps);
@@ -85,7 +85,7 @@ struct ggml_cgraph *qwen3_build_decode(const cr_model *model, struct ggml_contex
     x = qwen3_decoder(ctx, w, gf, hp, x, cpu, ops); /* [1, T*hop, B] */
     ggml_set_name(x, "pcm");
     ggml_set_output(x);
-    io[QWEN3_IO_OUT] = x;
+    io[MIMI_IO_OUT] = x;
     ggml_build_forward_expand(gf, x);
     return gf;
 }
@@ -94,9 +94,7 @@ struct ggml_cgraph *qwen3_build_decode(const cr_model *model, struct ggml_contex
 
 size_t qwen3_scratch_floats(const cr_model *model, const cr_decode_shape *shape) {
     const qwen3_hparams *hp = model->hparams;
-    const size_t T = (size_t)shape->n_frames, B = (size_t)shape->n_batch;
-    const size_t idx = (size_t)hp->n_q * T * B, mask = T * T;
-    return idx > mask ? idx : mask;
+    return mimi_inputs_scratch(hp->n_q, 1, shape);
 }
 
 int64_t qwen3_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, int64_t context) {
@@ -133,29 +131,6 @@ int64_t qwen3_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, i
 
 void qwen3_set_inputs(const cr_model *model, const cr_decode_shape *shape, const cr_graph_io *gio,
                       const cr_decode_inputs *in) {
-    struct ggml_tensor *const *io = gio->t;
     const qwen3_hparams *hp = model->hparams;
-    const int64_t Tg = shape->n_frames, Bg = shape->n_batch;
-    int32_t *iv = (int32_t *)in->scratch;
-    const codecrt_codes *codes = in->codes;
-    const int64_t Tv = in->n_frames, Bv = codes->n_batch;
-
-    for (int k = 0; k < hp->n_q; k++) {
-        /* absent codebooks (k >= K) and padding read the zero row after each codebook */
-        const int32_t *src = k < codes->n_levels ? codes->levels[k] : NULL;
-        for (int64_t b = 0; b < Bg; b++) {
-            for (int64_t t = 0; t < Tg; t++) {
-                iv[b * Tg + t] = src && b < Bv && t < Tv ? src[b * Tv + t] : hp->bins;
-            }
-        }
-        ggml_backend_tensor_set(io[QWEN3_IO_CODES + k], iv, 0, (size_t)(Tg * Bg) * sizeof(int32_t));
-    }
-    for (int64_t b = 0; b < Bg; b++) {
-        for (int64_t t = 0; t < Tg; t++) {
-            iv[b * Tg + t] = (int32_t)(in->frame_offset + t);
-        }
-    }
-    ggml_backend_tensor_set(io[QWEN3_IO_POS], iv, 0, (size_t)(Tg * Bg) * sizeof(int32_t));
-    mimi_window_mask(in->scratch, Tg, hp->context);
-    ggml_backend_tensor_set(io[QWEN3_IO_MASK], in->scratch, 0, (size_t)(Tg * Tg) * sizeof(float));
+    mimi_fill_inputs(gio, hp->n_q, hp->bins, 1, hp->context, shape, in); /* the transformer runs at the frame rate */
 }
