@@ -32,27 +32,18 @@ static const cr_cpu_ops k_f32_ops = {0};
 int mimi_stream_states(const cr_model *model, cr_state_spec *s, int max) {
     const mimi_hparams *hp = model->hparams;
     int n = 0;
-#define MIMI_STATE(c, f)                                                                                           \
-    do {                                                                                                           \
-        if (n < max) {                                                                                             \
-            s[n].channels = (c);                                                                                   \
-            s[n].frames = (f);                                                                                     \
-        }                                                                                                          \
-        n++;                                                                                                       \
-    } while (0)
-    MIMI_STATE(hp->dim, 1);
+    cr_state_spec_add(s, max, &n, hp->dim, 1);
     for (int l = 0; l < hp->n_layers; l++) {
-        MIMI_STATE(2 * (int64_t)hp->dim, hp->context - 1);
+        cr_state_spec_add(s, max, &n, 2 * (int64_t)hp->dim, hp->context - 1);
     }
-    MIMI_STATE(hp->dim, hp->kernel - 1);
+    cr_state_spec_add(s, max, &n, hp->dim, hp->kernel - 1);
     for (int i = 0; i < hp->n_ratios; i++) {
-        MIMI_STATE(mimi_channels(hp, i), 1);
+        cr_state_spec_add(s, max, &n, mimi_channels(hp, i), 1);
         for (int j = 0; j < hp->n_res; j++) {
-            MIMI_STATE(mimi_channels(hp, i + 1), hp->res_kernel - 1);
+            cr_state_spec_add(s, max, &n, mimi_channels(hp, i + 1), hp->res_kernel - 1);
         }
     }
-    MIMI_STATE(mimi_channels(hp, hp->n_ratios), hp->last_kernel - 1);
-#undef MIMI_STATE
+    cr_state_spec_add(s, max, &n, mimi_channels(hp, hp->n_ratios), hp->last_kernel - 1);
     return n;
 }
 

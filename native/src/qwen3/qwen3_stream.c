@@ -32,30 +32,21 @@ static const cr_cpu_ops k_f32_ops = {0};
 int qwen3_stream_states(const cr_model *model, cr_state_spec *s, int max) {
     const qwen3_hparams *hp = model->hparams;
     int n = 0;
-#define QWEN3_STATE(c, f)                                                                                          \
-    do {                                                                                                           \
-        if (n < max) {                                                                                             \
-            s[n].channels = (c);                                                                                   \
-            s[n].frames = (f);                                                                                     \
-        }                                                                                                          \
-        n++;                                                                                                       \
-    } while (0)
-    QWEN3_STATE(hp->qdim, QWEN3_PRE_K - 1);
+    cr_state_spec_add(s, max, &n, hp->qdim, QWEN3_PRE_K - 1);
     for (int l = 0; l < hp->n_layers; l++) {
-        QWEN3_STATE(2 * (int64_t)hp->n_heads * hp->head_dim, hp->context - 1);
+        cr_state_spec_add(s, max, &n, 2 * (int64_t)hp->n_heads * hp->head_dim, hp->context - 1);
     }
     for (int i = 0; i < hp->n_up; i++) {
-        QWEN3_STATE(hp->latent, QWEN3_K - 1);
+        cr_state_spec_add(s, max, &n, hp->latent, QWEN3_K - 1);
     }
-    QWEN3_STATE(hp->latent, QWEN3_K - 1);
+    cr_state_spec_add(s, max, &n, hp->latent, QWEN3_K - 1);
     for (int i = 0; i < hp->n_rates; i++) {
-        QWEN3_STATE(qwen3_channels(hp, i), 1);
+        cr_state_spec_add(s, max, &n, qwen3_channels(hp, i), 1);
         for (int j = 0, dil = 1; j < QWEN3_N_RES; j++, dil *= 3) {
-            QWEN3_STATE(qwen3_channels(hp, i + 1), (QWEN3_K - 1) * dil);
+            cr_state_spec_add(s, max, &n, qwen3_channels(hp, i + 1), (QWEN3_K - 1) * dil);
         }
     }
-    QWEN3_STATE(qwen3_channels(hp, hp->n_rates), QWEN3_K - 1);
-#undef QWEN3_STATE
+    cr_state_spec_add(s, max, &n, qwen3_channels(hp, hp->n_rates), QWEN3_K - 1);
     return n;
 }
 
