@@ -28,6 +28,8 @@ SUITES: dict[str, Suite] = {
     "profile": Suite("bench.gpu.profile_tick", "CUDA kernel profile of one streaming tick"),
     "check": Suite("bench.gpu.stream_check", "GPU streamed against offline and against the CPU"),
     "mimi": Suite("bench.mimi", "Mimi streams: frame-by-frame cost (against moshi) and real-time capacity"),
+    "qwen3": Suite("bench.qwen3", "Qwen3-TTS 12 Hz tokenizer streams: frame-by-frame cost and real-time "
+                   "capacity"),
 }
 
 

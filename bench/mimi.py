@@ -1,6 +1,6 @@
-"""Mimi streams: frame-by-frame cost, and real-time capacity (issue 20).
+"""Mimi and Qwen3-TTS 12 Hz tokenizer streams: frame-by-frame cost, and real-time capacity (issue 20).
 
-    python -m bench mimi [--device cpu|cuda:0] [--threads N] [--codebooks 8]
+    python -m bench mimi [--codec mimi|qwen3] [--device cpu|cuda:0] [--threads N] [--codebooks 8]
                          [--streams 1,2,4,8] [--seconds 10] [--frames-seconds S]
                          [--max-batch 100] [--max-row-s 60] [--dtype f32|f16] [--no-moshi]
 
@@ -21,6 +21,10 @@ decoded by codecrt. Prints markdown tables:
 
 On a GPU (``--device cuda:0``) the path is the same apart from the device string, and
 neither torch, moshi nor transformers is imported.
+
+``--codec qwen3`` (``python -m bench qwen3``): the same tables for the Qwen3-TTS 12 Hz
+tokenizer's decoder at its released size (``codecd.convert.random_qwen3``), 16 codebooks
+by default; qwen-tts has no streaming decoder, so there is no reference row.
 """
 
 from __future__ import annotations
@@ -46,8 +50,16 @@ ROOT = Path(__file__).resolve().parent.parent
 #: samples per Mimi frame at 24 kHz (12.5 Hz) and the frame period
 FRAME_SAMPLES = 1920
 PERIOD_MS = 80.0
-#: decoder compute per second of audio at 8 codebooks (moshi's decoder, the project's research notes)
-GFLOP_PER_AUDIO_S = 5.39
+#: per codec: the random full-size model's writer, its codebooks and the default count, and its
+#: decoder compute per second of audio (Mimi: moshi's decoder at 8 codebooks, the project's research
+#: notes; Qwen3: the multiply-adds of the released sizes counted layer by layer, 2.48 G per frame,
+#: 84 % of them in the decoder's residual units)
+CODECS: dict[str, dict[str, Any]] = {
+    "mimi": {"title": "Mimi", "writer": "codecd.convert.random_mimi:write_random_mimi", "levels": 32,
+             "default_k": 8, "gflop_per_s": 5.39},
+    "qwen3": {"title": "Qwen3-TTS 12 Hz tokenizer", "writer": "codecd.convert.random_qwen3:write_random_qwen3",
+              "levels": 16, "default_k": 16, "gflop_per_s": 62.0},
+}
 WARMUP_TICKS = 4
 
 
@@ -239,7 +251,9 @@ def main() -> int:
     ap.add_argument("--device", default="cpu", help="cpu, cuda:0, ... (codecrt's device string)")
     ap.add_argument("--threads", type=int, default=0, help="codecrt CPU threads, and torch's for moshi "
                     "(0: the runtime's default)")
-    ap.add_argument("--codebooks", type=int, default=8, help="codebooks per stream (1..32; Moshi uses 8)")
+    ap.add_argument("--codec", choices=tuple(CODECS), default="mimi")
+    ap.add_argument("--codebooks", type=int, default=None,
+                    help="codebooks per stream (Mimi 1..32, default 8 as Moshi; Qwen3 1..16, default 16)")
     ap.add_argument("--streams", default="1,2,4,8", help="stream counts of the capacity table")
     ap.add_argument("--seconds", type=float, default=10.0,
                     help="audio per measurement: frames = seconds x 12.5 (after 4 warm-up ticks)")
@@ -254,25 +268,31 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-moshi", action="store_true", help="skip moshi's reference row")
     args = ap.parse_args()
-    if not 1 <= args.codebooks <= 32:
-        ap.error("--codebooks must be in 1..32")
+    codec = CODECS[args.codec]
+    if args.codebooks is None:
+        args.codebooks = codec["default_k"]
+    if not 1 <= args.codebooks <= codec["levels"]:
+        ap.error(f"--codebooks must be in 1..{codec['levels']}")
     counts = [int(x) for x in args.streams.split(",") if x.strip()]
     if not counts or min(counts) < 1:
         ap.error("--streams: a comma-separated list of positive counts")
 
     import codecrt
-    from codecd.convert.random_mimi import random_mimi_state_dict, write_random_mimi
+
+    mod, fn = codec["writer"].split(":")
+    write_random = getattr(importlib.import_module(mod), fn)
+    gflop_per_s = codec["gflop_per_s"]
 
     on_cpu = args.device == "cpu"
     command = " ".join([sys.argv[0], *sys.argv[1:]])
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"# Mimi, full size, random weights (seed {args.seed}), {args.codebooks} codebooks, {args.dtype} · "
+    print(f"# {codec['title']}, full size, random weights (seed {args.seed}), {args.codebooks} codebooks, {args.dtype} · "
           f"{machine(args.device)} · device {args.device}, {args.threads or 'default'} threads · {stamp} · "
           f"`{command}`")
     print(f"codecrt {codecrt.version()}, Python {platform.python_version()}, load average at start {load()}")
 
-    tmp = Path(tempfile.mkdtemp(prefix="codecd-mimi-"))
-    gguf = write_random_mimi(tmp / "mimi.gguf", seed=args.seed, dtype=args.dtype)
+    tmp = Path(tempfile.mkdtemp(prefix=f"codecd-{args.codec}-"))
+    gguf = write_random(tmp / f"{args.codec}.gguf", seed=args.seed, dtype=args.dtype)
     model = codecrt.Model(str(gguf))
     try:
         info = model.info
@@ -286,7 +306,9 @@ def main() -> int:
         codes = rng.integers(0, 2048, (args.codebooks, n_frames)).astype(np.int32)
         ours = codecrt_frames(codecrt, model, args, codes)
         theirs = None
-        if on_cpu and not args.no_moshi:
+        if on_cpu and not args.no_moshi and args.codec == "mimi":
+            from codecd.convert.random_mimi import random_mimi_state_dict
+
             theirs = moshi_frames(args, random_mimi_state_dict(seed=args.seed), codes)
         print(f"\n## frame by frame: one stream, one frame (1,920 samples, {PERIOD_MS:.0f} ms) per tick, "
               f"{n_frames - WARMUP_TICKS} frames after {WARMUP_TICKS} warm-up")
@@ -332,14 +354,14 @@ def main() -> int:
                 best_tick = max(best_tick, n)
             if sp < PERIOD_MS:
                 best_step = max(best_step, n)
-            gflops = n * GFLOP_PER_AUDIO_S * (PERIOD_MS / 1000) / (tm / 1000)
+            gflops = n * gflop_per_s * (PERIOD_MS / 1000) / (tm / 1000)
             print(f"| {n} | {r['graphs']} ({r['batch']}) | {len(r['ticks'])} | {tm:.1f} | {tp:.1f} | {sm:.1f} | {sp:.1f} | "
                   f"{ms(r['host'], 50):.1f} | {1000 * float(np.mean(r['cpu'])):.1f} | {'yes' if ok else 'no'} | {n * PERIOD_MS / tm:.1f} | "
                   f"{gflops:.0f} | {r['state'] / n / 2**20:.1f} |", flush=True)
         print(f"\nreal-time capacity (largest N tested with p99 tick < {PERIOD_MS:.0f} ms): {best_tick} streams; "
               f"by the step alone: {best_step}; "
               + (f"device weights {weights / 2**20:.0f} MiB; " if weights else "")
-              + f"GFLOP/s counted at {GFLOP_PER_AUDIO_S} GFLOP per audio second (8 codebooks)")
+              + f"GFLOP/s counted at {gflop_per_s} GFLOP per audio second")
         print(f"load average at end {load()}")
     finally:
         model.close()

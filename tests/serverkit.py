@@ -223,6 +223,15 @@ def expected(offline: Any, levels: list[np.ndarray], fmt: str, rate: int) -> byt
     return a + b
 
 
+def offline_s16(ctx: Any, codes: np.ndarray) -> bytes:
+    """The s16 a stream of codes [K, T] must come back as: ``ctx``'s offline decode of them
+    (24 kHz in and out)."""
+    conv = OutputConverter(24000, 24000, "pcm_s16le")
+    a, _ = conv.feed(ctx.decode([codes[k:k + 1] for k in range(codes.shape[0])])[0])
+    b, _ = conv.flush()
+    return a + b
+
+
 def assert_same_audio(got: bytes, want: bytes, fmt: str) -> None:
     """Same length; s16 within 1 LSB (almost everywhere: the small random model amplifies the
     batch-dependent GEMM rounding to ~1e-4, see test_engine), f32 to float precision."""
@@ -241,13 +250,17 @@ def assert_same_audio(got: bytes, want: bytes, fmt: str) -> None:
 
 
 async def send_stream(c: Client, sid: str, levels: list[np.ndarray], layout: str,
-                      rng: np.random.Generator, *, end: bool = True) -> None:
-    """Send a stream's codes in random pieces, mixing JSON and binary frames."""
+                      rng: np.random.Generator, *, end: bool = True,
+                      strides: tuple[int, ...] = STRIDES) -> None:
+    """Send a stream's codes in random pieces, mixing JSON and binary frames. ``levels``
+    with their frame strides (the small SNAC's by default; (1,) * K for Mimi's and
+    Qwen3's K codebooks): cuts fall on whole frames of the coarsest level."""
     if layout == "levels":
         n = len(levels[0])
+        top = max(strides)
         cuts = sorted({0, n, *map(int, rng.integers(0, n, 3))})
         for a, b in zip(cuts, cuts[1:]):
-            parts = [lv[a * (4 // s):b * (4 // s)] for lv, s in zip(levels, STRIDES)]
+            parts = [lv[a * (top // s):b * (top // s)] for lv, s in zip(levels, strides)]
             if rng.random() < 0.5:
                 await c.send({"type": "tokens", "stream_id": sid,
                               "levels": [p.tolist() for p in parts]})

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import codecrt_or_skip
+from streamkit import random_push_streams
 
 pytestmark = pytest.mark.gpu
 
@@ -91,23 +92,7 @@ def test_streams_on_gpu_match_offline(codecrt, model):
                             stream_chunk_frames=4) as gpu:
         utter = [codes_for(m, rng, int(rng.integers(20, 120))) for _ in range(16)]
         want = [cpu.decode(u) for u in utter]
-        streams = [gpu.stream() for _ in utter]
-        fed = [0] * len(utter)
-        out: list[list[np.ndarray]] = [[] for _ in utter]
-        while not all(s.done for s in streams):
-            for i, (s, u) in enumerate(zip(streams, utter)):
-                n = len(u[0])
-                if fed[i] < n:
-                    b = min(n, fed[i] + int(rng.integers(1, 9)))
-                    s.push([x[fed[i]:b] for x in u])
-                    fed[i] = b
-                    if b == n:
-                        s.finish()
-            gpu.step([s for s in streams if not s.done])
-            for i, s in enumerate(streams):
-                out[i].append(s.pull())
-        for s in streams:
-            s.close()
-    errs = [rel_l2(np.concatenate(o), w) for o, w in zip(out, want)]
+        got = random_push_streams(gpu, utter, rng)
+    errs = [rel_l2(g, w) for g, w in zip(got, want)]
     print(f"\nDAC {name}: 16 streams on CUDA vs CPU offline, worst relative L2 {max(errs):.2e}")
     assert max(errs) <= TOL

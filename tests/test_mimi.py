@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import codecrt_or_skip
+from streamkit import levels, staggered_streams, stream_decode
 
 F32_TOL = 1e-4
 
@@ -76,11 +77,6 @@ def cases(tmp_path_factory):
         return cache[(name, layout)]
 
     return get
-
-
-def levels(codes: np.ndarray) -> list[np.ndarray]:
-    """[B, K, T] -> K arrays [B, T] (the runtime's levels layout, one per codebook)."""
-    return [np.ascontiguousarray(codes[:, k, :]) for k in range(codes.shape[1])]
 
 
 def decode(codecrt, gguf, codes: np.ndarray, **ctx_args) -> np.ndarray:
@@ -175,23 +171,6 @@ def test_parity_released(codecrt, cases, record_property):
 # ------------------------------------------------------------------ streaming
 
 
-def stream_decode(ctx, codes: np.ndarray, pushes: list[int]) -> np.ndarray:
-    """One stream, codes [K, T] pushed in pieces of the given sizes, a tick after each push."""
-    s = ctx.stream()
-    out, t = [], 0
-    for n in pushes:
-        s.push([codes[k, t:t + n] for k in range(codes.shape[0])])
-        t += n
-        ctx.step([s])
-        out.append(s.pull())
-    s.finish()
-    while not s.done:
-        ctx.step([s])
-        out.append(s.pull())
-    s.close()
-    return np.concatenate(out)
-
-
 @pytest.mark.parametrize("ops", ["cpu", "portable"])
 @pytest.mark.parametrize("chunk", [1, 2, 3, 7])
 def test_stream_equals_offline(codecrt, cases, chunk, ops):
@@ -232,31 +211,8 @@ def test_batched_streams_at_different_positions(codecrt, cases):
     codes = [ref.random_codes(case.config, T, K, rng, batch=1)[0] for K, T, _ in specs]
     with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
         wants = [ctx.decode([c[k:k + 1] for k in range(c.shape[0])])[0] for c in codes]
-        streams = [None] * len(specs)
-        outs: list[list[np.ndarray]] = [[] for _ in specs]
-        pos = [0] * len(specs)
-        for tick in range(64):
-            live = []
-            for i, (K, T, start) in enumerate(specs):
-                if tick == start:
-                    streams[i] = ctx.stream()
-                s = streams[i]
-                if s is None or s.done:
-                    continue
-                if pos[i] < T:
-                    s.push([codes[i][k, pos[i]:pos[i] + 1] for k in range(K)])
-                    pos[i] += 1
-                    if pos[i] == T:
-                        s.finish()
-                live.append(s)
-            if not live:
-                break
-            ctx.step(live)
-            for i, s in enumerate(streams):
-                if s is not None:
-                    outs[i].append(s.pull())
-    for i, want in enumerate(wants):
-        got = np.concatenate(outs[i])
+        gots = staggered_streams(ctx, codes, [start for _, _, start in specs])
+    for i, (got, want) in enumerate(zip(gots, wants)):
         assert got.shape == want.shape, i
         assert float(np.abs(got - want).max()) <= 1e-5, i
 

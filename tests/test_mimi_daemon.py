@@ -16,10 +16,8 @@ pytest.importorskip("torch")
 pytest.importorskip("moshi")
 pytest.importorskip("websockets")
 ref = pytest.importorskip("references.mimi")
-from serverkit import Client, running  # noqa: E402
+from serverkit import Client, offline_s16, running, send_stream  # noqa: E402
 
-from codecd.audio import OutputConverter  # noqa: E402
-from codecd.protocol import encode_token_frame  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -46,25 +44,7 @@ def test_twenty_streams_of_different_codebook_counts(mimi_gguf: Path) -> None:
         k = int(rng.choice([1, 8, 32, int(rng.integers(1, 33))]))
         cases.append((f"s{i}", ref.random_codes(ref.MIMI_TINY, int(rng.integers(3, 41)), k, rng)))
     with codecrt.Model(str(mimi_gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
-        want = {}
-        for sid, codes in cases:
-            conv = OutputConverter(24000, 24000, "pcm_s16le")
-            a, _ = conv.feed(ctx.decode([codes[k:k + 1] for k in range(codes.shape[0])])[0])
-            b, _ = conv.flush()
-            want[sid] = a + b
-
-    async def send(c: Client, sid: str, codes: np.ndarray) -> None:
-        n = codes.shape[1]
-        cuts = sorted({0, n, *map(int, rng.integers(0, n, 3))})
-        for a, b in zip(cuts, cuts[1:]):
-            if rng.random() < 0.5:
-                await c.send({"type": "tokens", "stream_id": sid,
-                              "levels": [codes[k, a:b].tolist() for k in range(codes.shape[0])]})
-            else:
-                for k in range(codes.shape[0]):
-                    await c.send(encode_token_frame(sid, codes[k, a:b], level=k))
-            await asyncio.sleep(0)
-        await c.send({"type": "end", "stream_id": sid})
+        want = {sid: offline_s16(ctx, codes) for sid, codes in cases}
 
     async def main() -> dict[str, Any]:
         async with running(mimi_gguf, max_batch=32) as srv:
@@ -73,7 +53,9 @@ def test_twenty_streams_of_different_codebook_counts(mimi_gguf: Path) -> None:
             for i, (sid, codes) in enumerate(cases):
                 await conns[i % 2].send({"type": "start", "stream_id": sid, "model": "small",
                                          "layout": "levels", "codebooks": int(codes.shape[0])})
-            await asyncio.gather(*(send(conns[i % 2], sid, codes) for i, (sid, codes) in enumerate(cases)))
+            await asyncio.gather(*(send_stream(conns[i % 2], sid, list(codes), "levels", rng,
+                                              strides=(1,) * codes.shape[0])
+                                  for i, (sid, codes) in enumerate(cases)))
             out = {}
             for i, (sid, _) in enumerate(cases):
                 c = conns[i % 2]

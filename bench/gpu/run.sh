@@ -29,6 +29,8 @@
 #            --report-every 30 --finishers 64 --slow 4] (issue 18's GPU run)
 #   vocos    WavTokenizer/NeuCodec/XCodec2 and DAC GPU tests (TF32 on, off), python -m bench vocos and
 #            python -m bench windowed on cuda:0
+#   qwen3    Qwen3-TTS 12 Hz tokenizer GPU tests (TF32 on, off: tests/test_qwen3_gpu.py) and
+#            python -m bench qwen3 --device cuda:0 $QWEN3_ARGS [--streams 1,64,256,512 --seconds 3]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/codecd-gpu-out}
@@ -169,6 +171,23 @@ soak() {
         | tee "$OUT/soak.md" | tee -a "$OUT/report.txt"
 }
 
+qwen3() {
+    # the released-size decoder with random weights (no torch needed), CUDA against the CPU
+    for tf32 in on off; do
+        stage "qwen3 GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/test_qwen3_gpu.py"
+        if [ $tf32 = off ]; then export NVIDIA_TF32_OVERRIDE=0; else unset NVIDIA_TF32_OVERRIDE; fi
+        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_qwen3_gpu.py 2>&1 \
+            | tee "$OUT/qwen3_gpu_tests_tf32_$tf32.txt" \
+            | grep -E "passed|failed|error|CUDA vs CPU|on CUDA|Error" | tee -a "$OUT/report.txt"
+    done
+    unset NVIDIA_TF32_OVERRIDE
+    local args=${QWEN3_ARGS:---streams 1,64,256,512 --seconds 3}
+    stage "qwen3 streams: python3 -m bench qwen3 --device cuda:0 --threads 16 $args"
+    # shellcheck disable=SC2086
+    python3 -m bench qwen3 --device cuda:0 --threads 16 $args 2>&1 \
+        | tee "$OUT/qwen3_bench.md" | tee -a "$OUT/report.txt"
+}
+
 sweep() {
     stage "shape sweep: python3 -m bench sweep ${SWEEP_ARGS:-}"
     # shellcheck disable=SC2086
@@ -192,6 +211,7 @@ for what in "$@"; do
         vocos) vocos ;;
         mimi) mimi ;;
         soak) soak ;;
+        qwen3) qwen3 ;;
         all) build && tests; bench ;;
         *) echo "unknown stage $what" >&2; exit 2 ;;
     esac

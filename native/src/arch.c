@@ -11,6 +11,7 @@ static const cr_arch *const k_archs[] = {
     &cr_arch_xcodec2,
     &cr_arch_dac,
     &cr_arch_mimi,
+    &cr_arch_qwen3,
 };
 
 const cr_arch *cr_arch_find(const char *name) {
@@ -22,4 +23,4 @@ const cr_arch *cr_arch_find(const char *name) {
     return NULL;
 }
 
-const char *cr_arch_names(void) { return "snac, s3gen, wavtokenizer, neucodec, xcodec2, dac, mimi"; }
+const char *cr_arch_names(void) { return "snac, s3gen, wavtokenizer, neucodec, xcodec2, dac, mimi, qwen3"; }

@@ -282,6 +282,7 @@ extern const cr_arch cr_arch_neucodec;
 extern const cr_arch cr_arch_xcodec2;
 extern const cr_arch cr_arch_dac;
 extern const cr_arch cr_arch_mimi;
+extern const cr_arch cr_arch_qwen3;
 
 /* ------------------------------------------------------------------- model */
 

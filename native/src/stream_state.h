@@ -97,4 +97,17 @@ struct ggml_tensor *cr_states_mask(cr_states *s, struct ggml_tensor *x, int32_t 
 /* The same for a time-fastest x [n, B, C]. */
 struct ggml_tensor *cr_states_mask_tf(cr_states *s, struct ggml_tensor *x, int32_t rate, int32_t delay);
 
+/*
+ * An architecture's stream_states list: state *n (channels x frames) written into
+ * s when *n < max, *n counted either way (the caller returns it: the list's length,
+ * which the context compares with max).
+ */
+static inline void cr_state_spec_add(cr_state_spec *s, int max, int *n, int64_t channels, int64_t frames) {
+    if (*n < max) {
+        s[*n].channels = channels;
+        s[*n].frames = frames;
+    }
+    (*n)++;
+}
+
 #endif /* CODECRT_STREAM_STATE_H */

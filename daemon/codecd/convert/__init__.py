@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import dac, mimi, neucodec, s3gen, snac, wavtokenizer
+from . import dac, mimi, neucodec, qwen3, s3gen, snac, wavtokenizer
 from .common import DTYPES, ConversionError, load_checkpoint, load_config
 
 __all__ = ["convert", "ConversionError", "ARCHITECTURES", "Architecture", "register", "find_checkpoint"]
@@ -52,6 +52,9 @@ register(Architecture("neucodec", neucodec.detect_neucodec, neucodec.convert_neu
                       "NeuCodec decoder (NeuTTS Air/Nano; 50 Hz FSQ codes, 24 kHz)", needs_config=False))
 register(Architecture("mimi", mimi.detect, mimi.convert_mimi_state_dict,
                       "Mimi decoder (Kyutai; Moshi, Sesame CSM): 1..32 RVQ codebooks at 12.5 Hz, 24 kHz",
+                      needs_config=False))
+register(Architecture("qwen3", qwen3.detect, qwen3.convert_qwen3_state_dict,
+                      "Qwen3-TTS 12 Hz speech tokenizer decoder: 16 RVQ codebooks at 12.5 Hz, 24 kHz",
                       needs_config=False))
 register(Architecture("xcodec2", neucodec.detect_xcodec2, neucodec.convert_xcodec2_state_dict,
                       "XCodec2 decoder (Llasa; 50 Hz FSQ codes, 16 kHz)", needs_config=False))

@@ -16,6 +16,7 @@ from .layout import get_layout, layout_names, register_layouts
 from .dac import DacFamily
 from .mimi import MimiFamily
 from .neucodec import NeuCodecFamily
+from .qwen3 import Qwen3Family
 from .s3gen import S3GenFamily
 from .snac import SnacFamily
 from .wavtokenizer import WavTokenizerFamily
@@ -29,7 +30,7 @@ __all__ = [
 
 #: every family codecd serves
 FAMILIES: tuple[Family, ...] = (SnacFamily(), S3GenFamily(), DacFamily(), WavTokenizerFamily(),
-                                NeuCodecFamily(), XCodec2Family(), MimiFamily())
+                                NeuCodecFamily(), XCodec2Family(), MimiFamily(), Qwen3Family())
 
 
 def _index(families: tuple[Family, ...]) -> dict[str, Family]:

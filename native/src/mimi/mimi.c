@@ -124,19 +124,19 @@ static void mimi_tensor_specs(const void *hp_, cr_spec_list *s) {
 
 /* ----------------------------------------------------------- graph pieces */
 
-struct ggml_tensor *mimi_quantizer(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,
-                                   struct ggml_tensor *const *codes, int64_t T, int64_t B) {
+struct ggml_tensor *mimi_split_rvq(struct ggml_context *ctx, struct ggml_context *w, int n_q, int n_sem, int bins,
+                                   int cdim, struct ggml_tensor *const *codes, int64_t T, int64_t B) {
     struct ggml_tensor *cb = mimi_w(w, "quant.codebooks"); /* [cdim, n_q * (bins + 1)] */
     struct ggml_tensor *e[2] = {NULL, NULL};               /* per group: sum of the looked-up rows [cdim, T*B] */
-    for (int k = 0; k < hp->n_q; k++) {
-        struct ggml_tensor *book = ggml_view_2d(ctx, cb, hp->cdim, hp->bins + 1, cb->nb[1],
-                                                (size_t)k * (size_t)(hp->bins + 1) * cb->nb[1]);
+    for (int k = 0; k < n_q; k++) {
+        struct ggml_tensor *book =
+            ggml_view_2d(ctx, cb, cdim, bins + 1, cb->nb[1], (size_t)k * (size_t)(bins + 1) * cb->nb[1]);
         struct ggml_tensor *r = ggml_get_rows(ctx, book, codes[k]);
-        const int g = k >= hp->n_q_sem;
+        const int g = k >= n_sem;
         e[g] = e[g] ? ggml_add(ctx, e[g], r) : r;
     }
-    struct ggml_tensor *z = cr_pwconv(ctx, ggml_reshape_3d(ctx, e[0], hp->cdim, T, B), mimi_w(w, "quant.first.proj"), NULL);
-    return ggml_add(ctx, z, cr_pwconv(ctx, ggml_reshape_3d(ctx, e[1], hp->cdim, T, B), mimi_w(w, "quant.rest.proj"),
+    struct ggml_tensor *z = cr_pwconv(ctx, ggml_reshape_3d(ctx, e[0], cdim, T, B), mimi_w(w, "quant.first.proj"), NULL);
+    return ggml_add(ctx, z, cr_pwconv(ctx, ggml_reshape_3d(ctx, e[1], cdim, T, B), mimi_w(w, "quant.rest.proj"),
                                       NULL)); /* [D, T, B] */
 }
 
@@ -169,10 +169,9 @@ static struct ggml_tensor *mimi_dense(struct ggml_context *ctx, struct ggml_tens
     return ggml_is_contiguous(t) ? t : ggml_cont(ctx, t);
 }
 
-struct ggml_tensor *mimi_attend_vt(struct ggml_context *ctx, const mimi_hparams *hp, struct ggml_tensor *q,
+struct ggml_tensor *mimi_attend_vt(struct ggml_context *ctx, int64_t hd, int64_t H, struct ggml_tensor *q,
                                    struct ggml_tensor *k, struct ggml_tensor *vt, struct ggml_tensor *mask,
                                    int64_t Tq, int64_t Tk, int64_t B) {
-    const int64_t hd = mimi_head_dim(hp), H = hp->n_heads;
     /* [hd, H, T*B] -> [hd, T, H, B] views (no copy of a contiguous q or k) */
     q = ggml_permute(ctx, ggml_reshape_4d(ctx, mimi_dense(ctx, q), hd, H, Tq, B), 0, 2, 1, 3);
     k = ggml_permute(ctx, ggml_reshape_4d(ctx, mimi_dense(ctx, k), hd, H, Tk, B), 0, 2, 1, 3);
@@ -184,13 +183,24 @@ struct ggml_tensor *mimi_attend_vt(struct ggml_context *ctx, const mimi_hparams 
     return ggml_reshape_3d(ctx, o, hd * H, Tq, B);
 }
 
-struct ggml_tensor *mimi_attend(struct ggml_context *ctx, const mimi_hparams *hp, struct ggml_tensor *q,
+struct ggml_tensor *mimi_attend(struct ggml_context *ctx, int64_t hd, int64_t H, struct ggml_tensor *q,
                                 struct ggml_tensor *k, struct ggml_tensor *v, struct ggml_tensor *mask,
                                 int64_t Tq, int64_t Tk, int64_t B) {
-    /* v [hd, H, Tk*B] -> [Tk, D, B], time fastest: the weights' product contracts over time */
-    struct ggml_tensor *vt = ggml_reshape_3d(ctx, mimi_dense(ctx, v), hp->dim, Tk, B);
+    /* v [hd, H, Tk*B] -> [Tk, hd*H, B], time fastest: the weights' product contracts over time */
+    struct ggml_tensor *vt = ggml_reshape_3d(ctx, mimi_dense(ctx, v), hd * H, Tk, B);
     vt = ggml_cont(ctx, ggml_permute(ctx, vt, 1, 0, 2, 3));
-    return mimi_attend_vt(ctx, hp, q, k, vt, mask, Tq, Tk, B);
+    return mimi_attend_vt(ctx, hd, H, q, k, vt, mask, Tq, Tk, B);
+}
+
+struct ggml_tensor *mimi_stream_attend(cr_states *st, int64_t hd, int64_t H, struct ggml_tensor *q,
+                                       struct ggml_tensor *k, struct ggml_tensor *v, struct ggml_tensor *mask,
+                                       int64_t S) {
+    struct ggml_context *ctx = st->ctx;
+    const int64_t n = k->ne[1], B = k->ne[2];
+    k = cr_states_append(st, mimi_dense(ctx, k), S);                              /* [A, S+n, B] */
+    struct ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3)); /* [n, A, B]: the new values only */
+    vt = cr_states_append_t(st, vt, S);                                         /* [S+n, A, B] */
+    return mimi_attend_vt(ctx, hd, H, q, k, vt, mask, n, S + n, B);
 }
 
 struct ggml_tensor *mimi_ff(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,

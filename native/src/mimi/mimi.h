@@ -89,9 +89,20 @@ static inline int32_t mimi_channels(const mimi_hparams *hp, int i) {
 /* weight lookup by printf-style name (layers.h) */
 #define mimi_w cr_weight
 
-/* codes[k]: I32 [T*B] codes of codebook k, `bins` where the codebook is absent (its zero row) -> [D, T, B]. */
-struct ggml_tensor *mimi_quantizer(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,
-                                   struct ggml_tensor *const *codes, int64_t T, int64_t B);
+/*
+ * The split RVQ (Mimi's and the Qwen3-TTS 12 Hz tokenizer's): codes[k], I32
+ * [T*B] codes of codebook k of n_q, `bins` where the codebook is absent (its
+ * zero row) -> [D, T, B]: codebooks 0..n_sem-1 and the rest each summed and
+ * projected (weights quant.codebooks [cdim, n_q*(bins+1)], quant.first.proj
+ * and quant.rest.proj [cdim, D]), the two groups added.
+ */
+struct ggml_tensor *mimi_split_rvq(struct ggml_context *ctx, struct ggml_context *w, int n_q, int n_sem, int bins,
+                                   int cdim, struct ggml_tensor *const *codes, int64_t T, int64_t B);
+static inline struct ggml_tensor *mimi_quantizer(struct ggml_context *ctx, struct ggml_context *w,
+                                                 const mimi_hparams *hp, struct ggml_tensor *const *codes, int64_t T,
+                                                 int64_t B) {
+    return mimi_split_rvq(ctx, w, hp->n_q, hp->n_q_sem, hp->bins, hp->cdim, codes, T, B);
+}
 
 /* Depthwise causal upsample: buf [D, 1+n, B] (the previous frame, then n new
    ones) -> [D, 2n, B]. Offline, buf is the input padded with one zero frame. */
@@ -104,20 +115,54 @@ struct ggml_tensor *mimi_rope(struct ggml_context *ctx, const mimi_hparams *hp, 
 
 /*
  * Attention of queries q [hd, H, Tq*B] over keys and values k, v [hd, H,
- * Tk*B] (views allowed), mask F32 [Tk, Tq, 1 or B] of 0 / -INF -> [D, Tq, B].
+ * Tk*B] (views allowed), mask F32 [Tk, Tq, 1 or B] of 0 / -INF, scores
+ * scaled by 1/sqrt(hd) -> [hd*H, Tq, B].
  */
-struct ggml_tensor *mimi_attend(struct ggml_context *ctx, const mimi_hparams *hp, struct ggml_tensor *q,
+struct ggml_tensor *mimi_attend(struct ggml_context *ctx, int64_t hd, int64_t H, struct ggml_tensor *q,
                                 struct ggml_tensor *k, struct ggml_tensor *v, struct ggml_tensor *mask,
                                 int64_t Tq, int64_t Tk, int64_t B);
 
 /*
- * The same with the values already time fastest, vt [Tk, D, B] contiguous (a
- * stream keeps them so: no transpose of the window per tick), and k also as
- * [D, Tk, B]; a contiguous q or k is not copied.
+ * The same with the values already time fastest, vt [Tk, hd*H, B] contiguous
+ * (a stream keeps them so: no transpose of the window per tick), and k also
+ * as [hd*H, Tk, B]; a contiguous q or k is not copied.
  */
-struct ggml_tensor *mimi_attend_vt(struct ggml_context *ctx, const mimi_hparams *hp, struct ggml_tensor *q,
+struct ggml_tensor *mimi_attend_vt(struct ggml_context *ctx, int64_t hd, int64_t H, struct ggml_tensor *q,
                                    struct ggml_tensor *k, struct ggml_tensor *vt, struct ggml_tensor *mask,
                                    int64_t Tq, int64_t Tk, int64_t B);
+
+/*
+ * A stream tick's causal attention with a KV window (Mimi, Qwen3): the n new
+ * queries q [hd, H, n*B], keys k [A, n, B] (post-RoPE) and values v [A, n, B]
+ * (A = hd*H; views allowed) over the window of S = W-1 steps of state plus the
+ * n new steps, mask [S+n, n, 1, B] (mimi_stream_mask) -> [A, n, B]. Takes two
+ * states, in this order: the keys [A, S] and the values time fastest [S, A]
+ * (the stream-states list gives each A x S).
+ */
+struct ggml_tensor *mimi_stream_attend(cr_states *st, int64_t hd, int64_t H, struct ggml_tensor *q,
+                                       struct ggml_tensor *k, struct ggml_tensor *v, struct ggml_tensor *mask,
+                                       int64_t S);
+
+/*
+ * A stream tick's attention mask [Tk, n, 1, B], Tk = S + n: 0 where key j of
+ * the buffer (S = window - 1 steps of state, then the n new ones) is in the
+ * window of new query i (i <= j <= S + i) and valid (at or after the
+ * stream's start; rate: transformer steps per code frame), else -1e30.
+ */
+struct ggml_tensor *mimi_stream_mask(cr_states *st, int64_t S, int32_t rate, int64_t n);
+
+/* The offline window mask [S, S] (keys, queries) into f: 0 iff 0 <= q - k < context, else -INF. */
+void mimi_window_mask(float *f, int64_t S, int64_t context);
+
+/*
+ * An offline decode's inputs (io[MIMI_IO_*]) for a transformer at `rate` steps per
+ * frame: the code rows of n_q codebooks (`bins`, the zero row, where a codebook is
+ * absent or the frame is padding), absolute positions, the window mask of `context`
+ * steps. Staged through in->scratch, mimi_inputs_scratch floats.
+ */
+void mimi_fill_inputs(const cr_graph_io *io, int n_q, int32_t bins, int32_t rate, int32_t context,
+                      const cr_decode_shape *shape, const cr_decode_inputs *in);
+size_t mimi_inputs_scratch(int n_q, int32_t rate, const cr_decode_shape *shape);
 
 /* The feed-forward half of layer l, residual included: x [D, T, B]. */
 struct ggml_tensor *mimi_ff(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,

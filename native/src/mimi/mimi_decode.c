@@ -76,7 +76,7 @@ struct ggml_cgraph *mimi_build_decode(const cr_model *model, struct ggml_context
         struct ggml_tensor *v = ggml_view_3d(ctx, qkv, hd, H, S * B, hd * sizeof(float), row, 2 * D * sizeof(float));
         q = mimi_rope(ctx, hp, q, io[MIMI_IO_POS]);
         k = mimi_rope(ctx, hp, k, io[MIMI_IO_POS]);
-        struct ggml_tensor *o = mimi_attend(ctx, hp, q, k, v, io[MIMI_IO_MASK], S, S, B);
+        struct ggml_tensor *o = mimi_attend(ctx, hd, H, q, k, v, io[MIMI_IO_MASK], S, S, B);
         o = cr_linear(ctx, o, mimi_w(w, "tr.%d.attn_out.weight", l), NULL, ops); /* LayerScale folded in */
         x = ggml_add(ctx, x, o);
         x = mimi_ff(ctx, w, hp, x, l, ops);
@@ -91,13 +91,17 @@ struct ggml_cgraph *mimi_build_decode(const cr_model *model, struct ggml_context
 
 /* ------------------------------------------------------------------ inputs */
 
-size_t mimi_scratch_floats(const cr_model *model, const cr_decode_shape *shape) {
-    const mimi_hparams *hp = model->hparams;
-    const size_t S = (size_t)shape->n_frames * (size_t)hp->up_stride;
-    const size_t idx = (size_t)hp->n_q * (size_t)shape->n_frames * (size_t)shape->n_batch;
+size_t mimi_inputs_scratch(int n_q, int32_t rate, const cr_decode_shape *shape) {
+    const size_t S = (size_t)shape->n_frames * (size_t)rate;
+    const size_t idx = (size_t)n_q * (size_t)shape->n_frames * (size_t)shape->n_batch;
     const size_t mask = S * S, pos = S * (size_t)shape->n_batch;
     size_t best = idx > mask ? idx : mask;
     return best > pos ? best : pos;
+}
+
+size_t mimi_scratch_floats(const cr_model *model, const cr_decode_shape *shape) {
+    const mimi_hparams *hp = model->hparams;
+    return mimi_inputs_scratch(hp->n_q, hp->up_stride, shape);
 }
 
 int64_t mimi_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, int64_t context) {
@@ -131,38 +135,46 @@ int64_t mimi_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, in
     return best;
 }
 
-void mimi_set_inputs(const cr_model *model, const cr_decode_shape *shape, const cr_graph_io *gio,
-                     const cr_decode_inputs *in) {
+void mimi_fill_inputs(const cr_graph_io *gio, int n_q, int32_t bins, int32_t rate, int32_t context,
+                      const cr_decode_shape *shape, const cr_decode_inputs *in) {
     struct ggml_tensor *const *io = gio->t;
-    const mimi_hparams *hp = model->hparams;
-    const int64_t Tg = shape->n_frames, Bg = shape->n_batch, S = Tg * hp->up_stride;
+    const int64_t Tg = shape->n_frames, Bg = shape->n_batch, S = Tg * rate;
     int32_t *iv = (int32_t *)in->scratch;
     const codecrt_codes *codes = in->codes;
     const int64_t Tv = in->n_frames, Bv = codes->n_batch;
 
-    for (int k = 0; k < hp->n_q; k++) {
+    for (int k = 0; k < n_q; k++) {
         /* absent codebooks (k >= K) and padding read the zero row after each codebook */
         const int32_t *src = k < codes->n_levels ? codes->levels[k] : NULL;
         for (int64_t b = 0; b < Bg; b++) {
             for (int64_t t = 0; t < Tg; t++) {
-                iv[b * Tg + t] = src && b < Bv && t < Tv ? src[b * Tv + t] : hp->bins;
+                iv[b * Tg + t] = src && b < Bv && t < Tv ? src[b * Tv + t] : bins;
             }
         }
         ggml_backend_tensor_set(io[MIMI_IO_CODES + k], iv, 0, (size_t)(Tg * Bg) * sizeof(int32_t));
     }
-    const int64_t p0 = in->frame_offset * hp->up_stride;
+    const int64_t p0 = in->frame_offset * rate;
     for (int64_t b = 0; b < Bg; b++) {
         for (int64_t t = 0; t < S; t++) {
             iv[b * S + t] = (int32_t)(p0 + t);
         }
     }
     ggml_backend_tensor_set(io[MIMI_IO_POS], iv, 0, (size_t)(S * Bg) * sizeof(int32_t));
+    mimi_window_mask(in->scratch, S, context);
+    ggml_backend_tensor_set(io[MIMI_IO_MASK], in->scratch, 0, (size_t)(S * S) * sizeof(float));
+}
+
+void mimi_set_inputs(const cr_model *model, const cr_decode_shape *shape, const cr_graph_io *gio,
+                     const cr_decode_inputs *in) {
+    const mimi_hparams *hp = model->hparams;
+    mimi_fill_inputs(gio, hp->n_q, hp->bins, hp->up_stride, hp->context, shape, in);
+}
+
+void mimi_window_mask(float *f, int64_t S, int64_t context) {
     /* query q sees key k iff 0 <= q - k < context */
-    float *f = in->scratch;
     for (int64_t q = 0; q < S; q++) {
         for (int64_t k = 0; k < S; k++) {
-            f[q * S + k] = (q - k >= 0 && q - k < hp->context) ? 0.0f : -INFINITY;
+            f[q * S + k] = (q - k >= 0 && q - k < context) ? 0.0f : -INFINITY;
         }
     }
-    ggml_backend_tensor_set(io[MIMI_IO_MASK], f, 0, (size_t)(S * S) * sizeof(float));
 }

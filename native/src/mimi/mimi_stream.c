@@ -36,42 +36,32 @@ static const cr_cpu_ops k_f32_ops = {0};
 int mimi_stream_states(const cr_model *model, cr_state_spec *s, int max) {
     const mimi_hparams *hp = model->hparams;
     int n = 0;
-#define MIMI_STATE(c, f)                                                                                           \
-    do {                                                                                                           \
-        if (n < max) {                                                                                             \
-            s[n].channels = (c);                                                                                   \
-            s[n].frames = (f);                                                                                     \
-        }                                                                                                          \
-        n++;                                                                                                       \
-    } while (0)
-    MIMI_STATE(hp->dim, 1);
+    cr_state_spec_add(s, max, &n, hp->dim, 1);
     for (int l = 0; l < hp->n_layers; l++) {
-        MIMI_STATE(hp->dim, hp->context - 1); /* keys */
-        MIMI_STATE(hp->dim, hp->context - 1); /* values, [W-1, D] */
+        cr_state_spec_add(s, max, &n, hp->dim, hp->context - 1); /* keys */
+        cr_state_spec_add(s, max, &n, hp->dim, hp->context - 1); /* values, [W-1, D] */
     }
-    MIMI_STATE(hp->dim, hp->kernel - 1);
+    cr_state_spec_add(s, max, &n, hp->dim, hp->kernel - 1);
     for (int i = 0; i < hp->n_ratios; i++) {
-        MIMI_STATE(mimi_channels(hp, i), 1);
+        cr_state_spec_add(s, max, &n, mimi_channels(hp, i), 1);
         for (int j = 0; j < hp->n_res; j++) {
-            MIMI_STATE(mimi_channels(hp, i + 1), hp->res_kernel - 1);
+            cr_state_spec_add(s, max, &n, mimi_channels(hp, i + 1), hp->res_kernel - 1);
         }
     }
-    MIMI_STATE(mimi_channels(hp, hp->n_ratios), hp->last_kernel - 1);
-#undef MIMI_STATE
+    cr_state_spec_add(s, max, &n, mimi_channels(hp, hp->n_ratios), hp->last_kernel - 1);
     return n;
 }
 
-/* mask [Tk, n2, 1, B]: 0 where buffer key j is in the window of new query i and valid, else -1e30 */
-static struct ggml_tensor *mimi_stream_mask(cr_states *st, const mimi_hparams *hp, int64_t n2) {
+struct ggml_tensor *mimi_stream_mask(cr_states *st, int64_t S, int32_t rate, int64_t n2) {
     struct ggml_context *ctx = st->ctx;
-    const int64_t S = hp->context - 1, Tk = S + n2, B = st->B;
+    const int64_t Tk = S + n2, B = st->B;
     struct ggml_tensor *ones = ggml_fill(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, Tk, Tk), 1.0f);
     struct ggml_tensor *lo = ggml_tri(ctx, ones, GGML_TRI_TYPE_UPPER_DIAG); /* row r: 1 where j >= r */
     struct ggml_tensor *hi = ggml_tri(ctx, ones, GGML_TRI_TYPE_LOWER_DIAG); /* row r: 1 where j <= r */
     struct ggml_tensor *band = ggml_mul(ctx, ggml_view_2d(ctx, lo, Tk, n2, lo->nb[1], 0),
                                         ggml_view_2d(ctx, hi, Tk, n2, hi->nb[1], (size_t)S * hi->nb[1]));
-    /* the keys' positions start W-1 steps before the tick's first step */
-    struct ggml_tensor *valid = cr_states_time(st, CR_TIME_MASK, Tk, hp->up_stride, (int32_t)S, 0); /* [1, Tk, B] */
+    /* the keys' positions start S steps before the tick's first step */
+    struct ggml_tensor *valid = cr_states_time(st, CR_TIME_MASK, Tk, rate, (int32_t)S, 0); /* [1, Tk, B] */
     struct ggml_tensor *m = ggml_mul(ctx, ggml_repeat_4d(ctx, band, Tk, n2, 1, B), ggml_reshape_4d(ctx, valid, Tk, 1, 1, B));
     return ggml_scale_bias(ctx, m, 1e30f, -1e30f);
 }
@@ -81,7 +71,7 @@ struct ggml_cgraph *mimi_build_stream(const cr_model *model, struct ggml_context
                                       cr_graph_io *io) {
     const mimi_hparams *hp = model->hparams;
     const int64_t N = shape->chunk, B = shape->n_batch, D = hp->dim, n2 = N * hp->up_stride;
-    const int64_t S = hp->context - 1, Tk = S + n2, hd = mimi_head_dim(hp), H = hp->n_heads;
+    const int64_t S = hp->context - 1, hd = mimi_head_dim(hp), H = hp->n_heads;
     const cr_cpu_ops *ops = shape->cpu_ops ? &k_f32_ops : NULL;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, CR_GRAPH_SIZE, false);
     cr_states sts;
@@ -96,7 +86,7 @@ struct ggml_cgraph *mimi_build_stream(const cr_model *model, struct ggml_context
     x = mimi_upsample(ctx, w, cr_states_append(st, x, 1), N);              /* [D, n2, B] */
 
     struct ggml_tensor *pos = cr_states_time(st, CR_TIME_POS, n2, hp->up_stride, 0, MIMI_POS_SITE);
-    struct ggml_tensor *mask = mimi_stream_mask(st, hp, n2);
+    struct ggml_tensor *mask = mimi_stream_mask(st, S, hp->up_stride, n2);
     for (int l = 0; l < hp->n_layers; l++) {
         struct ggml_tensor *h = cr_layer_norm(ctx, x, mimi_w(w, "tr.%d.norm1.weight", l),
                                               mimi_w(w, "tr.%d.norm1.bias", l), hp->norm_eps);
@@ -107,10 +97,7 @@ struct ggml_cgraph *mimi_build_stream(const cr_model *model, struct ggml_context
         struct ggml_tensor *v = ggml_view_3d(ctx, qkv, D, n2, B, row, row * n2, 2 * D * sizeof(float));
         q = mimi_rope(ctx, hp, q, pos);
         k = ggml_reshape_3d(ctx, mimi_rope(ctx, hp, k, pos), D, n2, B);
-        k = cr_states_append(st, k, S);                                  /* [D, Tk, B] */
-        struct ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3)); /* [n2, D, B] */
-        vt = cr_states_append_t(st, vt, S);                              /* [Tk, D, B] */
-        struct ggml_tensor *o = mimi_attend_vt(ctx, hp, q, k, vt, mask, n2, Tk, B);
+        struct ggml_tensor *o = mimi_stream_attend(st, hd, H, q, k, v, mask, S);
         o = cr_linear(ctx, o, mimi_w(w, "tr.%d.attn_out.weight", l), NULL, ops);
         x = ggml_add(ctx, x, o);
         x = mimi_ff(ctx, w, hp, x, l, ops);
