@@ -84,6 +84,9 @@ _RETRY_S = 0.002  # poll timeout while a front's event ring is full
 _BACKGROUND_IDLE_S = 2.0
 #: event packets (one per tick) a front may leave unread before its channel is closed
 _MAX_FRONT_BACKLOG = 1024
+#: the loop's phases timed in ``Worker.phases`` (stats ``phase_s``, ``phase_cpu_s``; /metrics
+#: ``codecd_worker_phase_seconds``): where a tick's host time goes
+PHASES = ("ingest", "step", "collect", "flush")
 
 
 def error_code_for(exc: BaseException) -> str:
@@ -141,6 +144,27 @@ class _ForwardHandler(logging.Handler):
 
 
 # ------------------------------------------------------------------------ state
+
+
+class PhaseClock:
+    """Seconds spent per phase of the loop (:data:`PHASES`), wall (``perf_counter``) and this
+    thread's CPU (``thread_time``: what the phase cost, without the time another process
+    held the core). A few calls per tick, never per stream."""
+
+    def __init__(self) -> None:
+        self.wall = dict.fromkeys(PHASES, 0.0)
+        self.cpu = dict.fromkeys(PHASES, 0.0)
+
+    @staticmethod
+    def now() -> tuple[float, float]:
+        return time.perf_counter(), time.thread_time()
+
+    def add(self, phase: str, since: tuple[float, float]) -> tuple[float, float]:
+        """Charge the time since ``since`` to ``phase``; the clocks now."""
+        t = self.now()
+        self.wall[phase] += t[0] - since[0]
+        self.cpu[phase] += t[1] - since[1]
+        return t
 
 
 @dataclass(eq=False)
@@ -226,6 +250,7 @@ class Worker:
         self._background: list[tuple[ExactStreamModel, list[int]]] = []
         self._warming: Generator[bool, None, None] | None = None
         self._background_wait_until = 0.0
+        self.phases = PhaseClock()
 
     # ------------------------------------------------------------- start-up
 
@@ -475,7 +500,7 @@ class Worker:
         if len(cands) > self.cfg.max_batch and m.ticks % len(cands):
             r = m.ticks % len(cands)  # more ready than one graph holds: rotate for fairness
             cands = cands[r:] + cands[:r]
-        t0 = time.perf_counter()
+        t0 = self.phases.now()
         try:
             tick = codecrt.step(m.lm.ctx, [st.stream for st in cands])
         except codecrt.CodecrtError as e:
@@ -484,7 +509,8 @@ class Worker:
             for st in cands:
                 self._fail(st.sid, error_code_for(e), f"decode failed: {e}")
             return 0
-        dt = (time.perf_counter() - t0) * 1e3
+        t1 = self.phases.add("step", t0)
+        dt = (t1[0] - t0[0]) * 1e3
         if tick.errors:  # each ended only its own stream's step
             for i, err in tick.errors.items():
                 st = cands[i]
@@ -500,6 +526,7 @@ class Worker:
             m.max_batch_seen = max(m.max_batch_seen, tick.largest_batch)
         for st in cands:
             self._collect(m, st)
+        self.phases.add("collect", t1)
         return n
 
     def _collect(self, m: _Model, st: _Stream) -> None:
@@ -539,9 +566,11 @@ class Worker:
         """Apply every command waiting: the pipe's (at most _MAX_DRAIN messages), the
         descriptor socket's, every front's ring."""
         if self.fdsock is not None:
+            t0 = self.phases.now()
             self._on_control()
             for link in list(self.fronts.values()):
                 self._read_front(link)
+            self.phases.add("ingest", t0)
         for _ in range(_MAX_DRAIN):
             if not self.conn.poll(0):
                 return
@@ -553,6 +582,11 @@ class Worker:
     def flush(self) -> None:
         """Send what is waiting: the pipe's messages in one packet, each front's events in one
         ring record (one batch: the audio of every stream of that front in this tick)."""
+        t0 = self.phases.now()
+        self._flush()
+        self.phases.add("flush", t0)
+
+    def _flush(self) -> None:
         if self.out:
             out, self.out = self.out, []
             if self.fronts:
@@ -707,7 +741,9 @@ class Worker:
                 "fronts": {str(f): {"streams": len(l.sids), "packets_in": l.packets_in,
                                     "packets_out": l.packets_out, "backlog": len(l.backlog)}
                            for f, l in self.fronts.items()},
-                "load_ms": round(self.warmup_ms, 3), "models": models}
+                "load_ms": round(self.warmup_ms, 3), "models": models,
+                "phase_s": {k: round(v, 6) for k, v in self.phases.wall.items()},
+                "phase_cpu_s": {k: round(v, 6) for k, v in self.phases.cpu.items()}}
 
 
 def _crash(how: str) -> None:
