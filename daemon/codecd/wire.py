@@ -64,7 +64,8 @@ __all__ = [
     "StreamOptions", "Hello", "Configure", "OpenStream", "PushCodes", "FinishStream",
     "CancelStream", "Probe", "StatsRequest", "Stop", "Crash", "Ready", "Failed", "StreamOpened",
     "AudioOut", "StreamDone", "StreamFailed", "ProbeReply", "Stats", "Log", "Stopped", "Message",
-    "encode", "decode", "check_hello", "records", "read_record", "push_arrays", "audio_packet",
+    "encode", "decode", "check_hello", "records", "read_record", "push_arrays", "push_messages",
+    "audio_packet",
 ]
 
 #: the version this module speaks; both ends must agree (checked at the hello)
@@ -481,7 +482,11 @@ def push_arrays(body: memoryview, k: int) -> tuple[Any, Any, Any, Any]:
 
 
 def _read_push(body: memoryview, k: int) -> list[PushCodes]:
-    sids, nlev, lengths, codes = push_arrays(body, k)
+    return push_messages(*push_arrays(body, k))
+
+
+def push_messages(sids: Any, nlev: Any, lengths: Any, codes: Any) -> list[PushCodes]:
+    """The PushCodes of a PUSH record's arrays (:func:`push_arrays`), levels as views."""
     levels = _slices(codes, lengths.tolist())
     ends = list(accumulate(nlev.tolist(), initial=0))
     return [PushCodes(sid, levels[a:b]) for sid, a, b in zip(sids.tolist(), ends, ends[1:])]

@@ -55,7 +55,10 @@ from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
+from operator import attrgetter
 from typing import Any, NoReturn
+
+import numpy as np
 
 from .channel import WorkerEnds, packets, recv_msg
 from .engine.config import EngineConfig
@@ -84,6 +87,7 @@ _RETRY_S = 0.002  # poll timeout while a front's event ring is full
 _BACKGROUND_IDLE_S = 2.0
 #: event packets (one per tick) a front may leave unread before its channel is closed
 _MAX_FRONT_BACKLOG = 1024
+_SID = attrgetter("sid")
 #: the loop's phases timed in ``Worker.phases`` (stats ``phase_s``, ``phase_cpu_s``; /metrics
 #: ``codecd_worker_phase_seconds``): where a tick's host time goes
 PHASES = ("ingest", "step", "collect", "flush")
@@ -189,6 +193,9 @@ class _Model:
     streams_opened: int = 0
     streams_done: int = 0
     streams_failed: int = 0
+    #: the tick's PCM of every stream, pulled in one call (reused: a tick's AUDIO packets
+    #: point into it until flush writes them or copies them into the backlog)
+    pcm: Any = None
 
 
 @dataclass(eq=False)
@@ -198,7 +205,7 @@ class _FrontLink:
     fid: int
     ends: WorkerEnds
     sids: set[int] = field(default_factory=set)  # worker-side sids of its open streams
-    backlog: deque[bytes] = field(default_factory=deque)
+    backlog: deque[Any] = field(default_factory=deque)  # bytes, or a _Packet until flushed
     packets_in: int = 0
     packets_out: int = 0
 
@@ -217,6 +224,18 @@ def _local(m: wire.Message) -> wire.Message:
 
 
 _STREAM_EVENTS = (wire.AudioOut, wire.StreamDone, wire.StreamFailed, wire.StreamOpened)
+
+
+@dataclass(eq=False)
+class _Packet:
+    """A front's AUDIO packet built from the tick's arrays (``wire.audio_packet`` parts, which
+    point into a reused buffer): written to the ring as it is, or copied into the backlog."""
+
+    fid: int
+    parts: list[Any]
+
+    def materialize(self) -> bytes:
+        return b"".join(p if isinstance(p, bytes) else p.tobytes() for p in self.parts)
 
 
 class Worker:
@@ -452,23 +471,59 @@ class Worker:
         base = link.fid << _FID_SHIFT
         for rec in cons.records():
             link.packets_in += 1
-            for cmd in wire.decode(bytes(rec)):  # a copy: arrays outlive the ring's room
-                self.commands += 1
-                if isinstance(cmd, wire.PushCodes):
-                    self._push(base | cmd.sid, cmd.levels)
-                elif isinstance(cmd, wire.OpenStream):
-                    self._open(base | cmd.sid, cmd.model, cmd.options)
-                    if base | cmd.sid in self.where:
-                        link.sids.add(base | cmd.sid)
-                elif isinstance(cmd, wire.CancelStream):
-                    self._close(base | cmd.sid)
-                elif isinstance(cmd, wire.FinishStream):
-                    self._finish(base | cmd.sid)
-                else:
-                    logger.warning("unexpected command %s from front %d", type(cmd).__name__,
-                                   link.fid)
+            data = bytes(rec)  # a copy: arrays outlive the ring's room
+            for kind, count, body in wire.records(data):
+                if kind == wire.PushCodes.kind:
+                    self.commands += count
+                    self._push_batch(base, *wire.push_arrays(body, count))
+                    continue
+                for cmd in wire.read_record(kind, count, body):
+                    self.commands += 1
+                    if isinstance(cmd, wire.OpenStream):
+                        self._open(base | cmd.sid, cmd.model, cmd.options)
+                        if base | cmd.sid in self.where:
+                            link.sids.add(base | cmd.sid)
+                    elif isinstance(cmd, wire.CancelStream):
+                        self._close(base | cmd.sid)
+                    elif isinstance(cmd, wire.FinishStream):
+                        self._finish(base | cmd.sid)
+                    else:
+                        logger.warning("unexpected command %s from front %d",
+                                       type(cmd).__name__, link.fid)
         if not alive:
             self._detach(link.fid)
+
+    def _push_batch(self, base: int, sids: Any, nlev: Any, lengths: Any, codes: Any) -> None:
+        """A front's PUSH record: one runtime call for its streams when they are all exact
+        streams of one context (``codecrt.push_many``, the record's arrays read in place),
+        else one push per stream."""
+        import codecrt
+
+        sts: list[_Stream | None] = []
+        ctx = None
+        packed = True
+        for sid in sids.tolist():
+            m = self.where.get(base | sid)
+            st = m.streams[base | sid] if m is not None else None
+            sts.append(st)
+            if st is not None and packed:
+                if type(st.stream) is not codecrt.Stream or (ctx is not None
+                                                            and ctx is not m.lm.ctx):
+                    packed = False
+                ctx = m.lm.ctx
+        if not packed:
+            for msg in wire.push_messages(sids, nlev, lengths, codes):
+                self._push(base | msg.sid, msg.levels)
+            return
+        errors = codecrt.push_many([st.stream if st is not None else None for st in sts],
+                                   nlev, lengths, codes)
+        for i, st in enumerate(sts):
+            if st is None:
+                logger.debug("push for unknown stream %d dropped", base | int(sids[i]))
+            elif i in errors:
+                self._fail(st.sid, error_code_for(errors[i]), str(errors[i]))
+            else:
+                st.maybe_ready = True
 
     def _wait(self, timeout: float | None) -> bool:
         """Whether the pipe, the descriptor socket or a front's doorbell is readable within
@@ -497,6 +552,7 @@ class Worker:
         cands = [st for st in m.streams.values() if st.maybe_ready]
         if not cands:
             return 0
+        cands.sort(key=_SID)  # each front's streams side by side: one AUDIO record per front
         if len(cands) > self.cfg.max_batch and m.ticks % len(cands):
             r = m.ticks % len(cands)  # more ready than one graph holds: rotate for fairness
             cands = cands[r:] + cands[:r]
@@ -524,8 +580,11 @@ class Worker:
             m.batches.append(tick.largest_batch)
             m.tick_ms.append(dt)
             m.max_batch_seen = max(m.max_batch_seen, tick.largest_batch)
-        for st in cands:
-            self._collect(m, st)
+        if all(type(st.stream) is codecrt.Stream for st in cands):
+            self._collect_batch(m, cands)
+        else:
+            for st in cands:
+                self._collect(m, st)
         self.phases.add("collect", t1)
         return n
 
@@ -541,6 +600,57 @@ class Worker:
             self._close(st.sid)
         elif not stats.ready:
             st.maybe_ready = False
+
+    def _collect_batch(self, m: _Model, cands: list[_Stream]) -> None:
+        """:meth:`_collect` for exact streams of one context, sorted by sid: every stream's PCM
+        in one call into ``m.pcm``, one AUDIO packet per front made of its slice of it."""
+        import codecrt
+
+        n = len(cands)
+        per = m.lm.chunk_frames * m.lm.model.info.hop_length  # samples a tick adds
+        if m.pcm is None or m.pcm.size < n * per:
+            m.pcm = np.empty(n * per, dtype=np.float32)
+        counts, flags = codecrt.pull_many([st.stream for st in cands], m.pcm)
+        sids = np.fromiter((st.sid for st in cands), dtype=np.uint64, count=n)
+        offs = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=offs[1:])
+        fids = sids >> np.uint64(_FID_SHIFT)
+        bounds = [0, *(np.flatnonzero(fids[1:] != fids[:-1]) + 1).tolist(), n]
+        for a, b in zip(bounds, bounds[1:]):
+            link = self.fronts.get(int(fids[a])) if fids[a] else None
+            if link is None:  # the pipe's streams: one message each, copied (m.pcm is reused)
+                for i in range(a, b):
+                    if counts[i]:
+                        self.out.append(wire.AudioOut(int(sids[i]),
+                                                      m.pcm[offs[i]:offs[i + 1]].copy()))
+                continue
+            keep = counts[a:b] > 0
+            self._audio_packets(link, sids[a:b][keep] & np.uint64(_SID_MASK),
+                                counts[a:b][keep].astype(np.uint32), m.pcm[offs[a]:offs[b]])
+        for i in np.flatnonzero(flags & codecrt.PULL_MORE).tolist():  # the buffer ran out
+            rest = cands[i].stream.pull()
+            self.out.append(wire.AudioOut(cands[i].sid, rest))
+        for i in np.flatnonzero(flags & codecrt.PULL_DONE).tolist():
+            st = cands[i]
+            self.out.append(wire.StreamDone(st.sid, st.stream.stats.total_samples))
+            m.streams_done += 1
+            self._close(st.sid)
+        for i in np.flatnonzero((flags & (codecrt.PULL_DONE | codecrt.PULL_READY)) == 0).tolist():
+            cands[i].maybe_ready = False
+
+    def _audio_packets(self, link: _FrontLink, sids: Any, counts: Any, pcm: Any) -> None:
+        """A front's audio of one tick as AUDIO packets of at most a quarter of its event ring
+        (a ring record can never be larger than the ring) and 65,535 streams each."""
+        limit = max(1, (link.ends.events.capacity // 4 - 64) // 4)  # samples per packet
+        ends = np.cumsum(counts, dtype=np.int64)
+        a, at = 0, 0
+        while a < len(sids):
+            b = int(np.searchsorted(ends, at + limit, side="right"))
+            b = min(max(b, a + 1), a + 65535, len(sids))
+            end = int(ends[b - 1])
+            self.out.append(_Packet(link.fid, wire.audio_packet(sids[a:b], counts[a:b],
+                                                                pcm[at:end])))
+            a, at = b, end
 
     def _busy(self) -> bool:
         return any(st.maybe_ready for m in self.models.values() for st in m.streams.values())
@@ -591,22 +701,39 @@ class Worker:
             out, self.out = self.out, []
             if self.fronts:
                 mine: list[wire.Message] = []
-                per: dict[int, list[wire.Message]] = {}
+                per: dict[int, list[Any]] = {}
                 for m in out:
-                    if isinstance(m, _STREAM_EVENTS) and m.sid > _SID_MASK:
+                    if type(m) is _Packet:
+                        per.setdefault(m.fid, []).append(m)
+                    elif isinstance(m, _STREAM_EVENTS) and m.sid > _SID_MASK:
                         per.setdefault(m.sid >> _FID_SHIFT, []).append(_local(m))
                     else:
                         mine.append(m)
                 for fid, msgs in per.items():
                     link = self.fronts.get(fid)
                     if link is not None:
-                        link.backlog.extend(packets(msgs, link.ends.events.capacity // 4))
+                        self._queue_front(link, msgs)
                 out = mine
             if out:
                 self.conn.send_bytes(wire.encode(out))
         for link in list(self.fronts.values()):
             if link.backlog:
                 self._send_front(link)
+
+    def _queue_front(self, link: _FrontLink, msgs: list[Any]) -> None:
+        """A front's events, in order, into its backlog: runs of messages as wire packets,
+        AUDIO packets as they are."""
+        run: list[wire.Message] = []
+        for x in msgs:
+            if type(x) is _Packet:
+                if run:
+                    link.backlog.extend(packets(run, link.ends.events.capacity // 4))
+                    run = []
+                link.backlog.append(x)
+            else:
+                run.append(x)
+        if run:
+            link.backlog.extend(packets(run, link.ends.events.capacity // 4))
 
     def _send_front(self, link: _FrontLink) -> None:
         prod = link.ends.events
@@ -618,8 +745,14 @@ class Worker:
             self._detach(link.fid)
             return
         while link.backlog:
-            if not prod.write([link.backlog[0]]):
-                break  # full: the front reads, we retry on the next turn
+            x = link.backlog[0]
+            if not prod.write(x.parts if type(x) is _Packet else [x]):
+                # full: the front reads, we retry on the next turn; an AUDIO packet's
+                # arrays point into a buffer the next tick reuses: copied now
+                for i, y in enumerate(link.backlog):
+                    if type(y) is _Packet:
+                        link.backlog[i] = y.materialize()
+                break
             link.backlog.popleft()
             link.packets_out += 1
         if not prod.ring():
