@@ -121,8 +121,13 @@ def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rn
     opened = [m for m in front.events() if isinstance(m, wire.StreamOpened)]
     if len(opened) != n:
         raise SystemExit(f"{len(opened)} of {n} streams opened")
+    from codecd.channel import EVT_RING_BYTES
+
     strides = (4, 2, 1)
-    warm = 4  # ticks inside the latency (edge graphs), not timed
+    # not timed: the ticks inside the decoder's latency (edge graphs), and enough ticks for the
+    # PCM to go once round the event ring (its pages are touched for the first time then)
+    per_tick = n * 4 * PERIOD_FRAMES * 512
+    warm = 4 + -(-EVT_RING_BYTES // per_tick)
     walls, cpus, snaps, snaps_cpu = [], [], [], []
     for t in range(warm + ticks):
         codes = rng.integers(0, 4096, size=(n, 7 * PERIOD_FRAMES // 4), dtype=np.int32)
@@ -148,12 +153,14 @@ def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rn
     return {"phases": phases, "phases_cpu": phases_cpu, "wall": walls, "cpu": cpus}
 
 
-def run_runtime_alone(path: str, n: int, ticks: int, device: str, threads: int, rng) -> list[float]:
-    """codecrt.step over N streams with a pull per stream, as ``python -m bench gpu`` times it."""
+def run_runtime_alone(path: str, n: int, ticks: int, device: str, threads: int, rng,
+                      max_batch: int = 0) -> list[float]:
+    """codecrt.step over N streams with a pull per stream, as ``python -m bench gpu`` times it
+    (``max_batch``: the daemon's, which decides the tick graph's batch bucket; default N)."""
     import codecrt
 
     with codecrt.Model(path) as model, codecrt.Context(
-            model, device=device, n_threads=threads, max_batch=n, max_streams=n,
+            model, device=device, n_threads=threads, max_batch=max_batch or n, max_streams=n,
             batch_bucket=True) as ctx:
         ss = [ctx.stream() for _ in range(n)]
         for s in ss:
