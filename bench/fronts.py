@@ -46,15 +46,21 @@ PRIME_S = 0.2
 def light_model() -> Path:
     """A random SNAC with the 24 kHz layout (hop 512, strides 4/2/1, 4096 codes) and 64 decoder
     channels, written once under the system's temp dir."""
+    return small_snac24("light", latent_dim=32, decoder_dim=64)
+
+
+def small_snac24(name: str, latent_dim: int, decoder_dim: int) -> Path:
+    """A random SNAC with the 24 kHz layout and the given widths (a cheaper decode than the
+    real one), written once under the system's temp dir."""
     import tempfile
 
     from codecd.config import DEMO_SNAC
     from codecd.convert.random_snac import write_random_snac
 
-    path = Path(tempfile.gettempdir()) / "codecd-bench-light-snac24.gguf"
+    path = Path(tempfile.gettempdir()) / f"codecd-bench-{name}-snac24.gguf"
     if not path.exists():
-        write_random_snac(path, dict(DEMO_SNAC, latent_dim=32, decoder_dim=64),
-                          name="snac_light_random")
+        write_random_snac(path, dict(DEMO_SNAC, latent_dim=latent_dim, decoder_dim=decoder_dim),
+                          name=f"snac_{name}_random")
     return path
 
 

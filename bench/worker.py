@@ -48,16 +48,9 @@ HOST = ("ingest", "collect", "flush")  # the worker's phases that are not the ru
 def tiny_model() -> Path:
     """A random SNAC with the 24 kHz layout and 16 decoder channels: its step is cheap on a
     CPU, so the worker's host work per stream is what the tick shows."""
-    import tempfile
+    from bench.fronts import small_snac24
 
-    from codecd.config import DEMO_SNAC
-    from codecd.convert.random_snac import write_random_snac
-
-    path = Path(tempfile.gettempdir()) / "codecd-bench-tiny-snac24.gguf"
-    if not path.exists():
-        write_random_snac(path, dict(DEMO_SNAC, latent_dim=8, decoder_dim=16),
-                          name="snac_tiny_random")
-    return path
+    return small_snac24("tiny", latent_dim=8, decoder_dim=16)
 
 
 def model_path(source: str) -> str:

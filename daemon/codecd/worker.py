@@ -250,7 +250,8 @@ class Worker:
         self.cfg = cfg
         self.device = device
         self.index = index
-        self.out: list[wire.Message] = []
+        #: events waiting for flush: wire messages, and AUDIO packets built from arrays
+        self.out: list[Any] = []
         self._handlers: dict[type, Callable[[Any], None]] = {
             wire.PushCodes: self._on_push, wire.OpenStream: self._on_open,
             wire.FinishStream: self._on_finish, wire.CancelStream: self._on_cancel,
@@ -504,26 +505,28 @@ class Worker:
         packed = True
         for sid in sids.tolist():
             m = self.where.get(base | sid)
-            st = m.streams[base | sid] if m is not None else None
+            if m is None:
+                sts.append(None)
+                continue
+            st = m.streams[base | sid]
             sts.append(st)
-            if st is not None and packed:
-                if type(st.stream) is not codecrt.Stream or (ctx is not None
-                                                            and ctx is not m.lm.ctx):
-                    packed = False
-                ctx = m.lm.ctx
+            if packed and (type(st.stream) is not codecrt.Stream or
+                           (ctx is not None and ctx is not m.lm.ctx)):
+                packed = False
+            ctx = m.lm.ctx
         if not packed:
             for msg in wire.push_messages(sids, nlev, lengths, codes):
                 self._push(base | msg.sid, msg.levels)
             return
-        errors = codecrt.push_many([st.stream if st is not None else None for st in sts],
+        errors = codecrt.push_many([x.stream if x is not None else None for x in sts],
                                    nlev, lengths, codes)
-        for i, st in enumerate(sts):
-            if st is None:
+        for i, x in enumerate(sts):
+            if x is None:
                 logger.debug("push for unknown stream %d dropped", base | int(sids[i]))
             elif i in errors:
-                self._fail(st.sid, error_code_for(errors[i]), str(errors[i]))
+                self._fail(x.sid, error_code_for(errors[i]), str(errors[i]))
             else:
-                st.maybe_ready = True
+                x.maybe_ready = True
 
     def _wait(self, timeout: float | None) -> bool:
         """Whether the pipe, the descriptor socket or a front's doorbell is readable within
