@@ -175,10 +175,12 @@ def runtime_alone(source: str, ns: list[int], serve_args: list[str], ticks: int)
     device = _serve_value(serve_args, "--devices", "auto").split(",")[0]
     threads = int(_serve_value(serve_args, "--threads", "0"))
     max_batch = int(_serve_value(serve_args, "--max-batch", "0"))
+    bucket = _serve_value(serve_args, "--batch-shapes", "pow2") == "pow2"
     rng = np.random.default_rng(0)
     out = {}
     for n in ns:
-        t = run_runtime_alone(path, n, ticks, device, threads, rng, max_batch=max_batch or n)
+        t = run_runtime_alone(path, n, ticks, device, threads, rng, max_batch=max_batch or n,
+                              batch_bucket=bucket)
         out[n] = float(np.percentile(t, 99))
         print(f"runtime alone: {n} streams on {device}, tick p99 {1e3 * out[n]:.1f} ms",
               file=sys.stderr, flush=True)

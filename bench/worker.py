@@ -147,14 +147,14 @@ def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rn
 
 
 def run_runtime_alone(path: str, n: int, ticks: int, device: str, threads: int, rng,
-                      max_batch: int = 0) -> list[float]:
+                      max_batch: int = 0, batch_bucket: bool = True) -> list[float]:
     """codecrt.step over N streams with a pull per stream, as ``python -m bench gpu`` times it
     (``max_batch``: the daemon's, which decides the tick graph's batch bucket; default N)."""
     import codecrt
 
     with codecrt.Model(path) as model, codecrt.Context(
             model, device=device, n_threads=threads, max_batch=max_batch or n, max_streams=n,
-            batch_bucket=True) as ctx:
+            batch_bucket=batch_bucket) as ctx:
         ss = [ctx.stream() for _ in range(n)]
         for s in ss:
             s.push([rng.integers(0, 4096, (4 + ticks) * PERIOD_FRAMES // st, dtype=np.int32)

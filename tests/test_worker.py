@@ -92,3 +92,20 @@ def test_packed_push_and_pull_equal_offline_through_a_small_ring(small: Path, of
     ctl.close()
     a.close()
     b.close()
+
+
+def test_batch_shapes_setting_reaches_the_workers_context(tmp_path: Path, small: Path) -> None:
+    """batch_shapes: pow2 (the default) and exact become the engine's batch_bucket; anything
+    else is a configuration error naming the setting."""
+    import pytest
+
+    from codecd.config import ConfigError, load_config
+    from codecd.server import engine_config
+
+    toml = tmp_path / "c.toml"
+    toml.write_text(f'[[models]]\nname = "small"\nsource = "{small}"\n')
+    assert engine_config(load_config(str(toml), env={}), {"small": str(small)}).batch_bucket
+    exact = load_config(str(toml), env={"CODECD_BATCH_SHAPES": "Exact"})
+    assert not engine_config(exact, {"small": str(small)}).batch_bucket
+    with pytest.raises(ConfigError, match="batch_shapes"):
+        load_config(str(toml), env={"CODECD_BATCH_SHAPES": "pow3"})
