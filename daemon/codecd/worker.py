@@ -26,6 +26,13 @@ front is stepped in the same ticks. A front whose doorbell hangs up (it died)
 has its streams closed; one that leaves too many event records unread has its
 channel closed (it asks main for a new one).
 
+Packed path (exact streams, the bulk of a GPU's load): a front's PUSH record is applied by
+one runtime call on the record's own arrays (``codecrt.push_many``), a model's tick pulls
+every stream's PCM in one call into one buffer (``codecrt.pull_many``), and each front gets
+one AUDIO packet made of its slice of that buffer (the tick's streams are sorted by sid,
+whose high bits are the front). Other kinds of streams go one by one. ``phases`` times
+each part of the loop (ingest, step, collect, flush) for the stats and ``/metrics``.
+
 ``sid`` is the parent's integer stream id (never reused within a worker), not
 the caller's key. Commands for an unknown ``sid`` (a stream that already failed
 or finished while the command was in flight) are dropped.
