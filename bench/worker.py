@@ -149,7 +149,8 @@ def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rn
 def run_runtime_alone(path: str, n: int, ticks: int, device: str, threads: int, rng,
                       max_batch: int = 0, batch_bucket: bool = True) -> list[float]:
     """codecrt.step over N streams with a pull per stream, as ``python -m bench gpu`` times it
-    (``max_batch``: the daemon's, which decides the tick graph's batch bucket; default N)."""
+    (``max_batch``: the daemon's, which decides the tick graph's batch bucket, default N;
+    with more streams than it, a tick is one step per ``max_batch`` of them)."""
     import codecrt
 
     with codecrt.Model(path) as model, codecrt.Context(
@@ -160,9 +161,11 @@ def run_runtime_alone(path: str, n: int, ticks: int, device: str, threads: int, 
             s.push([rng.integers(0, 4096, (4 + ticks) * PERIOD_FRAMES // st, dtype=np.int32)
                     for st in (4, 2, 1)])
         times = []
+        mb = max_batch or n  # more streams than a graph holds: one graph per max_batch of them
         for t in range(4 + ticks):
             t0 = time.perf_counter()
-            ctx.step(ss)
+            for i in range(0, n, mb):
+                ctx.step(ss[i:i + mb])
             for s in ss:
                 s.pull()
             if t >= 4:
