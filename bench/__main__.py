@@ -19,6 +19,8 @@ SUITES: dict[str, Suite] = {
     "serve": Suite("bench.serve", "load test of codecd serve: N concurrent real-time streams"),
     "fronts": Suite("bench.fronts", "codecd serve --fronts F: the serve load through F front "
                     "processes, one worker"),
+    "worker": Suite("bench.worker", "the engine worker's tick: host work per stream by phase "
+                    "against the runtime alone"),
     "speech": Suite("bench.speech", "speech endpoint: time to first audio over a paced LM stand-in"),
     "s3gen": Suite("bench.s3gen", "Chatterbox S3Gen throughput and first-chunk latency"),
     "vocos": Suite("bench.vocos", "WavTokenizer, NeuCodec, XCodec2, DAC offline, codecrt against PyTorch"),

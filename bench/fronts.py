@@ -46,15 +46,21 @@ PRIME_S = 0.2
 def light_model() -> Path:
     """A random SNAC with the 24 kHz layout (hop 512, strides 4/2/1, 4096 codes) and 64 decoder
     channels, written once under the system's temp dir."""
+    return small_snac24("light", latent_dim=32, decoder_dim=64)
+
+
+def small_snac24(name: str, latent_dim: int, decoder_dim: int) -> Path:
+    """A random SNAC with the 24 kHz layout and the given widths (a cheaper decode than the
+    real one), written once under the system's temp dir."""
     import tempfile
 
     from codecd.config import DEMO_SNAC
     from codecd.convert.random_snac import write_random_snac
 
-    path = Path(tempfile.gettempdir()) / "codecd-bench-light-snac24.gguf"
+    path = Path(tempfile.gettempdir()) / f"codecd-bench-{name}-snac24.gguf"
     if not path.exists():
-        write_random_snac(path, dict(DEMO_SNAC, latent_dim=32, decoder_dim=64),
-                          name="snac_light_random")
+        write_random_snac(path, dict(DEMO_SNAC, latent_dim=latent_dim, decoder_dim=decoder_dim),
+                          name=f"snac_{name}_random")
     return path
 
 
@@ -109,15 +115,76 @@ def buffered_underruns(r: RunResult, prime_s: float = PRIME_S) -> int:
 
 def tick_stats(url: str) -> tuple[float, float]:
     """(tick p99 ms, mean batch) of the recent ticks, from /metrics."""
-    p99, batch = 0.0, 0.0
+    m = _metrics(url)
+    return m.get("tick_p99_ms", 0.0), m.get("batch", 0.0)
+
+
+def _metrics(url: str) -> dict[str, float]:
+    """What the rows use of /metrics: tick p99 (ms), mean batch, and the counters whose
+    differences over a run give the worker's time per phase, its ticks and its graphs."""
+    out: dict[str, float] = {}
     with urllib.request.urlopen(url.replace("ws://", "http://") + "/metrics", timeout=10) as r:
         for line in r.read().decode().splitlines():
             name, _, value = line.rpartition(" ")
+            v = float(value) if value and not line.startswith("#") else 0.0
             if name.startswith("codecd_tick_seconds_p99{"):
-                p99 = max(p99, 1e3 * float(value))
+                out["tick_p99_ms"] = max(out.get("tick_p99_ms", 0.0), 1e3 * v)
             elif name.startswith("codecd_batch_size_recent{"):
-                batch = max(batch, float(value))
-    return p99, batch
+                out["batch"] = max(out.get("batch", 0.0), v)
+            elif name.startswith("codecd_worker_phase_seconds_total{"):
+                phase = name.split('phase="')[1].split('"')[0]
+                out[phase] = out.get(phase, 0.0) + v
+            elif name.startswith("codecd_ticks_total{"):
+                out["ticks"] = out.get("ticks", 0.0) + v
+            elif name.startswith("codecd_graph_total{") and 'counter="computes"' in name:
+                out["computes"] = out.get("computes", 0.0) + v
+    return out
+
+
+def phase_cell(m0: dict[str, float], m1: dict[str, float]) -> tuple[str, str]:
+    """(the worker's ms per tick in ingest/step/collect/flush, graphs computed per tick) over a
+    run, from two /metrics snapshots."""
+    ticks = m1.get("ticks", 0.0) - m0.get("ticks", 0.0)
+    if ticks <= 0:
+        return "-", "-"
+    ms = [1e3 * (m1.get(k, 0.0) - m0.get(k, 0.0)) / ticks
+          for k in ("ingest", "step", "collect", "flush")]
+    graphs = (m1.get("computes", 0.0) - m0.get("computes", 0.0)) / ticks
+    return " / ".join(f"{x:.1f}" for x in ms), f"{graphs:.2f}"
+
+
+def _serve_value(args: list[str], flag: str, default: str) -> str:
+    """The value of ``--flag=V`` (or ``--flag V``) among codecd serve's arguments."""
+    for i, a in enumerate(args):
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+    return default
+
+
+def runtime_alone(source: str, ns: list[int], serve_args: list[str], ticks: int) -> dict[int, float]:
+    """N -> p99 tick (s) of the runtime alone (``bench.worker.run_runtime_alone``: N streams
+    stepped in one process, a pull per stream) on the daemon's device, threads and batch
+    limit, so that the daemon's largest N has the runtime's beside it."""
+    import numpy as np
+
+    from bench.worker import model_path, run_runtime_alone
+
+    path = model_path(source)
+    device = _serve_value(serve_args, "--devices", "auto").split(",")[0]
+    threads = int(_serve_value(serve_args, "--threads", "0"))
+    max_batch = int(_serve_value(serve_args, "--max-batch", "0"))
+    bucket = _serve_value(serve_args, "--batch-shapes", "pow2") == "pow2"
+    rng = np.random.default_rng(0)
+    out = {}
+    for n in ns:
+        t = run_runtime_alone(path, n, ticks, device, threads, rng, max_batch=max_batch or n,
+                              batch_bucket=bucket)
+        out[n] = float(np.percentile(t, 99))
+        print(f"runtime alone: {n} streams on {device}, tick p99 {1e3 * out[n]:.1f} ms",
+              file=sys.stderr, flush=True)
+    return out
 
 
 async def _first_audio(url: str, model: str, n_frames: int = 8) -> bool:
@@ -170,8 +237,10 @@ def restart_times(url: str, daemon_pid: int, model: str, kills: int, gap_s: floa
 
 
 HEADER = ("| fronts | N | TTFA p50 ms | TTFA p99 ms | gap p99 ms | underruns | underruns 200 ms "
-          "| busy | errors | msgs/s | tick p99 ms | batch | CPU main | CPU per front | CPU worker "
-          "| ok |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| busy | errors | msgs/s | tick p99 ms | batch | graphs/tick "
+          "| worker ms/tick ingest / step / collect / flush | CPU main | CPU per front "
+          "| CPU worker | ok |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+          "---|")
 
 
 def main() -> int:
@@ -194,7 +263,11 @@ def main() -> int:
                     help="after the load: SIGKILL the worker K times and time a new stream's "
                     "first audio after each (recovery)")
     ap.add_argument("--kill-gap", type=float, default=3.0, help="seconds between the kills")
+    ap.add_argument("--runtime-ticks", type=int, default=20,
+                    help="ticks of the runtime alone per N, timed after the daemon rows on the "
+                    "same device (0: skip); the ratio daemon/runtime is printed")
     args = ap.parse_args()
+    source = args.spawn
     if args.spawn == "light":
         args.spawn = str(light_model())
     base_args = list(args.serve_arg)
@@ -211,11 +284,14 @@ def main() -> int:
                 for _ in range(args.repeat):
                     pids = [proc.pid, *kids["front"], *kids["worker"]]
                     c0 = {p: _cpu(p) for p in pids}
+                    m0 = _metrics(url)
                     r = run_load([url], args.model, n, args.seconds, args.speed, args.per_conn,
                                  None, [], args.seconds / args.speed + 120.0, args.client_procs)
                     c1 = {p: _cpu(p) for p in pids}
                     cores = {p: (c1[p] - c0[p]) / r.wall for p in pids}
-                    p99, batch = tick_stats(url)
+                    m1 = _metrics(url)
+                    p99, batch = m1.get("tick_p99_ms", 0.0), m1.get("batch", 0.0)
+                    phases, graphs = phase_cell(m0, m1)
                     msgs = sum(len(s.gaps) + 1 for s in r.streams if s.ttfa is not None)
                     msgs += n * max(1, int(round(args.seconds / PERIOD)))
                     bu = buffered_underruns(r)
@@ -226,6 +302,7 @@ def main() -> int:
                     row = (f"| {nf} | {n} | {1e3 * r.ttfa(50):.1f} | {1e3 * r.ttfa(99):.1f} | "
                            f"{1e3 * r.gap_p99():.1f} | {r.underruns} | {bu} | {r.refused} | "
                            f"{r.errors} | {msgs / r.wall:.0f} | {p99:.1f} | {batch:.1f} | "
+                           f"{graphs} | {phases} | "
                            f"{cores[proc.pid]:.2f} | {fronts} | "
                            f"{sum(cores[p] for p in kids['worker']):.2f} | "
                            f"{'yes' if ok else 'no'} |")
@@ -253,6 +330,21 @@ def main() -> int:
         print(f"fronts {nf}: largest N meeting the criterion (and 0 underruns at 200 ms): {n}")
     for line in recov:
         print(line)
+    if args.runtime_ticks:
+        ns = [int(x) for x in args.n.split(",")]
+        alone = runtime_alone(source if source != "light" else args.spawn, ns, base_args,
+                              args.runtime_ticks)
+        ok_n = [n for n, t in alone.items() if t < PERIOD]
+        best_rt = max(ok_n, default=0)
+        print("\n| N | runtime alone tick p99 ms | real time |\n|---|---|---|")
+        for n, t in alone.items():
+            print(f"| {n} | {1e3 * t:.1f} | {'yes' if t < PERIOD else 'no'} |")
+        print(f"runtime alone: largest N of these in real time (tick p99 < {1e3 * PERIOD:.1f} ms): "
+              f"{best_rt}")
+        for nf in (int(x) for x in args.fronts.split(",")):
+            d = best.get(nf, 0)
+            ratio = f"{d / best_rt:.2f}" if best_rt else "-"
+            print(f"fronts {nf}: daemon/runtime = {d}/{best_rt} = {ratio} (target >= 0.9)")
     return 0
 
 

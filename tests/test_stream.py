@@ -248,3 +248,50 @@ def test_bad_input_leaves_stream_defined_and_others_untouched(codecrt, snac_case
         other.close()
         with pytest.raises(codecrt.StateError):
             s.push(levels)
+
+
+def test_push_many_pull_many_equal_one_by_one(codecrt, snac_cases):
+    """Packed pushes and one-buffer pulls of many streams give the per-stream calls' samples;
+    a bad stream fails alone, a short buffer keeps the rest, bad packing is refused whole."""
+    case = snac_cases("tiny")
+    rng = np.random.default_rng(7)
+    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu", max_streams=8) as ctx:
+        utts = [reference.random_codes(m.info, 8, None, rng) for _ in range(3)]
+        want = [offline(ctx, lv) for lv in utts]
+        ss = [ctx.stream() for _ in range(3)]
+        bad = [lv.copy() for lv in utts[1]]
+        bad[2][3] = 4096
+        batch = [utts[0], bad, utts[2]]
+        nlev = np.array([len(lv) for lv in batch], np.uint32)
+        lengths = np.array([len(a) for lv in batch for a in lv], np.uint32)
+        codes = np.concatenate([a for lv in batch for a in lv]).astype(np.int32)
+        with pytest.raises(codecrt.InputError):  # the lengths overrun the codes: nothing pushed
+            codecrt.push_many(ss, nlev, lengths, codes[:-1])
+        assert all(s.info.frames_pushed == 0 for s in ss)
+        errors = codecrt.push_many(ss, nlev, lengths, codes)
+        assert list(errors) == [1] and isinstance(errors[1], codecrt.CodeRangeError)
+        assert "level 2" in str(errors[1]) and ss[1].info.frames_pushed == 0
+        ss[1].push(utts[1])
+        for s in ss:
+            s.finish()
+        got: list[list[np.ndarray]] = [[], [], []]
+        out = np.empty(3 * 4096, np.float32)
+        while any(not s.done for s in ss):
+            ctx.step(ss)
+            counts, flags = codecrt.pull_many(ss, out[:1000])  # short: the rest stays
+            at = 0
+            for i, c in enumerate(counts.tolist()):
+                got[i].append(out[at:at + c].copy())
+                at += c
+            assert not (flags & codecrt.PULL_MORE).any() or counts.sum() == 1000
+            while (flags & codecrt.PULL_MORE).any():
+                counts, flags = codecrt.pull_many(ss, out)
+                at = 0
+                for i, c in enumerate(counts.tolist()):
+                    got[i].append(out[at:at + c].copy())
+                    at += c
+        assert all(flags & codecrt.PULL_DONE)
+        for g, w in zip(got, want):
+            assert np.array_equal(np.concatenate(g), w)
+        for s in ss:
+            s.close()

@@ -19,7 +19,15 @@
 #            --per-conn 8 --client-procs 4]; $SERVE_EXTRA is appended (e.g. --daemons 4)
 #   fronts   python -m bench fronts --spawn demo $FRONTS_ARGS: ONE daemon on cuda:0 with F front
 #            processes (issue 17) [--fronts 1,4,8 --n 256,512,768,1000,1200 --seconds 3
-#            --per-conn 8 --client-procs 8]; $FRONTS_EXTRA is appended
+#            --per-conn 8 --client-procs 8]; $FRONTS_EXTRA is appended; the daemon's batch limit and
+#            warmed buckets from $FRONTS_MAX_BATCH [1024] and $FRONTS_BUCKETS [64,256,1024]; the
+#            runtime alone runs after the rows on the same device and the daemon/runtime ratio is printed
+#   worker   python -m bench worker --spawn demo --device cuda:0 $WORKER_ARGS: the engine worker's
+#            host work per stream per tick by phase against the runtime alone, one process
+#            [--n 256,512,1000 --ticks 20]
+#   recovery python -m bench fronts --spawn demo --fronts 4 --n 8 --kill-worker 3 on cuda:0 with the
+#            DEFAULT batch buckets: SIGKILL the worker 3 times, seconds to a new stream's audio
+#            $RECOVERY_EXTRA is appended
 #   s3bench  python -m bench s3gen --random --device cuda:0 --threads 16 $S3GEN_ARGS [--repeat 2]
 #   check    python -m bench check, TF32 off, with ggml's CUDA fusion on and off
 #   sweep    python -m bench sweep $SWEEP_ARGS        every graph kind up to 300 s [the suite's]
@@ -101,13 +109,30 @@ serve() {
 
 fronts() {
     local args=${FRONTS_ARGS:---fronts 1,4,8 --n 256,512,768,1000,1200 --seconds 3 --per-conn 8 --client-procs 8}
-    local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=1024
-                  --serve-arg=--batch-buckets=64,256,1024 --serve-arg=--max-streams=1300
+    local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=${FRONTS_MAX_BATCH:-1024}
+                  --serve-arg=--batch-buckets=${FRONTS_BUCKETS:-64,256,1024} --serve-arg=--max-streams=1300
                   --serve-arg=--max-connections=1300 --serve-arg=--max-connections-per-ip=1300)
     stage "one daemon, F fronts: python3 -m bench fronts --spawn demo $args ${FRONTS_EXTRA:-} ${daemon[*]}"
     # shellcheck disable=SC2086
     python3 -m bench fronts --spawn demo $args ${FRONTS_EXTRA:-} "${daemon[@]}" 2>&1 \
         | tee "$OUT/fronts.md" | tee -a "$OUT/report.txt"
+}
+
+worker() {
+    local args=${WORKER_ARGS:---n 256,512,1000 --ticks 20}
+    stage "engine worker tick: python3 -m bench worker --spawn demo --device cuda:0 $args"
+    # shellcheck disable=SC2086
+    python3 -m bench worker --spawn demo --device cuda:0 $args 2>&1 \
+        | tee "$OUT/worker.md" | tee -a "$OUT/report.txt"
+}
+
+recovery() {
+    local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-connections-per-ip=1300)
+    stage "worker recovery, default buckets: python3 -m bench fronts --spawn demo --fronts 4 --n 8 --seconds 2 --kill-worker 3 --runtime-ticks 0 ${RECOVERY_EXTRA:-} ${daemon[*]}"
+    # shellcheck disable=SC2086
+    python3 -m bench fronts --spawn demo --fronts 4 --n 8 --seconds 2 --kill-worker 3 \
+        --runtime-ticks 0 ${RECOVERY_EXTRA:-} "${daemon[@]}" 2>&1 \
+        | tee "$OUT/recovery.md" | tee -a "$OUT/report.txt"
 }
 
 s3bench() {
@@ -205,6 +230,8 @@ for what in "$@"; do
         profile) profile ;;
         serve) serve ;;
         fronts) fronts ;;
+        worker) worker ;;
+        recovery) recovery ;;
         s3bench) s3bench ;;
         check) check ;;
         sweep) sweep ;;

@@ -28,7 +28,7 @@ from ._runtime import set_ggml_logging, version
 from ._model import Model, ModelInfo
 from ._voice import Voice
 from ._streaming import CodecStream, StreamStats, Tick, step
-from ._stream import Stream, StreamInfo
+from ._stream import PULL_DONE, PULL_MORE, PULL_READY, Stream, StreamInfo, pull_many, push_many
 from ._context import Context, Stats
 from ._lowlatency import LowLatencyStream
 from ._flowstream import FlowStream, FlowTick, step_flows
@@ -83,6 +83,9 @@ __all__ = [
     "ModelInfo",
     "NotGGUFError",
     "OutOfMemoryError",
+    "PULL_DONE",
+    "PULL_MORE",
+    "PULL_READY",
     "Stats",
     "StateError",
     "Stream",
@@ -97,6 +100,8 @@ __all__ = [
     "Voice",
     "diag",
     "noise",
+    "pull_many",
+    "push_many",
     "set_ggml_logging",
     "step",
     "step_flows",

@@ -10,7 +10,7 @@
  * exactly as in the headers, in the same order.
  */
 
-#define CODECRT_API_VERSION 4
+#define CODECRT_API_VERSION 5
 #define CODECRT_MAX_LEVELS 32
 #define CODECRT_MAX_BACKENDS 4
 
@@ -171,6 +171,14 @@ codecrt_status codecrt_stream_finish(codecrt_stream *stream);
 codecrt_status codecrt_stream_reset(codecrt_stream *stream);
 codecrt_status codecrt_stream_pull(codecrt_stream *stream, float *pcm, size_t capacity, size_t *n_out);
 codecrt_status codecrt_stream_get_info(const codecrt_stream *stream, codecrt_stream_info *info);
+codecrt_status codecrt_streams_push(codecrt_stream *const *streams, int32_t n, const uint32_t *n_levels,
+                                    const uint32_t *lengths, size_t n_lengths, const int32_t *codes,
+                                    size_t n_codes, codecrt_status *status);
+#define CODECRT_PULL_READY 1
+#define CODECRT_PULL_DONE 2
+#define CODECRT_PULL_MORE 4
+codecrt_status codecrt_streams_pull(codecrt_stream *const *streams, int32_t n, float *pcm, size_t capacity,
+                                    int64_t *counts, int32_t *flags);
 const char *codecrt_stream_last_error(const codecrt_stream *stream);
 codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n,
                                     int32_t *n_stepped);

@@ -20,14 +20,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._args import UINT64_MAX, as_codes, int_arg
+from ._args import UINT64_MAX, as_codes, check_out, int_arg
 from ._contextlike import ContextLike
-from ._errors import E_INVALID_ARGUMENT, E_STATE, CodeShapeError, _check, _fail
+from ._errors import (E_INVALID_ARGUMENT, E_STATE, CodecrtError, CodeShapeError, _check, _fail,
+                      error_for)
 from ._native import ffi, lib
 from ._runtime import c_str
 from ._streaming import StreamStats, Tick
 
-__all__ = ["Stream", "StreamInfo", "step_native", "step_exact"]
+__all__ = ["Stream", "StreamInfo", "step_native", "step_exact", "push_many", "pull_many",
+           "PULL_READY", "PULL_DONE", "PULL_MORE"]
+
+#: ``pull_many`` flags of a stream after its pull: a step would advance it; it is done (every
+#: sample produced); samples are left (the buffer ran out before they all fit)
+PULL_READY, PULL_DONE, PULL_MORE = 1, 2, 4
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,84 @@ def step_exact(ctx: ContextLike, streams: Sequence[Any]) -> Tick:
     runtime streams (``.native``) advance together in one graph."""
     n = step_native(ctx, [s.native for s in streams])
     return Tick(n, {}, n)
+
+
+def _handles(streams: Sequence[Stream | None]) -> tuple[Any, Any]:
+    """(the one context of ``streams``, their native handles; None -> NULL)."""
+    ctx = None
+    ptrs = []
+    for i, s in enumerate(streams):
+        if s is None:
+            ptrs.append(ffi.NULL)
+            continue
+        if ctx is None:
+            ctx = s._ctx
+        elif s._ctx is not ctx:
+            _fail(E_INVALID_ARGUMENT, f"stream {i} belongs to another context")
+        ptrs.append(s._handle())
+    return ctx, ffi.new("codecrt_stream *[]", ptrs) if ptrs else ffi.NULL
+
+
+def _u32(name: str, a: npt.NDArray[Any]) -> Any:
+    if not isinstance(a, np.ndarray) or a.dtype != np.uint32 or not a.dtype.isnative or \
+            a.ndim != 1 or not a.flags.c_contiguous:
+        _fail(E_INVALID_ARGUMENT, f"{name} must be a 1-D C-contiguous native uint32 array")
+    return ffi.from_buffer("uint32_t[]", a)
+
+
+def push_many(streams: Sequence[Stream | None], n_levels: npt.NDArray[np.uint32],
+              lengths: npt.NDArray[np.uint32], codes: npt.NDArray[np.int32]
+              ) -> dict[int, CodecrtError]:
+    """Codes for many streams of one context in one call (``codecrt_streams_push``): stream
+    ``i`` gets ``n_levels[i]`` levels, their lengths the next entries of ``lengths``, their
+    codes the next ones of ``codes`` (a packed batch, e.g. a PUSH record's arrays, read in
+    place). None entries are skipped. Each stream is validated and appended as by
+    :meth:`Stream.push`; the errors by stream index (nothing pushed to those)."""
+    n = len(streams)
+    if len(n_levels) != n:
+        _fail(E_INVALID_ARGUMENT, f"{len(n_levels)} level counts for {n} streams")
+    if not isinstance(codes, np.ndarray) or codes.dtype != np.int32 or not codes.dtype.isnative \
+            or codes.ndim != 1 or not codes.flags.c_contiguous:
+        _fail(E_INVALID_ARGUMENT, "codes must be a 1-D C-contiguous native int32 array")
+    if n == 0:
+        return {}
+    ctx, ptrs = _handles(streams)
+    status = ffi.new("codecrt_status[]", n)
+    nl, ln = _u32("n_levels", n_levels), _u32("lengths", lengths)
+    cd = ffi.from_buffer("int32_t[]", codes)
+    if ctx is None:
+        return {}
+    with ctx._lock:
+        _check(lib.codecrt_streams_push(ptrs, n, nl, ln, len(lengths), cd, len(codes), status),
+               "bad packed batch: level counts, lengths and codes disagree")
+    errors: dict[int, CodecrtError] = {}
+    if any(status):
+        for i in range(n):
+            if status[i] and streams[i] is not None:
+                errors[i] = error_for(status[i], streams[i]._last_error())  # type: ignore[union-attr]
+    return errors
+
+
+def pull_many(streams: Sequence[Stream | None], out: npt.NDArray[np.float32]
+              ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+    """The final samples of many streams of one context into ``out``, stream after stream
+    (``codecrt_streams_pull``): (samples per stream, flags per stream: PULL_READY,
+    PULL_DONE, PULL_MORE). A stream whose samples do not all fit keeps the rest
+    (PULL_MORE): pull again."""
+    n = len(streams)
+    counts = np.zeros(n, dtype=np.int64)
+    flags = np.zeros(n, dtype=np.int32)
+    if n == 0:
+        return counts, flags
+    out = check_out(out)
+    ctx, ptrs = _handles(streams)
+    if ctx is None:
+        return counts, flags
+    with ctx._lock:
+        _check(lib.codecrt_streams_pull(ptrs, n, ffi.from_buffer("float[]", out), out.size,
+                                        ffi.from_buffer("int64_t[]", counts),
+                                        ffi.from_buffer("int32_t[]", flags)))
+    return counts, flags
 
 
 class Stream:

@@ -46,6 +46,7 @@ LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 METRICS_ACCESS = ("auto", "token", "loopback", "open")
 FLOW_PRECISIONS = ("f32", "bf16")  # codecrt.Context(precision=...)
+BATCH_SHAPES = ("pow2", "exact")  # codecrt.Context(batch_bucket=True / False)
 
 
 class ConfigError(ValueError):
@@ -93,6 +94,10 @@ class Config:
     batch_buckets: list[int] = _f(list, "batch sizes warmed up at start (empty: the largest "
                                   "and 1)", factory=True, metavar="N,...")
     max_batch: int = _f(64, "most streams decoded in one tick")
+    batch_shapes: str = _f("pow2", "a tick graph's batch: pow2 (the ready streams rounded up to a "
+                           "power of two within max_batch: few graphs, padded compute) or exact "
+                           "(the ready streams only: a graph rebuilt inside the reserved buffers "
+                           "when their count changes, no padding)")
     gather_ms: float = _f(2.0, "how long a worker waits to gather streams into a batch")
     tick_align_ms: float = _f(0.0, "ticks on a cadence: a stream that becomes ready waits "
                               "for the next multiple of this many ms (unless every open stream "
@@ -171,6 +176,8 @@ class Config:
                         "each must be in 1..4096")
         if not 0 <= self.flow_steps <= 100:
             errs.append(f"flow_steps = {self.flow_steps}: must be in 0..100 (0: the model's default)")
+        if self.batch_shapes not in BATCH_SHAPES:
+            errs.append(f"batch_shapes: one of {', '.join(BATCH_SHAPES)}, got {self.batch_shapes!r}")
         if self.flow_precision not in FLOW_PRECISIONS:
             errs.append(f"flow_precision: one of {', '.join(FLOW_PRECISIONS)}, "
                         f"got {self.flow_precision!r}")
@@ -302,7 +309,7 @@ def _coerce(name: str, v: Any, where: str) -> Any:
         if not isinstance(v, str):
             raise ValueError("expected a string")
         return v.lower() if name in ("log_format", "log_level", "flow_precision",
-                                     "metrics_access") else v
+                                     "metrics_access", "batch_shapes") else v
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {name}: {e} (got {v!r})") from None
 

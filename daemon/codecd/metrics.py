@@ -86,6 +86,8 @@ class _StatsCollector(Collector):
         rss = GaugeMetricFamily("codecd_resident_memory_bytes", "resident set size",
                                 labels=["process"])
         rss.add_metric(["daemon"], _rss(int(getattr(s, "pid", 0) or os.getpid())))
+        phase = CounterMetricFamily("codecd_worker_phase_seconds", "worker loop time by phase "
+                                    "(ingest, step, collect, flush)", labels=["worker", "phase"])
         lab = ["worker", "model"]
         pend = GaugeMetricFamily("codecd_pending_frames", "frames pushed, not yet decoded", labels=lab)
         bmax = GaugeMetricFamily("codecd_batch_size_max", "largest batch of one tick", labels=lab)
@@ -107,6 +109,8 @@ class _StatsCollector(Collector):
             up.add_metric([wi], 1 if w["state"] == "ready" else 0)
             if w.get("pid"):
                 rss.add_metric([f"worker{wi}"], _rss(int(w["pid"])))
+            for ph, sec in ((w.get("worker") or {}).get("phase_s") or {}).items():
+                phase.add_metric([wi, ph], sec)
             for name, m in ((w.get("worker") or {}).get("models") or {}).items():
                 lv = [wi, name]
                 pend.add_metric(lv, m.get("pending_frames", 0))
@@ -126,7 +130,7 @@ class _StatsCollector(Collector):
                     cbuf.add_metric(lv + [str(be)], nb)
                 wbytes.add_metric(lv, c.get("weight_bytes", 0))
                 sbytes.add_metric(lv, c.get("state_bytes", 0))
-        yield from (restarts, queued, up, rss, pend, bmax, bmean, tmean, tmax, tp99, ticks, graph,
+        yield from (restarts, queued, up, rss, phase, pend, bmax, bmean, tmean, tmax, tp99, ticks, graph,
                     cbuf, wbytes, sbytes)
 
 

@@ -64,7 +64,8 @@ __all__ = [
     "StreamOptions", "Hello", "Configure", "OpenStream", "PushCodes", "FinishStream",
     "CancelStream", "Probe", "StatsRequest", "Stop", "Crash", "Ready", "Failed", "StreamOpened",
     "AudioOut", "StreamDone", "StreamFailed", "ProbeReply", "Stats", "Log", "Stopped", "Message",
-    "encode", "decode", "check_hello",
+    "encode", "decode", "check_hello", "records", "read_record", "push_arrays", "push_messages",
+    "audio_packet",
 ]
 
 #: the version this module speaks; both ends must agree (checked at the hello)
@@ -82,6 +83,8 @@ _PAD = bytes(8)
 _MAX_BODY = 2**32 - 1
 _MAX_BATCH = 2**16 - 1  # streams in one batch record (its count is a u16)
 _I32 = np.dtype("<i4")
+_U32A = np.dtype("<u4")
+_U64A = np.dtype("<u8")
 _F32 = np.dtype("<f4")
 
 
@@ -459,23 +462,34 @@ def _slices(flat: Any, lengths: Sequence[int]) -> list[Any]:
     return [flat[a:b] for a, b in zip(offs, offs[1:])]
 
 
-def _read_push(body: memoryview, k: int) -> list[PushCodes]:
+def push_arrays(body: memoryview, k: int) -> tuple[Any, Any, Any, Any]:
+    """A PUSH record's body as its arrays, read in place: (sid u64[k], n_levels u32[k],
+    lengths u32[sum(n_levels)], codes i32[sum(lengths)]); a WireError if it is not one."""
     if len(body) < 12 * k:
         raise MalformedError(f"PushCodes: body of {len(body)} bytes for {k} streams")
-    sids = struct.unpack_from(f"<{k}Q", body)
-    nlev = struct.unpack_from(f"<{k}I", body, 8 * k)
-    n = sum(nlev)
+    sids = np.frombuffer(body, dtype=_U64A, count=k)
+    nlev = np.frombuffer(body, dtype=_U32A, count=k, offset=8 * k)
+    n = int(nlev.sum(dtype=np.int64))
     start = 12 * k + 4 * n
     start += -start % 8
     if len(body) < start:
         raise MalformedError(f"PushCodes: body of {len(body)} bytes for {n} levels")
-    lengths = struct.unpack_from(f"<{n}I", body, 12 * k)
-    if start + 4 * sum(lengths) != len(body):
-        raise MalformedError(f"PushCodes: {sum(lengths)} codes do not fill a body of "
-                             f"{len(body)} bytes")
-    levels = _slices(np.frombuffer(body, dtype=_I32, offset=start), lengths)
-    ends = list(accumulate(nlev, initial=0))
-    return [PushCodes(sid, levels[a:b]) for sid, a, b in zip(sids, ends, ends[1:])]
+    lengths = np.frombuffer(body, dtype=_U32A, count=n, offset=12 * k)
+    if start + 4 * int(lengths.sum(dtype=np.int64)) != len(body):
+        raise MalformedError(f"PushCodes: {int(lengths.sum(dtype=np.int64))} codes do not fill a "
+                             f"body of {len(body)} bytes")
+    return sids, nlev, lengths, np.frombuffer(body, dtype=_I32, offset=start)
+
+
+def _read_push(body: memoryview, k: int) -> list[PushCodes]:
+    return push_messages(*push_arrays(body, k))
+
+
+def push_messages(sids: Any, nlev: Any, lengths: Any, codes: Any) -> list[PushCodes]:
+    """The PushCodes of a PUSH record's arrays (:func:`push_arrays`), levels as views."""
+    levels = _slices(codes, lengths.tolist())
+    ends = list(accumulate(nlev.tolist(), initial=0))
+    return [PushCodes(sid, levels[a:b]) for sid, a, b in zip(sids.tolist(), ends, ends[1:])]
 
 
 def _read_audio(body: memoryview, k: int) -> list[AudioOut]:
@@ -523,11 +537,10 @@ def encode(messages: Iterable[Message]) -> bytes:
     return b"".join(parts)
 
 
-def decode(data: bytes | bytearray | memoryview) -> list[Message]:
-    """The messages of one packet; a :class:`WireError` if it is not one. Arrays in the
-    messages are read-only views of ``data``."""
+def records(data: bytes | bytearray | memoryview) -> Iterator[tuple[int, int, memoryview]]:
+    """The records of one packet as (kind, count, body), in order; a :class:`WireError` if it
+    is not one (for a reader that handles some kinds in bulk: :func:`push_arrays`)."""
     view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
-    out: list[Message] = []
     at, end = 0, len(view)
     unpack = _HEADER.unpack_from
     while at < end:
@@ -539,18 +552,46 @@ def decode(data: bytes | bytearray | memoryview) -> list[Message]:
             name = getattr(_KINDS.get(kind), "__name__", f"record 0x{kind:02x}")
             raise TruncatedError(f"{name} at offset {at}: body of {size} bytes, "
                                  f"{end - start} left")
-        reader = _READERS.get(kind)
-        if reader is not None:
-            out += reader(view[start:start + size], count)
-        else:
-            cls = _KINDS.get(kind)
-            if cls is None:
-                raise MalformedError(f"unknown record kind 0x{kind:02x} at offset {at}")
-            out.append(cls._read(view[start:start + size], count))
+        if kind not in _READERS and kind not in _KINDS:
+            raise MalformedError(f"unknown record kind 0x{kind:02x} at offset {at}")
+        yield kind, count, view[start:start + size]
         at = start + size + (-size % 8)
     if at != end:
         raise TruncatedError("the last record's padding runs past the end of the packet")
+
+
+def read_record(kind: int, count: int, body: memoryview) -> list[Message]:
+    """The messages of one record (:func:`records`)."""
+    reader = _READERS.get(kind)
+    if reader is not None:
+        return reader(body, count)
+    return [_KINDS[kind]._read(body, count)]
+
+
+def decode(data: bytes | bytearray | memoryview) -> list[Message]:
+    """The messages of one packet; a :class:`WireError` if it is not one. Arrays in the
+    messages are read-only views of ``data``."""
+    out: list[Message] = []
+    for kind, count, body in records(data):
+        out += read_record(kind, count, body)
     return out
+
+
+def audio_packet(sids: Any, counts: Any, pcm: Any) -> list[Any]:
+    """One packet of one AUDIO batch record from arrays, as the parts to concatenate (no
+    copy of ``pcm``): the bytes :func:`encode` writes for ``AudioOut(sids[i], pcm of
+    counts[i] samples)``, in order. ``sids``: u64[k], ``counts``: u32[k] (each > 0),
+    ``pcm``: f32[sum(counts)], C-contiguous; k <= 65535."""
+    k = len(sids)
+    if k > _MAX_BATCH:
+        raise ValueError(f"an AUDIO record holds at most {_MAX_BATCH} streams, got {k}")
+    head = 12 * k + (-12 * k % 8)
+    size = head + 4 * len(pcm)
+    if size > _MAX_BODY:
+        raise ValueError(f"AudioOut: body of {size} bytes is too large")
+    return [_HEADER.pack(AudioOut.kind, 0, k, size), np.ascontiguousarray(sids, _U64A),
+            np.ascontiguousarray(counts, _U32A), _PAD[:head - 12 * k],
+            np.ascontiguousarray(pcm, _F32), _PAD[:-size % 8]]
 
 
 def check_hello(messages: Sequence[Message]) -> list[Message]:

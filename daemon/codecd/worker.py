@@ -26,6 +26,13 @@ front is stepped in the same ticks. A front whose doorbell hangs up (it died)
 has its streams closed; one that leaves too many event records unread has its
 channel closed (it asks main for a new one).
 
+Packed path (exact streams, the bulk of a GPU's load): a front's PUSH record is applied by
+one runtime call on the record's own arrays (``codecrt.push_many``), a model's tick pulls
+every stream's PCM in one call into one buffer (``codecrt.pull_many``), and each front gets
+one AUDIO packet made of its slice of that buffer (the tick's streams are sorted by sid,
+whose high bits are the front). Other kinds of streams go one by one. ``phases`` times
+each part of the loop (ingest, step, collect, flush) for the stats and ``/metrics``.
+
 ``sid`` is the parent's integer stream id (never reused within a worker), not
 the caller's key. Commands for an unknown ``sid`` (a stream that already failed
 or finished while the command was in flight) are dropped.
@@ -55,7 +62,10 @@ from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection
+from operator import attrgetter
 from typing import Any, NoReturn
+
+import numpy as np
 
 from .channel import WorkerEnds, packets, recv_msg
 from .engine.config import EngineConfig
@@ -84,6 +94,10 @@ _RETRY_S = 0.002  # poll timeout while a front's event ring is full
 _BACKGROUND_IDLE_S = 2.0
 #: event packets (one per tick) a front may leave unread before its channel is closed
 _MAX_FRONT_BACKLOG = 1024
+_SID = attrgetter("sid")
+#: the loop's phases timed in ``Worker.phases`` (stats ``phase_s``, ``phase_cpu_s``; /metrics
+#: ``codecd_worker_phase_seconds``): where a tick's host time goes
+PHASES = ("ingest", "step", "collect", "flush")
 
 
 def error_code_for(exc: BaseException) -> str:
@@ -143,6 +157,27 @@ class _ForwardHandler(logging.Handler):
 # ------------------------------------------------------------------------ state
 
 
+class PhaseClock:
+    """Seconds spent per phase of the loop (:data:`PHASES`), wall (``perf_counter``) and this
+    thread's CPU (``thread_time``: what the phase cost, without the time another process
+    held the core). A few calls per tick, never per stream."""
+
+    def __init__(self) -> None:
+        self.wall = dict.fromkeys(PHASES, 0.0)
+        self.cpu = dict.fromkeys(PHASES, 0.0)
+
+    @staticmethod
+    def now() -> tuple[float, float]:
+        return time.perf_counter(), time.thread_time()
+
+    def add(self, phase: str, since: tuple[float, float]) -> tuple[float, float]:
+        """Charge the time since ``since`` to ``phase``; the clocks now."""
+        t = self.now()
+        self.wall[phase] += t[0] - since[0]
+        self.cpu[phase] += t[1] - since[1]
+        return t
+
+
 @dataclass(eq=False)
 class _Stream:
     sid: int
@@ -165,6 +200,9 @@ class _Model:
     streams_opened: int = 0
     streams_done: int = 0
     streams_failed: int = 0
+    #: the tick's PCM of every stream, pulled in one call (reused: a tick's AUDIO packets
+    #: point into it until flush writes them or copies them into the backlog)
+    pcm: Any = None
 
 
 @dataclass(eq=False)
@@ -174,7 +212,7 @@ class _FrontLink:
     fid: int
     ends: WorkerEnds
     sids: set[int] = field(default_factory=set)  # worker-side sids of its open streams
-    backlog: deque[bytes] = field(default_factory=deque)
+    backlog: deque[Any] = field(default_factory=deque)  # bytes, or a _Packet until flushed
     packets_in: int = 0
     packets_out: int = 0
 
@@ -195,6 +233,18 @@ def _local(m: wire.Message) -> wire.Message:
 _STREAM_EVENTS = (wire.AudioOut, wire.StreamDone, wire.StreamFailed, wire.StreamOpened)
 
 
+@dataclass(eq=False)
+class _Packet:
+    """A front's AUDIO packet built from the tick's arrays (``wire.audio_packet`` parts, which
+    point into a reused buffer): written to the ring as it is, or copied into the backlog."""
+
+    fid: int
+    parts: list[Any]
+
+    def materialize(self) -> bytes:
+        return b"".join(p if isinstance(p, bytes) else p.tobytes() for p in self.parts)
+
+
 class Worker:
     """The worker's state and loop (runs in the child; see the module docstring)."""
 
@@ -207,7 +257,8 @@ class Worker:
         self.cfg = cfg
         self.device = device
         self.index = index
-        self.out: list[wire.Message] = []
+        #: events waiting for flush: wire messages, and AUDIO packets built from arrays
+        self.out: list[Any] = []
         self._handlers: dict[type, Callable[[Any], None]] = {
             wire.PushCodes: self._on_push, wire.OpenStream: self._on_open,
             wire.FinishStream: self._on_finish, wire.CancelStream: self._on_cancel,
@@ -226,6 +277,7 @@ class Worker:
         self._background: list[tuple[ExactStreamModel, list[int]]] = []
         self._warming: Generator[bool, None, None] | None = None
         self._background_wait_until = 0.0
+        self.phases = PhaseClock()
 
     # ------------------------------------------------------------- start-up
 
@@ -427,23 +479,61 @@ class Worker:
         base = link.fid << _FID_SHIFT
         for rec in cons.records():
             link.packets_in += 1
-            for cmd in wire.decode(bytes(rec)):  # a copy: arrays outlive the ring's room
-                self.commands += 1
-                if isinstance(cmd, wire.PushCodes):
-                    self._push(base | cmd.sid, cmd.levels)
-                elif isinstance(cmd, wire.OpenStream):
-                    self._open(base | cmd.sid, cmd.model, cmd.options)
-                    if base | cmd.sid in self.where:
-                        link.sids.add(base | cmd.sid)
-                elif isinstance(cmd, wire.CancelStream):
-                    self._close(base | cmd.sid)
-                elif isinstance(cmd, wire.FinishStream):
-                    self._finish(base | cmd.sid)
-                else:
-                    logger.warning("unexpected command %s from front %d", type(cmd).__name__,
-                                   link.fid)
+            data = bytes(rec)  # a copy: arrays outlive the ring's room
+            for kind, count, body in wire.records(data):
+                if kind == wire.PushCodes.kind:
+                    self.commands += count
+                    self._push_batch(base, *wire.push_arrays(body, count))
+                    continue
+                for cmd in wire.read_record(kind, count, body):
+                    self.commands += 1
+                    if isinstance(cmd, wire.OpenStream):
+                        self._open(base | cmd.sid, cmd.model, cmd.options)
+                        if base | cmd.sid in self.where:
+                            link.sids.add(base | cmd.sid)
+                    elif isinstance(cmd, wire.CancelStream):
+                        self._close(base | cmd.sid)
+                    elif isinstance(cmd, wire.FinishStream):
+                        self._finish(base | cmd.sid)
+                    else:
+                        logger.warning("unexpected command %s from front %d",
+                                       type(cmd).__name__, link.fid)
         if not alive:
             self._detach(link.fid)
+
+    def _push_batch(self, base: int, sids: Any, nlev: Any, lengths: Any, codes: Any) -> None:
+        """A front's PUSH record: one runtime call for its streams when they are all exact
+        streams of one context (``codecrt.push_many``, the record's arrays read in place),
+        else one push per stream."""
+        import codecrt
+
+        sts: list[_Stream | None] = []
+        ctx = None
+        packed = True
+        for sid in sids.tolist():
+            m = self.where.get(base | sid)
+            if m is None:
+                sts.append(None)
+                continue
+            st = m.streams[base | sid]
+            sts.append(st)
+            if packed and (type(st.stream) is not codecrt.Stream or
+                           (ctx is not None and ctx is not m.lm.ctx)):
+                packed = False
+            ctx = m.lm.ctx
+        if not packed:
+            for msg in wire.push_messages(sids, nlev, lengths, codes):
+                self._push(base | msg.sid, msg.levels)
+            return
+        errors = codecrt.push_many([x.stream if x is not None else None for x in sts],
+                                   nlev, lengths, codes)
+        for i, x in enumerate(sts):
+            if x is None:
+                logger.debug("push for unknown stream %d dropped", base | int(sids[i]))
+            elif i in errors:
+                self._fail(x.sid, error_code_for(errors[i]), str(errors[i]))
+            else:
+                x.maybe_ready = True
 
     def _wait(self, timeout: float | None) -> bool:
         """Whether the pipe, the descriptor socket or a front's doorbell is readable within
@@ -472,10 +562,11 @@ class Worker:
         cands = [st for st in m.streams.values() if st.maybe_ready]
         if not cands:
             return 0
+        cands.sort(key=_SID)  # each front's streams side by side: one AUDIO record per front
         if len(cands) > self.cfg.max_batch and m.ticks % len(cands):
             r = m.ticks % len(cands)  # more ready than one graph holds: rotate for fairness
             cands = cands[r:] + cands[:r]
-        t0 = time.perf_counter()
+        t0 = self.phases.now()
         try:
             tick = codecrt.step(m.lm.ctx, [st.stream for st in cands])
         except codecrt.CodecrtError as e:
@@ -484,7 +575,8 @@ class Worker:
             for st in cands:
                 self._fail(st.sid, error_code_for(e), f"decode failed: {e}")
             return 0
-        dt = (time.perf_counter() - t0) * 1e3
+        t1 = self.phases.add("step", t0)
+        dt = (t1[0] - t0[0]) * 1e3
         if tick.errors:  # each ended only its own stream's step
             for i, err in tick.errors.items():
                 st = cands[i]
@@ -498,8 +590,12 @@ class Worker:
             m.batches.append(tick.largest_batch)
             m.tick_ms.append(dt)
             m.max_batch_seen = max(m.max_batch_seen, tick.largest_batch)
-        for st in cands:
-            self._collect(m, st)
+        if all(type(st.stream) is codecrt.Stream for st in cands):
+            self._collect_batch(m, cands)
+        else:
+            for st in cands:
+                self._collect(m, st)
+        self.phases.add("collect", t1)
         return n
 
     def _collect(self, m: _Model, st: _Stream) -> None:
@@ -514,6 +610,57 @@ class Worker:
             self._close(st.sid)
         elif not stats.ready:
             st.maybe_ready = False
+
+    def _collect_batch(self, m: _Model, cands: list[_Stream]) -> None:
+        """:meth:`_collect` for exact streams of one context, sorted by sid: every stream's PCM
+        in one call into ``m.pcm``, one AUDIO packet per front made of its slice of it."""
+        import codecrt
+
+        n = len(cands)
+        per = m.lm.chunk_frames * m.lm.model.info.hop_length  # samples a tick adds
+        if m.pcm is None or m.pcm.size < n * per:
+            m.pcm = np.empty(n * per, dtype=np.float32)
+        counts, flags = codecrt.pull_many([st.stream for st in cands], m.pcm)
+        sids = np.fromiter((st.sid for st in cands), dtype=np.uint64, count=n)
+        offs = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=offs[1:])
+        fids = sids >> np.uint64(_FID_SHIFT)
+        bounds = [0, *(np.flatnonzero(fids[1:] != fids[:-1]) + 1).tolist(), n]
+        for a, b in zip(bounds, bounds[1:]):
+            link = self.fronts.get(int(fids[a])) if fids[a] else None
+            if link is None:  # the pipe's streams: one message each, copied (m.pcm is reused)
+                for i in range(a, b):
+                    if counts[i]:
+                        self.out.append(wire.AudioOut(int(sids[i]),
+                                                      m.pcm[offs[i]:offs[i + 1]].copy()))
+                continue
+            keep = counts[a:b] > 0
+            self._audio_packets(link, sids[a:b][keep] & np.uint64(_SID_MASK),
+                                counts[a:b][keep].astype(np.uint32), m.pcm[offs[a]:offs[b]])
+        for i in np.flatnonzero(flags & codecrt.PULL_MORE).tolist():  # the buffer ran out
+            rest = cands[i].stream.pull()
+            self.out.append(wire.AudioOut(cands[i].sid, rest))
+        for i in np.flatnonzero(flags & codecrt.PULL_DONE).tolist():
+            st = cands[i]
+            self.out.append(wire.StreamDone(st.sid, st.stream.stats.total_samples))
+            m.streams_done += 1
+            self._close(st.sid)
+        for i in np.flatnonzero((flags & (codecrt.PULL_DONE | codecrt.PULL_READY)) == 0).tolist():
+            cands[i].maybe_ready = False
+
+    def _audio_packets(self, link: _FrontLink, sids: Any, counts: Any, pcm: Any) -> None:
+        """A front's audio of one tick as AUDIO packets of at most a quarter of its event ring
+        (a ring record can never be larger than the ring) and 65,535 streams each."""
+        limit = max(1, (link.ends.events.capacity // 4 - 64) // 4)  # samples per packet
+        ends = np.cumsum(counts, dtype=np.int64)
+        a, at = 0, 0
+        while a < len(sids):
+            b = int(np.searchsorted(ends, at + limit, side="right"))
+            b = min(max(b, a + 1), a + 65535, len(sids))
+            end = int(ends[b - 1])
+            self.out.append(_Packet(link.fid, wire.audio_packet(sids[a:b], counts[a:b],
+                                                                pcm[at:end])))
+            a, at = b, end
 
     def _busy(self) -> bool:
         return any(st.maybe_ready for m in self.models.values() for st in m.streams.values())
@@ -539,9 +686,11 @@ class Worker:
         """Apply every command waiting: the pipe's (at most _MAX_DRAIN messages), the
         descriptor socket's, every front's ring."""
         if self.fdsock is not None:
+            t0 = self.phases.now()
             self._on_control()
             for link in list(self.fronts.values()):
                 self._read_front(link)
+            self.phases.add("ingest", t0)
         for _ in range(_MAX_DRAIN):
             if not self.conn.poll(0):
                 return
@@ -553,26 +702,48 @@ class Worker:
     def flush(self) -> None:
         """Send what is waiting: the pipe's messages in one packet, each front's events in one
         ring record (one batch: the audio of every stream of that front in this tick)."""
+        t0 = self.phases.now()
+        self._flush()
+        self.phases.add("flush", t0)
+
+    def _flush(self) -> None:
         if self.out:
             out, self.out = self.out, []
             if self.fronts:
                 mine: list[wire.Message] = []
-                per: dict[int, list[wire.Message]] = {}
+                per: dict[int, list[Any]] = {}
                 for m in out:
-                    if isinstance(m, _STREAM_EVENTS) and m.sid > _SID_MASK:
+                    if type(m) is _Packet:
+                        per.setdefault(m.fid, []).append(m)
+                    elif isinstance(m, _STREAM_EVENTS) and m.sid > _SID_MASK:
                         per.setdefault(m.sid >> _FID_SHIFT, []).append(_local(m))
                     else:
                         mine.append(m)
                 for fid, msgs in per.items():
                     link = self.fronts.get(fid)
                     if link is not None:
-                        link.backlog.extend(packets(msgs, link.ends.events.capacity // 4))
+                        self._queue_front(link, msgs)
                 out = mine
             if out:
                 self.conn.send_bytes(wire.encode(out))
         for link in list(self.fronts.values()):
             if link.backlog:
                 self._send_front(link)
+
+    def _queue_front(self, link: _FrontLink, msgs: list[Any]) -> None:
+        """A front's events, in order, into its backlog: runs of messages as wire packets,
+        AUDIO packets as they are."""
+        run: list[wire.Message] = []
+        for x in msgs:
+            if type(x) is _Packet:
+                if run:
+                    link.backlog.extend(packets(run, link.ends.events.capacity // 4))
+                    run = []
+                link.backlog.append(x)
+            else:
+                run.append(x)
+        if run:
+            link.backlog.extend(packets(run, link.ends.events.capacity // 4))
 
     def _send_front(self, link: _FrontLink) -> None:
         prod = link.ends.events
@@ -584,8 +755,14 @@ class Worker:
             self._detach(link.fid)
             return
         while link.backlog:
-            if not prod.write([link.backlog[0]]):
-                break  # full: the front reads, we retry on the next turn
+            x = link.backlog[0]
+            if not prod.write(x.parts if type(x) is _Packet else [x]):
+                # full: the front reads, we retry on the next turn; an AUDIO packet's
+                # arrays point into a buffer the next tick reuses: copied now
+                for i, y in enumerate(link.backlog):
+                    if type(y) is _Packet:
+                        link.backlog[i] = y.materialize()
+                break
             link.backlog.popleft()
             link.packets_out += 1
         if not prod.ring():
@@ -707,7 +884,9 @@ class Worker:
                 "fronts": {str(f): {"streams": len(l.sids), "packets_in": l.packets_in,
                                     "packets_out": l.packets_out, "backlog": len(l.backlog)}
                            for f, l in self.fronts.items()},
-                "load_ms": round(self.warmup_ms, 3), "models": models}
+                "load_ms": round(self.warmup_ms, 3), "models": models,
+                "phase_s": {k: round(v, 6) for k, v in self.phases.wall.items()},
+                "phase_cpu_s": {k: round(v, 6) for k, v in self.phases.cpu.items()}}
 
 
 def _crash(how: str) -> None:

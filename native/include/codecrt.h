@@ -49,7 +49,8 @@
 extern "C" {
 #endif
 
-#define CODECRT_API_VERSION 4 /* 3: codecrt_context_params.precision; 4: CODECRT_MAX_LEVELS 32 (DAC 24 kHz, Mimi) */
+#define CODECRT_API_VERSION 5 /* 3: codecrt_context_params.precision; 4: CODECRT_MAX_LEVELS 32 (DAC 24 kHz, Mimi);
+                                  5: codecrt_streams_push, codecrt_streams_pull */
 #define CODECRT_MAX_LEVELS 32
 #define CODECRT_MAX_BACKENDS 4
 
@@ -330,6 +331,40 @@ codecrt_status codecrt_stream_reset(codecrt_stream *stream);
 codecrt_status codecrt_stream_pull(codecrt_stream *stream, float *pcm, size_t capacity, size_t *n_out);
 
 codecrt_status codecrt_stream_get_info(const codecrt_stream *stream, codecrt_stream_info *info);
+
+/*
+ * Many streams in one call (a server's tick: the codes of every stream that sent
+ * some, the PCM of every stream that was stepped), so that a caller in another
+ * language pays one crossing per tick, not one per stream.
+ *
+ * codecrt_streams_push: stream i receives n_levels[i] levels; their lengths are
+ * the next n_levels[i] entries of lengths[0..n_lengths), their codes the next
+ * sum of those lengths of codes[0..n_codes), in order (the layout of a packed
+ * batch: one length array, one code array). The arrays are checked first
+ * (n_levels sum to n_lengths, lengths sum to at most n_codes: else
+ * E_INVALID_ARGUMENT and nothing is pushed). Then each stream is validated and
+ * appended exactly as by codecrt_stream_push; status[i] receives its result
+ * (its message: codecrt_stream_last_error), and one stream's bad codes never
+ * touch another. A NULL stream is skipped (status E_INVALID_ARGUMENT). Returns
+ * CODECRT_OK once the arrays were valid, whatever the streams' statuses.
+ */
+codecrt_status codecrt_streams_push(codecrt_stream *const *streams, int32_t n, const uint32_t *n_levels,
+                                    const uint32_t *lengths, size_t n_lengths, const int32_t *codes,
+                                    size_t n_codes, codecrt_status *status);
+
+#define CODECRT_PULL_READY 1 /* a tick would advance the stream */
+#define CODECRT_PULL_DONE 2  /* finished and every sample produced */
+#define CODECRT_PULL_MORE 4  /* samples are left: capacity ran out before they all fit */
+
+/*
+ * codecrt_streams_pull: the final samples of n streams into one buffer, stream
+ * after stream, as by codecrt_stream_pull with what is left of capacity:
+ * counts[i] receives stream i's count, flags[i] its CODECRT_PULL_* bits after
+ * the pull. A stream whose samples do not all fit keeps the rest (nothing is
+ * lost; pull again). A NULL stream gets count 0 and flags 0.
+ */
+codecrt_status codecrt_streams_pull(codecrt_stream *const *streams, int32_t n, float *pcm, size_t capacity,
+                                    int64_t *counts, int32_t *flags);
 
 /* Message of the last failed call on the stream ("" if none). */
 const char *codecrt_stream_last_error(const codecrt_stream *stream);

@@ -364,6 +364,69 @@ codecrt_status codecrt_stream_pull(codecrt_stream *s, float *pcm, size_t capacit
     return CODECRT_OK;
 }
 
+codecrt_status codecrt_streams_push(codecrt_stream *const *streams, int32_t n, const uint32_t *n_levels,
+                                    const uint32_t *lengths, size_t n_lengths, const int32_t *codes,
+                                    size_t n_codes, codecrt_status *status) {
+    if (n < 0 || (n > 0 && (!streams || !n_levels || !status)) || (n_lengths > 0 && !lengths) ||
+        (n_codes > 0 && !codes)) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    size_t nl = 0, nc = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (n_levels[i] > CODECRT_MAX_LEVELS) {
+            return CODECRT_E_INVALID_ARGUMENT;
+        }
+        nl += n_levels[i];
+    }
+    if (nl != n_lengths) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    for (size_t j = 0; j < n_lengths; j++) {
+        nc += lengths[j];
+    }
+    if (nc > n_codes) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    const int32_t *at = codes;
+    const uint32_t *len = lengths;
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t *levels[CODECRT_MAX_LEVELS];
+        int64_t lens[CODECRT_MAX_LEVELS];
+        for (uint32_t l = 0; l < n_levels[i]; l++) {
+            levels[l] = at;
+            lens[l] = len[l];
+            at += len[l];
+        }
+        len += n_levels[i];
+        const codecrt_codes c = {.n_batch = 1, .n_levels = (int32_t)n_levels[i], .levels = levels, .lengths = lens};
+        status[i] = streams[i] ? codecrt_stream_push(streams[i], &c) : CODECRT_E_INVALID_ARGUMENT;
+    }
+    return CODECRT_OK;
+}
+
+codecrt_status codecrt_streams_pull(codecrt_stream *const *streams, int32_t n, float *pcm, size_t capacity,
+                                    int64_t *counts, int32_t *flags) {
+    if (n < 0 || (n > 0 && (!streams || !counts || !flags)) || (!pcm && capacity > 0)) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    size_t at = 0;
+    for (int32_t i = 0; i < n; i++) {
+        codecrt_stream *s = streams[i];
+        counts[i] = 0;
+        flags[i] = 0;
+        if (!s) {
+            continue;
+        }
+        size_t got = 0;
+        codecrt_stream_pull(s, pcm ? pcm + at : NULL, capacity - at, &got);
+        at += got;
+        counts[i] = (int64_t)got;
+        flags[i] = (cr_stream_ready(s) ? CODECRT_PULL_READY : 0) | (s->done ? CODECRT_PULL_DONE : 0) |
+                   (s->out.n > s->out.start ? CODECRT_PULL_MORE : 0);
+    }
+    return CODECRT_OK;
+}
+
 codecrt_status codecrt_stream_get_info(const codecrt_stream *s, codecrt_stream_info *info) {
     if (!s || !info) {
         return CODECRT_E_INVALID_ARGUMENT;

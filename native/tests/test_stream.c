@@ -2,7 +2,8 @@
  * test_stream.c: streaming through the public API on small random SNAC
  * models: streamed output equals the offline decode for any way of pushing the
  * codes, batched ticks equal single ticks, slots are reused without growth,
- * and bad input leaves a stream in a defined state.
+ * bad input leaves a stream in a defined state, and packed pushes and pulls of
+ * many streams (codecrt_streams_push, codecrt_streams_pull) equal one by one.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "test_common.h"
@@ -246,6 +247,76 @@ static void test_bad_input(codecrt_model *m, const test_cfg *c) {
     codecrt_context_free(ctx);
 }
 
+/* Packed pushes and one-buffer pulls of several streams: the same samples as one by one,
+   a bad stream fails alone, bad packing is refused whole, a short buffer keeps the rest. */
+static void test_many(codecrt_model *m, const test_cfg *c) {
+    codecrt_context *ctx = stream_ctx(m, 4, 0);
+    codecrt_stream *ss[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(codecrt_stream_init(ctx, NULL, &ss[i]));
+    }
+    test_codes tc;
+    make_codes(&tc, c, 8, 1, 3);
+    int64_t per = 0;
+    for (int l = 0; l < c->n_levels; l++) {
+        per += tc.lengths[l];
+    }
+    /* streams 0 and 1 get tc's codes, packed; a NULL entry between them is skipped */
+    int32_t *flat = malloc(sizeof(int32_t) * (size_t)(2 * per));
+    uint32_t lens[8], nlev[3] = {(uint32_t)c->n_levels, 0, (uint32_t)c->n_levels};
+    int64_t at = 0;
+    for (int k = 0; k < 2; k++) {
+        for (int l = 0; l < c->n_levels; l++) {
+            lens[k * c->n_levels + l] = (uint32_t)tc.lengths[l];
+            memcpy(flat + at, tc.levels[l], sizeof(int32_t) * (size_t)tc.lengths[l]);
+            at += tc.lengths[l];
+        }
+    }
+    codecrt_stream *packed[3] = {ss[0], NULL, ss[1]};
+    codecrt_status status[3];
+    const size_t nl = (size_t)(2 * c->n_levels);
+    CHECK(codecrt_streams_push(packed, 3, nlev, lens, nl, flat, (size_t)(2 * per - 1), status) ==
+              CODECRT_E_INVALID_ARGUMENT, "lengths past the codes accepted");
+    CHECK(codecrt_streams_push(packed, 3, nlev, lens, nl - 1, flat, (size_t)(2 * per), status) ==
+              CODECRT_E_INVALID_ARGUMENT, "level counts and lengths that disagree accepted");
+    flat[per + tc.lengths[0]] = c->codebook + 1; /* stream 1, level 1: out of range */
+    CHECK_OK(codecrt_streams_push(packed, 3, nlev, lens, nl, flat, (size_t)(2 * per), status));
+    CHECK(status[0] == CODECRT_OK && status[1] == CODECRT_E_INVALID_ARGUMENT &&
+              status[2] == CODECRT_E_CODE_RANGE, "statuses %d %d %d", status[0], status[1], status[2]);
+    CHECK(strstr(codecrt_stream_last_error(ss[1]), "level 1") != NULL, "message: %s",
+          codecrt_stream_last_error(ss[1]));
+    CHECK_OK(codecrt_stream_push(ss[1], &tc.codes)); /* then one by one */
+    CHECK_OK(codecrt_stream_push(ss[2], &tc.codes));
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(codecrt_stream_finish(ss[i]));
+    }
+    drain(ctx, ss, 3);
+    size_t n_ref = 0;
+    float *ref = pull_all(ss[2], &n_ref);
+    float *buf = malloc(sizeof(float) * (n_ref * 2 + 1));
+    int64_t counts[3];
+    int32_t flags[3];
+    CHECK_OK(codecrt_streams_pull(ss, 2, buf, n_ref / 2, counts, flags));
+    CHECK(counts[0] == (int64_t)(n_ref / 2) && counts[1] == 0 && (flags[0] & CODECRT_PULL_MORE) &&
+              (flags[1] & CODECRT_PULL_MORE), "short pull: counts %lld %lld flags %d %d",
+          (long long)counts[0], (long long)counts[1], flags[0], flags[1]);
+    CHECK(memcmp(buf, ref, sizeof(float) * (n_ref / 2)) == 0, "first half of stream 0 differs");
+    CHECK_OK(codecrt_streams_pull(ss, 2, buf + n_ref / 2, n_ref * 2 - n_ref / 2 + 1, counts, flags));
+    CHECK(counts[0] == (int64_t)(n_ref - n_ref / 2) && counts[1] == (int64_t)n_ref &&
+              flags[0] == CODECRT_PULL_DONE && flags[1] == CODECRT_PULL_DONE,
+          "rest: counts %lld %lld flags %d %d", (long long)counts[0], (long long)counts[1], flags[0], flags[1]);
+    CHECK(memcmp(buf, ref, sizeof(float) * n_ref) == 0, "stream 0 differs from one by one");
+    CHECK(memcmp(buf + n_ref, ref, sizeof(float) * n_ref) == 0, "stream 1 differs from one by one");
+    free(buf);
+    free(ref);
+    free(flat);
+    for (int i = 0; i < 3; i++) {
+        codecrt_stream_free(ss[i]);
+    }
+    free_codes(&tc, c);
+    codecrt_context_free(ctx);
+}
+
 int main(void) {
     char dir[] = "/tmp/codecrt-stream-XXXXXX";
     if (!mkdtemp(dir)) {
@@ -269,6 +340,7 @@ int main(void) {
         test_batched(m, c, 8, 1);
         test_slots(m, c, 60);
         test_bad_input(m, c);
+        test_many(m, c);
         codecrt_model_free(m);
         unlink(path);
     }

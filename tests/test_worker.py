@@ -1,0 +1,111 @@
+"""The engine worker's packed data path: a front's PUSH record in one runtime call, a tick's
+PCM in one buffer, AUDIO packets split to fit the ring and kept while the ring is full."""
+
+from __future__ import annotations
+
+import os
+import socket
+from multiprocessing import Pipe
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from smallmodel import small_codes
+
+
+def attach_front(worker: Any, evt_bytes: int) -> Any:
+    """A front channel with an event ring of ``evt_bytes``, attached through the worker's
+    descriptor socket as main attaches one; this end's (command producer, event consumer)."""
+    from codecd.channel import FrontEnds, make_channel, send_msg
+
+    ch = make_channel(cmd_bytes=1 << 20, evt_bytes=evt_bytes)
+    ctl, worker.fdsock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    worker.fdsock.setblocking(False)
+    send_msg(ctl, {"op": "attach", "fid": 1}, ch.worker_fds)
+    front = FrontEnds.from_fds(list(ch.front_fds))
+    for fd in ch.worker_fds[1::2]:  # the doorbells' worker ends (sent); the rings are closed
+        os.close(fd)
+    return ctl, front
+
+
+def read_events(front: Any) -> list[Any]:
+    from codecd import wire
+
+    front.events.on_doorbell()
+    out: list[Any] = []
+    for rec in front.events.records():
+        out += [m if not isinstance(m, wire.AudioOut) else wire.AudioOut(m.sid, m.pcm.copy())
+                for m in wire.decode(bytes(rec))]
+    return out
+
+
+def test_packed_push_and_pull_equal_offline_through_a_small_ring(small: Path, offline: Any
+                                                                   ) -> None:
+    """20 streams pushed in one PUSH record (one of them with a code out of range): the bad
+    one fails alone; every other stream's audio, split into AUDIO packets of a small ring
+    and held back while the front does not read, equals its offline decode exactly."""
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+    from codecd.worker import Worker
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=32, max_batch=32,
+                       warm_buckets=(1,), gather_ms=0.0)
+    a, b = Pipe()
+    w = Worker(a, cfg, "cpu")
+    w.load()
+    ctl, front = attach_front(w, evt_bytes=4096)
+    rng = np.random.default_rng(11)
+    levels = {sid: small_codes(4 * int(rng.integers(10, 40)), rng) for sid in range(1, 21)}
+    levels[7][2][3] = 4096  # out of range: stream 7 fails, nothing of it is pushed
+    front.commands.write([wire.encode(
+        [wire.OpenStream(sid, "small") for sid in levels]
+        + [wire.PushCodes(sid, lv) for sid, lv in levels.items()]
+        + [wire.FinishStream(sid) for sid in levels])])
+    front.commands.ring()
+    audio: dict[int, list[np.ndarray]] = {sid: [] for sid in levels}
+    ends: dict[int, Any] = {}
+    for _ in range(2000):
+        w.drain()
+        w.run_ticks()  # the ring fills at once: the rest waits in the worker's backlog
+        for m in read_events(front):
+            if isinstance(m, wire.AudioOut):
+                audio[m.sid].append(m.pcm)
+            elif isinstance(m, (wire.StreamDone, wire.StreamFailed)):
+                ends[m.sid] = m
+        w.flush()
+        if len(ends) == len(levels) and not any(l.backlog for l in w.fronts.values()):
+            break
+    assert len(ends) == len(levels)
+    assert isinstance(ends[7], wire.StreamFailed) and ends[7].code == "token_range"
+    assert w.fronts[1].packets_out > 20  # the audio went in many packets
+    for sid, lv in levels.items():
+        if sid == 7:
+            continue
+        assert isinstance(ends[sid], wire.StreamDone)
+        got = np.concatenate(audio[sid])
+        want = offline(lv)
+        assert ends[sid].total_samples == want.size
+        assert np.array_equal(got, want), sid
+    w.close()
+    front.close()
+    ctl.close()
+    a.close()
+    b.close()
+
+
+def test_batch_shapes_setting_reaches_the_workers_context(tmp_path: Path, small: Path) -> None:
+    """batch_shapes: pow2 (the default) and exact become the engine's batch_bucket; anything
+    else is a configuration error naming the setting."""
+    import pytest
+
+    from codecd.config import ConfigError, load_config
+    from codecd.server import engine_config
+
+    toml = tmp_path / "c.toml"
+    toml.write_text(f'[[models]]\nname = "small"\nsource = "{small}"\n')
+    assert engine_config(load_config(str(toml), env={}), {"small": str(small)}).batch_bucket
+    exact = load_config(str(toml), env={"CODECD_BATCH_SHAPES": "Exact"})
+    assert not engine_config(exact, {"small": str(small)}).batch_bucket
+    with pytest.raises(ConfigError, match="batch_shapes"):
+        load_config(str(toml), env={"CODECD_BATCH_SHAPES": "pow3"})
