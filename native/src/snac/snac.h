@@ -81,6 +81,11 @@ static inline int32_t snac_channels(const snac_hparams *hp, int i) { return hp->
 struct ggml_tensor *snac_snake(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
                                struct ggml_tensor *x, const char *prefix, bool cpu_ops);
 
+/* Snake on a time-fastest x [n, B, C] by prefix's parameters (fusable form), then one
+   transpose: [C, n, B] channels fastest, what a product (transposed conv, last conv) reads. */
+struct ggml_tensor *snac_snake_tf_to_cf(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
+                                        struct ggml_tensor *x, const char *prefix);
+
 /* ResidualUnit (i, j)'s weights: Snake, depthwise k7, Snake, 1x1. */
 cr_res_unit snac_res_unit(struct ggml_context *w, int i, int j);
 
