@@ -21,6 +21,11 @@
  *     dilated 1/3/9, Snake, 1x1, + residual)
  *   Snake -> conv k7 to one channel -> tanh -> [1, T*hop]
  *
+ * Off the CPU both graphs keep the decoder blocks' residual stream time fastest
+ * instead, [t, B, C] (the stream always, the offline decode unless
+ * CODECRT_OFFLINE_LAYOUT=channels): one transpose per residual unit
+ * (cr_res_unit_tf), products read channels fastest.
+ *
  * When the graph is bucketed (masked), every tensor is multiplied by a 0/1 time
  * mask after each operation that could make padded positions non-zero before a
  * time-mixing operation reads them. With zeros beyond the valid length, every
