@@ -26,6 +26,8 @@ SUITES: dict[str, Suite] = {
     "vocos": Suite("bench.vocos", "WavTokenizer, NeuCodec, XCodec2, DAC offline, codecrt against PyTorch"),
     "windowed": Suite("bench.windowed", "WavTokenizer, NeuCodec, XCodec2 windowed streams: error, cost"),
     "gpu": Suite("bench.gpu.capacity", "GPU capacity: offline throughput and real-time streams"),
+    "offline": Suite("bench.gpu.offline", "offline SNAC on a GPU, codecrt per graph layout against PyTorch "
+                     "(issue 19)"),
     "sweep": Suite("bench.gpu.sweep", "GPU shape sweep: every graph kind up to 300 s (issue 24)"),
     "profile": Suite("bench.gpu.profile_tick", "CUDA kernel profile of one streaming tick"),
     "check": Suite("bench.gpu.stream_check", "GPU streamed against offline and against the CPU"),

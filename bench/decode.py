@@ -45,9 +45,10 @@ def main() -> None:
     ap.add_argument("--no-reference", action="store_true")
     args = ap.parse_args()
 
-    import torch
-
+    # codecrt first: torch's bundled libgomp has libgomp.so.1 as its name, so whichever loads
+    # first is the process's OpenMP, and codecrt asks it for passive waits (docs/runtime.md)
     import codecrt
+    import torch
     from codecd.convert import convert
 
     torch.set_num_threads(args.threads)

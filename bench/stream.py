@@ -68,9 +68,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     args = ap.parse_args()
 
-    import torch
-
+    # codecrt first: torch's bundled libgomp has libgomp.so.1 as its name, so whichever loads
+    # first is the process's OpenMP, and codecrt asks it for passive waits (docs/runtime.md)
     import codecrt
+    import torch
 
     torch.set_num_threads(args.threads)
     tmp = Path(tempfile.mkdtemp(prefix="codecd-bench-"))

@@ -47,21 +47,26 @@ def codecrt():
     return codecrt_or_skip()
 
 
+@pytest.mark.parametrize("layout", ["auto", "time", "channels"])
 @pytest.mark.parametrize("name", ["24khz", "32khz", "44khz"])
-def test_cuda_matches_cpu(codecrt, snac_cases, name):
-    """Every SNAC configuration decoded on the GPU matches the CPU (relative L2 <= 1e-4), batched, noise on."""
+def test_cuda_matches_cpu(codecrt, snac_cases, name, layout, monkeypatch):
+    """Every SNAC configuration decoded on the GPU matches the CPU (relative L2 <= 1e-4), batched, noise on;
+    in each offline graph layout (CODECRT_OFFLINE_LAYOUT; auto: time fastest on a GPU)."""
     case = snac_cases(name)
     rng = np.random.default_rng(1)
-    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu") as cpu, \
-         codecrt.Context(m, device=GPU) as gpu:
-        assert gpu.device.startswith("CUDA")
-        n = 2 * m.info.frame_multiple if m.info.frame_multiple > 4 else 48
-        levels = reference.random_codes(m.info, n, 3, rng)
-        a = gpu.decode(levels, noise=True, seed=3)
+    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu") as cpu:
+        with monkeypatch.context() as mp:  # read when the context is created: the CPU's stays default
+            mp.setenv("CODECRT_OFFLINE_LAYOUT", layout)
+            gpu = codecrt.Context(m, device=GPU)
+        with gpu:
+            assert gpu.device.startswith("CUDA")
+            n = 2 * m.info.frame_multiple if m.info.frame_multiple > 4 else 48
+            levels = reference.random_codes(m.info, n, 3, rng)
+            a = gpu.decode(levels, noise=True, seed=3)
+            splits = gpu.stats.graph_splits
         b = cpu.decode(levels, noise=True, seed=3)
-        splits = gpu.stats.graph_splits
     err = rel_l2(a, b)
-    print(f"\nSNAC {name}: CUDA vs CPU relative L2 {err:.2e}, max |diff| {np.abs(a - b).max():.2e}, "
+    print(f"\nSNAC {name} ({layout} layout): CUDA vs CPU relative L2 {err:.2e}, max |diff| {np.abs(a - b).max():.2e}, "
           f"graph splits {splits}, TF32 {'off' if TF32_OFF else 'on'}")
     assert err <= TOL
 

@@ -85,6 +85,23 @@ def test_pieces_equal_whole(codecrt, tiny, budget):
     np.testing.assert_array_equal(pieces, whole)
 
 
+def test_time_fastest_pieces_equal_whole(codecrt, tiny):
+    """The time-fastest offline graph that GPUs run (issue 19), checked against CUDA's launch grid:
+    split into pieces and sub-batches it is bit-identical to its one-graph decode, and it gives the
+    channels-fastest graph's samples."""
+    info, n = frames_of(tiny.gguf, codecrt, 6)
+    levels = reference.random_codes(info, n, 3, np.random.default_rng(11))
+    gpu = {"CODECRT_PORTABLE_OPS": "1", "CODECRT_GUARD_GRID": "65535"}
+    whole, one = decode(codecrt, tiny.gguf, levels, CODECRT_PIECE_ELEMENTS=WHOLE, CODECRT_OFFLINE_LAYOUT="time",
+                        **gpu)
+    parts, k = decode(codecrt, tiny.gguf, levels, CODECRT_PIECE_ELEMENTS=str(2**17),
+                      CODECRT_OFFLINE_LAYOUT="time", **gpu)
+    assert one == 1 and k > 3
+    np.testing.assert_array_equal(parts, whole)
+    channels, _ = decode(codecrt, tiny.gguf, levels, CODECRT_OFFLINE_LAYOUT="channels", **gpu)
+    assert float(np.abs(channels - whole).max()) <= 1e-6
+
+
 @pytest.mark.slow
 def test_sub_batches_equal_whole(codecrt, tiny):
     """A batch too wide for one short piece runs in sub-batches, each sequence with its own seed."""

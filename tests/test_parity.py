@@ -21,31 +21,65 @@ def codecrt():
     return codecrt_or_skip()
 
 
-@pytest.mark.parametrize("ops", ["cpu", "portable"])
+# (CODECRT_PORTABLE_OPS, CODECRT_OFFLINE_LAYOUT): the fused CPU ops in their channels-fastest
+# graphs (the CPU's default), the same ops under the time-fastest offline graph, and the portable
+# graphs that GPUs run in both offline layouts (time fastest is their default)
+OPS = {
+    "cpu": (None, None),
+    "cpu-time": (None, "time"),
+    "portable": ("1", None),
+    "portable-channels": ("1", "channels"),
+}
+
+
+def decode_with(codecrt, gguf, levels, ops, monkeypatch):
+    """Decode `levels` on the CPU with the environment of OPS[ops]: the samples and the context's stats."""
+    with monkeypatch.context() as mp:
+        for var, value in zip(("CODECRT_PORTABLE_OPS", "CODECRT_OFFLINE_LAYOUT"), OPS[ops]):
+            if value is None:
+                mp.delenv(var, raising=False)
+            else:
+                mp.setenv(var, value)
+        with codecrt.Model(gguf) as m, codecrt.Context(m, device="cpu") as ctx:
+            return ctx.decode(levels), ctx.stats
+
+
+@pytest.mark.parametrize("ops", list(OPS))
 @pytest.mark.parametrize("name", ["24khz", "32khz", "44khz"])
 def test_parity_f32(codecrt, snac_cases, name, ops, monkeypatch, record_property):
     """f32 weights: relative L2 error against snac at most 1e-4, batched too; with the fused CPU
-    ops and with the portable graphs that GPUs run (time-fastest fusable Snake), both on the CPU."""
-    if ops == "portable":
-        monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
+    ops and with the portable graphs that GPUs run (time-fastest fusable Snake), both on the CPU,
+    each in both offline graph layouts (channels fastest, time fastest)."""
     case = snac_cases(name)
     rng = np.random.default_rng(5)
-    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu") as ctx:
-        n_frames = 2 * m.info.frame_multiple if m.info.frame_multiple > 4 else 24
-        levels = reference.random_codes(m.info, n_frames, 2, rng)
-        want = np.stack([reference.reference_decode(case.model, [lv[b] for lv in levels])
-                         for b in range(2)])
-        got = ctx.decode(levels)
-    assert got.shape == want.shape == (2, n_frames * m.info.hop_length)
+    with codecrt.Model(case.gguf) as m:
+        info = m.info
+    n_frames = 2 * info.frame_multiple if info.frame_multiple > 4 else 24
+    levels = reference.random_codes(info, n_frames, 2, rng)
+    want = np.stack([reference.reference_decode(case.model, [lv[b] for lv in levels]) for b in range(2)])
+    got, stats = decode_with(codecrt, case.gguf, levels, ops, monkeypatch)
+    assert got.shape == want.shape == (2, n_frames * info.hop_length)
     err = rel_l2(got, want)
     record_property("rel_l2", err)
     print(f"\nSNAC {name} f32 ({ops} ops): relative L2 error {err:.2e} ({n_frames} frames x 2)")
     assert err <= F32_TOL
     assert float(np.sqrt(np.mean(want**2))) > 1e-3  # not a degenerate comparison
-    if ops == "portable":  # the variable took effect: other graphs, other roundings
-        monkeypatch.delenv("CODECRT_PORTABLE_OPS")
-        with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu") as ctx:
-            assert not np.array_equal(ctx.decode(levels), got)
+    if ops != "cpu":  # the variables took effect: other graphs, other roundings
+        assert not np.array_equal(decode_with(codecrt, case.gguf, levels, "cpu", monkeypatch)[0], got)
+    if ops == "portable":
+        # the portable default is the time-fastest graph: other tensors (a smaller compute buffer)
+        # than the channels-fastest one, the same arithmetic per sample (equal on this CPU)
+        other, other_stats = decode_with(codecrt, case.gguf, levels, "portable-channels", monkeypatch)
+        assert stats.compute_buffer_bytes[0] < other_stats.compute_buffer_bytes[0]
+        assert float(np.abs(other - got).max()) <= 1e-6
+
+
+def test_bad_offline_layout_is_refused(codecrt, snac_cases, monkeypatch):
+    """CODECRT_OFFLINE_LAYOUT other than auto, time or channels: the context is refused, saying why."""
+    monkeypatch.setenv("CODECRT_OFFLINE_LAYOUT", "diagonal")
+    with codecrt.Model(snac_cases("24khz").gguf) as m:
+        with pytest.raises(codecrt.CodecrtError, match="CODECRT_OFFLINE_LAYOUT is 'diagonal'"):
+            codecrt.Context(m, device="cpu")
 
 
 @pytest.mark.parametrize("name", ["24khz", "44khz"])

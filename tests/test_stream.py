@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -295,3 +299,15 @@ def test_push_many_pull_many_equal_one_by_one(codecrt, snac_cases):
             assert np.array_equal(np.concatenate(g), w)
         for s in ss:
             s.close()
+
+
+@pytest.mark.parametrize("chosen", [None, "active"])
+def test_openmp_wait_policy_passive_unless_chosen(codecrt, chosen):
+    """Importing codecrt makes the OpenMP threads of ggml's CPU backend wait passively (ticks of many
+    small nodes spun away most of their CPU time on shared cores); a policy the user set is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if chosen:
+        env["OMP_WAIT_POLICY"] = chosen
+    out = subprocess.run([sys.executable, "-c", "import os, codecrt; print(os.environ['OMP_WAIT_POLICY'])"],
+                         env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert out == (chosen or "passive")

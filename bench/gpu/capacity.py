@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -45,20 +44,10 @@ def main() -> None:
     import torch
 
     import codecrt
-    from codecd.convert import convert
 
-    tmp = Path(tempfile.mkdtemp(prefix="codecd-gpu-"))
-    cfg = reference.SNAC_24KHZ
-    ref = reference.build_reference_snac(cfg, seed=1)
-    gguf = convert(reference.save_released_layout(ref, cfg, tmp / "snac24"), tmp / "snac24.gguf",
-                   progress=False)
-    from torch.nn.utils import parametrize
+    from .offline import build_models, offline_table
 
-    for mod in ref.modules():
-        if parametrize.is_parametrized(mod, "weight"):
-            parametrize.remove_parametrizations(mod, "weight", leave_parametrized=True)
-    ref = ref.eval().cuda()
-    model = codecrt.Model(gguf)
+    ref, model = build_models("cuda")
     info = model.info
     sr, hop = info.sample_rate, info.hop_length
     rng = np.random.default_rng(0)
@@ -66,40 +55,10 @@ def main() -> None:
           f"torch {torch.__version__}")
 
     # ------------------------------------------------------------- offline
-    print("\n## offline throughput (seconds of audio per second)")
-    print("| batch | audio per item (s) | codecrt (x RT) | PyTorch (x RT) | codecrt / PyTorch |")
-    print("|---:|---:|---:|---:|---:|")
-    batches = [int(b) for b in args.batches.split(",") if b] or [1]
-    n_frames = int(args.item_seconds * sr / hop) // 4 * 4
-    with codecrt.Context(model, device=args.device, max_batch=max(batches), max_frames=n_frames) as ctx:
-        for b in batches:
-            levels = reference.random_codes(info, n_frames, b, rng)
-            audio = b * n_frames * hop / sr
-            ctx.decode(levels)
-            t = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                ctx.decode(levels)
-                t.append(time.perf_counter() - t0)
-            ours = audio / min(t)
-            codes = [torch.from_numpy(lv.astype(np.int64)).cuda() for lv in levels]
-            try:
-                with torch.inference_mode(), reference.noise_disabled():
-                    ref.decode(codes)
-                    torch.cuda.synchronize()
-                    tt = []
-                    for _ in range(3):
-                        t0 = time.perf_counter()
-                        ref.decode(codes)
-                        torch.cuda.synchronize()
-                        tt.append(time.perf_counter() - t0)
-                theirs = audio / min(tt)
-                ratio = f"{ours / theirs:.2f}"
-                theirs_s = f"{theirs:.0f}"
-            except torch.OutOfMemoryError:
-                theirs_s, ratio = "OOM", "-"
-            torch.cuda.empty_cache()
-            print(f"| {b} | {n_frames * hop / sr:.2f} | {ours:.0f} | {theirs_s} | {ratio} |", flush=True)
+    print("\n## offline throughput (seconds of audio per second; every layout: python -m bench offline)")
+    batches = [int(b) for b in args.batches.split(",") if b]
+    if batches:
+        offline_table(model, ref, args.device, [(args.item_seconds, b) for b in batches], ["auto"])
 
     # ----------------------------------------------------------- streaming
     chunk = args.chunk

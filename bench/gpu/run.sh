@@ -12,6 +12,8 @@
 #   build    CUDA build for sm_90 into /tmp/codecd-site ($OUT/build.log)
 #   test     every opt-in GPU test, TF32 on then off (tests/test_gpu.py)
 #   bench    python -m bench gpu $BENCH_ARGS          SNAC stream capacity [the suite's]
+#   offline  python -m bench offline $OFFLINE_ARGS    offline SNAC, codecrt per layout against PyTorch,
+#            TF32 on then off (issue 19) [--batches 1,16,256,1024 --item-seconds 2 --long-seconds 60]
 #   profile  python -m bench profile $PROFILE_ARGS    CUDA kernels of one tick
 #                                                     [--streams 256 --chunks 4 --ticks 5 --top 16]
 #   serve    python -m bench serve --spawn demo $SERVE_ARGS, daemons on cuda:0 with
@@ -87,6 +89,17 @@ bench() {
     stage "capacity: python3 -m bench gpu ${BENCH_ARGS:-}"
     # shellcheck disable=SC2086
     python3 -m bench gpu ${BENCH_ARGS:-} 2>&1 | tee "$OUT/gpu_capacity.md" | tee -a "$OUT/report.txt"
+}
+
+offline() {
+    # twice: TF32 on for both runtimes (ggml's default), then off for both
+    for tf32 in on off; do
+        stage "offline, TF32 $tf32: python3 -m bench offline ${OFFLINE_ARGS:-}"
+        if [ $tf32 = off ]; then export NVIDIA_TF32_OVERRIDE=0; else unset NVIDIA_TF32_OVERRIDE; fi
+        # shellcheck disable=SC2086
+        python3 -m bench offline ${OFFLINE_ARGS:-} 2>&1 | tee "$OUT/offline_tf32_$tf32.md" | tee -a "$OUT/report.txt"
+    done
+    unset NVIDIA_TF32_OVERRIDE
 }
 
 profile() {
@@ -227,6 +240,7 @@ for what in "$@"; do
         build) build || exit 1 ;;
         test) tests ;;
         bench) bench ;;
+        offline) offline ;;
         profile) profile ;;
         serve) serve ;;
         fronts) fronts ;;

@@ -6,10 +6,23 @@ and checking that ``_cdef.h`` agrees with the compiled header happen here once.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from . import _errors
-from ._native import ffi, lib
+
+# ggml's CPU backend computes each graph in an OpenMP parallel region with a
+# barrier after every node. libgomp's default wait policy spins at those
+# barriers and after each region; a stream tick is a few hundred small nodes,
+# and where the cores are shared (other processes, the daemon's fronts) a
+# spinning thread waits out its peer's whole time slice. Measured on 2 shared
+# vCPUs, 4-frame SNAC ticks (docs/benchmarks.md, issue 19): 5.7-9.7x the offline
+# decode's CPU time spinning, 1.6x passive, the stream exact either way. libgomp
+# reads the variable when it loads, that is with the extension just below; a
+# value the user set is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+from ._native import ffi, lib  # noqa: E402
 
 __all__ = ["ERR_SIZE", "c_str", "set_ggml_logging", "version"]
 

@@ -193,6 +193,13 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
     }
     const char *portable = getenv("CODECRT_PORTABLE_OPS");
     const bool portable_ops = portable && *portable && strcmp(portable, "0") != 0;
+    const char *layout = getenv("CODECRT_OFFLINE_LAYOUT");
+    if (layout && *layout && strcmp(layout, "auto") != 0 && strcmp(layout, "time") != 0 &&
+        strcmp(layout, "channels") != 0) {
+        return cr_fail(err, CODECRT_E_INVALID_ARGUMENT,
+                       "CODECRT_OFFLINE_LAYOUT is '%s': use auto, time (time fastest) or channels (channels fastest)",
+                       layout);
+    }
     if (params->precision == CODECRT_PRECISION_BF16) {
         /* refused rather than ignored (a caller asking for the speed of BF16
            must not get F32's silently, nor BF16's rounding where it is
@@ -244,6 +251,12 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
         backends[n_backends++] = ctx->cpu;
     }
     ctx->cpu_ops = ctx->backend == ctx->cpu && !portable_ops;
+    /* Offline graphs: time fastest off the CPU (one transpose per residual unit,
+       what the stream graphs run), channels fastest with the fused CPU kernels
+       (their layout); CODECRT_OFFLINE_LAYOUT forces one (tests, benchmarks) */
+    ctx->offline_tf = layout && strcmp(layout, "time") == 0       ? true
+                      : layout && strcmp(layout, "channels") == 0 ? false
+                                                                  : !ctx->cpu_ops;
     if (params->precision == CODECRT_PRECISION_BF16) {
         ctx->fused.bf16 = true;
         if (!(ctx->fused.packs = cr_packs_new())) {
@@ -341,6 +354,7 @@ static struct ggml_cgraph *cr_build_decode(void *user, struct ggml_context *ctx0
         .masked = (key->flags & CR_FLAG_MASKED) != 0,
         .cpu_ops = ctx->cpu_ops,
         .ops = ctx->cpu_ops ? &ctx->fused : NULL,
+        .time_fastest = ctx->offline_tf,
         .frames_masked = (key->flags & CR_FLAG_MASKED) != 0 && ctx->params.frame_bucket > 0,
     };
     return ctx->model->arch->build_decode(ctx->model, ctx0, ctx->weights, &shape, io);
@@ -601,6 +615,7 @@ static codecrt_status cr_decode_graph(codecrt_context *ctx, const codecrt_decode
         .masked = (key.flags & CR_FLAG_MASKED) != 0,
         .cpu_ops = ctx->cpu_ops,
         .ops = ctx->cpu_ops ? &ctx->fused : NULL,
+        .time_fastest = ctx->offline_tf,
         .frames_masked = (key.flags & CR_FLAG_MASKED) != 0 && ctx->params.frame_bucket > 0,
     };
     if ((st = cr_grow((void **)&ctx->scratch, &ctx->scratch_cap, m->arch->scratch_floats(m, &shape),

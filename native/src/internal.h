@@ -202,6 +202,8 @@ typedef struct cr_decode_shape {
     bool masked;        /* valid lengths may be shorter than n_frames / n_batch */
     bool cpu_ops;       /* graph runs on the CPU backend: fused custom ops allowed */
     const cr_cpu_ops *ops; /* with cpu_ops: the context's fused kernels (BF16 mode, packs); else NULL */
+    bool time_fastest;  /* an architecture with both offline layouts builds its time-fastest one
+                           (GPU graphs by default; CODECRT_OFFLINE_LAYOUT forces either) */
     bool frames_masked; /* masked, and frames are bucketed too (frame_bucket > 0): the valid frames may be
                            fewer than n_frames. Without it a masked graph pads the batch only; an
                            architecture whose sequences never mix can then ignore the padding */
@@ -518,6 +520,7 @@ struct codecrt_context {
     bool cpu_ops;                    /* graphs may use the fused CPU custom ops: the backend is the CPU and
                                         CODECRT_PORTABLE_OPS is unset (tests set it to check, on the CPU,
                                         the graphs that GPUs run) */
+    bool offline_tf;                 /* offline decode graphs time fastest (cr_decode_shape.time_fastest) */
     cr_cpu_ops fused;                /* what cpu_ops graphs use: BF16 products (params.precision, checked
                                         at init) and their weight packs */
     struct ggml_context *weights;    /* model->weights on CPU, device copy otherwise */

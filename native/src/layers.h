@@ -227,13 +227,15 @@ struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *
                                   const cr_res_unit *u, int dil, bool same, bool cpu_ops);
 
 /*
- * The whole unit on a time-fastest buf [n + 2P, B, C] (state then input,
- * contiguous), for stream graphs off the CPU: buf[P : P+n] +
- * pw(Snake2(dw_dil(Snake1(buf)))) -> [n, B, C], time fastest. The only
- * transpose feeds the 1x1 conv, whose product is taken as y^T w so that it
- * lands time fastest again.
+ * The whole unit on a time-fastest buf [L, B, C] (contiguous), off the CPU:
+ * residual + pw(Snake2(dw_dil(Snake1(buf)))) -> [n, B, C], time fastest. The
+ * only transpose feeds the 1x1 conv, whose product is taken as y^T w so that
+ * it lands time fastest again. same (an offline decode): the conv pads P =
+ * dil (K-1)/2 zero frames on each side, n = L, the residual is buf; otherwise
+ * (a stream tick) buf holds 2P frames of state before the n = L - 2P new ones,
+ * the conv is valid and the residual is buf[P : P+n].
  */
 struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
-                                   const cr_res_unit *u, int dil);
+                                   const cr_res_unit *u, int dil, bool same);
 
 #endif /* CODECRT_LAYERS_H */

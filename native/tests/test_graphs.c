@@ -101,15 +101,25 @@ static struct ggml_cgraph *stream_graph(struct ggml_context *ctx, const cr_model
 static void check_model(const cr_model *m, const test_cfg *c) {
     const int want = c->n_rates * 7 + 1; /* per block: its Snake and 3 units of 2; the output Snake */
     for (int masked = 0; masked < 2; masked++) {
-        struct ggml_context *ctx = graph_ctx();
-        const cr_decode_shape shape = {.n_frames = 16, .n_batch = 3, .noise = true, .masked = masked,
-                                       .cpu_ops = false};
-        cr_graph_io io;
-        memset(&io, 0, sizeof(io));
-        struct ggml_cgraph *gf = m->arch->build_decode(m, ctx, m->weights, &shape, &io);
-        const int got = fusable_snakes(gf);
-        CHECK(got == want, "%s decode (masked %d): %d fusable Snakes, want %d", c->name, masked, got, want);
-        ggml_free(ctx);
+        for (int tf = 0; tf < 2; tf++) {
+            struct ggml_context *ctx = graph_ctx();
+            const cr_decode_shape shape = {.n_frames = 16, .n_batch = 3, .noise = true, .masked = masked,
+                                           .cpu_ops = false, .time_fastest = tf};
+            cr_graph_io io;
+            memset(&io, 0, sizeof(io));
+            struct ggml_cgraph *gf = m->arch->build_decode(m, ctx, m->weights, &shape, &io);
+            const int got = fusable_snakes(gf);
+            CHECK(got == want, "%s decode (masked %d, tf %d): %d fusable Snakes, want %d", c->name, masked, tf, got,
+                  want);
+            /* transposes: channels fastest, two around every Snake or Snake-conv-Snake core and the
+               depthwise kernels' (11 per block, 2 for the output Snake); time fastest, as the stream:
+               per block one into the residual stream, one before the upsampling product and one
+               before each unit's 1x1 conv, plus the entry, the output Snake's and the kernels' */
+            const int want_t = tf ? 1 + c->n_rates * (2 + 3 + 3) + 1 : c->n_rates * 11 + 2;
+            CHECK(copies(gf, true) == want_t, "%s decode (masked %d, tf %d): %d transposes, want %d", c->name,
+                  masked, tf, copies(gf, true), want_t);
+            ggml_free(ctx);
+        }
     }
     cr_state_spec specs[CR_MAX_STATES];
     const int n_states = m->arch->stream_states(m, specs, CR_MAX_STATES);
@@ -186,17 +196,19 @@ static void check_guard_refuses(void) {
 static void check_gpu_decode_shapes(const cr_model *m, const char *name, int32_t n_frames, int32_t n_batch) {
     const cr_limits gpu = {.grid_yz = 65535, .max_elements = CR_MAX_TENSOR_ELEMENTS, .piece_elements = 0};
     for (int masked = 0; masked < 2; masked++) {
-        struct ggml_context *ctx = graph_ctx();
-        const cr_decode_shape shape = {.n_frames = n_frames, .n_batch = n_batch, .noise = true, .masked = masked,
-                                       .cpu_ops = false};
-        cr_graph_io io;
-        memset(&io, 0, sizeof(io));
-        struct ggml_cgraph *gf = m->arch->build_decode(m, ctx, m->weights, &shape, &io);
-        cr_err err = {{0}};
-        const codecrt_status st = cr_guard_graph(&gpu, gf, &err);
-        CHECK(st == CODECRT_OK, "%s GPU decode %d frames x %d (masked %d): %s", name, n_frames, n_batch, masked,
-              err.msg);
-        ggml_free(ctx);
+        for (int tf = 0; tf < 2; tf++) { /* both offline layouts */
+            struct ggml_context *ctx = graph_ctx();
+            const cr_decode_shape shape = {.n_frames = n_frames, .n_batch = n_batch, .noise = true,
+                                           .masked = masked, .cpu_ops = false, .time_fastest = tf};
+            cr_graph_io io;
+            memset(&io, 0, sizeof(io));
+            struct ggml_cgraph *gf = m->arch->build_decode(m, ctx, m->weights, &shape, &io);
+            cr_err err = {{0}};
+            const codecrt_status st = cr_guard_graph(&gpu, gf, &err);
+            CHECK(st == CODECRT_OK, "%s GPU decode %d frames x %d (masked %d, tf %d): %s", name, n_frames, n_batch,
+                  masked, tf, err.msg);
+            ggml_free(ctx);
+        }
     }
 }
 

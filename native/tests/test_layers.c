@@ -538,8 +538,9 @@ static void test_res_unit(void) {
     const int64_t C = 6, K = 7, B = 3, n = 9;
     for (int d = 1; d <= 9; d *= 3) {
         const int P = d * (int)(K - 1) / 2;
-        for (int mode = 0; mode < 5; mode++) { /* same fused/portable, valid fused/portable, time fastest */
-            const bool same = mode < 2, cpu_ops = mode == 0 || mode == 2;
+        for (int mode = 0; mode < 6; mode++) { /* same fused/portable, valid fused/portable, time fastest
+                                                   valid (a stream tick) and same (an offline decode) */
+            const bool same = mode < 2 || mode == 5, cpu_ops = mode == 0 || mode == 2;
             const int64_t L = same ? n : n + 2 * P;
             struct ggml_context *ctx = new_ctx();
             struct ggml_tensor *buf = rnd(ctx, C, L, B, 2.0f, -2.0f);
@@ -555,7 +556,7 @@ static void test_res_unit(void) {
                 y = cr_res_branch(ctx, gf, buf, &u, d, same, cpu_ops);
             } else { /* the whole unit time fastest, back to channels fastest to compare */
                 struct ggml_tensor *t = ggml_reshape_3d(ctx, cr_to_tf(ctx, buf), L, B, C);
-                t = cr_res_unit_tf(ctx, gf, t, &u, d);
+                t = cr_res_unit_tf(ctx, gf, t, &u, d, same);
                 CHECK(t->ne[0] == n && t->ne[1] == B && t->ne[2] == C, "res_unit_tf shape");
                 y = cr_to_cf(ctx, ggml_reshape_2d(ctx, t, n * B, C), n, B);
             }
@@ -573,11 +574,11 @@ static void test_res_unit(void) {
                 h[i] = snake_ref(h[i], F(u.alpha2)[i % C], F(u.inv_alpha2)[i % C]);
             }
             pw_ref(ref, h, F(u.pw_w), F(u.pw_b), C, C, n * B);
-            if (mode == 4) {
+            if (mode >= 4) {
                 for (int64_t bb = 0; bb < B; bb++) {
                     for (int64_t t = 0; t < n; t++) {
                         for (int64_t c = 0; c < C; c++) {
-                            ref[c + C * (t + n * bb)] += at(F(buf), C, L, c, t + P, bb);
+                            ref[c + C * (t + n * bb)] += at(F(buf), C, L, c, t + (same ? 0 : P), bb);
                         }
                     }
                 }

@@ -137,6 +137,14 @@ struct ggml_tensor *snac_snake(struct ggml_context *ctx, struct ggml_context *w,
     return cr_snake(ctx, gf, x, snac_w(w, "%s.alpha", prefix), snac_w(w, "%s.inv_alpha", prefix), cpu_ops);
 }
 
+struct ggml_tensor *snac_snake_tf_to_cf(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
+                                        struct ggml_tensor *x, const char *prefix) {
+    const int64_t n = x->ne[0], B = x->ne[1], C = x->ne[2];
+    struct ggml_tensor *t = cr_snake_tf(ctx, gf, ggml_reshape_2d(ctx, x, n * B, C), snac_w(w, "%s.alpha", prefix),
+                                        snac_w(w, "%s.inv_alpha", prefix));
+    return cr_to_cf(ctx, t, n, B);
+}
+
 cr_res_unit snac_res_unit(struct ggml_context *w, int i, int j) {
     const char *p = "decoder.block";
     return (cr_res_unit){

@@ -21,6 +21,11 @@
  *     dilated 1/3/9, Snake, 1x1, + residual)
  *   Snake -> conv k7 to one channel -> tanh -> [1, T*hop]
  *
+ * Off the CPU both graphs keep the decoder blocks' residual stream time fastest
+ * instead, [t, B, C] (the stream always, the offline decode unless
+ * CODECRT_OFFLINE_LAYOUT=channels): one transpose per residual unit
+ * (cr_res_unit_tf), products read channels fastest.
+ *
  * When the graph is bucketed (masked), every tensor is multiplied by a 0/1 time
  * mask after each operation that could make padded positions non-zero before a
  * time-mixing operation reads them. With zeros beyond the valid length, every
@@ -80,6 +85,11 @@ static inline int32_t snac_channels(const snac_hparams *hp, int i) { return hp->
 /* Snake on x [C, T, B] by prefix's parameters (cr_snake: fused on the CPU, fusable elsewhere). */
 struct ggml_tensor *snac_snake(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
                                struct ggml_tensor *x, const char *prefix, bool cpu_ops);
+
+/* Snake on a time-fastest x [n, B, C] by prefix's parameters (fusable form), then one
+   transpose: [C, n, B] channels fastest, what a product (transposed conv, last conv) reads. */
+struct ggml_tensor *snac_snake_tf_to_cf(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
+                                        struct ggml_tensor *x, const char *prefix);
 
 /* ResidualUnit (i, j)'s weights: Snake, depthwise k7, Snake, 1x1. */
 cr_res_unit snac_res_unit(struct ggml_context *w, int i, int j);

@@ -67,11 +67,20 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
 
     int64_t t = T;
     char p[64];
+    const bool tf = shape->time_fastest;
+    struct ggml_tensor *xt = NULL; /* the residual stream [t, B, C] on the time-fastest path */
     for (int i = 0; i < hp->n_blocks; i++) {
         const int s = hp->rates[i];
-        t *= s;
         snprintf(p, sizeof(p), "decoder.block.%d.snake", i);
-        x = snac_snake(ctx, w, gf, x, p, shape->cpu_ops);
+        if (tf) {
+            if (!xt) {
+                xt = ggml_reshape_3d(ctx, cr_to_tf(ctx, x), t, B, x->ne[0]);
+            }
+            x = snac_snake_tf_to_cf(ctx, w, gf, xt, p); /* [Cin, t, B] */
+        } else {
+            x = snac_snake(ctx, w, gf, x, p, shape->cpu_ops);
+        }
+        t *= s;
         /* ConvTranspose1d(k 2s, stride s, padding ceil(s/2), output_padding s % 2): T*s samples */
         x = cr_upconv(ctx, x, snac_w(w, "decoder.block.%d.up.weight", i), snac_w(w, "decoder.block.%d.up.bias", i), s,
                       (s + 1) / 2, t, NULL);
@@ -82,14 +91,27 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
             x = ggml_add(ctx, x, ggml_mul(ctx, h, n));
         }
         x = snac_mask(ctx, x, masks[i + 1]);
+        if (tf) {
+            xt = ggml_reshape_3d(ctx, cr_to_tf(ctx, x), t, B, x->ne[0]);
+        }
+        /* the mask of this resolution as [t, B, 1], for the time-fastest stream */
+        struct ggml_tensor *mt = masks[i + 1] && tf ? ggml_reshape_3d(ctx, masks[i + 1], t, B, 1) : NULL;
         int dil = 1;
         for (int j = 0; j < 3; j++, dil *= 3) {
             const cr_res_unit u = snac_res_unit(w, i, j);
+            if (tf) {
+                xt = snac_mask(ctx, cr_res_unit_tf(ctx, gf, xt, &u, dil, true), mt);
+                continue;
+            }
             struct ggml_tensor *y = cr_res_branch(ctx, gf, x, &u, dil, true, shape->cpu_ops);
             x = snac_mask(ctx, ggml_add(ctx, x, y), masks[i + 1]);
         }
     }
-    x = snac_snake(ctx, w, gf, x, "decoder.out_snake", shape->cpu_ops);
+    if (tf) {
+        x = snac_snake_tf_to_cf(ctx, w, gf, xt, "decoder.out_snake");
+    } else {
+        x = snac_snake(ctx, w, gf, x, "decoder.out_snake", shape->cpu_ops);
+    }
     x = cr_conv_narrow(ctx, x, snac_w(w, "decoder.out.weight"), snac_w(w, "decoder.out.bias"), SNAC_DW_K, 3,
                        3); /* [1, T*hop, B] */
     x = ggml_tanh(ctx, x);

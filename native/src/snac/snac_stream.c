@@ -22,12 +22,6 @@
 
 #include "snac.h"
 
-/* What the tick's pieces share: the state buffers and inputs (stream_state.h), the weights. */
-typedef struct snac_tick {
-    cr_states st;
-    struct ggml_context *w;
-} snac_tick;
-
 /*
  * Off the CPU the decoder blocks keep their residual stream time fastest,
  * x [n, B, C], so the Snake-depthwise-Snake core needs no transposes: the one
@@ -37,22 +31,13 @@ typedef struct snac_tick {
  * context only ever uses one of them.
  */
 
-/* Snake on x [n, B, C] by prefix's parameters, then transposed: [C, n, B] channels fastest. */
-static struct ggml_tensor *snac_snake_tf_to_cf(snac_tick *k, struct ggml_tensor *x, const char *prefix) {
-    struct ggml_context *ctx = k->st.ctx;
-    const int64_t n = x->ne[0], B = x->ne[1], C = x->ne[2];
-    struct ggml_tensor *t = cr_snake_tf(ctx, k->st.gf, ggml_reshape_2d(ctx, x, n * B, C),
-                                        snac_w(k->w, "%s.alpha", prefix), snac_w(k->w, "%s.inv_alpha", prefix));
-    return cr_to_cf(ctx, t, n, B);
-}
-
 struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context *ctx, struct ggml_context *w,
                                       const cr_stream_shape *shape, struct ggml_tensor *const *pool, int n_pool,
                                       cr_graph_io *io) {
     const snac_hparams *hp = model->hparams;
     const int64_t N = shape->chunk, B = shape->n_batch, L = hp->latent_dim;
-    snac_tick tk = {.w = w};
-    cr_states *st = &tk.st;
+    cr_states states; /* the state buffers and inputs (stream_state.h) */
+    cr_states *st = &states;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
     cr_states_init(st, ctx, gf, pool, n_pool, io, B, shape->masked);
 
@@ -100,7 +85,7 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
             if (!xt) {
                 xt = ggml_reshape_3d(ctx, cr_to_tf(ctx, x), n, B, x->ne[0]);
             }
-            buf = snac_snake_tf_to_cf(&tk, cr_states_append_tf(st, xt, 1), p); /* [Cin, 1+n, B] */
+            buf = snac_snake_tf_to_cf(ctx, w, gf, cr_states_append_tf(st, xt, 1), p); /* [Cin, 1+n, B] */
         } else {
             buf = cr_states_append(st, x, 1); /* [Cin, 1+n, B] */
             buf = snac_snake(ctx, w, gf, buf, p, true);
@@ -126,7 +111,7 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
             d += P;
             if (tf) {
                 buf = cr_states_append_tf(st, xt, 2 * P); /* [2P+n, B, C] */
-                xt = cr_states_mask_tf(st, cr_res_unit_tf(ctx, gf, buf, &u, dil), r, d);
+                xt = cr_states_mask_tf(st, cr_res_unit_tf(ctx, gf, buf, &u, dil, false), r, d);
                 continue;
             }
             buf = cr_states_append(st, x, 2 * P); /* [C, 2P+n, B] */
@@ -140,7 +125,7 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
     if (tf) {
         /* the last conv (C -> 1, k7) as one product buf^T w [(n+6)*B, 7], then
            its 7 shifted columns summed: out[t, b] = sum_k zc[t + k + (n+6) b, k] */
-        buf = snac_snake_tf_to_cf(&tk, cr_states_append_tf(st, xt, 6), "decoder.out_snake"); /* [C, n+6, B] */
+        buf = snac_snake_tf_to_cf(ctx, w, gf, cr_states_append_tf(st, xt, 6), "decoder.out_snake"); /* [C, n+6, B] */
         struct ggml_tensor *zc = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, buf, buf->ne[0], (n + 6) * B),
                                               snac_w(w, "decoder.out.weight")); /* [(n+6)*B, 7] */
         for (int64_t k = 0; k < SNAC_DW_K; k++) {
