@@ -14,17 +14,20 @@
 #include "vocos.h"
 #include "layers.h"
 
-void vc_graph_begin(vc_graph *g, struct ggml_context *ctx, struct ggml_context *w, cr_graph_io *io, int64_t T,
-                    int64_t B, bool cpu_ops, bool masked) {
+void vc_graph_begin(vc_graph *g, struct ggml_context *ctx, struct ggml_context *w, cr_graph_io *io,
+                    const cr_decode_shape *shape) {
+    static const cr_cpu_ops f32 = {.bf16 = false, .packs = NULL};
+    const int64_t T = shape->n_frames, B = shape->n_batch;
     memset(g, 0, sizeof(*g));
     g->ctx = ctx;
     g->w = w;
     g->io = io;
     g->T = T;
     g->B = B;
-    g->cpu_ops = cpu_ops;
+    g->cpu_ops = shape->cpu_ops;
+    g->ops = !shape->cpu_ops ? NULL : shape->ops ? shape->ops : &f32;
     g->gf = ggml_new_graph_custom(ctx, 4096, false);
-    if (masked) {
+    if (shape->frames_masked) {
         g->mask = vc_input(g, VC_IO_MASK, GGML_TYPE_F32, 1, T, B, 1, "mask");
         g->mask_bt = vc_input(g, VC_IO_MASK_BT, GGML_TYPE_F32, 1, B, T, 1, "mask_bt");
         g->kq_mask = vc_input(g, VC_IO_KQ, GGML_TYPE_F32, T, T, 1, B, "kq_mask");
@@ -63,15 +66,21 @@ static struct ggml_tensor *vc_mm(vc_graph *g, struct ggml_tensor *w, struct ggml
     return ggml_reshape_3d(g->ctx, y, w->ne[1], x->ne[1], x->ne[2]);
 }
 
-struct ggml_tensor *vc_linear(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
+/* vc_linear with the fused kernel's precision given: ops NULL for F32 */
+static struct ggml_tensor *vc_product(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w,
+                                      struct ggml_tensor *b, const cr_cpu_ops *ops) {
     if (g->cpu_ops) {
-        struct ggml_tensor *y = cr_linear_cpu(g->ctx, ggml_is_contiguous(x) ? x : ggml_cont(g->ctx, x), w, b, NULL);
+        struct ggml_tensor *y = cr_linear_cpu(g->ctx, ggml_is_contiguous(x) ? x : ggml_cont(g->ctx, x), w, b, ops);
         if (y) {
             return y;
         }
     }
     struct ggml_tensor *y = vc_mm(g, w, x);
     return b ? ggml_add(g->ctx, y, b) : y;
+}
+
+struct ggml_tensor *vc_linear(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
+    return vc_product(g, x, w, b, g->ops);
 }
 
 struct ggml_tensor *vc_conv(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
@@ -81,7 +90,7 @@ struct ggml_tensor *vc_conv(vc_graph *g, struct ggml_tensor *x, struct ggml_tens
     if (g->cpu_ops) {
         /* the fused kernel reads its input window straight from [C, T, B], no im2col matrix */
         struct ggml_tensor *y =
-            cr_conv1d_cpu(g->ctx, ggml_is_contiguous(x) ? x : ggml_cont(g->ctx, x), w, b, 1, pad, pad, NULL);
+            cr_conv1d_cpu(g->ctx, ggml_is_contiguous(x) ? x : ggml_cont(g->ctx, x), w, b, 1, pad, pad, g->ops);
         if (y) {
             return y;
         }
@@ -259,7 +268,7 @@ struct ggml_tensor *vc_attention(vc_graph *g, struct ggml_tensor *q, struct ggml
     struct ggml_context *ctx = g->ctx;
     const int64_t D = q->ne[0], T = q->ne[1], B = q->ne[2], hd = D / n_heads;
     if (g->cpu_ops && !g->kq_mask && hd == 64 && scale == 0.125f) {
-        struct ggml_tensor *o = cr_attention_cpu(ctx, q, k, v, NULL);
+        struct ggml_tensor *o = cr_attention_cpu(ctx, q, k, v, g->ops);
         if (o) {
             return o;
         }
@@ -299,8 +308,9 @@ struct ggml_tensor *vc_istft_head(vc_graph *g, struct ggml_tensor *x, int32_t n_
         spec = ggml_mul(ctx, spec, ggml_reshape_2d(ctx, g->mask_bt, 1, B * T));
     }
     /* the fused product on the CPU: ggml's F32 GEMM leaves its fast path when the summed dimension
-       (n_fft + 2) is not a multiple of 16 */
-    struct ggml_tensor *frames = vc_linear(g, spec, vc_w(g, "head.basis"), NULL); /* [n_fft, B*T] */
+       (n_fft + 2) is not a multiple of 16. F32 in every precision: magnitudes up to 100 summed over
+       n_fft bins, a few percent of the decode's products */
+    struct ggml_tensor *frames = vc_product(g, spec, vc_w(g, "head.basis"), NULL, NULL); /* [n_fft, B*T] */
     frames = ggml_reshape_2d(ctx, frames, (int64_t)n_fft * B, T);
     struct ggml_tensor *pcm = ggml_col2im_1d(ctx, frames, hop, (int)B, (n_fft - hop) / 2); /* [T*hop, B] */
     struct ggml_tensor *env = g->mask ? vc_input(g, VC_IO_ENV, GGML_TYPE_F32, T * hop, B, 1, 1, "env")

@@ -153,7 +153,7 @@ static struct ggml_cgraph *wt_build_decode(const cr_model *model, struct ggml_co
     const wt_hparams *hp = model->hparams;
     const int64_t T = shape->n_frames, B = shape->n_batch;
     vc_graph g;
-    vc_graph_begin(&g, ctx, w, io, T, B, shape->cpu_ops, shape->frames_masked);
+    vc_graph_begin(&g, ctx, w, io, shape);
     struct ggml_tensor *codes = vc_input(&g, VC_IO_CODES, GGML_TYPE_I32, T * B, 1, 1, 1, "codes");
     struct ggml_tensor *x = ggml_get_rows(ctx, vc_w(&g, "codebook"), codes); /* [E, T*B] */
     x = ggml_reshape_3d(ctx, x, hp->input_dim, T, B);
@@ -213,6 +213,7 @@ static void wt_set_inputs(const cr_model *model, const cr_decode_shape *shape, c
 
 const cr_arch cr_arch_wavtokenizer = {
     .name = "wavtokenizer",
+    .bf16_products = true,
     .hparams_size = sizeof(wt_hparams),
     .read_hparams = wt_read_hparams,
     .fill_info = wt_fill_info,
