@@ -156,7 +156,15 @@ def main(argv: list[str] | None = None) -> int:
                     write_random_dac(kind[len("dac-"):], path, seed=1)
                 else:
                     write_random_vocos(kind, path, seed=1)
-            ref = None if args.no_torch else torch_decoder(kind, args.device, threads)
+            ref = None
+            if not args.no_torch:
+                try:
+                    ref = torch_decoder(kind, args.device, threads)
+                    why = "torch or its package is not installed"
+                except (ImportError, AttributeError, RuntimeError) as e:  # installed, not importable
+                    why = f"{type(e).__name__}: {e}"
+                if ref is None:
+                    print(f"| {kind} | no PyTorch reference here ({why}): codecrt only |")
             with codecrt.Model(str(path)) as m:
                 T = int(round(args.seconds * m.info.sample_rate / m.info.hop_length))
                 for B in (int(b) for b in args.batch.split(",")):
