@@ -70,7 +70,26 @@ static struct ggml_tensor *vc_mm(vc_graph *g, struct ggml_tensor *w, struct ggml
 static struct ggml_tensor *vc_product(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w,
                                       struct ggml_tensor *b, const cr_cpu_ops *ops) {
     if (g->cpu_ops) {
-        struct ggml_tensor *y = cr_linear_cpu(g->ctx, ggml_is_contiguous(x) ? x : ggml_cont(g->ctx, x), w, b, ops);
+        struct ggml_context *ctx = g->ctx;
+        x = ggml_is_contiguous(x) ? x : ggml_cont(ctx, x);
+        const int64_t M = w->ne[1], M16 = M / 16 * 16;
+        if (M % 16 != 0 && M16 > 0 && ggml_is_contiguous(w) && ggml_n_dims(w) == 2 && ggml_is_contiguous(x)) {
+            /* the head's n_fft + 2 outputs: the first M16 rows of w on the fused kernel (its
+               panels take multiples of 16), the last few through ggml, joined */
+            struct ggml_tensor *y = cr_linear_cpu(ctx, x, ggml_view_2d(ctx, w, w->ne[0], M16, w->nb[1], 0),
+                                                  b ? ggml_view_1d(ctx, b, M16, 0) : NULL, ops);
+            if (y) {
+                struct ggml_tensor *r = ggml_mul_mat(ctx, ggml_view_2d(ctx, w, w->ne[0], M - M16, w->nb[1],
+                                                                       (size_t)M16 * w->nb[1]),
+                                                     ggml_reshape_2d(ctx, x, x->ne[0], ggml_nrows(x)));
+                if (b) {
+                    r = ggml_add(ctx, r, ggml_view_1d(ctx, b, M - M16, (size_t)M16 * sizeof(float)));
+                }
+                y = ggml_concat(ctx, ggml_reshape_2d(ctx, y, M16, ggml_nrows(x)), r, 0);
+                return ggml_reshape_4d(ctx, y, M, x->ne[1], x->ne[2], x->ne[3]);
+            }
+        }
+        struct ggml_tensor *y = cr_linear_cpu(ctx, x, w, b, ops);
         if (y) {
             return y;
         }
@@ -256,6 +275,50 @@ struct ggml_tensor *vc_resnet_block(vc_graph *g, struct ggml_tensor *x, int n_gr
 }
 
 /*
+ * One head of D channels (WavTokenizer's pos_net attention, D = 768) on the CPU: both products on
+ * the fused linear kernel, per sequence (its weight operand is 2-D). Scores [Tk, Tq] = k^T q with
+ * k padded by zero keys to a multiple of 16 (the kernel's column panels) and the padding cut off
+ * before the softmax; then o [D, Tq] = v A with v transposed to [Tk, D]. ggml's F32 product
+ * takes a slow path on these shapes (a summed dimension of Tk, not a multiple of 16): a tenth of
+ * the decode. In the context's precision, as the 64-channel kernel. NULL where it does not apply.
+ */
+static struct ggml_tensor *vc_attention_one_head(vc_graph *g, struct ggml_tensor *q, struct ggml_tensor *k,
+                                                 struct ggml_tensor *v, float scale) {
+    struct ggml_context *ctx = g->ctx;
+    const int64_t D = q->ne[0], T = q->ne[1], B = q->ne[2], T16 = (T + 15) / 16 * 16;
+    static const cr_cpu_ops bf16 = {.bf16 = true, .packs = NULL}; /* activations are never in the packs */
+    const cr_cpu_ops *ops = g->ops && g->ops->bf16 ? &bf16 : NULL;
+    if (D % 16 != 0 || !ggml_is_contiguous(q) || !ggml_is_contiguous(k) || !ggml_is_contiguous(v)) {
+        return NULL;
+    }
+    struct ggml_tensor *vt = ggml_cont(ctx, ggml_transpose(ctx, ggml_reshape_2d(ctx, v, D, T * B))); /* [T*B, D] */
+    struct ggml_tensor *out = NULL;
+    for (int64_t b = 0; b < B; b++) {
+        struct ggml_tensor *qb = ggml_view_2d(ctx, q, D, T, q->nb[1], (size_t)b * q->nb[2]);
+        struct ggml_tensor *kb = ggml_view_2d(ctx, k, D, T, k->nb[1], (size_t)b * k->nb[2]);
+        if (T16 > T) {
+            kb = ggml_pad(ctx, kb, 0, (int)(T16 - T), 0, 0); /* [D, T16], zero keys */
+        }
+        struct ggml_tensor *s = cr_linear_cpu(ctx, qb, kb, NULL, ops); /* [T16, Tq] */
+        if (!s) {
+            return NULL;
+        }
+        if (T16 > T) {
+            s = ggml_cont(ctx, ggml_view_2d(ctx, s, T, T, s->nb[1], 0));
+        }
+        s = ggml_soft_max_ext(ctx, s, NULL, scale, 0.0f); /* [Tk, Tq] */
+        /* vt's rows b*T .. b*T+T-1 as the weight [Tk, D]: column block b of the transposed v */
+        struct ggml_tensor *vb = ggml_cont(ctx, ggml_view_2d(ctx, vt, T, D, vt->nb[1], (size_t)(b * T) * sizeof(float)));
+        struct ggml_tensor *o = cr_linear_cpu(ctx, s, vb, NULL, ops); /* [D, Tq] */
+        if (!o) {
+            return NULL;
+        }
+        out = out ? ggml_concat(ctx, out, o, 1) : o;
+    }
+    return ggml_reshape_3d(ctx, out, D, T, B);
+}
+
+/*
  * On the CPU with AVX-512, heads of 64 channels at scale 1/8 take the fused
  * kernel (one query block's scores in cache, never T x T in memory); else
  * (other heads, masked graphs, other backends) two products around a softmax,
@@ -269,6 +332,12 @@ struct ggml_tensor *vc_attention(vc_graph *g, struct ggml_tensor *q, struct ggml
     const int64_t D = q->ne[0], T = q->ne[1], B = q->ne[2], hd = D / n_heads;
     if (g->cpu_ops && !g->kq_mask && hd == 64 && scale == 0.125f) {
         struct ggml_tensor *o = cr_attention_cpu(ctx, q, k, v, g->ops);
+        if (o) {
+            return o;
+        }
+    }
+    if (g->cpu_ops && !g->kq_mask && n_heads == 1) {
+        struct ggml_tensor *o = vc_attention_one_head(g, q, k, v, scale);
         if (o) {
             return o;
         }
