@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import codecrt_or_skip
+from conftest import bf16_or_skip, codecrt_or_skip
 
 F32_TOL = 1e-4
 
@@ -308,11 +308,7 @@ def test_bf16_products(codecrt, cases, key, record_property):
     heads) attention as BF16 products summed in F32 stay within BF16_TOL of the reference and are
     not F32-close (the mode is really on); a batch of 2 equals each sequence decoded alone."""
     case = cases(key)
-    with codecrt.Model(str(case.gguf)) as m:
-        try:
-            codecrt.Context(m, device="cpu", precision="bf16").close()
-        except codecrt.CodecrtError as e:  # no AVX512-BF16 here, or CODECRT_PORTABLE_OPS
-            pytest.skip(f"precision bf16 unavailable: {e}")
+    bf16_or_skip(codecrt, case.gguf)
     codes = case.ref.random_codes(case.config, 37, np.random.default_rng(1), batch=2)
     want = case.ref.reference_decode(case.model, codes)
     with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu", precision="bf16") as ctx:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import codecrt_or_skip
+from conftest import bf16_or_skip, codecrt_or_skip
 
 F32_TOL = 1e-4
 
@@ -241,14 +241,6 @@ def test_converter_folds_adanorm_row_zero(cases):
 # ------------------------------------------------------------------ BF16 products
 
 BF16_TOL = 3e-2  # the opt-in mode's bound against the reference (docs/runtime.md, "BF16 products")
-
-
-def bf16_or_skip(codecrt, gguf):
-    with codecrt.Model(str(gguf)) as m:
-        try:
-            codecrt.Context(m, device="cpu", precision="bf16").close()
-        except codecrt.CodecrtError as e:  # no AVX512-BF16 here, or CODECRT_PORTABLE_OPS
-            pytest.skip(f"precision bf16 unavailable: {e}")
 
 
 def test_bf16_products(codecrt, cases, record_property):

@@ -186,6 +186,9 @@ static int64_t wt_max_tensor_elements(const cr_model *model, int64_t T, int64_t 
     const wt_hparams *hp = model->hparams;
     T += context;
     int64_t best = vc_max_elements(T, B, 1, hp->n_fft, hp->hop_length);
+    /* the CPU's one-head attention: scores over keys padded to a multiple of 16 (vocos.c) */
+    const int64_t scores = (T + 15) / 16 * 16 * T * B;
+    best = scores > best ? scores : best;
     /* the embed conv's im2col (7 taps of the codebook width) and the ConvNeXt's hidden layer */
     const int64_t cols = 7 * (int64_t)hp->input_dim * T * B, hid = (int64_t)hp->intermediate_dim * T * B;
     const int64_t res = 3 * (int64_t)hp->dim * T * B;
