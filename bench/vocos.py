@@ -8,10 +8,13 @@ not change the work; parity is the tests' job (tests/test_wavtokenizer.py, tests
 
     python -m bench vocos [--device cpu|cuda:0] [--threads 1,2] [--seconds 10] [--batch 1,8]
                           [--kinds wavtokenizer-75,neucodec] [--repeat 3] [--no-torch]
+                          [--precision f32,bf16]
 
 Prints a markdown table per thread count: wall seconds per decode (and the process's CPU
-seconds, the steadier figure on a shared machine) and x real time for each side, and the
-speed-up in wall time.
+seconds, the steadier figure on a shared machine) and x real time for each side, the
+speed-up in wall and in CPU time, and for each codecrt precision after the first its relative
+L2 distance to the first's output (``--precision f32,bf16``: BF16 products against F32, which
+the tests hold within 1e-4 of the reference). The reference is timed once per row group.
 """
 
 from __future__ import annotations
@@ -83,6 +86,46 @@ def torch_decoder(kind: str, device: str, threads: int):
     return decode, sync
 
 
+def bench_rows(codecrt, m, kind: str, B: int, T: int, args, threads: int, precisions: list[str], ref) -> None:
+    """One row per precision for batch B: codecrt's time and error, the reference's time once."""
+    nq = m.info.n_levels  # codes [B, n_q, T]; one level but for DAC
+    codes = np.random.default_rng(B).integers(0, m.info.codebook_sizes[0], (B, nq, T)).astype(np.int32)
+    lv = [np.ascontiguousarray(codes[:, q]) for q in range(nq)]
+    if nq == 1:
+        codes = codes[:, 0]
+    audio = B * args.seconds
+    torch_t = None
+    first = None
+    for prec in precisions:
+        head = f"| {kind} | {B} | {T} | {prec} |"
+        try:
+            ctx = codecrt.Context(m, device=args.device, n_threads=threads, max_batch=64, precision=prec)
+        except codecrt.CodecrtError as e:  # BF16 off AVX512-BF16 CPUs, or on a GPU
+            print(f"{head} unavailable: {e.message} | | | | | |", flush=True)
+            continue
+        with ctx:
+            try:
+                out = ctx.decode(lv)             # warm: graph built and reserved (and BF16 weights packed)
+            except codecrt.TooLargeError as e:   # one graph: attention over the whole utterance
+                print(f"{head} too large: {e.message} | | | | | |", flush=True)
+                return
+            tc, cc = best(lambda c=lv, x=ctx: x.decode(c), args.repeat, lambda: None)
+        if ref is not None and torch_t is None:
+            decode, sync = ref
+            decode(codes[..., : min(T, 20)])
+            sync()
+            torch_t = best(lambda c=codes, f=decode: f(c), args.repeat, sync)
+        err = "-" if first is None else f"{np.linalg.norm(out - first) / np.linalg.norm(first):.1e}"
+        first = out if first is None else first
+        row = f"{head} {tc:.3f} ({cc:.2f}) | {audio / tc:.1f} |"
+        if torch_t is not None:
+            tr, cr = torch_t
+            row += f" {tr:.3f} ({cr:.2f}) | {audio / tr:.1f} | {tr / tc:.2f}x ({cr / cc:.2f}x) | {err} |"
+        else:
+            row += f" - | - | - | {err} |"
+        print(row, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu")
@@ -92,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=",".join(REFERENCES))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--precision", default="f32", help="codecrt precisions, comma-separated: f32, bf16")
     args = ap.parse_args(argv)
 
     import codecrt
@@ -99,11 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     from codecd.convert.random_vocos import write_random_vocos
 
     tmp = Path(tempfile.mkdtemp(prefix="codecd-vocos-bench-"))
+    precisions = args.precision.split(",")
     for threads in (int(t) for t in args.threads.split(",")):
         print(f"\ndevice {args.device}, {threads} CPU threads, {args.seconds:g} s of codes, best of {args.repeat}\n")
-        print("| codec | batch | frames | codecrt wall s (CPU s) | codecrt x RT | PyTorch wall s (CPU s) | "
-              "PyTorch x RT | speed-up |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| codec | batch | frames | precision | codecrt wall s (CPU s) | codecrt x RT | PyTorch wall s (CPU s) | "
+              "PyTorch x RT | speed-up wall (CPU) | rel L2 vs first |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for kind in args.kinds.split(","):
             path = tmp / f"{kind}.gguf"
             if not path.exists():
@@ -111,33 +156,19 @@ def main(argv: list[str] | None = None) -> int:
                     write_random_dac(kind[len("dac-"):], path, seed=1)
                 else:
                     write_random_vocos(kind, path, seed=1)
-            ref = None if args.no_torch else torch_decoder(kind, args.device, threads)
-            with codecrt.Model(str(path)) as m, codecrt.Context(m, device=args.device, n_threads=threads,
-                                                                max_batch=64) as ctx:
+            ref = None
+            if not args.no_torch:
+                try:
+                    ref = torch_decoder(kind, args.device, threads)
+                    why = "torch or its package is not installed"
+                except (ImportError, AttributeError, RuntimeError) as e:  # installed, not importable
+                    why = f"{type(e).__name__}: {e}"
+                if ref is None:
+                    print(f"| {kind} | no PyTorch reference here ({why}): codecrt only |")
+            with codecrt.Model(str(path)) as m:
                 T = int(round(args.seconds * m.info.sample_rate / m.info.hop_length))
                 for B in (int(b) for b in args.batch.split(",")):
-                    nq = m.info.n_levels  # codes [B, n_q, T]; one level but for DAC
-                    codes = np.random.default_rng(B).integers(0, m.info.codebook_sizes[0], (B, nq, T)).astype(np.int32)
-                    lv = [np.ascontiguousarray(codes[:, q]) for q in range(nq)]
-                    if nq == 1:
-                        codes = codes[:, 0]
-                    try:
-                        ctx.decode(lv)                   # warm: graph built and reserved
-                    except codecrt.TooLargeError as e:   # one graph: attention over the whole utterance
-                        print(f"| {kind} | {B} | {T} | too large: {e.message} | | | | |", flush=True)
-                        continue
-                    tc, cc = best(lambda c=lv: ctx.decode(c), args.repeat, lambda: None)
-                    audio = B * args.seconds
-                    row = f"| {kind} | {B} | {T} | {tc:.3f} ({cc:.2f}) | {audio / tc:.1f} |"
-                    if ref is not None:
-                        decode, sync = ref
-                        decode(codes[..., : min(T, 20)])
-                        sync()
-                        tr, cr = best(lambda c=codes, f=decode: f(c), args.repeat, sync)
-                        row += f" {tr:.3f} ({cr:.2f}) | {audio / tr:.1f} | {tr / tc:.2f}x |"
-                    else:
-                        row += " - | - | - |"
-                    print(row, flush=True)
+                    bench_rows(codecrt, m, kind, B, T, args, threads, precisions, ref)
     for p in tmp.glob("*.gguf"):
         p.unlink()
     return 0

@@ -11,7 +11,10 @@ and reports:
 * the cost: frames decoded per frame of output, and the wall / CPU time of the windowed
   decode (one stream, batch 1) against the audio's duration;
 * with ``--streams S``: S streams stepped together (``codecrt.step``: windows batched)
-  in x real time for all of them.
+  in x real time for all of them; with ``--torch`` too, the PyTorch reference decoder
+  (``bench.vocos.torch_decoder``: outetts' WavTokenizer, the neucodec and xcodec2 packages,
+  with their own seeded weights) doing the same S streams' pieces, the windows of one piece
+  of all S streams as one batched call, in the same run.
 
 Models are full-size random-weight ones (``codecd.convert.random_vocos``; ``--small`` for
 the small test configs): the errors are those of random weights and random codes, a
@@ -19,7 +22,7 @@ relative comparison of the settings; real checkpoints attend more locally.
 
     python -m bench windowed [--kinds wavtokenizer-75,neucodec,xcodec2] [--seconds 6]
                              [--threads 2] [--streams 4] [--small] [--gguf MODEL.gguf ...]
-                             [--device cpu|cuda:0]
+                             [--device cpu|cuda:0] [--torch]
 
 ``--gguf`` measures converted checkpoints instead of random models (with random codes;
 ``--codes FILE.npy`` gives the codes of real speech, one 1-D array, used for every model).
@@ -74,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gguf", nargs="+", default=[], help="converted models to measure instead")
     ap.add_argument("--codes", help="a .npy file of codes to decode instead of random ones")
+    ap.add_argument("--torch", action="store_true",
+                    help="with --streams: the PyTorch reference's windowed streams beside codecrt's")
     args = ap.parse_args(argv)
 
     what = "converted models" if args.gguf else \
@@ -129,7 +134,44 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"| {kind} | {args.streams} streams, 25/50/5/1 batched | | | | | "
                           f"{wall:.2f} | {args.streams * n / fps / wall:.2f} (all streams) |",
                           flush=True)
+                    if args.torch:
+                        torch_streams(kind, args, codes, info.hop_length, n / fps)
     return 0
+
+
+def torch_streams(kind: str, args: argparse.Namespace, codes: np.ndarray, hop: int,
+                  seconds: float) -> None:
+    """The reference decoder doing ``args.streams`` streams' windowed decode (NeuTTS' window),
+    each piece's windows of all streams in one batched call; a row of x real time in total."""
+    from bench.vocos import torch_decoder
+    from codecd.families.windowed import WindowParams, windowed_decode
+
+    try:
+        ref = torch_decoder(kind, args.device, args.threads)
+    except (ImportError, AttributeError, RuntimeError) as e:  # a package that does not import
+        ref, why = None, f"{type(e).__name__}: {e}"
+    else:
+        why = "torch or the reference package is not installed"
+    if ref is None:
+        print(f"| {kind} | {args.streams} streams, PyTorch reference | unavailable: {why} |",
+              flush=True)
+        return
+    decode, sync = ref
+    S = args.streams
+
+    def dec(w: np.ndarray) -> np.ndarray:
+        out = decode(np.repeat(w[None], S, axis=0))  # the same piece of every stream, one call
+        sync()
+        pcm = out.detach().float().cpu().numpy().reshape(S, -1)[0]
+        want = w.size * hop  # the reference's length (equal here) fitted to the definition's
+        return np.pad(pcm, (0, max(0, want - pcm.size)))[:want]
+
+    windowed_decode(dec, codes[: min(codes.size, 40)], hop, WindowParams())  # warm
+    t0, c0 = time.perf_counter(), time.process_time()
+    windowed_decode(dec, codes, hop, WindowParams())
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(f"| {kind} | {S} streams, 25/50/5/1, PyTorch reference, windows batched | | | | | "
+          f"{wall:.2f} ({cpu:.2f}) | {S * seconds / wall:.2f} (all streams) |", flush=True)
 
 
 if __name__ == "__main__":

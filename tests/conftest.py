@@ -58,6 +58,16 @@ def codecrt_or_skip():
     return codecrt
 
 
+def bf16_or_skip(codecrt, gguf) -> None:
+    """Skip unless a CPU context of the model at ``gguf`` takes precision="bf16" (AVX512-BF16 CPUs,
+    the fused kernels on: not CODECRT_PORTABLE_OPS)."""
+    with codecrt.Model(str(gguf)) as m:
+        try:
+            codecrt.Context(m, device="cpu", precision="bf16").close()
+        except codecrt.CodecrtError as e:
+            pytest.skip(f"precision bf16 unavailable: {e}")
+
+
 SEEDS = {"24khz": 11, "32khz": 22, "44khz": 33, "tiny": 44}
 
 

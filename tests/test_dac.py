@@ -19,7 +19,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import codecrt_or_skip
+from conftest import bf16_or_skip, codecrt_or_skip
 
 F32_TOL = 1e-4
 
@@ -326,14 +326,6 @@ def test_f16_weights(codecrt, cases, tmp_path):
 
 
 # ------------------------------------------------------------------ BF16 products
-
-
-def bf16_or_skip(codecrt, gguf):
-    with codecrt.Model(str(gguf)) as m:
-        try:
-            codecrt.Context(m, device="cpu", precision="bf16").close()
-        except codecrt.CodecrtError as e:  # no AVX512-BF16 here, or CODECRT_PORTABLE_OPS
-            pytest.skip(f"precision bf16 unavailable: {e}")
 
 
 BF16_TOL = 3e-2

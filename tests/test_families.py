@@ -159,3 +159,23 @@ def test_a_family_with_per_stream_levels_plugs_into_the_session(monkeypatch):
     (err,) = [json.loads(a.data) for a in acts if isinstance(a, SendText)]
     assert err["code"] == "bad_message" and "model has 2 levels" in err["message"]
     assert np.asarray(push.levels[0]).dtype == np.int32
+
+
+def test_window_is_refused_by_models_that_do_not_stream_by_windows():
+    """start.window on a model whose family takes no window (SNAC here) is bad_window; a windowed
+    family turns presets and frames into the stream's window, its lag and its chunk."""
+    from codecd.families import StreamRefused, family_for
+    from codecd.protocol import Start
+
+    snac = ModelSpec("s", "snac", 24000, 512, 3, (4096,) * 3, (4, 2, 1))
+    with pytest.raises(StreamRefused) as e:
+        family_for("snac").plan_stream(snac, Start("a", "s", "levels", window={"preset": "low"}))
+    assert e.value.code == "bad_window" and "does not stream by windows" in e.value.message
+    neu = ModelSpec("n", "neucodec", 24000, 480, 1, (65536,), (1,), latency_samples=30 * 480,
+                    low_latency_samples=12 * 480)
+    plan = family_for("neucodec").plan_stream(neu, Start("a", "n", "levels", latency="low",
+                                                         window={"lookahead": 4}))
+    assert plan.options == {"chunk": 10, "lookback": 25, "lookahead": 4, "overlap": 1}
+    assert plan.latency_samples == 14 * 480 and plan.chunk_frames == 10
+    plan = family_for("neucodec").plan_stream(neu, Start("a", "n", "levels", window={"preset": "low"}))
+    assert plan.options["chunk"] == 10 and plan.latency == "exact"

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import codecrt_or_skip
+from conftest import bf16_or_skip, codecrt_or_skip
 
 F32_TOL = 1e-4
 
@@ -295,3 +295,27 @@ def test_converter_folds_fsq_projections(cases):
     one = out.tensors["fsq.proj.weight"] @ v + out.tensors["fsq.proj.bias"]
     np.testing.assert_allclose(one, two, rtol=1e-5, atol=1e-6)
     assert hp["fsq_levels"] == [4] * 8 and hp["n_heads"] == 4 and hp["hop_length"] == 480
+
+
+# ------------------------------------------------------------------ BF16 products
+
+BF16_TOL = 3e-2  # the opt-in mode's bound against the reference (docs/runtime.md, "BF16 products")
+
+
+@pytest.mark.parametrize("key", ["neucodec-tiny64", "xcodec2-tiny"])
+def test_bf16_products(codecrt, cases, key, record_property):
+    """precision="bf16" (opt-in, AVX512-BF16 CPUs): linear layers, convolutions and (64-channel
+    heads) attention as BF16 products summed in F32 stay within BF16_TOL of the reference and are
+    not F32-close (the mode is really on); a batch of 2 equals each sequence decoded alone."""
+    case = cases(key)
+    bf16_or_skip(codecrt, case.gguf)
+    codes = case.ref.random_codes(case.config, 37, np.random.default_rng(1), batch=2)
+    want = case.ref.reference_decode(case.model, codes)
+    with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu", precision="bf16") as ctx:
+        got = ctx.decode([codes])
+        alone = ctx.decode([codes[1:]])
+    err = rel_l2(got, want)
+    record_property("rel_l2", err)
+    print(f"\n{key}, BF16 products: relative L2 {err:.2e}")
+    assert F32_TOL < err < BF16_TOL
+    assert np.array_equal(alone[0], got[1])

@@ -361,3 +361,24 @@ def test_fuzz_parse_binary(data):
         P.parse_binary(data)
     except ProtocolError:
         pass
+
+
+def test_start_window_shapes():
+    """start.window: a preset name or an object of preset and frames, kept as sent (its values'
+    bounds are the family's); any other shape, an unknown field or a value that is not a count
+    of frames is bad_window for that stream, never for the connection."""
+    def start(window):
+        return json.dumps({"type": "start", "stream_id": "s", "model": "m", "layout": "levels",
+                           "window": window})
+
+    assert P.parse_text(start("low")).window == {"preset": "low"}
+    w = {"preset": "low", "chunk": 6, "lookback": 0, "lookahead": 2, "overlap": 1}
+    assert P.parse_text(start(w)).window == w
+    assert P.parse_text(json.dumps({"type": "start", "stream_id": "s", "model": "m",
+                                    "layout": "levels"})).window is None
+    msg = P.parse_text(start({"chunk": 7}))
+    assert P.parse_text(P.encode_client(msg)) == msg
+    for bad in ({}, [], 3, True, {"size": 1}, {"chunk": "7"}, {"chunk": -1}, {"chunk": 1.5},
+                {"chunk": 1 << 17}, {"preset": 3}, {"preset": ""}, {"chunk": True}):
+        e = perr(P.parse_text, start(bad))
+        assert e.code == ErrorCode.BAD_WINDOW and e.stream_id == "s" and not e.fatal, bad

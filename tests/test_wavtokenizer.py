@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import codecrt_or_skip
+from conftest import bf16_or_skip, codecrt_or_skip
 
 F32_TOL = 1e-4
 
@@ -236,3 +236,26 @@ def test_converter_folds_adanorm_row_zero(cases):
     assert not np.allclose(scale[0], scale[1])
     np.testing.assert_array_equal(out.tensors["convnext.1.norm.weight"], scale[0])
     assert hp["hop_length"] == 40 and hp["n_fft"] == 160 and hp["n_layers"] == 2
+
+
+# ------------------------------------------------------------------ BF16 products
+
+BF16_TOL = 3e-2  # the opt-in mode's bound against the reference (docs/runtime.md, "BF16 products")
+
+
+def test_bf16_products(codecrt, cases, record_property):
+    """precision="bf16" (opt-in, AVX512-BF16 CPUs): the convolutions and linear layers as BF16
+    products summed in F32 stay within BF16_TOL of the reference and are not F32-close (the mode
+    is really on); a batch of 2 equals each sequence decoded alone."""
+    case = cases("tiny")
+    bf16_or_skip(codecrt, case.gguf)
+    codes = ref.random_codes(case.config, 37, np.random.default_rng(1), batch=2)
+    want = ref.reference_decode(case.model, codes)
+    with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu", precision="bf16") as ctx:
+        got = ctx.decode([codes])
+        alone = ctx.decode([codes[1:]])
+    err = rel_l2(got, want)
+    record_property("rel_l2", err)
+    print(f"\nWavTokenizer tiny, BF16 products: relative L2 {err:.2e}")
+    assert F32_TOL < err < BF16_TOL
+    assert np.array_equal(alone[0], got[1])

@@ -218,3 +218,122 @@ def test_prompt_codes_voice_leads_the_stream(models: dict[str, Path], tmp_path: 
     want = offline_windowed(models["neu"], np.concatenate([prompt, codes]), DEFAULT_WINDOW,
                             n_prefix=prompt.size)
     assert got == f32_to_s16le(want)
+
+
+def test_per_stream_windows_equal_their_offline_windowed_decode(models: dict[str, Path]) -> None:
+    """start.window: streams of one model with different windows (a preset by name, explicit
+    frames, a preset with one field changed, one of the default's length so that both share a
+    batched decode), sent interleaved on one connection, each equal in s16 to the offline
+    windowed decode with its own window; bad windows get bad_window for their stream only, and
+    the connection and the other streams go on."""
+    rng = np.random.default_rng(21)
+    good: dict[str, tuple[str, Any, str, WindowParams]] = {
+        "d": ("neu", None, "exact", DEFAULT_WINDOW),
+        "p": ("neu", "low", "exact", LOW_WINDOW),
+        "e": ("neu", {"chunk": 20, "lookback": 55, "lookahead": 5, "overlap": 1}, "exact",
+              WindowParams(20, 55, 5, 1)),  # 81 frames, as the default's windows
+        "m": ("neu", {"preset": "low", "chunk": 6}, "exact", WindowParams(6, 25, 2, 1)),
+        "l": ("wt", {"lookahead": 4}, "low", WindowParams(10, 25, 4, 1)),
+        "z": ("wt", {"chunk": 30, "lookback": 0, "lookahead": 0, "overlap": 0}, "exact",
+              WindowParams(30, 0, 0, 0)),
+    }
+    bad = {  # sid -> (model, window, what the error names)
+        "b0": ("neu", {"chunk": 0}, "chunk >= 1"),
+        "b1": ("neu", {"preset": "fast"}, "unknown preset"),
+        "b2": ("neu", {"lookback": 250}, "more than 256"),
+        "b3": ("neu", {"chunk": 2, "lookback": 50, "overlap": 0}, "more than 8 frames"),
+        "b4": ("neu", {"overlap": 3}, "2 * overlap"),
+        "b5": ("wt", {"chunk": "x"}, "integer"),
+        "b6": ("wt", {"size": 3}, "unknown field"),
+        "b7": ("wt", 7, "preset name or an object"),
+        "b8": ("wt", {"chunk": -1}, "integer of frames"),
+    }
+    codes = {sid: rng.integers(0, 4096 if m == "wt" else 65536, int(rng.integers(60, 150)))
+             .astype(np.int32) for sid, (m, _, _, _) in good.items()}
+
+    async def main() -> dict[str, bytes]:
+        async with serving(models, ["wt", "neu"]) as srv:
+            c = await Client.open(srv.port)
+            (spec,) = [m for m in c.hello["models"] if m["name"] == "neu"]
+            assert spec["windows"] == {"default": {"chunk": 25, "lookback": 50, "lookahead": 5,
+                                                   "overlap": 1},
+                                       "low": {"chunk": 10, "lookback": 25, "lookahead": 2,
+                                               "overlap": 1}}
+            for i, (sid, (m, win, latency, _)) in enumerate(good.items()):
+                msg = {"type": "start", "stream_id": sid, "model": m, "layout": "levels",
+                       "latency": latency, **({"window": win} if win is not None else {})}
+                await c.send(msg)
+                bsid, (bm, bwin, _) = list(bad.items())[i]
+                await c.send({"type": "start", "stream_id": bsid, "model": bm, "layout": "levels",
+                              "window": bwin})
+            for bsid, (bm, bwin, _) in list(bad.items())[len(good):]:
+                await c.send({"type": "start", "stream_id": bsid, "model": bm, "layout": "levels",
+                              "window": bwin})
+            pos = dict.fromkeys(good, 0)
+            while any(pos[s] < codes[s].size for s in good):
+                for sid in good:
+                    a = pos[sid]
+                    if a < codes[sid].size:
+                        b = min(codes[sid].size, a + int(rng.integers(1, 30)))
+                        await c.send({"type": "tokens", "stream_id": sid,
+                                      "levels": [codes[sid][a:b].tolist()]})
+                        pos[sid] = b
+                        if b == codes[sid].size:
+                            await c.send({"type": "end", "stream_id": sid})
+                await asyncio.sleep(0)
+            for bsid, (_, _, what) in bad.items():
+                t = await c.terminal(bsid, 60)
+                assert t["type"] == "error" and t["code"] == "bad_window", (bsid, t)
+                assert what in t["message"], (bsid, t["message"])
+            out = {}
+            for sid, (m, _, latency, p) in good.items():
+                t = await c.terminal(sid, 240)
+                hop = {"wt": 320, "neu": 480}[m]
+                assert t["type"] == "done" and t["samples"] == codes[sid].size * hop, (sid, t)
+                started = next(x for x in c.rec(sid)["msgs"] if x["type"] == "started")
+                assert started["latency"] == latency
+                assert started["latency_samples"] == p.latency_frames * hop, (sid, started)
+                out[sid] = bytes(c.rec(sid)["audio"])
+            assert c.ws.close_code is None
+            await c.close()
+        return out
+
+    got = asyncio.run(main())
+    for sid, (m, _, _, p) in good.items():
+        assert got[sid] == f32_to_s16le(offline_windowed(models[m], codes[sid], p)), sid
+
+
+def test_cli_stream_window_option(models: dict[str, Path], tmp_path: Path) -> None:
+    """``codecd stream --window 10/0/2/1`` and ``--window low`` send start.window: the WAVs equal
+    the offline windowed decodes with those windows; a bad one exits with the server's
+    bad_window message."""
+    import subprocess
+    import sys
+
+    sf = pytest.importorskip("soundfile")
+    from serverkit import serve_process, wait_ready
+
+    codes = np.random.default_rng(3).integers(0, 65536, 77).astype(np.int32)
+    np.savez(tmp_path / "codes.npz", level0=codes)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "codecd.cli", "stream", *args],
+                              capture_output=True, text=True, timeout=120)
+
+    log = tmp_path / "serve.log"
+    with serve_process(models["neu"], log) as (p, port):
+        asyncio.run(wait_ready(port, p, log))
+        url = f"ws://127.0.0.1:{port}"
+        for i, win in enumerate(("10/0/2/1", "low")):
+            r = cli("--url", url, "--model", "small", str(tmp_path / "codes.npz"), "--window", win,
+                    "-o", str(tmp_path / f"{i}.wav"), "--rate", "max")
+            assert r.returncode == 0, r.stderr + log.read_text()
+        r = cli("--url", url, "--model", "small", str(tmp_path / "codes.npz"), "--window", "1/50/0/0",
+                "-o", str(tmp_path / "bad.wav"), "--rate", "max")
+        assert r.returncode != 0 and "bad_window" in r.stderr, r.stderr
+    for i, params in enumerate((WindowParams(10, 0, 2, 1), LOW_WINDOW)):
+        got, _ = sf.read(tmp_path / f"{i}.wav", dtype="int16")
+        want = f32_to_s16le(offline_windowed(models["neu"], codes, params))
+        assert got.tobytes() == want, i
+    r = cli("--model", "small", "x.npz", "-o", "y.wav", "--window", "1/2/3")
+    assert r.returncode == 2 and "CHUNK/LOOKBACK/LOOKAHEAD/OVERLAP" in r.stderr

@@ -37,8 +37,11 @@
 #            $MIMI_ARGS [--streams 256,512,1000,1500 --seconds 3]
 #   soak     python bench/soak.py --spawn demo on cuda:0 $SOAK_ARGS [--minutes 8 --kill-every 2
 #            --report-every 30 --finishers 64 --slow 4] (issue 18's GPU run)
-#   vocos    WavTokenizer/NeuCodec/XCodec2 and DAC GPU tests (TF32 on, off), python -m bench vocos and
-#            python -m bench windowed on cuda:0
+#   vocos    WavTokenizer/NeuCodec/XCodec2 and DAC GPU tests (TF32 on, off); codecrt beside the
+#            PyTorch references on cuda:0: python -m bench vocos (offline, batches $VOCOS_BATCH
+#            [1,16,64]) and python -m bench windowed --torch (S streams with batched windows,
+#            S in $VOCOS_STREAMS [16,64,256]); the references need their wheels carried in .whl
+#            (bash bench/gpu/reference-wheels.sh, run where pip reaches an index)
 #   qwen3    Qwen3-TTS 12 Hz tokenizer GPU tests (TF32 on, off: tests/test_qwen3_gpu.py) and
 #            python -m bench qwen3 --device cuda:0 $QWEN3_ARGS [--streams 1,64,256,512 --seconds 3]
 set -uo pipefail
@@ -175,13 +178,33 @@ vocos() {
             | grep -E "passed|failed|error|CUDA vs CPU|on CUDA|Error" | tee -a "$OUT/report.txt"
     done
     unset NVIDIA_TF32_OVERRIDE
-    stage "vocos offline decode: python3 -m bench vocos --device cuda:0 --threads 16 --batch 1,16,64"
-    # the PyTorch columns appear where the reference packages are installed
-    python3 -m bench vocos --device cuda:0 --threads 16 --seconds 10 --batch 1,16,64 2>&1 \
+    # codecrt beside PyTorch in the same process: the references (outetts, neucodec, xcodec2,
+    # dac) must import on the device; carry their wheels in .whl (bench/gpu/reference-wheels.sh).
+    # A reference that does not import leaves its rows codecrt-only, saying why.
+    stage "vocos references on the device"
+    python3 - <<'PY' 2>&1 | tee -a "$OUT/report.txt"
+import importlib, sys
+sys.path.insert(0, "tests")
+for kind, mod in (("wavtokenizer", "references.wavtokenizer"), ("neucodec", "references.neucodec"),
+                  ("xcodec2", "references.xcodec2"), ("dac", "references.dac")):
+    try:
+        import torch  # noqa: F401
+        ref = importlib.import_module(mod)
+        ref.build_reference(ref.CONFIGS["tiny"], 1)
+        print(f"{kind}: PyTorch reference OK (torch {torch.__version__})")
+    except Exception as e:  # noqa: BLE001 -- a report line, not a failure
+        print(f"{kind}: no PyTorch reference ({type(e).__name__}: {e})")
+PY
+    local batches=${VOCOS_BATCH:-1,16,64} streams=${VOCOS_STREAMS:-16,64,256}
+    stage "vocos offline decode: python3 -m bench vocos --device cuda:0 --threads 16 --seconds 10 --batch $batches"
+    python3 -m bench vocos --device cuda:0 --threads 16 --seconds 10 --batch "$batches" 2>&1 \
         | tee "$OUT/vocos_bench.md" | tee -a "$OUT/report.txt"
-    stage "vocos windowed streams: python3 -m bench windowed --device cuda:0 --seconds 10 --streams 64"
-    python3 -m bench windowed --device cuda:0 --threads 16 --seconds 10 --streams 64 2>&1 \
-        | tee "$OUT/windowed_bench.md" | tee -a "$OUT/report.txt"
+    for n in ${streams//,/ }; do
+        stage "vocos windowed streams: python3 -m bench windowed --device cuda:0 --seconds 10 --streams $n --torch"
+        python3 -m bench windowed --device cuda:0 --threads 16 --seconds 10 --streams "$n" --torch 2>&1 \
+            | tee "$OUT/windowed_bench_$n.md" | grep -E "streams|^\| codec|^\|---|device" \
+            | tee -a "$OUT/report.txt"
+    done
 }
 
 mimi() {

@@ -455,6 +455,18 @@ def _codebooks(hello_model: dict | None, layout: str, payload) -> int | None:
     return None
 
 
+def _window_arg(text: str) -> dict[str, int | str]:
+    """``--window``: a preset name, or chunk/lookback/lookahead/overlap in frames
+    (``25/50/5/1``), as ``start.window``."""
+    parts = text.split("/")
+    if len(parts) == 1:
+        return {"preset": text}
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: a preset name (default, low) or "
+                                         "CHUNK/LOOKBACK/LOOKAHEAD/OVERLAP in frames, e.g. 25/50/5/1")
+    return dict(zip(("chunk", "lookback", "lookahead", "overlap"), map(int, parts)))
+
+
 def _group_seconds(hello_model: dict | None, frame_samples: int | None) -> float:
     sr = int((hello_model or {}).get("sample_rate") or 24000)
     n = frame_samples or GROUP_SAMPLES_24K * sr // 24000
@@ -471,6 +483,9 @@ def _add_stream(sub) -> None:
     p.add_argument("--frame-samples", type=int, default=None,
                    help="model samples per Orpheus group / coarsest code, for pacing "
                         "(default 2048 at 24 kHz)")
+    p.add_argument("--window", type=_window_arg, default=None,
+                   help="windowed models (WavTokenizer, NeuCodec, XCodec2): the stream's window, "
+                        "a preset (default, low) or CHUNK/LOOKBACK/LOOKAHEAD/OVERLAP frames")
     p.set_defaults(func=_cmd_stream)
 
 
@@ -519,7 +534,8 @@ async def _stream_main(args, layout: str, payload) -> int:
                                  f"{', '.join(c.models) or 'none'})")
             s = await c.start(args.model, layout=layout, format=args.format,
                               sample_rate=args.sample_rate,
-                              codebooks=_codebooks(c.models.get(args.model), layout, payload))
+                              codebooks=_codebooks(c.models.get(args.model), layout, payload),
+                              window=args.window)
             sender = asyncio.create_task(_send_paced(
                 s, layout, payload, args.rate, args.chunk_tokens, args.binary,
                 _group_seconds(c.models.get(args.model), args.frame_samples)))

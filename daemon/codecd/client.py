@@ -371,10 +371,13 @@ class Client:
                     noise: bool | None = None, seed: int | None = None,
                     voice: str | None = None, stream_id: str | None = None,
                     timeout: float | None = 30.0, bitrate: int | None = None,
-                    codebooks: int | None = None) -> Stream:
+                    codebooks: int | None = None,
+                    window: str | Mapping[str, int | str] | None = None) -> Stream:
         """Open a stream and wait for ``started``; raises ServerError when refused.
         ``bitrate`` (b/s) is for ``format="opus"`` only; ``codebooks``: the model's first
-        levels the stream sends (Mimi: 8 for Moshi; None: all of them)."""
+        levels the stream sends (Mimi: 8 for Moshi; None: all of them); ``window``: a windowed
+        model's window, a preset name or ``{"preset", "chunk", "lookback", "lookahead",
+        "overlap"}`` (any of them; docs/protocol.md)."""
         if self.error is not None:
             raise self.error
         if self._ws is None or self._closed:
@@ -385,7 +388,8 @@ class Client:
         msg = Start(stream_id=sid, model=model, layout=layout, format=format,
                     sample_rate=sample_rate, latency=latency or "exact",
                     noise=bool(noise), seed=seed, voice=voice, bitrate=bitrate,
-                    codebooks=codebooks)
+                    codebooks=codebooks,
+                    window={"preset": window} if isinstance(window, str) else window)
         st = Stream(self, sid, msg, self.queue_size)
         self._streams[sid] = st
         st.started_at = time.monotonic()

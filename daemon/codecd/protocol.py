@@ -96,6 +96,7 @@ class ErrorCode(str, Enum):
     UNKNOWN_VOICE = "unknown_voice"
     BAD_LAYOUT = "bad_layout"
     BAD_FORMAT = "bad_format"
+    BAD_WINDOW = "bad_window"
     TOKEN_RANGE = "token_range"
     BROKEN_GROUP = "broken_group"
     MESSAGE_TOO_BIG = "message_too_big"
@@ -137,6 +138,9 @@ ERRORS: Mapping[ErrorCode, ErrorInfo] = {
     ErrorCode.UNKNOWN_VOICE: ErrorInfo(1008, "voice is not offered by the model"),
     ErrorCode.BAD_LAYOUT: ErrorInfo(1008, "layout unknown or not supported by the model"),
     ErrorCode.BAD_FORMAT: ErrorInfo(1008, "output format or sample rate not supported"),
+    ErrorCode.BAD_WINDOW: ErrorInfo(
+        1008, "start.window: unknown preset or field, a value out of bounds, or a model that "
+              "does not stream by windows"),
     ErrorCode.TOKEN_RANGE: ErrorInfo(1008, "token or code out of range for its position"),
     ErrorCode.BROKEN_GROUP: ErrorInfo(
         1008, "incomplete token group, or levels covering different frame counts, at end"),
@@ -254,6 +258,10 @@ class Start:
     text: str | None = None
     #: ``opus`` only: the encoder's bit rate in b/s (None: the server's default, 64 kb/s)
     bitrate: int | None = None
+    #: windowed models (WavTokenizer, NeuCodec, XCodec2): the stream's window, a subset of
+    #: :data:`WINDOW_FIELDS` (``preset`` a name, the others frames); None: the one ``latency``
+    #: picks. The protocol checks its shape; the model's family its values.
+    window: Mapping[str, int | str] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -595,6 +603,40 @@ def parse_text(data: str, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
 MAX_TEXT_CHARS = 4096
 
 
+#: the fields of ``start.window``: a preset's name, then frames that override the preset's
+WINDOW_FIELDS = ("preset", "chunk", "lookback", "lookahead", "overlap")
+#: the largest frame count ``start.window`` may carry (the family's bounds are tighter)
+MAX_WINDOW_FRAMES = 1 << 16
+
+
+def _parse_window(f: _Fields, limits: Limits) -> dict[str, int | str] | None:
+    """``start.window``: a preset name, or an object of :data:`WINDOW_FIELDS` (``bad_window``
+    for any other shape; the values' bounds are the model family's to check)."""
+    v = f.obj.get("window")
+    if v is None:
+        return None
+    if isinstance(v, str):
+        v = {"preset": v}
+    if not isinstance(v, dict) or not v:
+        raise f.err("'window' must be a preset name or an object of "
+                    f"{', '.join(WINDOW_FIELDS)}", ErrorCode.BAD_WINDOW)
+    out: dict[str, int | str] = {}
+    for key, val in v.items():
+        if key not in WINDOW_FIELDS:
+            raise f.err(f"window: unknown field {_short(str(key))!r} (fields: "
+                        f"{', '.join(WINDOW_FIELDS)})", ErrorCode.BAD_WINDOW)
+        if key == "preset":
+            if not isinstance(val, str) or not (1 <= len(val) <= limits.max_name_len) \
+                    or not val.isprintable():
+                raise f.err(f"window.preset must be 1..{limits.max_name_len} printable "
+                            "characters", ErrorCode.BAD_WINDOW)
+        elif not _is_int(val) or isinstance(val, _WideInt) or not 0 <= val <= MAX_WINDOW_FRAMES:
+            raise f.err(f"window.{key} must be an integer of frames in [0, {MAX_WINDOW_FRAMES}]",
+                        ErrorCode.BAD_WINDOW)
+        out[key] = val if key == "preset" else int(val)
+    return out
+
+
 def _parse_start(f: _Fields, sid: str, limits: Limits) -> Start:
     model = f.str_("model", max_len=limits.max_name_len, required=True)
     text = f.obj.get("text")
@@ -617,6 +659,7 @@ def _parse_start(f: _Fields, sid: str, limits: Limits) -> Start:
     voice = f.str_("voice", max_len=limits.max_name_len)
     codebooks = f.int_("codebooks", 1, 64)
     bitrate = f.int_("bitrate", *OPUS_BITRATE_RANGE, code=ErrorCode.BAD_FORMAT)
+    window = _parse_window(f, limits)
     if fmt == "opus" and rate is not None and rate != OPUS_SAMPLE_RATE:
         raise f.err(f"format opus is sent at {OPUS_SAMPLE_RATE} Hz only, not {rate}",
                     ErrorCode.BAD_FORMAT)
@@ -625,7 +668,7 @@ def _parse_start(f: _Fields, sid: str, limits: Limits) -> Start:
     assert model is not None and layout is not None
     return Start(stream_id=sid, model=model, layout=layout, format=fmt, sample_rate=rate,
                  latency=latency, noise=noise, seed=seed, voice=voice, codebooks=codebooks,
-                 text=text, bitrate=bitrate)
+                 text=text, bitrate=bitrate, window=window)
 
 
 def parse_binary(data: bytes, limits: Limits = DEFAULT_LIMITS) -> TokenChunk:
@@ -682,7 +725,8 @@ def encode_client(msg: ClientMessage) -> str:
         d = {"type": "start", "stream_id": msg.stream_id, "model": msg.model,
              "layout": msg.layout, "format": msg.format, "sample_rate": msg.sample_rate,
              "latency": msg.latency, "noise": msg.noise, "seed": msg.seed, "voice": msg.voice,
-             "codebooks": msg.codebooks, "text": msg.text, "bitrate": msg.bitrate}
+             "codebooks": msg.codebooks, "text": msg.text, "bitrate": msg.bitrate,
+             "window": dict(msg.window) if msg.window is not None else None}
     elif isinstance(msg, TokenChunk):
         if msg.stream_id is None:
             assert msg.tokens is not None

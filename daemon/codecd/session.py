@@ -677,7 +677,8 @@ class Session:
         self._streams[sid] = st
         self._by_key[key] = st
         # what the decoder holds back by design: its look-ahead, one chunk, one group
-        hold = plan.latency_samples + (spec.chunk_frames + max(strides)) * spec.hop_length
+        chunk = plan.chunk_frames or spec.chunk_frames
+        hold = plan.latency_samples + (chunk + max(strides)) * spec.hop_length
         self.budget.open(key, hold / spec.sample_rate)
         self._closed_ids.pop(sid, None)
         self._drop_bare = False

@@ -151,6 +151,9 @@ class StreamPlan:
     latency_samples: int = 0
     n_levels: int | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: frames per step of this stream where it is its own (a windowed stream's chunk); None:
+    #: the model's ``chunk_frames``
+    chunk_frames: int | None = None
 
 
 class Family(ABC):
@@ -166,6 +169,8 @@ class Family(ABC):
     layouts: ClassVar[tuple[Layout, ...]] = (LEVELS,)
     #: every start must name a voice
     needs_voice: ClassVar[bool] = False
+    #: its streams take ``start.window`` (windowed decoders); others refuse it
+    takes_window: ClassVar[bool] = False
 
     # ---------------------------------------------------------- front (daemon)
 
@@ -200,6 +205,9 @@ class Family(ABC):
             raise StreamRefused("unknown_voice",
                                 f"model {spec.name!r} has no voice {start.voice!r}; voices: "
                                 f"{', '.join(spec.voices) or 'none'}")
+        if start.window is not None and not self.takes_window:
+            raise StreamRefused("bad_window", f"model {spec.name!r} does not stream by windows: "
+                                              "'window' is for windowed models (hello: models[].windows)")
         if start.voice is None and spec.needs_voice:
             raise StreamRefused("unknown_voice",
                                 f"model {spec.name!r} needs a voice: start with \"voice\": one of "

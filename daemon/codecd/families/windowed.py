@@ -68,8 +68,8 @@ import numpy.typing as npt
 from .base import Family, LoadedModel, ModelSpec, StreamPlan, StreamRefused
 from .native import default_buckets, make_context
 
-__all__ = ["WindowParams", "DEFAULT_WINDOW", "LOW_WINDOW", "windowed_decode", "WindowedStream",
-           "step_windows", "WindowedModel", "WindowedFamily"]
+__all__ = ["WindowParams", "DEFAULT_WINDOW", "LOW_WINDOW", "MAX_WINDOW_FRAMES", "MAX_WINDOW_COST",
+           "windowed_decode", "WindowedStream", "step_windows", "WindowedModel", "WindowedFamily"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +114,32 @@ DEFAULT_WINDOW = WindowParams()
 #: latency "low": 10-frame chunks, 2 frames ahead (12 frames before the first audio), 25 back
 #: (so a window decodes about as many frames per output frame as NeuTTS' default: 3.6 vs 3.0)
 LOW_WINDOW = WindowParams(chunk=10, lookback=25, lookahead=2, overlap=1)
+
+
+#: bounds of a window a client asks for (``start.window``): frames in one window decode
+#: (lookback + overlap + chunk + lookahead), and frames decoded per frame of output
+#: (that sum over the chunk), so that no stream can make its model decode without end
+MAX_WINDOW_FRAMES = 256
+MAX_WINDOW_COST = 8
+
+
+def _client_window(fields: Mapping[str, Any], presets: Mapping[str, WindowParams],
+                   base: WindowParams) -> WindowParams:
+    """The window of ``start.window`` (``fields``: ``preset`` and frames overriding it; no preset:
+    ``base``, the one the latency picked); ValueError naming what is wrong."""
+    name = fields.get("preset")
+    if name is not None:
+        if name not in presets:
+            raise ValueError(f"unknown preset {name!r}; presets: {', '.join(presets)}")
+        base = presets[name]
+    win = WindowParams.of({k: v for k, v in fields.items() if k != "preset"}, base)
+    if win.steady_frames > MAX_WINDOW_FRAMES:
+        raise ValueError(f"lookback + overlap + chunk + lookahead = {win.steady_frames} frames, "
+                         f"more than {MAX_WINDOW_FRAMES}")
+    if win.steady_frames > MAX_WINDOW_COST * win.chunk:
+        raise ValueError(f"a window of {win.steady_frames} frames for a chunk of {win.chunk} "
+                         f"decodes more than {MAX_WINDOW_COST} frames per frame it outputs")
+    return win
 
 
 def _triangle(n: int) -> F32:
@@ -441,7 +467,7 @@ class WindowedModel(LoadedModel):
         try:
             return WindowParams.of(extra, base)
         except (TypeError, ValueError) as e:
-            raise StreamRefused("bad_message", f"window options: {e}") from None
+            raise StreamRefused("bad_window", f"window options: {e}") from None
 
     def open_stream(self, options: Any) -> tuple[Any, int]:
         prefix = None
@@ -460,10 +486,21 @@ class WindowedModel(LoadedModel):
 
 class WindowedFamily(Family):
     """A family of non-causal decoders streamed by windows (WavTokenizer, NeuCodec, XCodec2).
-    Streams: "exact" gets :data:`DEFAULT_WINDOW` (NeuTTS' scheme), "low" :data:`LOW_WINDOW`."""
+    Streams: "exact" gets :data:`DEFAULT_WINDOW` (NeuTTS' scheme), "low" :data:`LOW_WINDOW`;
+    ``start.window`` picks a preset by name ("default", "low") and/or sets its frames, within
+    :data:`MAX_WINDOW_FRAMES` and :data:`MAX_WINDOW_COST` (else ``bad_window``)."""
 
     window: ClassVar[WindowParams] = DEFAULT_WINDOW
     low_window: ClassVar[WindowParams | None] = LOW_WINDOW
+    takes_window: ClassVar[bool] = True
+
+    def presets(self) -> dict[str, WindowParams]:
+        """The windows a start may name (``start.window.preset``)."""
+        return {"default": self.window, **({"low": self.low_window} if self.low_window else {})}
+
+    def describe(self, spec: ModelSpec) -> dict[str, Any]:
+        """The hello's entry, with the window presets (frames) a start may name."""
+        return {**super().describe(spec), "windows": {k: asdict(w) for k, w in self.presets().items()}}
 
     def model_spec(self, name: str, info: Mapping[str, Any]) -> ModelSpec:
         spec = super().model_spec(name, info)
@@ -477,7 +514,13 @@ class WindowedFamily(Family):
     def plan_stream(self, spec: ModelSpec, start: Any) -> StreamPlan:
         plan = super().plan_stream(spec, start)
         win = self.low_window if plan.latency == "low" and self.low_window else self.window
-        return StreamPlan(plan.latency, plan.latency_samples, options=asdict(win))
+        if start.window is not None:
+            try:
+                win = _client_window(start.window, self.presets(), win)
+            except (TypeError, ValueError) as e:
+                raise StreamRefused("bad_window", f"model {spec.name!r}: window: {e}") from None
+        return StreamPlan(plan.latency, win.latency_frames * spec.hop_length, chunk_frames=win.chunk,
+                          options=asdict(win))
 
     def load(self, name: str, model: Any, config: Any, device: str) -> LoadedModel:
         return WindowedModel(name, model, config, device, self.window, self.low_window)

@@ -160,7 +160,7 @@ static struct ggml_cgraph *nc_build_decode(const cr_model *model, struct ggml_co
     const nc_hparams *hp = model->hparams;
     const int64_t T = shape->n_frames, B = shape->n_batch;
     vc_graph g;
-    vc_graph_begin(&g, ctx, w, io, T, B, shape->cpu_ops, shape->frames_masked);
+    vc_graph_begin(&g, ctx, w, io, shape);
     struct ggml_tensor *fsq = vc_input(&g, VC_IO_CODES, GGML_TYPE_F32, hp->n_fsq, T, B, 1, "fsq");
     struct ggml_tensor *x = vc_linear(&g, fsq, vc_w(&g, "fsq.proj.weight"), vc_w(&g, "fsq.proj.bias")); /* [D, T, B] */
     x = vc_conv(&g, x, vc_w(&g, "embed.weight"), vc_w(&g, "embed.bias"));
@@ -218,6 +218,7 @@ static void nc_set_inputs(const cr_model *model, const cr_decode_shape *shape, c
 
 const cr_arch cr_arch_neucodec = {
     .name = "neucodec",
+    .bf16_products = true,
     .hparams_size = sizeof(nc_hparams),
     .read_hparams = nc_read_hparams,
     .fill_info = nc_fill_info,
@@ -230,6 +231,7 @@ const cr_arch cr_arch_neucodec = {
 
 const cr_arch cr_arch_xcodec2 = {
     .name = "xcodec2",
+    .bf16_products = true,
     .hparams_size = sizeof(nc_hparams),
     .read_hparams = nc_read_hparams,
     .fill_info = nc_fill_info,

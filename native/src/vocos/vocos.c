@@ -14,17 +14,20 @@
 #include "vocos.h"
 #include "layers.h"
 
-void vc_graph_begin(vc_graph *g, struct ggml_context *ctx, struct ggml_context *w, cr_graph_io *io, int64_t T,
-                    int64_t B, bool cpu_ops, bool masked) {
+void vc_graph_begin(vc_graph *g, struct ggml_context *ctx, struct ggml_context *w, cr_graph_io *io,
+                    const cr_decode_shape *shape) {
+    static const cr_cpu_ops f32 = {.bf16 = false, .packs = NULL};
+    const int64_t T = shape->n_frames, B = shape->n_batch;
     memset(g, 0, sizeof(*g));
     g->ctx = ctx;
     g->w = w;
     g->io = io;
     g->T = T;
     g->B = B;
-    g->cpu_ops = cpu_ops;
+    g->cpu_ops = shape->cpu_ops;
+    g->ops = !shape->cpu_ops ? NULL : shape->ops ? shape->ops : &f32;
     g->gf = ggml_new_graph_custom(ctx, 4096, false);
-    if (masked) {
+    if (shape->frames_masked) {
         g->mask = vc_input(g, VC_IO_MASK, GGML_TYPE_F32, 1, T, B, 1, "mask");
         g->mask_bt = vc_input(g, VC_IO_MASK_BT, GGML_TYPE_F32, 1, B, T, 1, "mask_bt");
         g->kq_mask = vc_input(g, VC_IO_KQ, GGML_TYPE_F32, T, T, 1, B, "kq_mask");
@@ -63,15 +66,40 @@ static struct ggml_tensor *vc_mm(vc_graph *g, struct ggml_tensor *w, struct ggml
     return ggml_reshape_3d(g->ctx, y, w->ne[1], x->ne[1], x->ne[2]);
 }
 
-struct ggml_tensor *vc_linear(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
+/* vc_linear with the fused kernel's precision given: ops NULL for F32 */
+static struct ggml_tensor *vc_product(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w,
+                                      struct ggml_tensor *b, const cr_cpu_ops *ops) {
     if (g->cpu_ops) {
-        struct ggml_tensor *y = cr_linear_cpu(g->ctx, ggml_is_contiguous(x) ? x : ggml_cont(g->ctx, x), w, b, NULL);
+        struct ggml_context *ctx = g->ctx;
+        x = ggml_is_contiguous(x) ? x : ggml_cont(ctx, x);
+        const int64_t M = w->ne[1], M16 = M / 16 * 16;
+        if (M % 16 != 0 && M16 > 0 && ggml_is_contiguous(w) && ggml_n_dims(w) == 2 && ggml_is_contiguous(x)) {
+            /* the head's n_fft + 2 outputs: the first M16 rows of w on the fused kernel (its
+               panels take multiples of 16), the last few through ggml, joined */
+            struct ggml_tensor *y = cr_linear_cpu(ctx, x, ggml_view_2d(ctx, w, w->ne[0], M16, w->nb[1], 0),
+                                                  b ? ggml_view_1d(ctx, b, M16, 0) : NULL, ops);
+            if (y) {
+                struct ggml_tensor *r = ggml_mul_mat(ctx, ggml_view_2d(ctx, w, w->ne[0], M - M16, w->nb[1],
+                                                                       (size_t)M16 * w->nb[1]),
+                                                     ggml_reshape_2d(ctx, x, x->ne[0], ggml_nrows(x)));
+                if (b) {
+                    r = ggml_add(ctx, r, ggml_view_1d(ctx, b, M - M16, (size_t)M16 * sizeof(float)));
+                }
+                y = ggml_concat(ctx, ggml_reshape_2d(ctx, y, M16, ggml_nrows(x)), r, 0);
+                return ggml_reshape_4d(ctx, y, M, x->ne[1], x->ne[2], x->ne[3]);
+            }
+        }
+        struct ggml_tensor *y = cr_linear_cpu(ctx, x, w, b, ops);
         if (y) {
             return y;
         }
     }
     struct ggml_tensor *y = vc_mm(g, w, x);
     return b ? ggml_add(g->ctx, y, b) : y;
+}
+
+struct ggml_tensor *vc_linear(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
+    return vc_product(g, x, w, b, g->ops);
 }
 
 struct ggml_tensor *vc_conv(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
@@ -81,7 +109,7 @@ struct ggml_tensor *vc_conv(vc_graph *g, struct ggml_tensor *x, struct ggml_tens
     if (g->cpu_ops) {
         /* the fused kernel reads its input window straight from [C, T, B], no im2col matrix */
         struct ggml_tensor *y =
-            cr_conv1d_cpu(g->ctx, ggml_is_contiguous(x) ? x : ggml_cont(g->ctx, x), w, b, 1, pad, pad, NULL);
+            cr_conv1d_cpu(g->ctx, ggml_is_contiguous(x) ? x : ggml_cont(g->ctx, x), w, b, 1, pad, pad, g->ops);
         if (y) {
             return y;
         }
@@ -247,6 +275,50 @@ struct ggml_tensor *vc_resnet_block(vc_graph *g, struct ggml_tensor *x, int n_gr
 }
 
 /*
+ * One head of D channels (WavTokenizer's pos_net attention, D = 768) on the CPU: both products on
+ * the fused linear kernel, per sequence (its weight operand is 2-D). Scores [Tk, Tq] = k^T q with
+ * k padded by zero keys to a multiple of 16 (the kernel's column panels) and the padding cut off
+ * before the softmax; then o [D, Tq] = v A with v transposed to [Tk, D]. ggml's F32 product
+ * takes a slow path on these shapes (a summed dimension of Tk, not a multiple of 16): a tenth of
+ * the decode. In the context's precision, as the 64-channel kernel. NULL where it does not apply.
+ */
+static struct ggml_tensor *vc_attention_one_head(vc_graph *g, struct ggml_tensor *q, struct ggml_tensor *k,
+                                                 struct ggml_tensor *v, float scale) {
+    struct ggml_context *ctx = g->ctx;
+    const int64_t D = q->ne[0], T = q->ne[1], B = q->ne[2], T16 = (T + 15) / 16 * 16;
+    static const cr_cpu_ops bf16 = {.bf16 = true, .packs = NULL}; /* activations are never in the packs */
+    const cr_cpu_ops *ops = g->ops && g->ops->bf16 ? &bf16 : NULL;
+    if (D % 16 != 0 || !ggml_is_contiguous(q) || !ggml_is_contiguous(k) || !ggml_is_contiguous(v)) {
+        return NULL;
+    }
+    struct ggml_tensor *vt = ggml_cont(ctx, ggml_transpose(ctx, ggml_reshape_2d(ctx, v, D, T * B))); /* [T*B, D] */
+    struct ggml_tensor *out = NULL;
+    for (int64_t b = 0; b < B; b++) {
+        struct ggml_tensor *qb = ggml_view_2d(ctx, q, D, T, q->nb[1], (size_t)b * q->nb[2]);
+        struct ggml_tensor *kb = ggml_view_2d(ctx, k, D, T, k->nb[1], (size_t)b * k->nb[2]);
+        if (T16 > T) {
+            kb = ggml_pad(ctx, kb, 0, (int)(T16 - T), 0, 0); /* [D, T16], zero keys */
+        }
+        struct ggml_tensor *s = cr_linear_cpu(ctx, qb, kb, NULL, ops); /* [T16, Tq] */
+        if (!s) {
+            return NULL;
+        }
+        if (T16 > T) {
+            s = ggml_cont(ctx, ggml_view_2d(ctx, s, T, T, s->nb[1], 0));
+        }
+        s = ggml_soft_max_ext(ctx, s, NULL, scale, 0.0f); /* [Tk, Tq] */
+        /* vt's rows b*T .. b*T+T-1 as the weight [Tk, D]: column block b of the transposed v */
+        struct ggml_tensor *vb = ggml_cont(ctx, ggml_view_2d(ctx, vt, T, D, vt->nb[1], (size_t)(b * T) * sizeof(float)));
+        struct ggml_tensor *o = cr_linear_cpu(ctx, s, vb, NULL, ops); /* [D, Tq] */
+        if (!o) {
+            return NULL;
+        }
+        out = out ? ggml_concat(ctx, out, o, 1) : o;
+    }
+    return ggml_reshape_3d(ctx, out, D, T, B);
+}
+
+/*
  * On the CPU with AVX-512, heads of 64 channels at scale 1/8 take the fused
  * kernel (one query block's scores in cache, never T x T in memory); else
  * (other heads, masked graphs, other backends) two products around a softmax,
@@ -259,7 +331,13 @@ struct ggml_tensor *vc_attention(vc_graph *g, struct ggml_tensor *q, struct ggml
     struct ggml_context *ctx = g->ctx;
     const int64_t D = q->ne[0], T = q->ne[1], B = q->ne[2], hd = D / n_heads;
     if (g->cpu_ops && !g->kq_mask && hd == 64 && scale == 0.125f) {
-        struct ggml_tensor *o = cr_attention_cpu(ctx, q, k, v, NULL);
+        struct ggml_tensor *o = cr_attention_cpu(ctx, q, k, v, g->ops);
+        if (o) {
+            return o;
+        }
+    }
+    if (g->cpu_ops && !g->kq_mask && n_heads == 1) {
+        struct ggml_tensor *o = vc_attention_one_head(g, q, k, v, scale);
         if (o) {
             return o;
         }
@@ -299,8 +377,9 @@ struct ggml_tensor *vc_istft_head(vc_graph *g, struct ggml_tensor *x, int32_t n_
         spec = ggml_mul(ctx, spec, ggml_reshape_2d(ctx, g->mask_bt, 1, B * T));
     }
     /* the fused product on the CPU: ggml's F32 GEMM leaves its fast path when the summed dimension
-       (n_fft + 2) is not a multiple of 16 */
-    struct ggml_tensor *frames = vc_linear(g, spec, vc_w(g, "head.basis"), NULL); /* [n_fft, B*T] */
+       (n_fft + 2) is not a multiple of 16. F32 in every precision: magnitudes up to 100 summed over
+       n_fft bins, a few percent of the decode's products */
+    struct ggml_tensor *frames = vc_product(g, spec, vc_w(g, "head.basis"), NULL, NULL); /* [n_fft, B*T] */
     frames = ggml_reshape_2d(ctx, frames, (int64_t)n_fft * B, T);
     struct ggml_tensor *pcm = ggml_col2im_1d(ctx, frames, hop, (int)B, (n_fft - hop) / 2); /* [T*hop, B] */
     struct ggml_tensor *env = g->mask ? vc_input(g, VC_IO_ENV, GGML_TYPE_F32, T * hop, B, 1, 1, "env")

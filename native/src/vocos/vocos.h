@@ -49,13 +49,15 @@ typedef struct vc_graph {
     cr_graph_io *io;
     int64_t T, B;              /* frames and sequences in the graph */
     bool cpu_ops;              /* the fused CPU kernels of ops/ops_avx512_*.c may be used */
+    const cr_cpu_ops *ops;     /* with cpu_ops: the context's (F32, or BF16 products); else NULL */
     /* masked graphs only, else NULL */
     struct ggml_tensor *mask, *mask_bt, *kq_mask, *count;
 } vc_graph;
 
-/* Start a graph: the graph object and, when masked, the mask inputs. */
-void vc_graph_begin(vc_graph *g, struct ggml_context *ctx, struct ggml_context *w, cr_graph_io *io, int64_t T,
-                    int64_t B, bool cpu_ops, bool masked);
+/* Start a graph of shape's frames, sequences and kernels: the graph object and, when its frames are
+   masked, the mask inputs. */
+void vc_graph_begin(vc_graph *g, struct ggml_context *ctx, struct ggml_context *w, cr_graph_io *io,
+                    const cr_decode_shape *shape);
 
 /* A named input tensor (io->t[slot]). */
 struct ggml_tensor *vc_input(vc_graph *g, int slot, enum ggml_type type, int64_t ne0, int64_t ne1, int64_t ne2,
@@ -71,7 +73,9 @@ struct ggml_tensor *vc_w(const vc_graph *g, const char *fmt, ...)
 /* x [C, T, B] times the valid-frame mask (identity when unmasked). */
 struct ggml_tensor *vc_mask(vc_graph *g, struct ggml_tensor *x);
 
-/* y = W x + b: x [K, T, B] contiguous, w [K, M], b [M] or NULL -> [M, T, B]. */
+/* y = W x + b: x [K, T, B] contiguous, w [K, M], b [M] or NULL -> [M, T, B]. In the context's precision
+   (BF16 products with CODECRT_PRECISION_BF16 on the CPU), as are vc_conv and the 64-channel-head
+   attention; everything else, the iSTFT's inverse DFT included, is F32. */
 struct ggml_tensor *vc_linear(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b);
 
 /* Conv1d, stride 1, "same" zero padding (K odd): x [C, T, B], w ne [K, C, M] (PyTorch (M, C, K)), b [M] ->

@@ -153,7 +153,7 @@ static struct ggml_cgraph *wt_build_decode(const cr_model *model, struct ggml_co
     const wt_hparams *hp = model->hparams;
     const int64_t T = shape->n_frames, B = shape->n_batch;
     vc_graph g;
-    vc_graph_begin(&g, ctx, w, io, T, B, shape->cpu_ops, shape->frames_masked);
+    vc_graph_begin(&g, ctx, w, io, shape);
     struct ggml_tensor *codes = vc_input(&g, VC_IO_CODES, GGML_TYPE_I32, T * B, 1, 1, 1, "codes");
     struct ggml_tensor *x = ggml_get_rows(ctx, vc_w(&g, "codebook"), codes); /* [E, T*B] */
     x = ggml_reshape_3d(ctx, x, hp->input_dim, T, B);
@@ -186,6 +186,9 @@ static int64_t wt_max_tensor_elements(const cr_model *model, int64_t T, int64_t 
     const wt_hparams *hp = model->hparams;
     T += context;
     int64_t best = vc_max_elements(T, B, 1, hp->n_fft, hp->hop_length);
+    /* the CPU's one-head attention: scores over keys padded to a multiple of 16 (vocos.c) */
+    const int64_t scores = (T + 15) / 16 * 16 * T * B;
+    best = scores > best ? scores : best;
     /* the embed conv's im2col (7 taps of the codebook width) and the ConvNeXt's hidden layer */
     const int64_t cols = 7 * (int64_t)hp->input_dim * T * B, hid = (int64_t)hp->intermediate_dim * T * B;
     const int64_t res = 3 * (int64_t)hp->dim * T * B;
@@ -213,6 +216,7 @@ static void wt_set_inputs(const cr_model *model, const cr_decode_shape *shape, c
 
 const cr_arch cr_arch_wavtokenizer = {
     .name = "wavtokenizer",
+    .bf16_products = true,
     .hparams_size = sizeof(wt_hparams),
     .read_hparams = wt_read_hparams,
     .fill_info = wt_fill_info,
