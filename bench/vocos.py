@@ -4,7 +4,7 @@ Both decode the same random codes in the same process, alternately, best of --re
 decodes a full-size random-weight model (``codecd.convert.random_vocos``, ``random_dac``); the reference
 (``tests/references``: outetts' vendored WavTokenizer, the neucodec, xcodec2 and dac packages) is built
 with its own seeded weights, when its package is importable (``--no-torch`` skips it). Weights do
-not change the work; parity is the tests' job (tests/test_wavtokenizer.py, tests/test_neucodec.py).
+not change the work; parity is the tests' job (tests/codecs/test_wavtokenizer.py, tests/codecs/test_neucodec.py).
 
     python -m bench vocos [--device cpu|cuda:0] [--threads 1,2] [--seconds 10] [--batch 1,8]
                           [--kinds wavtokenizer-75,neucodec] [--repeat 3] [--no-torch]

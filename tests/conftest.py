@@ -58,6 +58,20 @@ def codecrt_or_skip():
     return codecrt
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU has the AVX-512 BF16 instructions the runtime's BF16 kernels use."""
+    import platform
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return False
+    return all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512_bf16"))
+
+
 def bf16_or_skip(codecrt, gguf) -> None:
     """Skip unless a CPU context of the model at ``gguf`` takes precision="bf16" (AVX512-BF16 CPUs,
     the fused kernels on: not CODECRT_PORTABLE_OPS)."""
@@ -134,3 +148,14 @@ def offline(codecrt: Any, small: Path) -> Any:
     yield decode
     ctx.close()
     model.close()
+
+
+def rss_kib() -> int:
+    """This process's resident memory in KiB (/proc, else the peak from getrusage)."""
+    import resource
+
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -203,3 +203,16 @@ def fade_in(pcm: np.ndarray, model: Any) -> np.ndarray:
     fade = model.trim_fade.numpy()
     out[: fade.size] *= fade
     return out
+
+
+def voice(model, seed: int = 1, n: int = 8):
+    """A random voice's arrays and the runtime Voice built from them on ``model``."""
+    import codecrt
+
+    data = random_voice(seed, n)
+    return data, codecrt.Voice(model, **data)
+
+
+def tokens(seed: int, n: int) -> np.ndarray:
+    """n random S3 speech tokens (0..6560)."""
+    return np.random.default_rng(seed).integers(0, 6561, n).astype(np.int32)

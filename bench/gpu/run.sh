@@ -10,7 +10,7 @@
 # Stages, in the order given; each suite's arguments come from an environment
 # variable (its defaults in brackets):
 #   build    CUDA build for sm_90 into /tmp/codecd-site ($OUT/build.log)
-#   test     every opt-in GPU test, TF32 on then off (tests/test_gpu.py)
+#   test     every opt-in GPU test, TF32 on then off (tests/native/test_gpu.py)
 #   bench    python -m bench gpu $BENCH_ARGS          SNAC stream capacity [the suite's]
 #   offline  python -m bench offline $OFFLINE_ARGS    offline SNAC, codecrt per layout against PyTorch,
 #            TF32 on then off (issue 19) [--batches 1,16,256,1024 --item-seconds 2 --long-seconds 60]
@@ -42,7 +42,7 @@
 #            [1,16,64]) and python -m bench windowed --torch (S streams with batched windows,
 #            S in $VOCOS_STREAMS [16,64,256]); the references need their wheels carried in .whl
 #            (bash bench/gpu/reference-wheels.sh, run where pip reaches an index)
-#   qwen3    Qwen3-TTS 12 Hz tokenizer GPU tests (TF32 on, off: tests/test_qwen3_gpu.py) and
+#   qwen3    Qwen3-TTS 12 Hz tokenizer GPU tests (TF32 on, off: tests/codecs/test_qwen3_gpu.py) and
 #            python -m bench qwen3 --device cuda:0 $QWEN3_ARGS [--streams 1,64,256,512 --seconds 3]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -78,9 +78,9 @@ env_site() { export PYTHONPATH="$SITE/codecd:$SITE/deps${PYTHONPATH:+:$PYTHONPAT
 tests() {
     # twice: as shipped (cuBLAS TF32 for F32 products) and with TF32 off (F32-exact)
     for tf32 in on off; do
-        stage "GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/test_gpu.py"
+        stage "GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/native/test_gpu.py"
         if [ $tf32 = off ]; then export NVIDIA_TF32_OVERRIDE=0; else unset NVIDIA_TF32_OVERRIDE; fi
-        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_gpu.py 2>&1 \
+        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/native/test_gpu.py 2>&1 \
             | tee "$OUT/gpu_tests_tf32_$tf32.txt" \
             | grep -E "passed|failed|error|CUDA vs CPU|10k decodes|streamed vs|Error|S3Gen" \
             | tee -a "$OUT/report.txt"
@@ -170,10 +170,10 @@ check() {
 vocos() {
     # WavTokenizer, NeuCodec, XCodec2, DAC 24/44 kHz: full-size random models (no torch needed), CUDA against the CPU
     for tf32 in on off; do
-        stage "vocos GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/test_vocos_gpu.py tests/test_dac_gpu.py"
+        stage "vocos GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/codecs/test_vocos_gpu.py tests/codecs/test_dac_gpu.py"
         if [ $tf32 = off ]; then export NVIDIA_TF32_OVERRIDE=0; else unset NVIDIA_TF32_OVERRIDE; fi
-        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_vocos_gpu.py \
-            tests/test_dac_gpu.py 2>&1 \
+        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/codecs/test_vocos_gpu.py \
+            tests/codecs/test_dac_gpu.py 2>&1 \
             | tee "$OUT/vocos_gpu_tests_tf32_$tf32.txt" \
             | grep -E "passed|failed|error|CUDA vs CPU|on CUDA|Error" | tee -a "$OUT/report.txt"
     done
@@ -210,9 +210,9 @@ PY
 mimi() {
     # the released size with random weights (numpy only: no moshi or torch needed there)
     for tf32 in on off; do
-        stage "Mimi GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/test_mimi_gpu.py"
+        stage "Mimi GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/codecs/test_mimi_gpu.py"
         if [ $tf32 = off ]; then export NVIDIA_TF32_OVERRIDE=0; else unset NVIDIA_TF32_OVERRIDE; fi
-        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_mimi_gpu.py 2>&1 \
+        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/codecs/test_mimi_gpu.py 2>&1 \
             | tee "$OUT/mimi_gpu_tests_tf32_$tf32.txt" \
             | grep -E "passed|failed|error|CUDA|Error" | tee -a "$OUT/report.txt"
     done
@@ -235,9 +235,9 @@ soak() {
 qwen3() {
     # the released-size decoder with random weights (no torch needed), CUDA against the CPU
     for tf32 in on off; do
-        stage "qwen3 GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/test_qwen3_gpu.py"
+        stage "qwen3 GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/codecs/test_qwen3_gpu.py"
         if [ $tf32 = off ]; then export NVIDIA_TF32_OVERRIDE=0; else unset NVIDIA_TF32_OVERRIDE; fi
-        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/test_qwen3_gpu.py 2>&1 \
+        CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/codecs/test_qwen3_gpu.py 2>&1 \
             | tee "$OUT/qwen3_gpu_tests_tf32_$tf32.txt" \
             | grep -E "passed|failed|error|CUDA vs CPU|on CUDA|Error" | tee -a "$OUT/report.txt"
     done

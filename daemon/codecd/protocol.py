@@ -6,7 +6,7 @@ for binary ones) and gets back a message dataclass, or a :class:`ProtocolError`
 carrying a stable error ``code``, a human-readable message and, where the error
 can be pinned on one stream, its ``stream_id``. Server messages are produced by
 the ``encode_*`` functions. The format is specified in ``docs/protocol.md``; the
-two must stay consistent (``tests/test_protocol.py`` checks that every error
+two must stay consistent (``tests/daemon/test_protocol.py`` checks that every error
 code and close code below appears there).
 
 Client -> server:

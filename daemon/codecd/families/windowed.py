@@ -50,7 +50,7 @@ Batching: :func:`step_windows` (the stepper of :class:`WindowedStream`, see
 ``Context.decode`` per window length (steady windows of all streams have the
 same length, L + O + C + A), at most ``Context.max_batch`` windows per call. The
 runtime's batched decode equals its single-sequence decode bit for bit
-(``tests/test_windowed.py`` checks it), so batching does not change a stream's
+(``tests/codecs/test_windowed.py`` checks it), so batching does not change a stream's
 output.
 """
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import gc
-import resource
 
 import numpy as np
 import pytest
 
 import reference
-from conftest import codecrt_or_skip
+from conftest import codecrt_or_skip, rss_kib
 
 
 @pytest.fixture(scope="module")
@@ -30,14 +29,6 @@ def tiny(codecrt, snac_cases):
     case = snac_cases("tiny")
     with codecrt.Model(case.gguf) as m:
         yield m
-
-
-def rss_kib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def test_two_decodes_identical_and_not_silent(codecrt, model24):

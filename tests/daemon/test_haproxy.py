@@ -43,7 +43,7 @@ from serverkit import (
     wait_ready,
 )
 
-SHIPPED = Path(__file__).resolve().parent.parent / "systemd" / "haproxy" / "codecd.cfg"
+SHIPPED = Path(__file__).resolve().parents[2] / "systemd" / "haproxy" / "codecd.cfg"
 HAPROXY = shutil.which("haproxy") or next(
     (p for p in ("/usr/sbin/haproxy", "/usr/local/sbin/haproxy") if Path(p).exists()), None)
 TOKEN = "proxy-s3cret"

@@ -21,7 +21,7 @@ from codecd.families import (
     model_spec,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SNAC_INFO = {"arch": "snac", "sample_rate": 24000, "hop_length": 512, "n_levels": 3,
              "codebook_sizes": [4096] * 3, "level_strides": [4, 2, 1], "latency_samples": 4757,

@@ -12,6 +12,7 @@ import pytest
 
 import codecrt
 import s3ref
+from s3ref import tokens as _tokens, voice as _voice
 
 FLOW_TOL = 1e-4  # f32: measured ~1e-6..1e-5 (docs/benchmarks.md)
 PCM_TOL = 1e-4
@@ -26,15 +27,6 @@ def s3(request):
     yield meanflow, ref, model, ctx
     ctx.close()
     model.close()
-
-
-def _voice(model, seed: int = 1, n: int = 8):
-    data = s3ref.random_voice(seed, n)
-    return data, codecrt.Voice(model, **data)
-
-
-def _tokens(seed: int, n: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 6561, n).astype(np.int32)
 
 
 def test_model_info(s3):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from codecd import protocol as P
 from codecd.protocol import ErrorCode, Limits, ProtocolError
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "protocol.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 
 
 def perr(fn, *args) -> ProtocolError:

@@ -1,6 +1,6 @@
 """Mimi on the GPU (opt-in, marker `gpu`): CUDA against the CPU, offline and streamed.
 
-Run on a CUDA build with ``CODECD_TEST_GPU=1 pytest -m gpu -s tests/test_mimi_gpu.py``
+Run on a CUDA build with ``CODECD_TEST_GPU=1 pytest -m gpu -s tests/codecs/test_mimi_gpu.py``
 (``bench/gpu/run.sh mimi`` does). The model is the released size (32 codebooks, 8
 transformer layers, the 250-step window) with random weights
 (``codecd.convert.random_mimi``: numpy only, no torch or moshi on the device machine),
@@ -20,12 +20,12 @@ pytestmark = pytest.mark.gpu
 
 GPU = os.environ.get("CODECD_GPU_DEVICE", "cuda:0")
 TF32_OFF = os.environ.get("NVIDIA_TF32_OVERRIDE") == "0"
-TOL = 1e-4 if TF32_OFF else 2e-3  # relative L2, GPU against CPU (see tests/test_gpu.py)
+TOL = 1e-4 if TF32_OFF else 2e-3  # relative L2, GPU against CPU (see tests/native/test_gpu.py)
 # Streams step 1-3 frames a tick: the attention's products have 2-6 columns, which ggml's CUDA
 # backend runs in its small-batch kernels on TF32 tensor cores whatever NVIDIA_TF32_OVERRIDE
-# says (as SNAC's STREAM_TOL in tests/test_gpu.py). Measured on the H200, 2026-12-04, 11:20 UTC:
+# says (as SNAC's STREAM_TOL in tests/native/test_gpu.py). Measured on the H200, 2026-12-04, 11:20 UTC:
 # 1.19e-3 to 1.25e-3 with TF32 off, 1.35e-3 to 1.41e-3 with it on (relative L2). The CPU streams
-# exactly (tests/test_mimi.py).
+# exactly (tests/codecs/test_mimi.py).
 STREAM_TOL = 2e-3
 FRAME = 1920  # samples per 12.5 Hz frame at 24 kHz
 

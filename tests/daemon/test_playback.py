@@ -19,7 +19,7 @@ import pytest
 from codecd.engine import child_pythonpath
 from codecd.playback import JitterBuffer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SR = 24000
 
 
@@ -249,7 +249,7 @@ def test_callback_exception_aborts_stream_not_process(pulse):
 
 
 def test_cli_play_against_protocol_server(pulse, tmp_path):
-    from test_client import FakeServer, orpheus_ids
+    from fakeserver import FakeServer, orpheus_ids
 
     srv = FakeServer()
     try:

@@ -187,7 +187,7 @@ def test_layouts_module_is_pure_numpy(module):
     import ast
     from pathlib import Path
 
-    src = (Path(__file__).resolve().parent.parent / "daemon" / "codecd" / "families"
+    src = (Path(__file__).resolve().parents[2] / "daemon" / "codecd" / "families"
            / f"{module}.py").read_text()
     names = set()
     for node in ast.walk(ast.parse(src)):

@@ -175,7 +175,7 @@ def test_thousand_streams_reuse_slots_and_graphs(codecrt, snac_cases):
     """1,000 streams opened and closed: no growth of memory, state pool or graphs built after warm-up."""
     import gc
 
-    from test_lifecycle import rss_kib
+    from conftest import rss_kib
 
     case = snac_cases("tiny")
     rng = np.random.default_rng(5)

@@ -1,6 +1,6 @@
 """WavTokenizer, NeuCodec and XCodec2 on the GPU (opt-in, marker `gpu`): CUDA against the CPU.
 
-Run on a CUDA build with ``CODECD_TEST_GPU=1 pytest -m gpu -s tests/test_vocos_gpu.py``
+Run on a CUDA build with ``CODECD_TEST_GPU=1 pytest -m gpu -s tests/codecs/test_vocos_gpu.py``
 (``bench/gpu/run.sh vocos`` does). The models are full-size with random weights written by
 ``codecd.convert.random_vocos`` through the converters (no torch or reference package needed on
 the device machine); every GPU decode is compared with the same decode on the CPU.
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gpu
 
 GPU = os.environ.get("CODECD_GPU_DEVICE", "cuda:0")
 TF32_OFF = os.environ.get("NVIDIA_TF32_OVERRIDE") == "0"
-TOL = 1e-4 if TF32_OFF else 2e-3  # relative L2, GPU against CPU (see tests/test_gpu.py)
+TOL = 1e-4 if TF32_OFF else 2e-3  # relative L2, GPU against CPU (see tests/native/test_gpu.py)
 #: the longest one-graph decode at batch 1 (docs/runtime.md): the attention scores at the piece budget
 LONGEST = {"wavtokenizer-75": 11584, "wavtokenizer-40": 11584, "neucodec": 2896, "xcodec2": 2896}
 

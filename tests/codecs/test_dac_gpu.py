@@ -1,6 +1,6 @@
 """DAC on the GPU (opt-in, marker `gpu`): CUDA against the CPU, offline and streamed.
 
-Run on a CUDA build with ``CODECD_TEST_GPU=1 pytest -m gpu -s tests/test_dac_gpu.py``
+Run on a CUDA build with ``CODECD_TEST_GPU=1 pytest -m gpu -s tests/codecs/test_dac_gpu.py``
 (``bench/gpu/run.sh vocos`` does). The models are the released 24 kHz (32 codebooks) and
 44.1 kHz (9) sizes with random weights (``codecd.convert.random_dac``: numpy only, no torch or
 reference package on the device machine), converted by the converter; every GPU decode is
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 GPU = os.environ.get("CODECD_GPU_DEVICE", "cuda:0")
 TF32_OFF = os.environ.get("NVIDIA_TF32_OVERRIDE") == "0"
-TOL = 1e-4 if TF32_OFF else 2e-3  # relative L2, GPU against CPU (see tests/test_gpu.py)
+TOL = 1e-4 if TF32_OFF else 2e-3  # relative L2, GPU against CPU (see tests/native/test_gpu.py)
 
 
 def rel_l2(a, b):

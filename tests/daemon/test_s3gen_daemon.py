@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import codecrt_or_skip
+from conftest import codecrt_or_skip, cpu_has_bf16
 from serverkit import Client
 
 pytest.importorskip("websockets")
@@ -138,9 +138,7 @@ def test_voices_layouts_and_errors(s3env: dict[str, Any]) -> None:
 
 def test_bf16_precision_reaches_the_worker(s3env: dict[str, Any]) -> None:
     """flow_precision = bf16: hello says so, and the stream equals a BF16 FlowStream run directly."""
-    from test_s3gen_bf16 import HAS_BF16
-
-    if not HAS_BF16:
+    if not cpu_has_bf16():
         pytest.skip("this CPU has no AVX512-BF16")
     t = np.random.default_rng(9).integers(0, 6561, 13).astype(np.int32)
 

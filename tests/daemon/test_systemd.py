@@ -15,7 +15,7 @@ import pytest
 
 from codecd.engine import child_pythonpath
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "systemd"
 pytestmark = pytest.mark.skipif(shutil.which("systemd-analyze") is None,
                                 reason="systemd-analyze not installed")

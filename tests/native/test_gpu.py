@@ -1,6 +1,6 @@
 """The GPU path (opt-in, marker `gpu`): CUDA against the CPU, the seed's check, flat device memory.
 
-Run on a CUDA build with ``CODECD_TEST_GPU=1 pytest -m gpu -s tests/test_gpu.py``
+Run on a CUDA build with ``CODECD_TEST_GPU=1 pytest -m gpu -s tests/native/test_gpu.py``
 (bench/gpu/run.sh does). As ggml's test-backend-ops compares each backend with
 the CPU, every decode here is compared with the same decode on the CPU.
 """

@@ -14,7 +14,7 @@ import pytest
 
 from codecd import ring
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def pair(capacity: int):

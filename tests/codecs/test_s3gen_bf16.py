@@ -12,15 +12,14 @@ On CPUs without AVX512-BF16 the mode must be refused with UnsupportedError.
 
 from __future__ import annotations
 
-import platform
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import codecrt
 import s3ref
-from test_s3gen import _tokens, _voice
+from conftest import cpu_has_bf16
+from s3ref import tokens as _tokens, voice as _voice
 
 # Measured with random weights (docs/runtime.md): mel 6.4e-3 / 6.7e-3 and PCM
 # 1.6e-3 / 3.2e-3 against F32 (original / Turbo) on 10 s of audio.
@@ -28,18 +27,7 @@ BF16_TOL = 3e-2
 F32_LEVEL = 1e-4  # below this the products were not rounded (F32 is ~1e-6)
 
 
-def _cpu_has_bf16() -> bool:
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return False
-    try:
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return False
-    return all(f in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512_bf16"))
-
-
-HAS_BF16 = _cpu_has_bf16()
+HAS_BF16 = cpu_has_bf16()
 needs_bf16 = pytest.mark.skipif(not HAS_BF16, reason="this CPU has no AVX512-BF16")
 
 

@@ -1,7 +1,7 @@
 """The Qwen3-TTS 12 Hz tokenizer decoder on the GPU (opt-in, marker `gpu`): CUDA against the CPU,
 offline and streamed.
 
-Run on a CUDA build with ``CODECD_TEST_GPU=1 pytest -m gpu -s tests/test_qwen3_gpu.py``
+Run on a CUDA build with ``CODECD_TEST_GPU=1 pytest -m gpu -s tests/codecs/test_qwen3_gpu.py``
 (``bench/gpu/run.sh qwen3`` does). The model is the released size with random weights
 (``codecd.convert.random_qwen3``: numpy only, no torch or qwen-tts on the device machine),
 converted by the converter; every GPU decode is compared with the same decode on the CPU.
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 GPU = os.environ.get("CODECD_GPU_DEVICE", "cuda:0")
 TF32_OFF = os.environ.get("NVIDIA_TF32_OVERRIDE") == "0"
-TOL = 1e-4 if TF32_OFF else 2e-3  # relative L2, GPU against CPU (see tests/test_gpu.py)
+TOL = 1e-4 if TF32_OFF else 2e-3  # relative L2, GPU against CPU (see tests/native/test_gpu.py)
 
 
 def rel_l2(a, b):
