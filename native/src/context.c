@@ -493,19 +493,20 @@ static codecrt_status cr_plan_decode(codecrt_context *ctx, int32_t n_frames, int
     const int32_t mult = m->info.frame_multiple;
     if (C <= 0) {
         /* No pieces along time (attention over the whole sequence, or a receptive field longer than
-           any piece): sub-batches while a batch is above the budget, and one sequence whole up to
-           the backend's element bound, since the budget is there to keep graphs small, not correct
-           (a released Qwen3 decoder passes 2^27 elements at 105 frames, 8.4 s). */
+           any piece): sub-batches while a batch is above the budget; one sequence above it is
+           refused, since the budget is what bounds a decode's memory (a released Qwen3 decoder
+           passes it at 104 frames, 8.3 s: longer ones are streamed, exactly, or decoded under a
+           larger CODECRT_PIECE_ELEMENTS that the caller chooses knowingly). */
         int32_t b = n_batch;
         while (b > 1 && cr_graph_elements(ctx, n_frames, b) > budget) {
             b = (b + 1) / 2;
         }
         const int64_t need = cr_graph_elements(ctx, n_frames, b);
-        if (need > ctx->graphs.limits.max_elements) {
+        if (need > budget) {
             return cr_fail(err, CODECRT_E_TOO_LARGE,
                            "%d frames x %d sequences needs a tensor of %lld elements (limit %lld) and '%s' cannot "
                            "be decoded in pieces: decode shorter sequences, or stream them", n_frames, b,
-                           (long long)need, (long long)ctx->graphs.limits.max_elements, m->arch->name);
+                           (long long)need, (long long)budget, m->arch->name);
         }
         plan->batch = b;
         return CODECRT_OK;

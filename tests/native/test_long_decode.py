@@ -202,22 +202,24 @@ def test_reserve_plans_pieces(codecrt, tiny):
         assert ctx.stats.reservations == reservations  # the pieces fit what reserve() planned
 
 
-def test_no_pieces_sub_batches_then_whole(codecrt, tmp_path):
+def test_no_pieces_sub_batches(codecrt, tmp_path):
     """An architecture that cannot be cut along time (Mimi: attention, 1,000 frames of receptive
-    field) decodes above the piece budget in sub-batches, then one whole sequence per graph up to
-    the element bound: equal to the one-graph decode. Above the element bound: a clear refusal."""
+    field) decodes a batch above the piece budget in sub-batches, equal to the one-graph decode;
+    one sequence above the budget is refused with the reason. (Budgets for this tiny model and
+    3 x 40 frames: 2^23 holds the batch, 2^21 one sequence, 2^20 none.)"""
     from codecd.convert.random_mimi import write_random_mimi
 
     gguf = write_random_mimi(tmp_path / "mimi.gguf", config="tiny", seed=2)
     levels = [np.random.default_rng(3).integers(0, 64, (3, 40)).astype(np.int32) for _ in range(8)]
 
-    def run(**env):
-        with runtime_env(**env), codecrt.Model(str(gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
+    def run(budget):
+        with runtime_env(CODECRT_PIECE_ELEMENTS=str(budget)), codecrt.Model(str(gguf)) as m, \
+                codecrt.Context(m, device="cpu") as ctx:
             return ctx.decode(levels), ctx.stats.computes
 
-    whole, one = run(CODECRT_PIECE_ELEMENTS=WHOLE)
-    small, k = run(CODECRT_PIECE_ELEMENTS=str(2**12))  # below one sequence's largest tensor
-    assert one == 1 and k == 3  # one graph per sequence
-    np.testing.assert_array_equal(small, whole)
+    whole, one = run(2**23)
+    split, k = run(2**21)
+    assert one == 1 and k == 3
+    np.testing.assert_array_equal(split, whole)
     with pytest.raises(codecrt.TooLargeError, match="cannot be decoded in pieces"):
-        run(CODECRT_PIECE_ELEMENTS=str(2**12), CODECRT_GUARD_ELEMENTS=str(2**12))
+        run(2**20)
