@@ -14,6 +14,14 @@ def levels(codes: np.ndarray) -> list[np.ndarray]:
     return [np.ascontiguousarray(codes[:, k, :]) for k in range(codes.shape[1])]
 
 
+def random_pushes(rng: np.random.Generator, total: int, most: int = 9) -> list[int]:
+    """Push sizes of 1..most frames drawn from rng, summing to total (the last one cut)."""
+    pushes: list[int] = []
+    while sum(pushes) < total:
+        pushes.append(int(min(rng.integers(1, most + 1), total - sum(pushes))))
+    return pushes
+
+
 def stream_decode(ctx: Any, codes: np.ndarray, pushes: Sequence[int]) -> np.ndarray:
     """One stream, codes [K, T] pushed in pieces of the given sizes, a tick after each push."""
     s = ctx.stream()

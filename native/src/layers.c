@@ -17,6 +17,18 @@ struct ggml_tensor *cr_mm(struct ggml_context *ctx, struct ggml_tensor *w, struc
     return ggml_reshape_3d(ctx, y, w->ne[1], x->ne[1], x->ne[2]);
 }
 
+struct ggml_tensor *cr_dense(struct ggml_context *ctx, struct ggml_tensor *t) {
+    return ggml_is_contiguous(t) ? t : ggml_cont(ctx, t);
+}
+
+struct ggml_tensor *cr_input(struct ggml_context *ctx, enum ggml_type type, int64_t ne0, int64_t ne1, int64_t ne2,
+                             const char *name) {
+    struct ggml_tensor *t = ggml_new_tensor_3d(ctx, type, ne0, ne1, ne2);
+    ggml_set_name(t, name);
+    ggml_set_input(t);
+    return t;
+}
+
 struct ggml_tensor *cr_pwconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
                               struct ggml_tensor *b) {
     struct ggml_tensor *y = cr_mm(ctx, w, x);
@@ -36,9 +48,7 @@ struct ggml_tensor *cr_linear(struct ggml_context *ctx, struct ggml_tensor *x, s
 /* ----------------------------------------------------------------- layouts */
 
 struct ggml_tensor *cr_to_tf(struct ggml_context *ctx, struct ggml_tensor *x) {
-    if (!ggml_is_contiguous(x)) {
-        x = ggml_cont(ctx, x);
-    }
+    x = cr_dense(ctx, x);
     return ggml_cont(ctx, ggml_transpose(ctx, ggml_reshape_2d(ctx, x, x->ne[0], x->ne[1] * x->ne[2])));
 }
 

@@ -49,6 +49,13 @@
  */
 struct ggml_tensor *cr_mm(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x);
 
+/* t itself when contiguous, else a contiguous copy (ggml_cont always adds a copy node). */
+struct ggml_tensor *cr_dense(struct ggml_context *ctx, struct ggml_tensor *t);
+
+/* A named graph input [ne0, ne1, ne2] of type (an offline decode's codes, masks, positions). */
+struct ggml_tensor *cr_input(struct ggml_context *ctx, enum ggml_type type, int64_t ne0, int64_t ne1, int64_t ne2,
+                             const char *name);
+
 /* 1x1 conv: x [Cin, T, B], w [Cin, Cout], b [Cout] or NULL -> [Cout, T, B] (cr_mm + bias). */
 struct ggml_tensor *cr_pwconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
                               struct ggml_tensor *b);

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import codecrt_or_skip
-from streamkit import levels, staggered_streams, stream_decode
+from streamkit import levels, random_pushes, staggered_streams, stream_decode
 
 F32_TOL = 1e-4
 
@@ -193,9 +193,7 @@ def test_stream_random_pushes(codecrt, cases):
     case = cases("tiny")
     rng = np.random.default_rng(11)
     codes = ref.random_codes(case.config, 40, 32, rng, batch=1)
-    pushes: list[int] = []
-    while sum(pushes) < 40:
-        pushes.append(int(min(rng.integers(1, 10), 40 - sum(pushes))))
+    pushes = random_pushes(rng, 40)
     with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu", stream_chunk_frames=2) as ctx:
         want = ctx.decode(levels(codes))[0]
         got = stream_decode(ctx, codes[0], pushes)

@@ -7,14 +7,6 @@
 
 #include "dac.h"
 
-static struct ggml_tensor *dac_input(struct ggml_context *ctx, enum ggml_type type, int64_t ne0, int64_t ne1,
-                                     int64_t ne2, const char *name) {
-    struct ggml_tensor *t = ggml_new_tensor_3d(ctx, type, ne0, ne1, ne2);
-    ggml_set_name(t, name);
-    ggml_set_input(t);
-    return t;
-}
-
 static struct ggml_tensor *dac_mask(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *mask) {
     return mask ? ggml_mul(ctx, x, mask) : x;
 }
@@ -34,17 +26,17 @@ struct ggml_cgraph *dac_build_decode(const cr_model *model, struct ggml_context 
     if (shape->masked) {
         for (int r = 0; r <= hp->n_blocks; r++) {
             snprintf(name, sizeof(name), "mask.%d", r);
-            masks[r] = io[DAC_IO_MASK + r] = dac_input(ctx, GGML_TYPE_F32, 1, dac_points(hp, T, r), B, name);
+            masks[r] = io[DAC_IO_MASK + r] = cr_input(ctx, GGML_TYPE_F32, 1, dac_points(hp, T, r), B, name);
         }
         masks[hp->n_blocks + 1] = io[DAC_IO_MASK + hp->n_blocks + 1] =
-            dac_input(ctx, GGML_TYPE_F32, 1, T * hp->hop_length, B, "mask.out");
+            cr_input(ctx, GGML_TYPE_F32, 1, T * hp->hop_length, B, "mask.out");
     }
 
     /* quantizer: sum over codebooks of out_proj(codebook[codes]) */
     struct ggml_tensor *z = NULL;
     for (int q = 0; q < hp->n_codebooks; q++) {
         snprintf(name, sizeof(name), "codes.%d", q);
-        struct ggml_tensor *codes = io[DAC_IO_CODES + q] = dac_input(ctx, GGML_TYPE_I32, T * B, 1, 1, name);
+        struct ggml_tensor *codes = io[DAC_IO_CODES + q] = cr_input(ctx, GGML_TYPE_I32, T * B, 1, 1, name);
         struct ggml_tensor *e = ggml_get_rows(ctx, dac_w(w, "quantizer.%d.codebook", q), codes); /* [H, T*B] */
         struct ggml_tensor *y = cr_pwconv(ctx, e, dac_w(w, "quantizer.%d.out_proj.weight", q),
                                           dac_w(w, "quantizer.%d.out_proj.bias", q)); /* [L, T*B] */

@@ -165,16 +165,12 @@ struct ggml_tensor *mimi_rope(struct ggml_context *ctx, const mimi_hparams *hp, 
                          1.0f, 0.0f, 0.0f);
 }
 
-static struct ggml_tensor *mimi_dense(struct ggml_context *ctx, struct ggml_tensor *t) {
-    return ggml_is_contiguous(t) ? t : ggml_cont(ctx, t);
-}
-
 struct ggml_tensor *mimi_attend_vt(struct ggml_context *ctx, int64_t hd, int64_t H, struct ggml_tensor *q,
                                    struct ggml_tensor *k, struct ggml_tensor *vt, struct ggml_tensor *mask,
                                    int64_t Tq, int64_t Tk, int64_t B) {
     /* [hd, H, T*B] -> [hd, T, H, B] views (no copy of a contiguous q or k) */
-    q = ggml_permute(ctx, ggml_reshape_4d(ctx, mimi_dense(ctx, q), hd, H, Tq, B), 0, 2, 1, 3);
-    k = ggml_permute(ctx, ggml_reshape_4d(ctx, mimi_dense(ctx, k), hd, H, Tk, B), 0, 2, 1, 3);
+    q = ggml_permute(ctx, ggml_reshape_4d(ctx, cr_dense(ctx, q), hd, H, Tq, B), 0, 2, 1, 3);
+    k = ggml_permute(ctx, ggml_reshape_4d(ctx, cr_dense(ctx, k), hd, H, Tk, B), 0, 2, 1, 3);
     struct ggml_tensor *v = ggml_reshape_4d(ctx, vt, Tk, hd, H, B); /* [Tk, hd, H, B]: time fastest */
     struct ggml_tensor *kq = ggml_mul_mat(ctx, k, q);                /* [Tk, Tq, H, B] */
     kq = ggml_soft_max_ext(ctx, kq, mask, 1.0f / sqrtf((float)hd), 0.0f);
@@ -187,7 +183,7 @@ struct ggml_tensor *mimi_attend(struct ggml_context *ctx, int64_t hd, int64_t H,
                                 struct ggml_tensor *k, struct ggml_tensor *v, struct ggml_tensor *mask,
                                 int64_t Tq, int64_t Tk, int64_t B) {
     /* v [hd, H, Tk*B] -> [Tk, hd*H, B], time fastest: the weights' product contracts over time */
-    struct ggml_tensor *vt = ggml_reshape_3d(ctx, mimi_dense(ctx, v), hd * H, Tk, B);
+    struct ggml_tensor *vt = ggml_reshape_3d(ctx, cr_dense(ctx, v), hd * H, Tk, B);
     vt = ggml_cont(ctx, ggml_permute(ctx, vt, 1, 0, 2, 3));
     return mimi_attend_vt(ctx, hd, H, q, k, vt, mask, Tq, Tk, B);
 }
@@ -197,7 +193,7 @@ struct ggml_tensor *mimi_stream_attend(cr_states *st, int64_t hd, int64_t H, str
                                        int64_t S) {
     struct ggml_context *ctx = st->ctx;
     const int64_t n = k->ne[1], B = k->ne[2];
-    k = cr_states_append(st, mimi_dense(ctx, k), S);                              /* [A, S+n, B] */
+    k = cr_states_append(st, cr_dense(ctx, k), S);                              /* [A, S+n, B] */
     struct ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3)); /* [n, A, B]: the new values only */
     vt = cr_states_append_t(st, vt, S);                                         /* [S+n, A, B] */
     return mimi_attend_vt(ctx, hd, H, q, k, vt, mask, n, S + n, B);

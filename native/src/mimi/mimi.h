@@ -160,6 +160,9 @@ void mimi_window_mask(float *f, int64_t S, int64_t context);
  * absent or the frame is padding), absolute positions, the window mask of `context`
  * steps. Staged through in->scratch, mimi_inputs_scratch floats.
  */
+/* Those inputs, created in io[MIMI_IO_*] for T frames x B sequences (S = T * rate steps). */
+void mimi_new_inputs(struct ggml_context *ctx, struct ggml_tensor **io, int n_q, int64_t T, int64_t B, int32_t rate);
+
 void mimi_fill_inputs(const cr_graph_io *io, int n_q, int32_t bins, int32_t rate, int32_t context,
                       const cr_decode_shape *shape, const cr_decode_inputs *in);
 size_t mimi_inputs_scratch(int n_q, int32_t rate, const cr_decode_shape *shape);

@@ -11,14 +11,6 @@
 
 static const cr_cpu_ops k_f32_ops = {0};
 
-static struct ggml_tensor *mimi_input(struct ggml_context *ctx, enum ggml_type type, int64_t ne0, int64_t ne1,
-                                      const char *name) {
-    struct ggml_tensor *t = ggml_new_tensor_2d(ctx, type, ne0, ne1);
-    ggml_set_name(t, name);
-    ggml_set_input(t);
-    return t;
-}
-
 /* The SEANet decoder on x [D, S, B] (S transformer steps) -> PCM [1, S*hop, B], all convs causal. */
 static struct ggml_tensor *mimi_seanet(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,
                                        struct ggml_tensor *x, const cr_cpu_ops *ops) {
@@ -54,13 +46,7 @@ struct ggml_cgraph *mimi_build_decode(const cr_model *model, struct ggml_context
     const cr_cpu_ops *ops = shape->cpu_ops ? &k_f32_ops : NULL;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, CR_GRAPH_SIZE, false);
 
-    char name[32];
-    for (int k = 0; k < hp->n_q; k++) {
-        snprintf(name, sizeof(name), "codes.%d", k);
-        io[MIMI_IO_CODES + k] = mimi_input(ctx, GGML_TYPE_I32, T * B, 1, name);
-    }
-    io[MIMI_IO_POS] = mimi_input(ctx, GGML_TYPE_I32, S * B, 1, "pos");
-    io[MIMI_IO_MASK] = mimi_input(ctx, GGML_TYPE_F32, S, S, "mask"); /* [keys, queries] */
+    mimi_new_inputs(ctx, io, hp->n_q, T, B, hp->up_stride);
 
     struct ggml_tensor *x = mimi_quantizer(ctx, w, hp, io + MIMI_IO_CODES, T, B); /* [D, T, B] */
     x = mimi_upsample(ctx, w, cr_pad_frames(ctx, x, 1, 0), T);                                       /* [D, S, B] */
@@ -90,6 +76,17 @@ struct ggml_cgraph *mimi_build_decode(const cr_model *model, struct ggml_context
 }
 
 /* ------------------------------------------------------------------ inputs */
+
+void mimi_new_inputs(struct ggml_context *ctx, struct ggml_tensor **io, int n_q, int64_t T, int64_t B, int32_t rate) {
+    const int64_t S = T * rate;
+    char name[32];
+    for (int k = 0; k < n_q; k++) {
+        snprintf(name, sizeof(name), "codes.%d", k);
+        io[MIMI_IO_CODES + k] = cr_input(ctx, GGML_TYPE_I32, T * B, 1, 1, name);
+    }
+    io[MIMI_IO_POS] = cr_input(ctx, GGML_TYPE_I32, S * B, 1, 1, "pos");
+    io[MIMI_IO_MASK] = cr_input(ctx, GGML_TYPE_F32, S, S, 1, "mask"); /* [keys, queries] */
+}
 
 size_t mimi_inputs_scratch(int n_q, int32_t rate, const cr_decode_shape *shape) {
     const size_t S = (size_t)shape->n_frames * (size_t)rate;

@@ -13,14 +13,6 @@
 
 static const cr_cpu_ops k_f32_ops = {0};
 
-static struct ggml_tensor *qwen3_input(struct ggml_context *ctx, enum ggml_type type, int64_t ne0, int64_t ne1,
-                                       const char *name) {
-    struct ggml_tensor *t = ggml_new_tensor_2d(ctx, type, ne0, ne1);
-    ggml_set_name(t, name);
-    ggml_set_input(t);
-    return t;
-}
-
 /* The decoder after the upsampling stack: x [L, S, B] -> PCM [1, S * prod(rates), B], every conv causal. */
 static struct ggml_tensor *qwen3_decoder(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
                                          const qwen3_hparams *hp, struct ggml_tensor *x, bool cpu,
@@ -52,13 +44,7 @@ struct ggml_cgraph *qwen3_build_decode(const cr_model *model, struct ggml_contex
     const cr_cpu_ops *ops = cpu ? (shape->ops ? shape->ops : &k_f32_ops) : NULL;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, CR_GRAPH_SIZE, false);
 
-    char name[32];
-    for (int k = 0; k < hp->n_q; k++) {
-        snprintf(name, sizeof(name), "codes.%d", k);
-        io[MIMI_IO_CODES + k] = qwen3_input(ctx, GGML_TYPE_I32, T * B, 1, name);
-    }
-    io[MIMI_IO_POS] = qwen3_input(ctx, GGML_TYPE_I32, T * B, 1, "pos");
-    io[MIMI_IO_MASK] = qwen3_input(ctx, GGML_TYPE_F32, T, T, "mask"); /* [keys, queries] */
+    mimi_new_inputs(ctx, io, hp->n_q, T, B, 1);
 
     struct ggml_tensor *x = qwen3_quantizer(ctx, w, hp, io + MIMI_IO_CODES, T, B); /* [Q, T, B] */
     x = cr_conv1d(ctx, x, cr_weight(w, "pre_conv.weight"), cr_weight(w, "pre_conv.bias"), 1, QWEN3_PRE_K - 1, 0, ops);

@@ -7,14 +7,6 @@
 
 #include "snac.h"
 
-static struct ggml_tensor *snac_input(struct ggml_context *ctx, enum ggml_type type, int64_t ne0,
-                                      int64_t ne1, int64_t ne2, const char *name) {
-    struct ggml_tensor *t = ggml_new_tensor_3d(ctx, type, ne0, ne1, ne2);
-    ggml_set_name(t, name);
-    ggml_set_input(t);
-    return t;
-}
-
 static struct ggml_tensor *snac_mask(struct ggml_context *ctx, struct ggml_tensor *x,
                                      struct ggml_tensor *mask) {
     return mask ? ggml_mul(ctx, x, mask) : x;
@@ -33,7 +25,7 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
         int64_t t = T;
         for (int r = 0; r <= hp->n_blocks; r++) {
             snprintf(name, sizeof(name), "mask.%d", r);
-            masks[r] = io[SNAC_IO_MASK + r] = snac_input(ctx, GGML_TYPE_F32, 1, t, B, name);
+            masks[r] = io[SNAC_IO_MASK + r] = cr_input(ctx, GGML_TYPE_F32, 1, t, B, name);
             if (r < hp->n_blocks) {
                 t *= hp->rates[r];
             }
@@ -45,7 +37,7 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
     for (int l = 0; l < hp->n_levels; l++) {
         const int64_t s = hp->strides[l], Tl = T / s;
         snprintf(name, sizeof(name), "codes.%d", l);
-        struct ggml_tensor *codes = io[SNAC_IO_CODES + l] = snac_input(ctx, GGML_TYPE_I32, Tl * B, 1, 1, name);
+        struct ggml_tensor *codes = io[SNAC_IO_CODES + l] = cr_input(ctx, GGML_TYPE_I32, Tl * B, 1, 1, name);
         struct ggml_tensor *e = ggml_get_rows(ctx, snac_w(w, "quantizer.%d.codebook", l), codes); /* [H, Tl*B] */
         struct ggml_tensor *y = cr_pwconv(ctx, e, snac_w(w, "quantizer.%d.out_proj.weight", l),
                                           snac_w(w, "quantizer.%d.out_proj.bias", l)); /* [L, Tl*B] */
@@ -60,7 +52,7 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
     x = cr_dwconv(ctx, x, snac_w(w, "decoder.in_dw.weight"), snac_w(w, "decoder.in_dw.bias"), 1, 3, 3); /* k7 "same" */
     x = cr_pwconv(ctx, x, snac_w(w, "decoder.in_pw.weight"), snac_w(w, "decoder.in_pw.bias"));
     if (hp->window > 0) {
-        struct ggml_tensor *pos = io[SNAC_IO_POS] = snac_input(ctx, GGML_TYPE_I32, T * B, 1, 1, "pos");
+        struct ggml_tensor *pos = io[SNAC_IO_POS] = cr_input(ctx, GGML_TYPE_I32, T * B, 1, 1, "pos");
         x = snac_attention(ctx, w, x, pos, hp->window);
     }
     x = snac_mask(ctx, x, masks[0]);
@@ -86,7 +78,7 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
                       (s + 1) / 2, t, NULL);
         if (shape->noise && hp->noise) {
             snprintf(name, sizeof(name), "noise.%d", i);
-            struct ggml_tensor *n = io[SNAC_IO_NOISE + i] = snac_input(ctx, GGML_TYPE_F32, 1, t, B, name);
+            struct ggml_tensor *n = io[SNAC_IO_NOISE + i] = cr_input(ctx, GGML_TYPE_F32, 1, t, B, name);
             struct ggml_tensor *h = cr_mm(ctx, snac_w(w, "decoder.block.%d.noise.weight", i), x);
             x = ggml_add(ctx, x, ggml_mul(ctx, h, n));
         }

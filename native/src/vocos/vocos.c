@@ -59,11 +59,7 @@ struct ggml_tensor *vc_mask(vc_graph *g, struct ggml_tensor *x) {
 /* Product of w [K, M] and x [K, T, B] as one [K, T*B] product (a 3-D product with a short T goes to ggml
    CUDA's small-batch kernel once per sequence, rereading w B times; see snac.c). */
 static struct ggml_tensor *vc_mm(vc_graph *g, struct ggml_tensor *w, struct ggml_tensor *x) {
-    if (!ggml_is_contiguous(x)) {
-        x = ggml_cont(g->ctx, x);
-    }
-    struct ggml_tensor *y = ggml_mul_mat(g->ctx, w, ggml_reshape_2d(g->ctx, x, x->ne[0], x->ne[1] * x->ne[2]));
-    return ggml_reshape_3d(g->ctx, y, w->ne[1], x->ne[1], x->ne[2]);
+    return cr_mm(g->ctx, w, cr_dense(g->ctx, x));
 }
 
 /* vc_linear with the fused kernel's precision given: ops NULL for F32 */
@@ -71,7 +67,7 @@ static struct ggml_tensor *vc_product(vc_graph *g, struct ggml_tensor *x, struct
                                       struct ggml_tensor *b, const cr_cpu_ops *ops) {
     if (g->cpu_ops) {
         struct ggml_context *ctx = g->ctx;
-        x = ggml_is_contiguous(x) ? x : ggml_cont(ctx, x);
+        x = cr_dense(ctx, x);
         const int64_t M = w->ne[1], M16 = M / 16 * 16;
         if (M % 16 != 0 && M16 > 0 && ggml_is_contiguous(w) && ggml_n_dims(w) == 2 && ggml_is_contiguous(x)) {
             /* the head's n_fft + 2 outputs: the first M16 rows of w on the fused kernel (its
@@ -109,7 +105,7 @@ struct ggml_tensor *vc_conv(vc_graph *g, struct ggml_tensor *x, struct ggml_tens
     if (g->cpu_ops) {
         /* the fused kernel reads its input window straight from [C, T, B], no im2col matrix */
         struct ggml_tensor *y =
-            cr_conv1d_cpu(g->ctx, ggml_is_contiguous(x) ? x : ggml_cont(g->ctx, x), w, b, 1, pad, pad, g->ops);
+            cr_conv1d_cpu(g->ctx, cr_dense(g->ctx, x), w, b, 1, pad, pad, g->ops);
         if (y) {
             return y;
         }
@@ -131,10 +127,7 @@ struct ggml_tensor *vc_conv(vc_graph *g, struct ggml_tensor *x, struct ggml_tens
  */
 struct ggml_tensor *vc_dwconv(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
     struct ggml_context *ctx = g->ctx;
-    x = vc_mask(g, x);
-    if (!ggml_is_contiguous(x)) {
-        x = ggml_cont(ctx, x);
-    }
+    x = cr_dense(ctx, vc_mask(g, x));
     const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], K = w->ne[1];
     if (T == 1) {
         /* one frame sees only the centre tap; and ggml tells the channels-last layout from the
@@ -171,10 +164,7 @@ struct ggml_tensor *vc_group_norm(vc_graph *g, struct ggml_tensor *x, int n_grou
                                   struct ggml_tensor *b) {
     struct ggml_context *ctx = g->ctx;
     const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], cg = C / n_groups;
-    x = vc_mask(g, x);
-    if (!ggml_is_contiguous(x)) {
-        x = ggml_cont(ctx, x);
-    }
+    x = cr_dense(ctx, vc_mask(g, x));
     struct ggml_tensor *xs = ggml_reshape_4d(ctx, x, cg, n_groups, T, B);
     struct ggml_tensor *mean = vc_group_sum(g, xs); /* [1, G, 1, B] */
     mean = g->count ? ggml_scale(ctx, ggml_mul(ctx, mean, g->count), 1.0f / (float)cg)
