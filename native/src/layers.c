@@ -9,7 +9,36 @@
 
 /* ---------------------------------------------------------------- products */
 
+/* ggml 0.15.3's CUDA backend runs an F32 product of 4 to 16 columns in its
+   small-batch kernel (mmf), on TF32 tensor cores, whatever
+   NVIDIA_TF32_OVERRIDE says; 1 to 3 columns go to its F32 mat-vec kernel and
+   more than 16 to cuBLAS, which the override governs. */
+enum { CR_MMF_MIN_COLS = 4, CR_MMF_MAX_COLS = 16 };
+
+/* w lives in a device (non-host) buffer: the scheduler runs its products there. */
+static bool cr_on_device(const struct ggml_tensor *w) {
+    return w->buffer != NULL && !ggml_backend_buffer_is_host(w->buffer);
+}
+
+struct ggml_tensor *cr_mm_padded(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x) {
+    const int64_t cols = x->ne[1] * x->ne[2] * x->ne[3];
+    /* x [K, cols] + zero columns -> [K, 17]: cuBLAS, so a stream tick of a few
+       streams rounds as the offline decode does (f32 exact with the override
+       at 0); the zero columns' results are dropped. */
+    struct ggml_tensor *x2 = ggml_reshape_2d(ctx, cr_dense(ctx, x), x->ne[0], cols);
+    if (cols <= CR_MMF_MAX_COLS) {
+        x2 = ggml_pad(ctx, x2, 0, CR_MMF_MAX_COLS + 1 - cols, 0, 0);
+    }
+    struct ggml_tensor *y = ggml_mul_mat(ctx, w, x2);                    /* [M, max(cols, 17)] */
+    y = ggml_view_2d(ctx, y, w->ne[1], cols, y->nb[1], 0);                /* [M, cols], contiguous */
+    return ggml_reshape_4d(ctx, y, w->ne[1], x->ne[1], x->ne[2], x->ne[3]);
+}
+
 struct ggml_tensor *cr_mm(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x) {
+    const int64_t cols = x->ne[1] * x->ne[2] * x->ne[3];
+    if (w->type == GGML_TYPE_F32 && cols >= CR_MMF_MIN_COLS && cols <= CR_MMF_MAX_COLS && cr_on_device(w)) {
+        return cr_mm_padded(ctx, w, x);
+    }
     if (!ggml_is_contiguous(x) || x->ne[3] != 1) {
         return ggml_mul_mat(ctx, w, x);
     }

@@ -46,8 +46,16 @@
  * layers) goes to ggml CUDA's small-batch kernel once per sequence, rereading
  * w B times (1.4 ms of a 20 ms tick at 256 streams against ~0.1 ms for one
  * GEMM). test_graphs.c checks that stream graphs have no such product.
+ * With w in a device buffer and 4 to 16 columns in all, x is padded with zero
+ * columns to 17 so that CUDA runs the product on cuBLAS, not on the TF32
+ * tensor cores of its small-batch kernel (layers.c): a GPU stream tick then
+ * rounds as the offline decode does, and NVIDIA_TF32_OVERRIDE=0 makes both f32.
  */
 struct ggml_tensor *cr_mm(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x);
+
+/* cr_mm's device path, on any backend: x padded with zero columns to at least
+   17, one product, the padding's columns dropped. Same result as cr_mm. */
+struct ggml_tensor *cr_mm_padded(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x);
 
 /* t itself when contiguous, else a contiguous copy (ggml_cont always adds a copy node). */
 struct ggml_tensor *cr_dense(struct ggml_context *ctx, struct ggml_tensor *t);

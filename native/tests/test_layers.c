@@ -128,19 +128,21 @@ static double *dup_d(const float *x, int64_t n) {
 /* -------------------------------------------------------------- products */
 
 static void test_products(void) {
-    const int64_t shapes[][3] = {{5, 7, 3}, {13, 1, 1}, {8, 16, 3}};
-    for (int s = 0; s < 3; s++) {
+    /* {9, 5, 2} and {4, 4, 1}: 10 and 4 columns, which cr_mm pads on a device */
+    const int64_t shapes[][3] = {{5, 7, 3}, {13, 1, 1}, {8, 16, 3}, {9, 5, 2}, {4, 4, 1}};
+    for (int s = 0; s < 5; s++) {
         const int64_t K = shapes[s][0], T = shapes[s][1], B = shapes[s][2];
         for (int M = 6; M <= 32; M += 26) { /* 6: never fused; 32: fused where AVX-512 is */
-            for (int mode = 0; mode < 4; mode++) {
+            for (int mode = 0; mode < 5; mode++) {
                 struct ggml_context *ctx = new_ctx();
                 struct ggml_tensor *x = rnd(ctx, K, T, B, 1.0f, -1.0f), *w = rnd(ctx, K, M, 1, 1.0f, -1.0f);
-                struct ggml_tensor *b = mode == 1 ? NULL : rnd1(ctx, M);
+                struct ggml_tensor *b = mode == 1 || mode == 4 ? NULL : rnd1(ctx, M);
                 const cr_cpu_ops ops = {.bf16 = false, .packs = NULL};
                 struct ggml_tensor *y = mode == 0   ? cr_pwconv(ctx, x, w, b)
                                         : mode == 1 ? cr_mm(ctx, w, x)
                                         : mode == 2 ? cr_linear(ctx, x, w, b, NULL)
-                                                    : cr_linear(ctx, x, w, b, &ops);
+                                        : mode == 3 ? cr_linear(ctx, x, w, b, &ops)
+                                                    : cr_mm_padded(ctx, w, x);
                 check_shape("product", y, M, T, B);
                 const float *got = compute(ctx, graph(ctx), &y);
                 double *xd = dup_d(F(x), K * T * B), *ref = malloc(sizeof(double) * (size_t)(M * T * B));
