@@ -28,7 +28,8 @@ from ._runtime import set_ggml_logging, version
 from ._model import Model, ModelInfo
 from ._voice import Voice
 from ._streaming import CodecStream, StreamStats, Tick, step
-from ._stream import PULL_DONE, PULL_MORE, PULL_READY, Stream, StreamInfo, pull_many, push_many
+from ._stream import (PULL_DONE, PULL_MORE, PULL_READY, Stream, StreamInfo, pull_many, push_many, step_begin,
+                      step_end)
 from ._context import Context, Stats
 from ._lowlatency import LowLatencyStream
 from ._flowstream import FlowStream, FlowTick, step_flows
@@ -102,6 +103,8 @@ __all__ = [
     "noise",
     "pull_many",
     "push_many",
+    "step_begin",
+    "step_end",
     "set_ggml_logging",
     "step",
     "step_flows",

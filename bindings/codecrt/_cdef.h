@@ -10,7 +10,7 @@
  * exactly as in the headers, in the same order.
  */
 
-#define CODECRT_API_VERSION 5
+#define CODECRT_API_VERSION 6
 #define CODECRT_MAX_LEVELS 32
 #define CODECRT_MAX_BACKENDS 4
 
@@ -182,6 +182,8 @@ codecrt_status codecrt_streams_pull(codecrt_stream *const *streams, int32_t n, f
 const char *codecrt_stream_last_error(const codecrt_stream *stream);
 codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n,
                                     int32_t *n_stepped);
+codecrt_status codecrt_context_step_begin(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n);
+codecrt_status codecrt_context_step_end(codecrt_context *ctx, int32_t *n_stepped);
 
 /* ------------------------------------------------------------------ stats */
 

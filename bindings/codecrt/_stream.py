@@ -28,7 +28,7 @@ from ._native import ffi, lib
 from ._runtime import c_str
 from ._streaming import StreamStats, Tick
 
-__all__ = ["Stream", "StreamInfo", "step_native", "step_exact", "push_many", "pull_many",
+__all__ = ["Stream", "StreamInfo", "step_native", "step_exact", "step_begin", "step_end", "push_many", "pull_many",
            "PULL_READY", "PULL_DONE", "PULL_MORE"]
 
 #: ``pull_many`` flags of a stream after its pull: a step would advance it; it is done (every
@@ -53,16 +53,40 @@ class StreamInfo:
     ready: bool
 
 
-def step_native(ctx: ContextLike, streams: Sequence[Stream]) -> int:
-    """One tick of the runtime over ``streams`` (all on ``ctx``), in one graph; how many advanced."""
+def _stream_ptrs(ctx: ContextLike, streams: Sequence[Stream]) -> Any:
     ptrs = ffi.new("codecrt_stream *[]", max(len(streams), 1))
     for i, s in enumerate(streams):
         if s._ctx is not ctx:
             _fail(E_INVALID_ARGUMENT, f"stream {i} belongs to another context")
         ptrs[i] = s._handle()
+    return ptrs
+
+
+def step_native(ctx: ContextLike, streams: Sequence[Stream]) -> int:
+    """One tick of the runtime over ``streams`` (all on ``ctx``), in one graph; how many advanced."""
+    ptrs = _stream_ptrs(ctx, streams)
     n = ffi.new("int32_t *")
     with ctx._lock:
         _check(lib.codecrt_context_step(ctx._handle(), ptrs, len(streams), n), ctx._last_error)
+    return int(n[0])
+
+
+def step_begin(ctx: ContextLike, streams: Sequence[Stream]) -> None:
+    """The first half of :func:`step_native` (``codecrt_context_step_begin``): the tick's graph
+    is launched and left on the device. Until :func:`step_end`, codes may be pushed
+    (:meth:`Stream.push`, :func:`push_many`) and samples pulled; any other call on the context
+    or its streams ends the tick first."""
+    ptrs = _stream_ptrs(ctx, streams)
+    with ctx._lock:
+        _check(lib.codecrt_context_step_begin(ctx._handle(), ptrs, len(streams)), ctx._last_error)
+
+
+def step_end(ctx: ContextLike) -> int:
+    """The second half (``codecrt_context_step_end``): waits for the device, advances the
+    streams; how many advanced (0 when nothing was in flight)."""
+    n = ffi.new("int32_t *")
+    with ctx._lock:
+        _check(lib.codecrt_context_step_end(ctx._handle(), n), ctx._last_error)
     return int(n[0])
 
 

@@ -566,16 +566,28 @@ class Worker:
         if len(cands) > self.cfg.max_batch and m.ticks % len(cands):
             r = m.ticks % len(cands)  # more ready than one graph holds: rotate for fairness
             cands = cands[r:] + cands[:r]
-        t0 = self.phases.now()
+        t0 = t = self.phases.now()
+        native = all(type(st.stream) is codecrt.Stream for st in cands)
         try:
-            tick = codecrt.step(m.lm.ctx, [st.stream for st in cands])
+            if native and self.fronts:
+                # the graph computes on the device while this thread reads the fronts'
+                # pushes (codes may be pushed mid-tick: codecrt_context_step_begin)
+                codecrt.step_begin(m.lm.ctx, [st.stream for st in cands])
+                t = self._overlap(self.phases.add("step", t0))
+                n = codecrt.step_end(m.lm.ctx)
+                tick = codecrt.Tick(n, {}, n)
+                # a command read meanwhile may have closed some of them
+                cands = [st for st in cands if m.streams.get(st.sid) is st]
+            else:
+                tick = codecrt.step(m.lm.ctx, [st.stream for st in cands])
         except codecrt.CodecrtError as e:
             # which streams were in the failed graph is not reported: fail all candidates
             logger.warning("tick of %s failed (%d streams): %s", m.name, len(cands), e)
             for st in cands:
-                self._fail(st.sid, error_code_for(e), f"decode failed: {e}")
+                if m.streams.get(st.sid) is st:
+                    self._fail(st.sid, error_code_for(e), f"decode failed: {e}")
             return 0
-        t1 = self.phases.add("step", t0)
+        t1 = self.phases.add("step", t)
         dt = (t1[0] - t0[0]) * 1e3
         if tick.errors:  # each ended only its own stream's step
             for i, err in tick.errors.items():
@@ -590,13 +602,26 @@ class Worker:
             m.batches.append(tick.largest_batch)
             m.tick_ms.append(dt)
             m.max_batch_seen = max(m.max_batch_seen, tick.largest_batch)
-        if all(type(st.stream) is codecrt.Stream for st in cands):
+        if native:
             self._collect_batch(m, cands)
         else:
             for st in cands:
                 self._collect(m, st)
         self.phases.add("collect", t1)
         return n
+
+    def _overlap(self, since: tuple[float, float]) -> tuple[float, float]:
+        """Host work done while a tick is on the device: the events waiting (earlier models'
+        audio of this round) and every front's commands; the phase clock after it. Pushes
+        leave the tick alone; an open, a finish or a cancel ends it early (the runtime
+        waits for it first)."""
+        t = since
+        if self.out:
+            self._flush()
+            t = self.phases.add("flush", t)
+        for link in list(self.fronts.values()):
+            self._read_front(link)
+        return self.phases.add("ingest", t)
 
     def _collect(self, m: _Model, st: _Stream) -> None:
         s = st.stream

@@ -49,8 +49,9 @@
 extern "C" {
 #endif
 
-#define CODECRT_API_VERSION 5 /* 3: codecrt_context_params.precision; 4: CODECRT_MAX_LEVELS 32 (DAC 24 kHz, Mimi);
-                                  5: codecrt_streams_push, codecrt_streams_pull */
+#define CODECRT_API_VERSION 6 /* 3: codecrt_context_params.precision; 4: CODECRT_MAX_LEVELS 32 (DAC 24 kHz, Mimi);
+                                  5: codecrt_streams_push, codecrt_streams_pull;
+                                  6: codecrt_context_step_begin, codecrt_context_step_end */
 #define CODECRT_MAX_LEVELS 32
 #define CODECRT_MAX_BACKENDS 4
 
@@ -377,6 +378,22 @@ const char *codecrt_stream_last_error(const codecrt_stream *stream);
  */
 codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n,
                                     int32_t *n_stepped);
+
+/*
+ * codecrt_context_step in two halves, so that the caller's host work overlaps
+ * the device's: begin validates, sets the tick's inputs and launches its graph
+ * (a tick of both steady and edge streams runs its smaller graph to the end
+ * first), returning once the device has the work; end waits for it and
+ * advances the streams (*n_stepped as codecrt_context_step's). Between them
+ * the streams' codes may be pushed (codecrt_stream_push, codecrt_streams_push)
+ * and their samples pulled and info read, which see the state before the
+ * tick; any other call on the context or one of its streams (stream init,
+ * free, finish, reset, decode, reserve, step) ends the tick first, as end
+ * would, and end then reports that tick's count and status. On the CPU
+ * backend begin computes the graph, and end only collects.
+ */
+codecrt_status codecrt_context_step_begin(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n);
+codecrt_status codecrt_context_step_end(codecrt_context *ctx, int32_t *n_stepped);
 
 /* ------------------------------------------------------------------ stats */
 

@@ -299,6 +299,7 @@ void codecrt_context_free(codecrt_context *ctx) {
     if (!ctx) {
         return;
     }
+    (void)cr_settle(ctx); /* the graphs go: nothing may be left on the device */
     /* graphs first (they point into the weights and the state pool), then the
        pool, the weights, the backends */
     cr_graphs_free(&ctx->graphs);
@@ -330,6 +331,10 @@ const char *codecrt_context_device(const codecrt_context *ctx) { return ctx ? ct
 codecrt_status codecrt_context_set_recreate_policy(codecrt_context *ctx, int32_t graph_kind, int32_t enabled) {
     if (!ctx) {
         return CODECRT_E_INVALID_ARGUMENT;
+    }
+    codecrt_status settled = cr_settle(ctx);
+    if (settled != CODECRT_OK) {
+        return settled;
     }
     if (graph_kind < 0 || graph_kind >= CODECRT_GRAPH_KIND_COUNT) {
         return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "graph kind %d is out of range", graph_kind);
@@ -544,6 +549,10 @@ codecrt_status codecrt_context_reserve(codecrt_context *ctx, int32_t n_frames, i
     if (!ctx) {
         return CODECRT_E_INVALID_ARGUMENT;
     }
+    codecrt_status settled = cr_settle(ctx);
+    if (settled != CODECRT_OK) {
+        return settled;
+    }
     if (n_frames < 1 || n_batch < 1 || n_frames > ctx->params.max_frames || n_batch > ctx->params.max_batch) {
         return cr_fail(&ctx->err, CODECRT_E_TOO_LARGE, "reserve(%d frames, %d sequences) is outside the "
                        "context's limits (%d, %d)", n_frames, n_batch, ctx->params.max_frames,
@@ -659,6 +668,10 @@ codecrt_status codecrt_decode(codecrt_context *ctx, const codecrt_decode_params 
                               const codecrt_codes *codes, float *pcm, size_t pcm_capacity, size_t *n_written) {
     if (!ctx) {
         return CODECRT_E_INVALID_ARGUMENT;
+    }
+    codecrt_status settled = cr_settle(ctx);
+    if (settled != CODECRT_OK) {
+        return settled;
     }
     if (n_written) {
         *n_written = 0;

@@ -217,19 +217,32 @@ codecrt_status cr_graphs_acquire(cr_graphs *g, const cr_graph_key *key, cr_build
     return CODECRT_OK;
 }
 
-codecrt_status cr_graphs_compute(cr_graphs *g, cr_graph_slot *slot, cr_err *err) {
-    const double t0 = cr_now_ms();
+codecrt_status cr_graphs_launch(cr_graphs *g, cr_graph_slot *slot, cr_err *err) {
+    g->launch_ms = cr_now_ms();
     cr_profile_start(g->profile);
-    const enum ggml_status gs = ggml_backend_sched_graph_compute(slot->sched, slot->graph);
-    g->last_compute_ms = cr_now_ms() - t0;
+    const enum ggml_status gs = ggml_backend_sched_graph_compute_async(slot->sched, slot->graph);
     g->computes++;
     if (gs != GGML_STATUS_SUCCESS) {
+        g->last_compute_ms = cr_now_ms() - g->launch_ms;
         const int32_t kind = slot->key.kind;
         cr_graphs_release(g, kind);
         return cr_fail(err, gs == GGML_STATUS_ALLOC_FAILED ? CODECRT_E_OUT_OF_MEMORY : CODECRT_E_COMPUTE,
                        "graph computation failed (ggml status %d)", (int)gs);
     }
     return CODECRT_OK;
+}
+
+void cr_graphs_wait(cr_graphs *g, cr_graph_slot *slot) {
+    ggml_backend_sched_synchronize(slot->sched);
+    g->last_compute_ms = cr_now_ms() - g->launch_ms;
+}
+
+codecrt_status cr_graphs_compute(cr_graphs *g, cr_graph_slot *slot, cr_err *err) {
+    const codecrt_status st = cr_graphs_launch(g, slot, err);
+    if (st == CODECRT_OK) {
+        cr_graphs_wait(g, slot);
+    }
+    return st;
 }
 
 size_t cr_graphs_buffer_size(const cr_graphs *g, int backend_index) {

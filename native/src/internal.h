@@ -433,6 +433,7 @@ typedef struct cr_graphs {
     cr_limits limits;            /* every graph is checked against these before allocation */
     uint64_t built, reused, resets, recreations, reservations, computes;
     double last_compute_ms;
+    double launch_ms; /* cr_now_ms() at the last launch */
     cr_profile *profile;         /* NULL unless CODECRT_PROFILE_OPS is set */
 } cr_graphs;
 
@@ -458,6 +459,12 @@ codecrt_status cr_graphs_reserve(cr_graphs *g, const cr_graph_key *envelope, cr_
                                  void *user, cr_err *err);
 
 codecrt_status cr_graphs_compute(cr_graphs *g, cr_graph_slot *slot, cr_err *err);
+/* cr_graphs_compute in two halves: launch (returns once the device has the
+   work; on the CPU backend, once it is done) and wait (until the device is
+   done; outputs may then be read). Between them the graph's inputs may not be
+   set and no other graph of g may be acquired, reserved or computed. */
+codecrt_status cr_graphs_launch(cr_graphs *g, cr_graph_slot *slot, cr_err *err);
+void cr_graphs_wait(cr_graphs *g, cr_graph_slot *slot);
 
 /* Release the kind's live graph: reset the scheduler while the graph is still
    alive, then free its context; recreate the scheduler if the policy says so. */
@@ -504,6 +511,7 @@ struct codecrt_stream {
     int64_t total_frames;                   /* -1 until finish */
     int64_t samples_pulled;
     bool done;
+    bool stepping;                          /* set while codecrt_context_step_begin checks its list */
     cr_f32_vec out;                         /* final PCM not pulled yet */
     cr_err err;
 };
@@ -535,7 +543,23 @@ struct codecrt_context {
     size_t seed_cap;
     int32_t *piece_codes;            /* the codes of one piece of a long decode */
     size_t piece_codes_cap;
+    /* the tick codecrt_context_step_begin started and codecrt_context_step_end
+       collects; active from begin to end (cr_settle ends it early) */
+    struct {
+        bool active;
+        int32_t stepped;             /* streams already stepped (collected) by begin */
+        cr_graph_slot *slot;         /* the graph on the device; NULL if none */
+        codecrt_stream **ready;      /* its streams [0, n): owned */
+        int32_t n;
+        int32_t settled;             /* streams stepped by a cr_settle since the last begin, */
+        codecrt_status settled_st;   /* and its status: what the caller's end then reports */
+    } inflight;
     cr_err err;
 };
+
+/* Collect a tick that codecrt_context_step_begin left on the device, if any:
+   called first by every entry point that touches the context's graphs,
+   slots or streams other than push, pull and info (stream.c). */
+codecrt_status cr_settle(codecrt_context *ctx);
 
 #endif /* CODECRT_INTERNAL_H */

@@ -178,6 +178,10 @@ codecrt_status codecrt_stream_init(codecrt_context *ctx, const codecrt_stream_pa
     if (!ctx || !out) {
         return CODECRT_E_INVALID_ARGUMENT;
     }
+    codecrt_status settled = cr_settle(ctx);
+    if (settled != CODECRT_OK) {
+        return settled;
+    }
     *out = NULL;
     cr_stream_pool *pool = &ctx->pool;
     codecrt_status st;
@@ -212,6 +216,7 @@ void codecrt_stream_free(codecrt_stream *s) {
     if (!s) {
         return;
     }
+    (void)cr_settle(s->ctx); /* its slot and graph inputs may be in the tick on the device */
     cr_stream_pool *pool = &s->ctx->pool;
     if (pool->owner && pool->owner[s->slot] == s) {
         pool->owner[s->slot] = NULL;
@@ -312,6 +317,10 @@ codecrt_status codecrt_stream_finish(codecrt_stream *s) {
     if (!s) {
         return CODECRT_E_INVALID_ARGUMENT;
     }
+    codecrt_status settled = cr_settle(s->ctx);
+    if (settled != CODECRT_OK) {
+        return settled;
+    }
     const codecrt_model_info *info = &s->ctx->model->info;
     if (s->total_frames >= 0) {
         return cr_fail(&s->err, CODECRT_E_STATE, "finish called twice");
@@ -339,6 +348,10 @@ codecrt_status codecrt_stream_finish(codecrt_stream *s) {
 codecrt_status codecrt_stream_reset(codecrt_stream *s) {
     if (!s) {
         return CODECRT_E_INVALID_ARGUMENT;
+    }
+    codecrt_status settled = cr_settle(s->ctx);
+    if (settled != CODECRT_OK) {
+        return settled;
     }
     cr_stream_clear(s);
     return CODECRT_OK;
@@ -623,9 +636,10 @@ static bool cr_stream_is_edge(const codecrt_stream *s) {
            s->ticks == 0;
 }
 
-/* One graph over ready[0..n) (at most max_batch of them), of the given kind. */
-static codecrt_status cr_stream_tick(codecrt_context *ctx, int32_t kind, codecrt_stream **ready, int32_t n,
-                                     int32_t *n_stepped) {
+/* Launch one graph over ready[0..n) (at most max_batch of them), of the given
+   kind: *slot and *n_in get the graph and how many streams it holds. */
+static codecrt_status cr_stream_launch(codecrt_context *ctx, int32_t kind, codecrt_stream **ready, int32_t n,
+                                       cr_graph_slot **slot, int32_t *n_in) {
     /* more ready streams than one graph may hold: the rest wait for the next tick */
     n = n < ctx->params.max_batch ? n : ctx->params.max_batch;
     const int32_t bucket = cr_stream_bucket(ctx, n);
@@ -636,52 +650,70 @@ static codecrt_status cr_stream_tick(codecrt_context *ctx, int32_t kind, codecrt
         .flags = 0,
     };
     cr_stream_build build = {ctx};
-    cr_graph_slot *slot = NULL;
     codecrt_status st;
-    if ((st = cr_graphs_acquire(&ctx->graphs, &key, cr_build_stream_graph, &build, &slot, &ctx->err)) != CODECRT_OK ||
-        (st = cr_stream_set_inputs(ctx, &slot->io, ready, n, key.n_batch, &ctx->err)) != CODECRT_OK ||
-        (st = cr_graphs_compute(&ctx->graphs, slot, &ctx->err)) != CODECRT_OK ||
-        (st = cr_stream_collect(ctx, &slot->io, ready, n, &ctx->err)) != CODECRT_OK) {
+    if ((st = cr_graphs_acquire(&ctx->graphs, &key, cr_build_stream_graph, &build, slot, &ctx->err)) != CODECRT_OK ||
+        (st = cr_stream_set_inputs(ctx, &(*slot)->io, ready, n, key.n_batch, &ctx->err)) != CODECRT_OK ||
+        (st = cr_graphs_launch(&ctx->graphs, *slot, &ctx->err)) != CODECRT_OK) {
         return st;
     }
-    *n_stepped += n;
+    *n_in = n;
     return CODECRT_OK;
 }
 
-codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n,
-                                    int32_t *n_stepped) {
+/* Wait for a launched graph and advance its n streams. */
+static codecrt_status cr_stream_land(codecrt_context *ctx, cr_graph_slot *slot, codecrt_stream **ready, int32_t n) {
+    cr_graphs_wait(&ctx->graphs, slot);
+    return cr_stream_collect(ctx, &slot->io, ready, n, &ctx->err);
+}
+
+codecrt_status cr_settle(codecrt_context *ctx) {
+    if (!ctx || !ctx->inflight.active) {
+        return CODECRT_OK;
+    }
+    int32_t k = 0;
+    const codecrt_status st = codecrt_context_step_end(ctx, &k);
+    ctx->inflight.settled = k; /* for the caller's own step_end */
+    ctx->inflight.settled_st = st;
+    return st;
+}
+
+codecrt_status codecrt_context_step_begin(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n) {
     if (!ctx || (n > 0 && !streams) || n < 0) {
         return CODECRT_E_INVALID_ARGUMENT;
     }
-    if (n_stepped) {
-        *n_stepped = 0;
+    codecrt_status st = cr_settle(ctx);
+    ctx->inflight.settled = 0;
+    ctx->inflight.settled_st = CODECRT_OK;
+    if (st != CODECRT_OK) {
+        return st;
     }
-    if (n == 0) {
-        return CODECRT_OK;
-    }
-    codecrt_stream **ready = malloc(sizeof(*ready) * (size_t)n);
+    codecrt_stream **ready = malloc(sizeof(*ready) * (size_t)(n > 0 ? n : 1));
     if (!ready) {
         return cr_fail(&ctx->err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
     }
-    int32_t k = 0;
-    codecrt_status st = CODECRT_OK;
-    for (int32_t i = 0; i < n; i++) {
+    int32_t k = 0, marked = 0;
+    for (int32_t i = 0; i < n; i++, marked++) {
         codecrt_stream *s = streams[i];
         if (!s || s->ctx != ctx || ctx->pool.owner[s->slot] != s) {
             st = cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "stream %d does not belong to this context", i);
-            goto done;
+            goto fail;
         }
-        for (int32_t j = 0; j < k; j++) {
-            if (ready[j] == s) {
-                st = cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "stream %d appears twice", i);
-                goto done;
-            }
+        if (s->stepping) {
+            st = cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "stream %d appears twice", i);
+            goto fail;
         }
+        s->stepping = true; /* a mark, cleared below: duplicates found in O(n), not O(n^2) */
         if (cr_stream_ready(s)) {
             ready[k++] = s;
         }
     }
-    /* steady streams first, edge streams (start, end) after: one graph each */
+    for (int32_t i = 0; i < n; i++) {
+        streams[i]->stepping = false;
+    }
+    marked = 0;
+    /* steady streams first, edge streams (start, end) after: one graph each.
+       The smaller graph runs to completion here, the larger is left on the
+       device for step_end, so that the caller's host work overlaps it. */
     int32_t n_steady = 0;
     for (int32_t i = 0; i < k; i++) {
         if (!cr_stream_is_edge(ready[i])) {
@@ -690,19 +722,84 @@ codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const 
             ready[i] = t;
         }
     }
-    int32_t total = 0;
-    if (n_steady > 0 &&
-        (st = cr_stream_tick(ctx, CODECRT_GRAPH_STREAM, ready, n_steady, &total)) != CODECRT_OK) {
-        goto done;
+    const int32_t n_edge = k - n_steady;
+    codecrt_stream **first = ready, **last = ready + n_steady;
+    int32_t n_first = n_steady, n_last = n_edge, kind_first = CODECRT_GRAPH_STREAM,
+            kind_last = CODECRT_GRAPH_STREAM_EDGE;
+    if (n_edge > 0 && n_edge < n_steady) {
+        first = ready + n_steady, last = ready;
+        n_first = n_edge, n_last = n_steady;
+        kind_first = CODECRT_GRAPH_STREAM_EDGE, kind_last = CODECRT_GRAPH_STREAM;
     }
-    if (k > n_steady && (st = cr_stream_tick(ctx, CODECRT_GRAPH_STREAM_EDGE, ready + n_steady,
-                                             k - n_steady, &total)) != CODECRT_OK) {
-        goto done;
+    int32_t stepped = 0, n_in = 0;
+    cr_graph_slot *slot = NULL;
+    if (n_first > 0 && n_last > 0) {
+        if ((st = cr_stream_launch(ctx, kind_first, first, n_first, &slot, &n_in)) != CODECRT_OK ||
+            (st = cr_stream_land(ctx, slot, first, n_in)) != CODECRT_OK) {
+            goto fail;
+        }
+        stepped = n_in;
+    } else if (n_first > 0) {
+        last = first, n_last = n_first, kind_last = kind_first;
     }
+    slot = NULL, n_in = 0;
+    if (n_last > 0 && (st = cr_stream_launch(ctx, kind_last, last, n_last, &slot, &n_in)) != CODECRT_OK) {
+        goto fail;
+    }
+    /* the launched streams move to the front of ready, which the step keeps */
+    memmove(ready, last, sizeof(*ready) * (size_t)n_in);
+    ctx->inflight.active = true;
+    ctx->inflight.stepped = stepped;
+    ctx->inflight.slot = slot;
+    ctx->inflight.ready = ready;
+    ctx->inflight.n = n_in;
+    return CODECRT_OK;
+fail:
+    for (int32_t i = 0; i < marked; i++) {
+        streams[i]->stepping = false;
+    }
+    free(ready);
+    return st;
+}
+
+codecrt_status codecrt_context_step_end(codecrt_context *ctx, int32_t *n_stepped) {
+    if (n_stepped) {
+        *n_stepped = 0;
+    }
+    if (!ctx) {
+        return CODECRT_E_INVALID_ARGUMENT;
+    }
+    if (!ctx->inflight.active) { /* never begun, or ended early by a cr_settle: what it did */
+        const codecrt_status st = ctx->inflight.settled_st;
+        if (n_stepped) {
+            *n_stepped = ctx->inflight.settled;
+        }
+        ctx->inflight.settled = 0;
+        ctx->inflight.settled_st = CODECRT_OK;
+        return st;
+    }
+    codecrt_status st = CODECRT_OK;
+    int32_t total = ctx->inflight.stepped;
+    if (ctx->inflight.slot) {
+        st = cr_stream_land(ctx, ctx->inflight.slot, ctx->inflight.ready, ctx->inflight.n);
+        total += st == CODECRT_OK ? ctx->inflight.n : 0;
+    }
+    free(ctx->inflight.ready);
+    ctx->inflight.active = false;
+    ctx->inflight.slot = NULL;
+    ctx->inflight.ready = NULL;
+    ctx->inflight.n = 0;
     if (n_stepped) {
         *n_stepped = total;
     }
-done:
-    free(ready);
     return st;
+}
+
+codecrt_status codecrt_context_step(codecrt_context *ctx, codecrt_stream *const *streams, int32_t n,
+                                    int32_t *n_stepped) {
+    if (n_stepped) {
+        *n_stepped = 0;
+    }
+    codecrt_status st = codecrt_context_step_begin(ctx, streams, n);
+    return st == CODECRT_OK ? codecrt_context_step_end(ctx, n_stepped) : st;
 }

@@ -163,6 +163,123 @@ static void test_batched(codecrt_model *m, const test_cfg *c, int32_t chunk, int
     codecrt_context_free(ctx);
 }
 
+/* The two-halves step: codes pushed, samples pulled, streams opened and
+   finished between codecrt_context_step_begin and _end, each stream equal to
+   its offline decode; a stream listed twice is refused and leaves no mark. */
+static void test_split_step(codecrt_model *m, const test_cfg *c) {
+    codecrt_context *ctx = stream_ctx(m, 4, 1);
+    enum { NS = 4 };
+    const int32_t frames[NS] = {16, 28, 8, 20};
+    test_codes tc[NS];
+    codecrt_stream *ss[NS] = {0};
+    float *alone[NS], *got[NS];
+    size_t n_alone[NS], n_got[NS] = {0};
+    int64_t fed[NS] = {0}; /* frames pushed so far (all levels) */
+    for (int i = 0; i < NS; i++) {
+        make_codes(&tc[i], c, frames[i], 1, (uint32_t)(i * 7 + 2));
+        alone[i] = decode_alloc(ctx, &tc[i], 1, &n_alone[i]);
+        got[i] = malloc(sizeof(float) * n_alone[i]);
+    }
+    codecrt_stream_params sp = codecrt_stream_default_params();
+    sp.noise = 1;
+    sp.seed = 1234;
+    CHECK_OK(codecrt_stream_init(ctx, &sp, &ss[0]));
+    codecrt_stream *twice[2] = {ss[0], ss[0]};
+    CHECK(codecrt_context_step_begin(ctx, twice, 2) == CODECRT_E_INVALID_ARGUMENT, "a stream twice is refused");
+    for (int tick = 0; tick < 64; tick++) {
+        codecrt_stream *live[NS];
+        int nl = 0;
+        for (int i = 0; i < NS; i++) {
+            if (ss[i]) {
+                live[nl++] = ss[i];
+            }
+        }
+        CHECK_OK(codecrt_context_step_begin(ctx, live, nl));
+        /* between the halves: 0, 1 or 2 more units of frames for each stream
+           (so chunks are sometimes whole before the tick, sometimes not), a pull */
+        int64_t unit = 1; /* frames that give every level whole codes */
+        for (int l = 0; l < c->n_levels; l++) {
+            unit = c->strides[l] > unit ? c->strides[l] : unit;
+        }
+        for (int i = 0; i < NS; i++) {
+            if (!ss[i]) {
+                continue;
+            }
+            const int64_t want = (int64_t)((tick + i) % 3) * unit;
+            const int64_t take = fed[i] < 0 ? 0 : fed[i] + want <= frames[i] ? want : frames[i] - fed[i];
+            if (take > 0) {
+                const int32_t *ptrs[4] = {NULL, NULL, NULL, NULL};
+                int64_t lens[4] = {0, 0, 0, 0};
+                for (int l = 0; l < c->n_levels; l++) {
+                    ptrs[l] = tc[i].levels[l] + fed[i] / c->strides[l];
+                    lens[l] = take / c->strides[l];
+                }
+                codecrt_codes piece = {.n_batch = 1, .n_levels = c->n_levels, .levels = ptrs, .lengths = lens};
+                CHECK_OK(codecrt_stream_push(ss[i], &piece));
+                fed[i] += take;
+            }
+            size_t k = 0;
+            CHECK_OK(codecrt_stream_pull(ss[i], got[i] + n_got[i], n_alone[i] - n_got[i], &k));
+            n_got[i] += k;
+        }
+        if (tick % 3 == 1 && tick / 3 + 1 < NS && !ss[tick / 3 + 1]) { /* opens settle the tick first */
+            CHECK_OK(codecrt_stream_init(ctx, &sp, &ss[tick / 3 + 1]));
+        }
+        for (int i = 0; i < NS; i++) {
+            if (ss[i] && fed[i] == frames[i] && tick % 2 == 0) { /* finishes too */
+                CHECK_OK(codecrt_stream_finish(ss[i]));
+                fed[i]++; /* finished */
+            }
+        }
+        int32_t stepped = -1;
+        CHECK_OK(codecrt_context_step_end(ctx, &stepped));
+        CHECK(stepped >= 0 && stepped <= nl, "stepped %d of %d", stepped, nl);
+        for (int i = 0; i < NS; i++) {
+            codecrt_stream_info info;
+            if (!ss[i]) {
+                continue;
+            }
+            size_t k = 0;
+            CHECK_OK(codecrt_stream_pull(ss[i], got[i] + n_got[i], n_alone[i] - n_got[i], &k));
+            n_got[i] += k;
+            CHECK_OK(codecrt_stream_get_info(ss[i], &info));
+            if (info.done) {
+                codecrt_stream_free(ss[i]);
+                ss[i] = (codecrt_stream *)1; /* done: not stepped again (never dereferenced) */
+            }
+        }
+        for (int i = 0; i < NS; i++) {
+            if (ss[i] == (codecrt_stream *)1) {
+                ss[i] = NULL;
+                fed[i] = -1000; /* never pushed again */
+            }
+        }
+    }
+    int32_t stepped = -1;
+    CHECK_OK(codecrt_context_step_end(ctx, &stepped)); /* nothing in flight: a no-op */
+    CHECK(stepped == 0, "an end with nothing in flight stepped %d", stepped);
+    /* an open between the halves ends the tick early; end still reports it */
+    codecrt_stream *x = NULL, *y = NULL;
+    CHECK_OK(codecrt_stream_init(ctx, &sp, &x));
+    CHECK_OK(codecrt_stream_push(x, &tc[0].codes));
+    CHECK_OK(codecrt_context_step_begin(ctx, &x, 1));
+    CHECK_OK(codecrt_stream_init(ctx, &sp, &y));
+    CHECK_OK(codecrt_context_step_end(ctx, &stepped));
+    CHECK(stepped == 1, "a tick settled by an open reported %d streams", stepped);
+    codecrt_stream_free(x);
+    codecrt_stream_free(y);
+    for (int i = 0; i < NS; i++) {
+        CHECK(ss[i] == NULL, "stream %d never finished", i);
+        CHECK(n_got[i] == n_alone[i], "stream %d: %zu samples, alone %zu", i, n_got[i], n_alone[i]);
+        const double d = max_abs_diff(got[i], alone[i], n_alone[i]);
+        CHECK(d < 1e-5, "[%s] split-step stream %d differs from its decode by %g", c->name, i, d);
+        free(got[i]);
+        free(alone[i]);
+        free_codes(&tc[i], c);
+    }
+    codecrt_context_free(ctx);
+}
+
 /* Many streams opened and closed: slots reused, no new graphs after warm-up. */
 static void test_slots(codecrt_model *m, const test_cfg *c, int rounds) {
     codecrt_context *ctx = stream_ctx(m, 4, 1);
@@ -338,6 +455,7 @@ int main(void) {
         test_equal_offline(m, c, 12);
         test_batched(m, c, 4, 0);
         test_batched(m, c, 8, 1);
+        test_split_step(m, c);
         test_slots(m, c, 60);
         test_bad_input(m, c);
         test_many(m, c);

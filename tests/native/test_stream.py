@@ -311,3 +311,55 @@ def test_openmp_wait_policy_passive_unless_chosen(codecrt, chosen):
     out = subprocess.run([sys.executable, "-c", "import os, codecrt; print(os.environ['OMP_WAIT_POLICY'])"],
                          env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert out == (chosen or "passive")
+
+
+def test_step_in_two_halves_takes_pushes_between(codecrt, snac_cases):
+    """codecrt.step_begin / step_end with codes pushed (packed) while the tick is out and a
+    stream opened mid-tick (which ends the tick early): every stream equals its offline decode,
+    and step_end reports each tick's count either way."""
+    case = snac_cases("tiny")
+    rng = np.random.default_rng(11)
+    with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu", max_streams=8) as ctx:
+        utts = [reference.random_codes(m.info, 16, None, rng) for _ in range(3)]
+        want = [offline(ctx, lv) for lv in utts]
+        ss = [ctx.stream() for _ in range(2)]
+        fed = [0, 0, 0]  # level-0 codes pushed
+        got: list[list[np.ndarray]] = [[], [], []]
+        stepped = 0
+        for tick in range(200):
+            live = [s for s in ss if not s.done]
+            if not live:
+                break
+            codecrt.step_begin(ctx, live)
+            batch, nlev, to = [], [], []
+            for i, s in enumerate(ss):
+                n = fed[i]
+                if n < len(utts[i][0]):
+                    take = 1 + (tick + i) % 2  # codes of level 0 (the coarsest), the rest in proportion
+                    batch.append([a[(n * len(a)) // len(utts[i][0]):((n + take) * len(a)) // len(utts[i][0])]
+                                  for a in utts[i]])
+                    fed[i] = min(n + take, len(utts[i][0]))
+                    nlev.append(len(utts[i]))
+                    to.append(s)
+            if to:
+                lengths = np.array([len(a) for lv in batch for a in lv], np.uint32)
+                codes = np.concatenate([a for lv in batch for a in lv]).astype(np.int32)
+                assert not codecrt.push_many(to, np.array(nlev, np.uint32), lengths, codes)
+            if tick == 3:  # an open mid-tick: the runtime ends the tick first
+                ss.append(ctx.stream())
+                ss[2].push(utts[2])
+                ss[2].finish()
+                fed[2] = len(utts[2][0])
+            for i, s in enumerate(ss):
+                if fed[i] == len(utts[i][0]) and not s.info.finished:
+                    s.finish()
+            n = codecrt.step_end(ctx)
+            assert 0 <= n <= len(live)
+            stepped += n
+            for i, s in enumerate(ss):
+                got[i].append(s.pull())
+        assert stepped > 0 and all(s.done for s in ss)
+        for g, w in zip(got, want):
+            assert np.array_equal(np.concatenate(g), w)
+        for s in ss:
+            s.close()

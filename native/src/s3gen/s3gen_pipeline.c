@@ -231,7 +231,7 @@ codecrt_status s3_check_ctx(codecrt_context *ctx) {
         return cr_fail(&ctx->err, CODECRT_E_UNSUPPORTED, "model '%s' is not a two-stage (s3gen) model",
                        ctx->model->arch->name);
     }
-    return CODECRT_OK;
+    return cr_settle(ctx); /* every entry point of the two stages checks ctx first */
 }
 
 static codecrt_status s3_check_voice(codecrt_context *ctx, const codecrt_voice *v) {
