@@ -200,6 +200,12 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
                        "CODECRT_OFFLINE_LAYOUT is '%s': use auto, time (time fastest) or channels (channels fastest)",
                        layout);
     }
+    const char *graphs = getenv("CODECRT_STREAM_GRAPHS");
+    if (graphs && *graphs && strcmp(graphs, "split") != 0 && strcmp(graphs, "one") != 0) {
+        return cr_fail(err, CODECRT_E_INVALID_ARGUMENT,
+                       "CODECRT_STREAM_GRAPHS is '%s': use split (steady and edge streams in a graph each) or one",
+                       graphs);
+    }
     if (params->precision == CODECRT_PRECISION_BF16) {
         /* refused rather than ignored (a caller asking for the speed of BF16
            must not get F32's silently, nor BF16's rounding where it is
@@ -257,6 +263,7 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
     ctx->offline_tf = layout && strcmp(layout, "time") == 0       ? true
                       : layout && strcmp(layout, "channels") == 0 ? false
                                                                   : !ctx->cpu_ops;
+    ctx->one_stream_graph = graphs && strcmp(graphs, "one") == 0;
     if (params->precision == CODECRT_PRECISION_BF16) {
         ctx->fused.bf16 = true;
         if (!(ctx->fused.packs = cr_packs_new())) {

@@ -722,6 +722,9 @@ codecrt_status codecrt_context_step_begin(codecrt_context *ctx, codecrt_stream *
             ready[i] = t;
         }
     }
+    if (ctx->one_stream_graph && n_steady < k) {
+        n_steady = 0; /* the masked graph is exact for steady streams too: all in it */
+    }
     const int32_t n_edge = k - n_steady;
     codecrt_stream **first = ready, **last = ready + n_steady;
     int32_t n_first = n_steady, n_last = n_edge, kind_first = CODECRT_GRAPH_STREAM,

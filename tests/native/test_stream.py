@@ -126,12 +126,15 @@ def test_random_large_chunks_equal_offline(codecrt, snac_cases, name, noise, ops
     assert err < 1e-5
 
 
-@pytest.mark.parametrize("ops", ["cpu", "portable"])
+@pytest.mark.parametrize("ops", ["cpu", "portable", "one-graph"])
 def test_batched_ticks_equal_alone_with_joins_and_leaves(codecrt, snac_cases, ops, monkeypatch):
     """N streams stepped together, joining and leaving at different ticks, each equal its own
-    offline decode; also with the portable graphs that GPUs run (CODECRT_PORTABLE_OPS)."""
+    offline decode; also with the portable graphs that GPUs run (CODECRT_PORTABLE_OPS), and with
+    every stream of a tick that has edge streams in the masked graph (CODECRT_STREAM_GRAPHS=one)."""
     if ops == "portable":
         monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
+    if ops == "one-graph":
+        monkeypatch.setenv("CODECRT_STREAM_GRAPHS", "one")
     case = snac_cases("24khz")
     rng = np.random.default_rng(4)
     with codecrt.Model(case.gguf) as m, \
@@ -141,6 +144,7 @@ def test_batched_ticks_equal_alone_with_joins_and_leaves(codecrt, snac_cases, op
         live: dict[int, object] = {}
         got = {i: [] for i in range(len(utter))}
         fed = {i: 0 for i in range(len(utter))}
+        computes0, ticked = ctx.stats.computes, 0
         for tick in range(80):
             if tick < len(utter) * 2 and tick % 2 == 0:  # a new stream joins every other tick
                 i = tick // 2
@@ -155,7 +159,7 @@ def test_batched_ticks_equal_alone_with_joins_and_leaves(codecrt, snac_cases, op
                     fed[i] = b
                     if b == n:
                         s.finish()
-            ctx.step(list(live.values()))
+            ticked += ctx.step(list(live.values())) > 0
             for i, s in list(live.items()):
                 got[i].append(s.pull())
                 if s.done:
@@ -163,14 +167,25 @@ def test_batched_ticks_equal_alone_with_joins_and_leaves(codecrt, snac_cases, op
                     del live[i]
         assert not live
         st = ctx.stats
+        computes = st.computes - computes0
     for i, w in enumerate(want):
         g = np.concatenate(got[i])
         assert len(g) == len(w)
         assert np.abs(g - w).max() < 1e-5, f"stream {i}"
     assert st.streams_active == 0
+    # a tick runs a steady graph, an edge graph or both (split); one (one-graph)
+    assert computes == ticked if ops == "one-graph" else computes > ticked
 
 
 @pytest.mark.slow
+def test_bad_stream_graphs_is_refused(codecrt, snac_cases, monkeypatch):
+    """CODECRT_STREAM_GRAPHS other than split or one: the context is refused, saying why."""
+    monkeypatch.setenv("CODECRT_STREAM_GRAPHS", "three")
+    with codecrt.Model(snac_cases("24khz").gguf) as m:
+        with pytest.raises(codecrt.CodecrtError, match="CODECRT_STREAM_GRAPHS is 'three'"):
+            codecrt.Context(m, device="cpu")
+
+
 def test_thousand_streams_reuse_slots_and_graphs(codecrt, snac_cases):
     """1,000 streams opened and closed: no growth of memory, state pool or graphs built after warm-up."""
     import gc
