@@ -268,6 +268,7 @@ class Worker:
         self.where: dict[int, _Model] = {}  # sid -> its model
         self.gather_s = max(0.0, cfg.gather_ms) / 1e3
         self.align_s = max(0.0, cfg.tick_align_ms) / 1e3
+        self._tick_t = 0.0  # monotonic start of the last tick round (align_s gates the next)
         self.running = True
         self.t_start = time.monotonic()
         self.commands = 0
@@ -697,12 +698,13 @@ class Worker:
     def run_ticks(self) -> None:
         """Tick rounds (one tick per model each) until nothing is ready or commands wait."""
         while True:
+            self._tick_t = time.monotonic()
             stepped = 0
             for m in self.models.values():
                 stepped += self._tick(m)
             self.rounds += 1
             self.flush()
-            if not stepped or self._wait(0):
+            if not stepped or self.align_s or self._wait(0):  # aligned: the loop gates the next
                 return
 
     # ----------------------------------------------------------------- loop
@@ -812,23 +814,32 @@ class Worker:
                         (self.gather_s or self.align_s) and not self._all_waiting():
                     now = time.monotonic()
                     if self.align_s:  # the next tick boundary of the cadence
-                        deadline = (now // self.align_s + 1) * self.align_s
+                        self._gather_until((now // self.align_s + 1) * self.align_s)
                     else:
-                        deadline = now + self.gather_s
-                    while self.running:
-                        left = deadline - time.monotonic()
-                        if left <= 0 or not self._wait(left):
-                            break
-                        self.drain()
-                        if self._all_waiting():
-                            break
-                    self.flush()
+                        self._gather_until(now + self.gather_s)
             else:
                 self.flush()  # a full event ring: try again
                 if not busy and self._background:
                     self._warm_step()
+            if self.running and self.align_s and self._busy() and not self._all_waiting():
+                # streams made ready while the last tick was on the device (its pushes are read
+                # then) wait for the boundary after that tick's start, as those of an idle worker
+                # wait for the next one: one tick a period, all of them in it
+                self._gather_until((self._tick_t // self.align_s + 1) * self.align_s)
             if self.running:
                 self.run_ticks()
+
+    def _gather_until(self, deadline: float) -> None:
+        """Apply commands until ``deadline`` (monotonic seconds) or until every open stream
+        may be ready (the batch cannot grow), then send what they produced."""
+        while self.running:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._wait(left):
+                break
+            self.drain()
+            if self._all_waiting():
+                break
+        self.flush()
 
     def _warm_step(self) -> None:
         """One tick of a background warm-up (the worker was idle)."""

@@ -529,8 +529,9 @@ struct codecrt_context {
                                         CODECRT_PORTABLE_OPS is unset (tests set it to check, on the CPU,
                                         the graphs that GPUs run) */
     bool offline_tf;                 /* offline decode graphs time fastest (cr_decode_shape.time_fastest) */
-    bool one_stream_graph;           /* a tick with edge streams runs every stream in the masked graph
-                                        (CODECRT_STREAM_GRAPHS=one), not steady and edge in one each */
+    bool one_stream_graph;           /* a tick with edge streams runs every stream in the masked graph,
+                                        not steady and edge in one each (off the CPU by default;
+                                        CODECRT_STREAM_GRAPHS=one or split forces either) */
     cr_cpu_ops fused;                /* what cpu_ops graphs use: BF16 products (params.precision, checked
                                         at init) and their weight packs */
     struct ggml_context *weights;    /* model->weights on CPU, device copy otherwise */

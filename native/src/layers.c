@@ -15,9 +15,12 @@
    more than 16 to cuBLAS, which the override governs. */
 enum { CR_MMF_MIN_COLS = 4, CR_MMF_MAX_COLS = 16 };
 
-/* w lives in a device (non-host) buffer: the scheduler runs its products there. */
+/* w lives in a device (non-host) buffer: the scheduler runs its products there.
+   A view (a conv's weight reshaped to [K*Cin, Cout]) has no buffer until the
+   graph is allocated: its source's is the one. */
 static bool cr_on_device(const struct ggml_tensor *w) {
-    return w->buffer != NULL && !ggml_backend_buffer_is_host(w->buffer);
+    const struct ggml_tensor *t = w->view_src ? w->view_src : w;
+    return t->buffer != NULL && !ggml_backend_buffer_is_host(t->buffer);
 }
 
 struct ggml_tensor *cr_mm_padded(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x) {

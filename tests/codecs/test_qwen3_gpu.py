@@ -21,7 +21,10 @@ pytestmark = pytest.mark.gpu
 
 GPU = os.environ.get("CODECD_GPU_DEVICE", "cuda:0")
 TF32_OFF = os.environ.get("NVIDIA_TF32_OVERRIDE") == "0"
-TOL = 1e-4 if TF32_OFF else 2e-3  # relative L2, GPU against CPU (see tests/native/test_gpu.py)
+# relative L2, GPU against CPU. With TF32 on (ggml's cuBLAS default), this decoder amplifies the
+# products' 2^-11 rounding about a hundredfold: 7.7e-3 offline and 7.8e-3 streamed on the H200
+# (2026-12-04 13:46 UTC, docs/gpu/qwen3-gpu-tests-2026-12-04-pm.txt); with it off, 2.2e-5.
+TOL = 1e-4 if TF32_OFF else 1.5e-2
 # Streams: a tick's linears have 4 to 16 columns at a few streams, which ggml's CUDA backend ran
 # in its small-batch kernel on TF32 tensor cores whatever NVIDIA_TF32_OVERRIDE says (1.2e-2 to
 # 1.8e-2 with TF32 off on the H200, 2026-12-04 11:20 UTC: this decoder amplifies relative rounding
