@@ -226,9 +226,11 @@ mimi() {
 
 soak() {
     local args=${SOAK_ARGS:---minutes 8 --kill-every 2 --report-every 30 --finishers 64 --slow 4}
-    stage "soak: python3 bench/soak.py --spawn demo --serve-arg=--devices=cuda:0 $args"
+    stage "soak: python3 bench/soak.py --spawn demo --serve-arg=--devices=cuda:0 --serve-arg=--max-connections-per-ip=256 $args"
     # shellcheck disable=SC2086
-    python3 bench/soak.py --spawn demo --serve-arg=--devices=cuda:0 $args --log "$OUT/soak_server.log" 2>&1 \
+    # 256 connections per address: the default 32 would refuse most of the 71 client loops
+    python3 bench/soak.py --spawn demo --serve-arg=--devices=cuda:0 --serve-arg=--max-connections-per-ip=256 \
+        $args --log "$OUT/soak_server.log" 2>&1 \
         | tee "$OUT/soak.md" | tee -a "$OUT/report.txt"
 }
 

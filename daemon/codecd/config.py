@@ -101,7 +101,8 @@ class Config:
     gather_ms: float = _f(2.0, "how long a worker waits to gather streams into a batch")
     tick_align_ms: float = _f(0.0, "ticks on a cadence: a stream that becomes ready waits "
                               "for the next multiple of this many ms (unless every open stream "
-                              "is ready), so streams spread over a frame period share one tick "
+                              "is ready), so streams spread over a frame period share one tick; "
+                              "at most one tick starts per period "
                               "(0: off, gather_ms instead; e.g. 85.3, SNAC 24 kHz's period)")
     max_streams: int = _f(64, "open streams server-wide (per model per worker in the engine); "
                           "over it a start gets 'busy'")

@@ -109,3 +109,58 @@ def test_batch_shapes_setting_reaches_the_workers_context(tmp_path: Path, small:
     assert not engine_config(exact, {"small": str(small)}).batch_bucket
     with pytest.raises(ConfigError, match="batch_shapes"):
         load_config(str(toml), env={"CODECD_BATCH_SHAPES": "pow3"})
+
+
+def test_pushes_read_during_a_tick_wait_for_the_next_aligned_tick(small: Path, offline: Any
+                                                                  ) -> None:
+    """With ticks aligned to a cadence, a front's record that arrives while a tick is out is
+    read in that tick's shadow (codecrt.step_begin .. step_end; its finish ends the tick early)
+    but its codes wait for the next tick: one run_ticks is one round. Each stream still equals
+    its offline decode."""
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+    from codecd.worker import Worker
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4, max_batch=4,
+                       warm_buckets=(1,), gather_ms=0.0, tick_align_ms=1000.0)
+    a, b = Pipe()
+    w = Worker(a, cfg, "cpu")
+    w.load()
+    ctl, front = attach_front(w, evt_bytes=1 << 20)
+    rng = np.random.default_rng(5)
+    levels = {sid: small_codes(4 * 12, rng) for sid in (1, 2)}
+    half = [{sid: [x[:len(x) // 2] for x in lv] for sid, lv in levels.items()},
+            {sid: [x[len(x) // 2:] for x in lv] for sid, lv in levels.items()}]
+    front.commands.write([wire.encode([wire.OpenStream(sid, "small") for sid in levels]
+                                      + [wire.PushCodes(sid, lv) for sid, lv in half[0].items()])])
+    front.commands.ring()
+    w.drain()
+    m = w.models["small"]
+    link = w.fronts[1]
+    assert link.packets_in == 1
+    front.commands.write([wire.encode([wire.PushCodes(sid, lv) for sid, lv in half[1].items()]
+                                      + [wire.FinishStream(sid) for sid in levels])])
+    front.commands.ring()
+    w.run_ticks()
+    assert link.packets_in == 2  # read while the tick was out, with no drain in between
+    assert m.ticks == 1  # and not ticked at once: the loop gates the next tick to its boundary
+    audio: dict[int, list[np.ndarray]] = {sid: [] for sid in levels}
+    ends: dict[int, Any] = {}
+    for _ in range(200):
+        for msg in read_events(front):
+            if isinstance(msg, wire.AudioOut):
+                audio[msg.sid].append(msg.pcm)
+            elif isinstance(msg, (wire.StreamDone, wire.StreamFailed)):
+                ends[msg.sid] = msg
+        if len(ends) == len(levels):
+            break
+        w.drain()
+        w.run_ticks()
+    assert all(isinstance(e, wire.StreamDone) for e in ends.values()), ends
+    for sid, lv in levels.items():
+        assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
+    w.close()
+    front.close()
+    ctl.close()
+    a.close()
+    b.close()
