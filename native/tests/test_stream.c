@@ -101,6 +101,20 @@ static void test_equal_offline(codecrt_model *m, const test_cfg *c, int32_t chun
     codecrt_context_free(ctx);
 }
 
+/* Every stream finished, its samples equal to its decode alone; frees them. */
+static void check_and_free(const test_cfg *c, const char *what, int n, codecrt_stream **ss, float **got,
+                           const size_t *n_got, float **alone, const size_t *n_alone, test_codes *tc) {
+    for (int i = 0; i < n; i++) {
+        CHECK(ss[i] == NULL, "%s stream %d never finished", what, i);
+        CHECK(n_got[i] == n_alone[i], "%s stream %d: %zu samples, alone %zu", what, i, n_got[i], n_alone[i]);
+        const double d = max_abs_diff(got[i], alone[i], n_alone[i]);
+        CHECK(d < 1e-5, "[%s] %s stream %d differs from its decode alone by %g", c->name, what, i, d);
+        free(got[i]);
+        free(alone[i]);
+        free_codes(&tc[i], c);
+    }
+}
+
 /* N streams stepped together with joins and leaves give what each gives alone. */
 static void test_batched(codecrt_model *m, const test_cfg *c, int32_t chunk, int bucket) {
     codecrt_context *ctx = stream_ctx(m, chunk, bucket);
@@ -151,15 +165,7 @@ static void test_batched(codecrt_model *m, const test_cfg *c, int32_t chunk, int
             }
         }
     }
-    for (int i = 0; i < NS; i++) {
-        CHECK(ss[i] == NULL, "stream %d never finished", i);
-        CHECK(n_got[i] == n_alone[i], "stream %d: %zu samples, alone %zu", i, n_got[i], n_alone[i]);
-        const double d = max_abs_diff(got[i], alone[i], n_alone[i]);
-        CHECK(d < 1e-5, "[%s] stream %d batched differs from alone by %g", c->name, i, d);
-        free(got[i]);
-        free(alone[i]);
-        free_codes(&tc[i], c);
-    }
+    check_and_free(c, "batched", NS, ss, got, n_got, alone, n_alone, tc);
     codecrt_context_free(ctx);
 }
 
@@ -268,15 +274,7 @@ static void test_split_step(codecrt_model *m, const test_cfg *c) {
     CHECK(stepped == 1, "a tick settled by an open reported %d streams", stepped);
     codecrt_stream_free(x);
     codecrt_stream_free(y);
-    for (int i = 0; i < NS; i++) {
-        CHECK(ss[i] == NULL, "stream %d never finished", i);
-        CHECK(n_got[i] == n_alone[i], "stream %d: %zu samples, alone %zu", i, n_got[i], n_alone[i]);
-        const double d = max_abs_diff(got[i], alone[i], n_alone[i]);
-        CHECK(d < 1e-5, "[%s] split-step stream %d differs from its decode by %g", c->name, i, d);
-        free(got[i]);
-        free(alone[i]);
-        free_codes(&tc[i], c);
-    }
+    check_and_free(c, "split-step", NS, ss, got, n_got, alone, n_alone, tc);
     codecrt_context_free(ctx);
 }
 
