@@ -34,7 +34,7 @@ from codecd.config import Config, ConfigError, ModelSource, load_config  # noqa:
 from codecd.convert.random_dac import CONFIGS, write_random_dac  # noqa: E402
 from codecd.convert.random_vocos import write_random_vocos  # noqa: E402
 from codecd.engine import EngineStartError, child_pythonpath  # noqa: E402
-from codecd.families.windowed import DEFAULT_WINDOW, LOW_WINDOW, windowed_decode  # noqa: E402
+from codecd.families.windowed import DEFAULT_WINDOW, LOW_WINDOW, WindowParams, windowed_decode  # noqa: E402
 from codecd.server import Server  # noqa: E402
 
 #: name -> (random_vocos kind, codebook size, hop)
@@ -72,13 +72,16 @@ async def serving(sources: list[ModelSource], **kw: Any) -> AsyncIterator[Server
         await srv.close()
 
 
-def offline(path: Path, precision: str, fn: Any) -> Any:
-    """``fn(ctx, hop)`` on a CPU context of the model at ``path`` with ``precision`` products."""
+def offline(path: Path, precision: str, levels: list[np.ndarray], window: WindowParams | None) -> np.ndarray:
+    """The decode of ``levels`` through a CPU context of the model at ``path`` with ``precision``
+    products: windowed by ``window`` (one level), or in one piece (None)."""
     import codecrt
 
     with codecrt.Model(str(path)) as m, \
             codecrt.Context(m, device="cpu", n_threads=2, precision=precision) as ctx:
-        return fn(ctx, m.info.hop_length)
+        if window is None:
+            return ctx.decode(levels)
+        return windowed_decode(lambda c: ctx.decode([c]), levels[0], m.info.hop_length, window)
 
 
 def as_bytes(pcm: np.ndarray, fmt: str) -> bytes:
@@ -149,14 +152,8 @@ def test_bf16_streams_equal_the_offline_bf16_decode(models: dict[str, Path]) -> 
     got = asyncio.run(main())
     for sid, (model, levels, fmt, latency) in plan.items():
         name = model.removesuffix("_f32")
-        win = LOW_WINDOW if latency == "low" else DEFAULT_WINDOW
-
-        def decode(ctx: Any, hop: int) -> np.ndarray:
-            if name == "dac":
-                return ctx.decode(levels)
-            return windowed_decode(lambda c: ctx.decode([c]), levels[0], hop, win)
-
-        want = {p: as_bytes(offline(models[name], p, decode), fmt) for p in ("bf16", "f32")}
+        win = None if name == "dac" else LOW_WINDOW if latency == "low" else DEFAULT_WINDOW
+        want = {p: as_bytes(offline(models[name], p, levels, win), fmt) for p in ("bf16", "f32")}
         mine = "f32" if model.endswith("_f32") else "bf16"
         other = "bf16" if mine == "f32" else "f32"
         assert len(got[sid]) == len(want[mine]), sid
