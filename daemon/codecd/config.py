@@ -187,13 +187,8 @@ class Config:
             errs.append(f"flow_steps = {self.flow_steps}: must be in 0..100 (0: the model's default)")
         if self.batch_shapes not in BATCH_SHAPES:
             errs.append(f"batch_shapes: one of {', '.join(BATCH_SHAPES)}, got {self.batch_shapes!r}")
-        if self.flow_precision not in PRECISIONS:
-            errs.append(f"flow_precision: one of {', '.join(PRECISIONS)}, "
-                        f"got {self.flow_precision!r}")
-        elif self.flow_precision == "bf16" and any(d != "cpu" for d in self.devices):
-            # caught here rather than by each worker at load ("auto" may be a GPU)
-            errs.append(f"flow_precision = bf16 runs on CPU workers only: devices must all be "
-                        f"cpu, got {','.join(self.devices)}")
+        if problem := _precision_problem("flow_precision", self.flow_precision, self.devices):
+            errs.append(problem)
         names = [m.name for m in self.models]
         if not self.models:
             errs.append("models: none configured (e.g. --model snac_24khz=/path/model.gguf, "
@@ -203,13 +198,9 @@ class Config:
         for m in self.models:
             if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,128}", m.name):
                 errs.append(f"models: bad name {m.name!r} (letters, digits, _ . -)")
-            if m.precision not in PRECISIONS:
-                errs.append(f"models: {m.name}: precision one of {', '.join(PRECISIONS)}, "
-                            f"got {m.precision!r}")
-            elif m.precision == "bf16" and any(d != "cpu" for d in self.devices):
-                # as flow_precision: caught here rather than by each worker ("auto" may be a GPU)
-                errs.append(f"models: {m.name}: precision bf16 runs on CPU workers only: devices "
-                            f"must all be cpu, got {','.join(self.devices)}")
+            if problem := _precision_problem(f"models: {m.name}: precision", m.precision,
+                                             self.devices):
+                errs.append(problem)
             s = m.source
             if s == DEMO_SOURCE:
                 continue
@@ -261,6 +252,17 @@ class Config:
         if self.auth_token is not None and not self.auth_token:
             errs.append("auth_token: empty (leave it unset for no authentication)")
         return errs
+
+
+def _precision_problem(what: str, precision: str, devices: list[str]) -> str | None:
+    """What is wrong with ``precision`` (of ``what``) on ``devices``, or None. BF16 off the CPU
+    is caught here rather than by each worker at load ("auto" may be a GPU)."""
+    if precision not in PRECISIONS:
+        return f"{what}: one of {', '.join(PRECISIONS)}, got {precision!r}"
+    if precision == "bf16" and any(d != "cpu" for d in devices):
+        return (f"{what} bf16 runs on CPU workers only: devices must all be cpu, got "
+                f"{','.join(devices)}")
+    return None
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
