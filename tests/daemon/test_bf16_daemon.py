@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import codecrt_or_skip, cpu_has_bf16
-from serverkit import Client
+from serverkit import Client, metric_value, metrics
 
 pytest.importorskip("websockets")
 pytest.importorskip("gguf")
@@ -119,7 +119,7 @@ async def run_streams(port: int, plan: dict[str, tuple[str, list[np.ndarray], st
 
 def test_bf16_streams_equal_the_offline_bf16_decode(models: dict[str, Path]) -> None:
     """WavTokenizer, NeuCodec, XCodec2 and DAC served as NAME:bf16 beside an F32 entry of one of
-    them: hello and the worker's stats give each model's precision; concurrent streams (s16
+    them: hello, the worker's stats and /metrics give each model's precision; concurrent streams (s16
     and f32, exact and low) equal the same decode offline through a BF16 context, byte for
     byte (the windowed decode for the windowed codecs), and differ from the F32 decode."""
     bf16_or_skip()
@@ -147,6 +147,10 @@ def test_bf16_streams_equal_the_offline_bf16_decode(models: dict[str, Path]) -> 
             got = await run_streams(srv.port, plan, rng)
             (w,) = (await srv.pool.fetch_stats())["workers"]
             assert {n: m["precision"] for n, m in w["worker"]["models"].items()} == precision
+            m = await metrics(srv.port)
+            for n, p in precision.items():
+                assert metric_value(m, "codecd_model_precision", model=n, precision=p) == 1
+                assert metric_value(m, "codecd_model_precision", model=n) == 1
             return got
 
     got = asyncio.run(main())
