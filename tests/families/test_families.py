@@ -219,3 +219,25 @@ def test_family_precisions_are_what_the_runtime_gives(tmp_path: Path) -> None:
             except codecrt.UnsupportedError:
                 takes = False
         assert ("bf16" in fam.precisions) == takes, name
+
+
+def test_precision_of_reads_the_model_entry_and_s3gen_flow_precision():
+    """A model's precision comes from its entry (f32 when it has none) through the engine
+    configuration; S3Gen's flow_precision = bf16 raises every S3Gen model to bf16."""
+    from codecd.config import Config, ModelSource
+    from codecd.server import engine_config
+
+    models = [ModelSource("neu", "/m/neu.gguf", "bf16"), ModelSource("s3", "/m/s3.gguf"),
+              ModelSource("snac", "/m/snac.gguf")]
+    paths = {m.name: m.source for m in models}
+    for flow, s3 in (("f32", "f32"), ("bf16", "bf16")):
+        ec = engine_config(Config(models=models, devices=["cpu"], flow_precision=flow,
+                                  voices_dir="/nonexistent"), paths)
+        assert ec.precisions == {"neu": "bf16", "s3": "f32", "snac": "f32"}
+        assert family_for("neucodec").precision_of("neu", ec) == "bf16"
+        assert family_for("s3gen").precision_of("s3", ec) == s3
+        assert family_for("snac").precision_of("snac", ec) == "f32"
+        assert family_for("snac").precision_of("unlisted", ec) == "f32"
+    ec = engine_config(Config(models=[ModelSource("s3", "/m/s3.gguf", "bf16")], devices=["cpu"],
+                              voices_dir="/nonexistent"), {"s3": "/m/s3.gguf"})
+    assert family_for("s3gen").precision_of("s3", ec) == "bf16"
