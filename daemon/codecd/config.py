@@ -7,9 +7,9 @@ flags. Models are ``NAME=SOURCE`` or ``NAME:PRECISION=SOURCE`` (``--model`` may 
 repeated; ``CODECD_MODELS`` is a comma-separated list; TOML: ``[[models]]`` tables
 with ``name``, ``source`` and optionally ``precision``). A model's precision is that
 of its products, ``f32`` (the default) or ``bf16`` (asked of its family in the worker,
-refused at start where it cannot be had). A source is a GGUF path, ``hf:ORG/NAME`` (downloaded with
-``huggingface_hub`` and converted once into ``cache_dir``) or ``demo`` (random
-SNAC 24 kHz weights: the audio is noise).
+refused at start where it cannot be had). A source is a GGUF path, ``hf:ORG/NAME``
+(downloaded with ``huggingface_hub`` and converted once into ``cache_dir``) or
+``demo`` (random SNAC 24 kHz weights: the audio is noise).
 
 The TOML file is flat (``listen = "0.0.0.0:8765"``); keys may also be grouped in
 tables (``[limits]``, ``[log]``...), which are merged: a table's keys are the

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import codecrt_or_skip, cpu_has_bf16
-from serverkit import Client, metric_value, metrics
+from serverkit import Client, metric_value, metrics, send_stream
 
 pytest.importorskip("websockets")
 pytest.importorskip("gguf")
@@ -91,23 +91,14 @@ def as_bytes(pcm: np.ndarray, fmt: str) -> bytes:
 async def run_streams(port: int, plan: dict[str, tuple[str, list[np.ndarray], str, str]],
                       rng: np.random.Generator) -> dict[str, bytes]:
     """Every stream of ``plan`` (sid -> model, per-level codes, format, latency) on one
-    connection, its codes in uneven pieces interleaved with the others'; sid -> audio bytes."""
+    connection at once, each one's codes in random pieces (JSON and binary frames); sid ->
+    audio bytes."""
     c = await Client.open(port)
     for sid, (model, _, fmt, latency) in plan.items():
         await c.send({"type": "start", "stream_id": sid, "model": model, "layout": "levels",
                       "format": fmt, "latency": latency})
-    pos = dict.fromkeys(plan, 0)
-    while any(pos[s] < plan[s][1][0].size for s in plan):
-        for sid, (_, levels, _, _) in plan.items():
-            a, n = pos[sid], levels[0].size
-            if a >= n:
-                continue
-            b = min(n, a + int(rng.integers(1, 40)))
-            await c.send({"type": "tokens", "stream_id": sid, "levels": [lv[a:b].tolist() for lv in levels]})
-            pos[sid] = b
-            if b == n:
-                await c.send({"type": "end", "stream_id": sid})
-        await asyncio.sleep(0)
+    await asyncio.gather(*(send_stream(c, sid, levels, "levels", rng, strides=(1,) * len(levels))
+                           for sid, (_, levels, _, _) in plan.items()))
     out = {}
     for sid in plan:
         t = await c.terminal(sid, 240)
