@@ -30,7 +30,7 @@ pytest.importorskip("websockets")
 pytest.importorskip("gguf")
 
 from codecd.audio import f32_to_s16le  # noqa: E402
-from codecd.config import Config, ConfigError, ModelSource, load_config  # noqa: E402
+from codecd.config import Config, ConfigError, ModelSource, format_config, load_config  # noqa: E402
 from codecd.convert.random_dac import CONFIGS, write_random_dac  # noqa: E402
 from codecd.convert.random_vocos import write_random_vocos  # noqa: E402
 from codecd.engine import EngineStartError, child_pythonpath  # noqa: E402
@@ -201,13 +201,17 @@ def test_serve_cli_refuses_bf16_for_the_demo_model(tmp_path: Path) -> None:
 
 
 def test_precision_settings_and_bad_values(tmp_path: Path, small: Path) -> None:
-    """NAME:PRECISION=SOURCE in flags and CODECD_MODELS, precision in [[models]]; f32 by
-    default; a bad value, a misspelt key and bf16 beside a non-CPU device are errors."""
+    """NAME:PRECISION=SOURCE in flags and CODECD_MODELS, precision in [[models]] (and in
+    check-config's output); f32 by default; a bad value, a misspelt key and bf16 beside a
+    non-CPU device are errors."""
     toml = tmp_path / "c.toml"
     toml.write_text(f'devices = ["cpu"]\n[[models]]\nname = "a"\nsource = "{small}"\nprecision = "BF16"\n'
                     f'[[models]]\nname = "b"\nsource = "{small}"\n')
     cfg = load_config(toml, env={})
     assert cfg.models == [ModelSource("a", str(small), "bf16"), ModelSource("b", str(small), "f32")]
+    again = tmp_path / "again.toml"  # check-config's output reads back the same
+    again.write_text(format_config(cfg))
+    assert load_config(again, env={}).models == cfg.models
     cfg = load_config(None, env={"CODECD_MODELS": f"a:bf16={small},b={small}", "CODECD_DEVICES": "cpu"})
     assert [m.precision for m in cfg.models] == ["bf16", "f32"]
     cfg = load_config(None, env={}, args={"models": [f"a:f32={small}", "h:bf16=hf:org/name"],
