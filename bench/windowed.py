@@ -22,7 +22,11 @@ relative comparison of the settings; real checkpoints attend more locally.
 
     python -m bench windowed [--kinds wavtokenizer-75,neucodec,xcodec2] [--seconds 6]
                              [--threads 2] [--streams 4] [--small] [--gguf MODEL.gguf ...]
-                             [--device cpu|cuda:0] [--torch]
+                             [--device cpu|cuda:0] [--torch] [--precision f32|bf16]
+
+``--precision bf16`` makes codecrt's contexts with BF16 products (AVX512-BF16 CPUs; what
+the daemon's ``--model NAME:bf16=SOURCE`` gives a model); the error column is then against
+the BF16 offline decode.
 
 ``--gguf`` measures converted checkpoints instead of random models (with random codes;
 ``--codes FILE.npy`` gives the codes of real speech, one 1-D array, used for every model).
@@ -77,13 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gguf", nargs="+", default=[], help="converted models to measure instead")
     ap.add_argument("--codes", help="a .npy file of codes to decode instead of random ones")
+    ap.add_argument("--precision", default="f32", choices=("f32", "bf16"),
+                    help="codecrt's products (bf16: AVX512-BF16 CPUs only)")
     ap.add_argument("--torch", action="store_true",
                     help="with --streams: the PyTorch reference's windowed streams beside codecrt's")
     args = ap.parse_args(argv)
 
     what = "converted models" if args.gguf else \
         f"{'small' if args.small else 'full-size'} random-weight models"
-    print(f"device {args.device}, {args.threads} threads, {args.seconds:g} s of "
+    print(f"device {args.device}, {args.threads} threads, {args.precision} products, {args.seconds:g} s of "
           f"{'codes from ' + args.codes if args.codes else 'random codes'}, {what}\n")
     print("| codec | C/L/A/O | latency ms | rel L2 vs offline | worst 20 ms block | "
           "frames decoded per output frame | windowed wall s (CPU s) | x real time |")
@@ -94,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                                       small=args.small)) for kind in args.kinds.split(",")]
         for kind, path in models:
             with codecrt.Model(str(path)) as m, \
-                    codecrt.Context(m, device=args.device, n_threads=args.threads) as ctx:
+                    codecrt.Context(m, device=args.device, n_threads=args.threads,
+                                    precision=args.precision) as ctx:
                 info = m.info
                 fps = info.sample_rate / info.hop_length
                 n = int(round(args.seconds * fps))

@@ -3,11 +3,13 @@
 Every setting is one field of :class:`Config` whose ``metadata`` carries its help
 text; the environment variable is ``CODECD_<NAME>`` and the flag ``--<name>``
 (underscores as dashes). Lists are comma-separated in the environment and in
-flags. Models are ``NAME=SOURCE`` (``--model`` may be repeated; ``CODECD_MODELS``
-is a comma-separated list; TOML: ``[[models]]`` tables with ``name`` and
-``source``). A source is a GGUF path, ``hf:ORG/NAME`` (downloaded with
-``huggingface_hub`` and converted once into ``cache_dir``) or ``demo`` (random
-SNAC 24 kHz weights: the audio is noise).
+flags. Models are ``NAME=SOURCE`` or ``NAME:PRECISION=SOURCE`` (``--model`` may be
+repeated; ``CODECD_MODELS`` is a comma-separated list; TOML: ``[[models]]`` tables
+with ``name``, ``source`` and optionally ``precision``). A model's precision is that
+of its products, ``f32`` (the default) or ``bf16`` (asked of its family in the worker,
+refused at start where it cannot be had). A source is a GGUF path, ``hf:ORG/NAME``
+(downloaded with ``huggingface_hub`` and converted once into ``cache_dir``) or
+``demo`` (random SNAC 24 kHz weights: the audio is noise).
 
 The TOML file is flat (``listen = "0.0.0.0:8765"``); keys may also be grouped in
 tables (``[limits]``, ``[log]``...), which are merged: a table's keys are the
@@ -45,7 +47,7 @@ ENV_PREFIX = "CODECD_"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 METRICS_ACCESS = ("auto", "token", "loopback", "open")
-FLOW_PRECISIONS = ("f32", "bf16")  # codecrt.Context(precision=...)
+PRECISIONS = ("f32", "bf16")  # codecrt.Context(precision=...)
 BATCH_SHAPES = ("pow2", "exact")  # codecrt.Context(batch_bucket=True / False)
 
 
@@ -57,6 +59,9 @@ class ConfigError(ValueError):
 class ModelSource:
     name: str
     source: str  # GGUF path, "hf:ORG/NAME" or "demo"
+    #: of the model's products (codecrt.Context(precision=...)): "f32", or "bf16" where its
+    #: family has BF16 products, on CPU workers (the worker refuses it otherwise)
+    precision: str = "f32"
 
 
 def _default_voices() -> str:
@@ -84,8 +89,11 @@ class Config:
     listen: str = _f("127.0.0.1:8765", "HOST:PORT to listen on (port 0: ephemeral)",
                      metavar="HOST:PORT")
     models: list[ModelSource] = _f(list, "models to load, NAME=SOURCE; SOURCE is a GGUF path, "
-                                   "hf:ORG/NAME or demo (random weights: noise)",
-                                   factory=True, metavar="NAME=SOURCE")
+                                   "hf:ORG/NAME or demo (random weights: noise); "
+                                   "NAME:bf16=SOURCE serves it with BF16 products (where its "
+                                   "family has them, on CPU workers with AVX512-BF16; refused "
+                                   "at start otherwise)",
+                                   factory=True, metavar="NAME[:PRECISION]=SOURCE")
     devices: list[str] = _f(lambda: ["auto"], "decode devices, one worker process each "
                             "(cpu, cuda:0, ...)", factory=True, metavar="DEV,...")
     threads: int = _f(0, "CPU threads per worker (0: all cores)")
@@ -179,13 +187,8 @@ class Config:
             errs.append(f"flow_steps = {self.flow_steps}: must be in 0..100 (0: the model's default)")
         if self.batch_shapes not in BATCH_SHAPES:
             errs.append(f"batch_shapes: one of {', '.join(BATCH_SHAPES)}, got {self.batch_shapes!r}")
-        if self.flow_precision not in FLOW_PRECISIONS:
-            errs.append(f"flow_precision: one of {', '.join(FLOW_PRECISIONS)}, "
-                        f"got {self.flow_precision!r}")
-        elif self.flow_precision == "bf16" and any(d != "cpu" for d in self.devices):
-            # caught here rather than by each worker at load ("auto" may be a GPU)
-            errs.append(f"flow_precision = bf16 runs on CPU workers only: devices must all be "
-                        f"cpu, got {','.join(self.devices)}")
+        if problem := _precision_problem("flow_precision", self.flow_precision, self.devices):
+            errs.append(problem)
         names = [m.name for m in self.models]
         if not self.models:
             errs.append("models: none configured (e.g. --model snac_24khz=/path/model.gguf, "
@@ -195,6 +198,9 @@ class Config:
         for m in self.models:
             if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,128}", m.name):
                 errs.append(f"models: bad name {m.name!r} (letters, digits, _ . -)")
+            if problem := _precision_problem(f"models: {m.name}: precision", m.precision,
+                                             self.devices):
+                errs.append(problem)
             s = m.source
             if s == DEMO_SOURCE:
                 continue
@@ -248,6 +254,17 @@ class Config:
         return errs
 
 
+def _precision_problem(what: str, precision: str, devices: list[str]) -> str | None:
+    """What is wrong with ``precision`` (of ``what``) on ``devices``, or None. BF16 off the CPU
+    is caught here rather than by each worker at load ("auto" may be a GPU)."""
+    if precision not in PRECISIONS:
+        return f"{what}: one of {', '.join(PRECISIONS)}, got {precision!r}"
+    if precision == "bf16" and any(d != "cpu" for d in devices):
+        return (f"{what} bf16 runs on CPU workers only: devices must all be cpu, got "
+                f"{','.join(devices)}")
+    return None
+
+
 FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 _KIND: dict[str, str] = {}
 for _n, _fl in FIELDS.items():
@@ -264,6 +281,9 @@ def parse_listen(s: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+_MODEL_KEYS = ("name", "source", "precision")
+
+
 def _parse_models(v: Any, where: str) -> list[ModelSource]:
     out: list[ModelSource] = []
     items = v.split(",") if isinstance(v, str) else v
@@ -273,14 +293,28 @@ def _parse_models(v: Any, where: str) -> list[ModelSource]:
         if isinstance(it, Mapping):
             if not isinstance(it.get("name"), str) or not isinstance(it.get("source"), str):
                 raise ConfigError(f"{where}: models: each needs string name and source")
-            out.append(ModelSource(it["name"], it["source"]))
+            unknown = sorted(set(it) - set(_MODEL_KEYS))
+            if unknown:  # a misspelt precision must not serve F32 silently
+                raise ConfigError(f"{where}: models: {it['name']}: unknown keys {unknown} "
+                                  f"(a model has {', '.join(_MODEL_KEYS)})")
+            precision = it.get("precision", "f32")
+            if not isinstance(precision, str):
+                raise ConfigError(f"{where}: models: {it['name']}: precision must be a string, "
+                                  f"got {precision!r}")
+            out.append(ModelSource(it["name"], it["source"], precision.lower()))
         elif isinstance(it, str):
             if not it.strip():
                 continue
             name, sep, src = it.strip().partition("=")
             if not sep:
                 raise ConfigError(f"{where}: models: expected NAME=SOURCE, got {it!r}")
-            out.append(ModelSource(name.strip(), src.strip()))
+            # a name cannot hold ":" (Config.validate), so NAME:PRECISION=SOURCE is unambiguous
+            # whatever the source holds
+            name, colon, precision = name.partition(":")
+            if colon and not precision.strip():
+                raise ConfigError(f"{where}: models: expected NAME:PRECISION=SOURCE, got {it!r}")
+            out.append(ModelSource(name.strip(), src.strip(),
+                                   precision.strip().lower() if colon else "f32"))
         else:
             raise ConfigError(f"{where}: models: bad entry {it!r}")
     return out
@@ -432,7 +466,8 @@ def format_config(cfg: Config) -> str:
         else:
             lines.append(f"{k} = {val(v)}")
     for m in models:
-        lines += ["", "[[models]]", f"name = {val(m['name'])}", f"source = {val(m['source'])}"]
+        lines += ["", "[[models]]", f"name = {val(m['name'])}", f"source = {val(m['source'])}",
+                  f"precision = {val(m['precision'])}"]
     return "\n".join(lines) + "\n"
 
 

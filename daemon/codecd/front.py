@@ -81,7 +81,7 @@ def config_to_json(cfg: Config) -> dict[str, Any]:
 
 def config_from_json(d: Mapping[str, Any]) -> Config:
     d = dict(d)
-    d["models"] = [ModelSource(m["name"], m["source"]) for m in d.get("models", [])]
+    d["models"] = [ModelSource(**m) for m in d.get("models", [])]
     return Config(**d)
 
 

@@ -102,6 +102,8 @@ class _StatsCollector(Collector):
                                  labels=lab + ["backend"])
         wbytes = GaugeMetricFamily("codecd_weight_bytes", "model weight memory", labels=lab)
         sbytes = GaugeMetricFamily("codecd_state_bytes", "stream state memory", labels=lab)
+        prec = GaugeMetricFamily("codecd_model_precision", "1 for the precision of a model's "
+                                 "products (f32, bf16)", labels=lab + ["precision"])
         for w in st["workers"]:
             wi = str(w["index"])
             restarts.add_metric([wi], w["restarts"])
@@ -130,8 +132,10 @@ class _StatsCollector(Collector):
                     cbuf.add_metric(lv + [str(be)], nb)
                 wbytes.add_metric(lv, c.get("weight_bytes", 0))
                 sbytes.add_metric(lv, c.get("state_bytes", 0))
+                if m.get("precision"):
+                    prec.add_metric(lv + [str(m["precision"])], 1)
         yield from (restarts, queued, up, rss, phase, pend, bmax, bmean, tmean, tmax, tp99, ticks, graph,
-                    cbuf, wbytes, sbytes)
+                    cbuf, wbytes, sbytes, prec)
 
 
 def _rss(pid: int) -> float:

@@ -84,6 +84,7 @@ def engine_config(cfg: Config, models: Mapping[str, str],
                   overrides: Mapping[str, Any] | None = None) -> EngineConfig:
     """The one configuration every engine worker of a daemon gets, from its settings."""
     ekw: dict[str, Any] = dict(models=dict(models), n_threads=cfg.threads,
+                               precisions={m.name: m.precision for m in cfg.models},
                                max_streams=cfg.max_streams, max_batch=cfg.max_batch,
                                batch_bucket=cfg.batch_shapes == "pow2",
                                gather_ms=cfg.gather_ms, max_backlog_frames=cfg.max_queued_frames,

@@ -69,7 +69,7 @@ import numpy as np
 
 from .channel import WorkerEnds, packets, recv_msg
 from .engine.config import EngineConfig
-from .families import LoadedModel, StreamRefused, family_for
+from .families import LoadedModel, StreamRefused, load_model
 from .families.native import ExactStreamModel
 from . import wire
 from .wire import StreamOptions
@@ -292,7 +292,7 @@ class Worker:
         for name, path in self.cfg.models.items():
             model = codecrt.Model(path)
             try:
-                lm = family_for(model.info.arch).load(name, model, self.cfg, self.device)
+                lm = load_model(name, model, self.cfg, self.device)
             except BaseException:
                 model.close()
                 raise
@@ -894,6 +894,7 @@ class Worker:
                 pending += max(0, i.frames_pushed - i.frames_decoded)
             models[name] = {
                 "codecrt": asdict(m.lm.ctx.stats),
+                "precision": m.lm.ctx.precision,
                 "streams_open": len(m.streams),
                 "streams_ready": sum(1 for st in m.streams.values() if st.maybe_ready),
                 "pending_frames": pending,

@@ -179,3 +179,65 @@ def test_window_is_refused_by_models_that_do_not_stream_by_windows():
     assert plan.latency_samples == 14 * 480 and plan.chunk_frames == 10
     plan = family_for("neucodec").plan_stream(neu, Start("a", "n", "levels", window={"preset": "low"}))
     assert plan.options["chunk"] == 10 and plan.latency == "exact"
+
+
+def _tiny_models(root: Path) -> dict[str, Path]:
+    """family name -> a tiny random model of it (S3Gen's random model is full-size: its BF16
+    is checked through the daemon in tests/daemon/test_s3gen_daemon.py)."""
+    from smallmodel import write_small_snac
+
+    from codecd.convert.random_dac import write_random_dac
+    from codecd.convert.random_mimi import write_random_mimi
+    from codecd.convert.random_qwen3 import write_random_qwen3
+    from codecd.convert.random_vocos import write_random_vocos
+
+    out = {"snac": write_small_snac(root / "snac.gguf"), "dac": write_random_dac("tiny", root / "dac.gguf"),
+           "mimi": write_random_mimi(root / "mimi.gguf", config="tiny"),
+           "qwen3": write_random_qwen3(root / "qwen3.gguf", config="tiny")}
+    for kind in ("wavtokenizer-75", "neucodec", "xcodec2"):
+        out[kind.split("-")[0]] = write_random_vocos(kind, root / f"{kind}.gguf", small=True)
+    return out
+
+
+def test_family_precisions_are_what_the_runtime_gives(tmp_path: Path) -> None:
+    """A family lists bf16 exactly when the runtime makes BF16 contexts of its models (on a CPU
+    with AVX512-BF16): the daemon's refusal at start and the runtime's agree."""
+    from conftest import codecrt_or_skip, cpu_has_bf16
+
+    codecrt = codecrt_or_skip()
+    if not cpu_has_bf16():
+        pytest.skip("this CPU has no AVX512-BF16: the runtime refuses BF16 for every model")
+    paths = _tiny_models(tmp_path)
+    assert set(paths) == {f.name for f in FAMILIES} - {"s3gen"}
+    for name, path in paths.items():
+        with codecrt.Model(str(path)) as m:
+            fam = family_for(m.info.arch)
+            assert fam.name == name
+            try:
+                codecrt.Context(m, device="cpu", precision="bf16").close()
+                takes = True
+            except codecrt.UnsupportedError:
+                takes = False
+        assert ("bf16" in fam.precisions) == takes, name
+
+
+def test_precision_of_reads_the_model_entry_and_s3gen_flow_precision():
+    """A model's precision comes from its entry (f32 when it has none) through the engine
+    configuration; S3Gen's flow_precision = bf16 raises every S3Gen model to bf16."""
+    from codecd.config import Config, ModelSource
+    from codecd.server import engine_config
+
+    models = [ModelSource("neu", "/m/neu.gguf", "bf16"), ModelSource("s3", "/m/s3.gguf"),
+              ModelSource("snac", "/m/snac.gguf")]
+    paths = {m.name: m.source for m in models}
+    for flow, s3 in (("f32", "f32"), ("bf16", "bf16")):
+        ec = engine_config(Config(models=models, devices=["cpu"], flow_precision=flow,
+                                  voices_dir="/nonexistent"), paths)
+        assert ec.precisions == {"neu": "bf16", "s3": "f32", "snac": "f32"}
+        assert family_for("neucodec").precision_of("neu", ec) == "bf16"
+        assert family_for("s3gen").precision_of("s3", ec) == s3
+        assert family_for("snac").precision_of("snac", ec) == "f32"
+        assert family_for("snac").precision_of("unlisted", ec) == "f32"
+    ec = engine_config(Config(models=[ModelSource("s3", "/m/s3.gguf", "bf16")], devices=["cpu"],
+                              voices_dir="/nonexistent"), {"s3": "/m/s3.gguf"})
+    assert family_for("s3gen").precision_of("s3", ec) == "bf16"

@@ -22,6 +22,9 @@ class EngineConfig:
     """Settings shared by every worker of a pool (the device is per worker)."""
 
     models: dict[str, str]  # model name -> GGUF path
+    #: model name -> the precision of its products ("f32", "bf16"; absent: "f32"), asked of
+    #: its family in the worker (codecd.families.load_model)
+    precisions: dict[str, str] = field(default_factory=dict)
     n_threads: int = 0  # CPU threads per context (0: all cores); split them over CPU workers
     max_streams: int = 64  # per model per worker (the runtime's slot pool)
     max_batch: int = 64  # streams per tick

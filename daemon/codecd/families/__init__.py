@@ -24,8 +24,8 @@ from .xcodec2 import XCodec2Family
 
 __all__ = [
     "FAMILIES", "Family", "LoadedModel", "ModelSpec", "StreamPlan", "StreamRefused",
-    "UnknownFamilyError", "family_for", "find_family", "model_spec", "engine_options",
-    "get_layout", "layout_names",
+    "UnknownFamilyError", "PrecisionError", "family_for", "find_family", "model_spec",
+    "engine_options", "load_model", "get_layout", "layout_names",
 ]
 
 #: every family codecd serves
@@ -92,3 +92,37 @@ def model_spec(name: str, info: Mapping[str, Any]) -> ModelSpec:
 def engine_options(config: Any) -> dict[str, dict[str, Any]]:
     """Every family's settings from the daemon's configuration, keyed by family name."""
     return {f.name: opts for f in FAMILIES if (opts := f.engine_options(config))}
+
+
+class PrecisionError(ValueError):
+    """A model asked for a precision of products that its family, the device or the CPU
+    cannot give: the worker refuses to start rather than serve another precision."""
+
+
+def load_model(name: str, model: Any, config: Any, device: str) -> LoadedModel:
+    """In a worker: the ``codecrt.Model`` ``model`` served as ``name``, loaded by its family, its
+    context in the precision the configuration asks of it (:meth:`Family.precision_of`).
+    :class:`PrecisionError`, naming the model, the device and the reason, where its family
+    has no such products, where the runtime refuses them (a GPU, a CPU without AVX512-BF16,
+    ``CODECRT_PORTABLE_OPS``), or where the context made is of another precision."""
+    import codecrt
+
+    info = model.info
+    fam = family_for(info.arch)
+    want = fam.precision_of(name, config)
+    where = f"model {name!r} ({info.arch}) on device {device}: precision {want}"
+    if want not in fam.precisions:
+        able = ", ".join(f.name for f in FAMILIES if want in f.precisions)
+        raise PrecisionError(f"{where} refused: the {fam.name} family has no {want} products "
+                             f"(they exist for {able} models)")
+    try:
+        lm = fam.load(name, model, config, device)
+    except codecrt.UnsupportedError as e:
+        if want == "f32":
+            raise
+        raise PrecisionError(f"{where} refused by the runtime: {e.message}") from None
+    got = lm.ctx.precision
+    if got != want:  # a family that forgot to pass it on: never another precision silently
+        lm.close()
+        raise PrecisionError(f"{where}: the {fam.name} family made a {got} context")
+    return lm

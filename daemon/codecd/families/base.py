@@ -33,6 +33,11 @@ What a family declares (class attributes and methods of :class:`Family`):
   granted, the options the worker opens the stream with, or a refusal;
 * its settings from the daemon's configuration (:meth:`Family.engine_options`),
   handed to the workers inside the one engine configuration;
+* the ``precisions`` of products its models' contexts can take (``bf16`` where
+  the runtime has BF16 products for its architectures) and the one a model is
+  asked to run in (:meth:`Family.precision_of`); the worker refuses a model
+  asked for one its family lacks (:func:`codecd.families.load_model`), and
+  :meth:`Family.load` makes the context in :meth:`Family.precision_of`'s;
 * in the worker, :meth:`Family.load` returns a :class:`LoadedModel`: how its
   context is made, its warm-up shapes (:meth:`LoadedModel.warm`), what the hello
   says about it (:meth:`LoadedModel.describe`) and how a stream is opened
@@ -171,6 +176,9 @@ class Family(ABC):
     needs_voice: ClassVar[bool] = False
     #: its streams take ``start.window`` (windowed decoders); others refuse it
     takes_window: ClassVar[bool] = False
+    #: the precisions of products its models' contexts take (``codecrt.Context(precision=)``):
+    #: "bf16" only where the runtime has BF16 products for its architectures
+    precisions: ClassVar[tuple[str, ...]] = ("f32",)
 
     # ---------------------------------------------------------- front (daemon)
 
@@ -219,6 +227,12 @@ class Family(ABC):
     def describe(self, spec: ModelSpec) -> dict[str, Any]:
         """The model's entry in the server's hello."""
         return spec.describe()
+
+    def precision_of(self, name: str, config: Any) -> str:
+        """The precision of products model ``name`` is asked to run in: its entry in the engine
+        configuration's ``precisions`` (f32 when it has none). :meth:`load` makes its context
+        in this precision; the worker refuses it first when it is not in ``precisions``."""
+        return str(config.precisions.get(name, "f32"))
 
     def engine_options(self, config: Any) -> dict[str, Any]:
         """This family's settings from the daemon's ``codecd.config.Config``, for the workers

@@ -126,6 +126,8 @@ class DacFamily(Family):
     architectures = ("dac",)
     converter = "dac"
     layouts: ClassVar[tuple[Layout, ...]] = (DAC_FRAMES, LEVELS)
+    precisions: ClassVar[tuple[str, ...]] = ("f32", "bf16")
 
     def load(self, name: str, model: Any, config: Any, device: str) -> LoadedModel:
-        return ExactStreamModel(name, model, config, device)
+        return ExactStreamModel(name, model, config, device,
+                                precision=self.precision_of(name, config))

@@ -49,15 +49,17 @@ def default_buckets(max_batch: int, max_streams: int) -> list[int]:
 
 class ExactStreamModel(LoadedModel):
     """A model served by exact streams, and low-latency ones when ``low_params`` is given:
-    ``low_params(exact_latency) -> (lookahead, crossfade)`` in samples."""
+    ``low_params(exact_latency) -> (lookahead, crossfade)`` in samples; its context's products
+    in ``precision``."""
 
     def __init__(self, name: str, model: Any, config: Any, device: str,
-                 low_params: Callable[[int], tuple[int, int]] | None = None) -> None:
+                 low_params: Callable[[int], tuple[int, int]] | None = None,
+                 precision: str = "f32") -> None:
         self.name = name
         self.model = model
         self.config = config
         self.low_params = low_params
-        self.ctx = make_context(model, config, device)
+        self.ctx = make_context(model, config, device, precision)
         probe = self.ctx.stream()
         try:
             self.chunk_frames = probe.info.chunk_frames

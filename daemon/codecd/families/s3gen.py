@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -57,14 +57,22 @@ class S3GenFamily(Family):
     converter = "s3gen"
     layouts: ClassVar[tuple[Layout, ...]] = (LEVELS, CHATTERBOX_IDS)
     needs_voice = True
+    precisions: ClassVar[tuple[str, ...]] = ("f32", "bf16")
 
     def engine_options(self, config: Any) -> dict[str, Any]:
         return {"first_chunk": config.flow_first_chunk, "chunk": config.flow_chunk,
                 "steps": config.flow_steps, "precision": config.flow_precision}
 
+    def precision_of(self, name: str, config: Any) -> str:
+        """bf16 when the model's entry asks for it or ``flow_precision`` does (every S3Gen
+        model's, the setting that came first)."""
+        flow = FlowOptions.of(config.family_options.get(self.name, {})).precision
+        return "bf16" if flow == "bf16" else super().precision_of(name, config)
+
     def load(self, name: str, model: Any, config: Any, device: str) -> LoadedModel:
+        options = FlowOptions.of(config.family_options.get(self.name, {}))
         return FlowModel(name, model, config, device,
-                         FlowOptions.of(config.family_options.get(self.name, {})))
+                         replace(options, precision=self.precision_of(name, config)))
 
 
 class FlowModel(LoadedModel):

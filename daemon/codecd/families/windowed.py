@@ -405,13 +405,13 @@ class WindowedModel(LoadedModel):
 
     def __init__(self, name: str, model: Any, config: Any, device: str,
                  window: WindowParams = DEFAULT_WINDOW,
-                 low_window: WindowParams | None = LOW_WINDOW) -> None:
+                 low_window: WindowParams | None = LOW_WINDOW, precision: str = "f32") -> None:
         self.name = name
         self.model = model
         self.config = config
         self.window = window
         self.low_window = low_window
-        self.ctx = make_context(model, config, device)
+        self.ctx = make_context(model, config, device, precision)
         self.chunk_frames = window.chunk
         self.latency_samples = window.latency_frames * model.info.hop_length
         self.voices = self._load_voices()
@@ -493,6 +493,7 @@ class WindowedFamily(Family):
     window: ClassVar[WindowParams] = DEFAULT_WINDOW
     low_window: ClassVar[WindowParams | None] = LOW_WINDOW
     takes_window: ClassVar[bool] = True
+    precisions: ClassVar[tuple[str, ...]] = ("f32", "bf16")  # the runtime's vocos BF16 products
 
     def presets(self) -> dict[str, WindowParams]:
         """The windows a start may name (``start.window.preset``)."""
@@ -523,4 +524,5 @@ class WindowedFamily(Family):
                           options=asdict(win))
 
     def load(self, name: str, model: Any, config: Any, device: str) -> LoadedModel:
-        return WindowedModel(name, model, config, device, self.window, self.low_window)
+        return WindowedModel(name, model, config, device, self.window, self.low_window,
+                             precision=self.precision_of(name, config))
