@@ -45,14 +45,14 @@ native-test:
 	$(CMAKE) -S . -B build/native -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 		-DCODECRT_BUILD_TESTS=ON -DCODECRT_BUILD_PYTHON=OFF $(GGML_QUIET)
 	$(CMAKE) --build build/native -j $(JOBS)
-	$(CTEST) --test-dir build/native --output-on-failure
+	$(CTEST) --test-dir build/native --output-on-failure -j $(JOBS)
 
 asan:
 	$(CMAKE) -S . -B build/asan -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 		-DCODECRT_BUILD_TESTS=ON -DCODECRT_BUILD_PYTHON=OFF -DCODECRT_SANITIZE=ON $(GGML_QUIET)
 	$(CMAKE) --build build/asan -j $(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-		$(CTEST) --test-dir build/asan --output-on-failure
+		$(CTEST) --test-dir build/asan --output-on-failure -j $(JOBS)
 
 clean:
 	rm -rf build

@@ -36,6 +36,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+#: the S3Gen codec tests: they share s3ref's per-process reference models and converted
+#: files (about 13 s and 0.5 GB each), so one xdist worker runs them all
+S3REF_MODULES = "tests/codecs/test_s3gen"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``-n 2 --dist loadfile`` (pytest-xdist, as .ci/run runs it): a worker runs each module
+    whole, so that it builds the module's module-scoped models once, and the S3Gen modules
+    (S3REF_MODULES) all on one worker. (xdist's ``loadgroup`` cannot do this under pytest 9:
+    its group suffix is written to ``item._nodeid``, which pytest 9 no longer reads.)"""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "s3ref" if module.startswith(S3REF_MODULES) else module
+
+    return ModuleScheduling(config, log)
+
+
 def load_layouts():
     """The Orpheus layout functions and the layout errors (``codecd.families.orpheus``; pure
     numpy, importable without the native module)."""
