@@ -175,6 +175,24 @@ static codecrt_status cr_check_params(const codecrt_context_params *p, cr_err *e
     return CODECRT_OK;
 }
 
+
+/* An environment switch of three values: auto (unset or empty too), on_name or
+   off_name; *out gets -1, 1 or 0. Anything else is refused, naming the choices
+   ("NAME is 'value': use auto, <help>"). */
+static codecrt_status cr_env_switch(const char *name, const char *on_name, const char *off_name, const char *help,
+                                    int *out, cr_err *err) {
+    const char *v = getenv(name);
+    *out = -1;
+    if (!v || !*v || strcmp(v, "auto") == 0) {
+        return CODECRT_OK;
+    }
+    if (strcmp(v, on_name) == 0 || strcmp(v, off_name) == 0) {
+        *out = strcmp(v, on_name) == 0;
+        return CODECRT_OK;
+    }
+    return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "%s is '%s': use auto, %s", name, v, help);
+}
+
 static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_context_params *params,
                                       codecrt_context *ctx, cr_err *err) {
     cr_model *model = (cr_model *)model_;
@@ -193,20 +211,13 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
     }
     const char *portable = getenv("CODECRT_PORTABLE_OPS");
     const bool portable_ops = portable && *portable && strcmp(portable, "0") != 0;
-    const char *layout = getenv("CODECRT_OFFLINE_LAYOUT");
-    if (layout && *layout && strcmp(layout, "auto") != 0 && strcmp(layout, "time") != 0 &&
-        strcmp(layout, "channels") != 0) {
-        return cr_fail(err, CODECRT_E_INVALID_ARGUMENT,
-                       "CODECRT_OFFLINE_LAYOUT is '%s': use auto, time (time fastest) or channels (channels fastest)",
-                       layout);
-    }
-    const char *graphs = getenv("CODECRT_STREAM_GRAPHS");
-    if (graphs && *graphs && strcmp(graphs, "auto") != 0 && strcmp(graphs, "split") != 0 &&
-        strcmp(graphs, "one") != 0) {
-        return cr_fail(err, CODECRT_E_INVALID_ARGUMENT,
-                       "CODECRT_STREAM_GRAPHS is '%s': use auto, split (steady and edge streams in a graph each) "
-                       "or one",
-                       graphs);
+    int layout = -1, graphs = -1; /* CODECRT_OFFLINE_LAYOUT: time 1, channels 0; CODECRT_STREAM_GRAPHS: one 1,
+                                     split 0; -1: auto (decided below, once the backend is known) */
+    if ((st = cr_env_switch("CODECRT_OFFLINE_LAYOUT", "time", "channels",
+                            "time (time fastest) or channels (channels fastest)", &layout, err)) != CODECRT_OK ||
+        (st = cr_env_switch("CODECRT_STREAM_GRAPHS", "one", "split",
+                            "split (steady and edge streams in a graph each) or one", &graphs, err)) != CODECRT_OK) {
+        return st;
     }
     if (params->precision == CODECRT_PRECISION_BF16) {
         /* refused rather than ignored (a caller asking for the speed of BF16
@@ -262,16 +273,12 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
     /* Offline graphs: time fastest off the CPU (one transpose per residual unit,
        what the stream graphs run), channels fastest with the fused CPU kernels
        (their layout); CODECRT_OFFLINE_LAYOUT forces one (tests, benchmarks) */
-    ctx->offline_tf = layout && strcmp(layout, "time") == 0       ? true
-                      : layout && strcmp(layout, "channels") == 0 ? false
-                                                                  : !ctx->cpu_ops;
+    ctx->offline_tf = layout >= 0 ? layout == 1 : !ctx->cpu_ops;
     /* one masked graph a tick off the CPU, where a second graph's fixed cost
        (its launches) outweighs the masks on every stream (H200, 1,000 SNAC
        streams: 61 against 73 ms a tick); split on the CPU, whose ticks are
        arithmetic; CODECRT_STREAM_GRAPHS forces either */
-    ctx->one_stream_graph = graphs && strcmp(graphs, "one") == 0     ? true
-                            : graphs && strcmp(graphs, "split") == 0 ? false
-                                                                     : ctx->backend != ctx->cpu;
+    ctx->one_stream_graph = graphs >= 0 ? graphs == 1 : ctx->backend != ctx->cpu;
     if (params->precision == CODECRT_PRECISION_BF16) {
         ctx->fused.bf16 = true;
         if (!(ctx->fused.packs = cr_packs_new())) {
