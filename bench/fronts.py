@@ -4,6 +4,7 @@
     python -m bench fronts --spawn demo --fronts 2 --n 1 --kill-worker 3   # recovery
     python -m bench fronts --spawn demo --fronts 1,4,8 --n 256,512,768,1000,1200 \\
         --per-conn 8 --client-procs 8 --serve-arg=--devices=cuda:0 ...       (bench/gpu/run.sh)
+    ... --server-cpus 0-7     the daemon on CPUs 0-7, the load generator on the rest
 
 For each F, one ``codecd serve --fronts F`` is started (``--spawn``: a GGUF path or
 ``demo``) and the load of ``python -m bench serve`` (real-time Orpheus-id streams,
@@ -13,7 +14,8 @@ underruns with no buffer and with a 200 ms jitter buffer (what ``codecd play``
 primes), busy refusals and errors, websocket messages per second (token messages
 in + audio messages out, counted at the clients), the worker's tick time p99 and
 mean batch (recent ticks, from ``/metrics``), and CPU (cores = CPU seconds / wall
-seconds) of main, of each front, and of the worker. The criterion is the serve
+seconds) of main, of each front, and of the worker. A second table splits the worker's
+ticks into their parts (``codecd.anatomy``), for the mean tick and the slowest tenth. The criterion is the serve
 suite's (p99 gap exceeds the period by less than one period, no refusals, no
 errors) plus zero underruns with the 200 ms buffer; the last lines name the
 largest N that meets it per F.
@@ -134,6 +136,11 @@ def _metrics(url: str) -> dict[str, float]:
             elif name.startswith("codecd_worker_phase_seconds_total{"):
                 phase = name.split('phase="')[1].split('"')[0]
                 out[phase] = out.get(phase, 0.0) + v
+            elif name.startswith(("codecd_tick_part_seconds{", "codecd_tick_part_mean{")):
+                which = name.split('ticks="')[1].split('"')[0]
+                part = name.split('part="')[1].split('"')[0]
+                scale = 1e3 if name.startswith("codecd_tick_part_seconds") else 1.0
+                out[f"{which}.{part}"] = max(out.get(f"{which}.{part}", 0.0), scale * v)
             elif name.startswith("codecd_ticks_total{"):
                 out["ticks"] = out.get("ticks", 0.0) + v
             elif name.startswith("codecd_graph_total{") and 'counter="computes"' in name:
@@ -151,6 +158,32 @@ def phase_cell(m0: dict[str, float], m1: dict[str, float]) -> tuple[str, str]:
           for k in ("ingest", "step", "collect", "flush")]
     graphs = (m1.get("computes", 0.0) - m0.get("computes", 0.0)) / ticks
     return " / ".join(f"{x:.1f}" for x in ms), f"{graphs:.2f}"
+
+
+ANATOMY_PARTS = ("total", "launch", "overlap", "wait", "collect", "gc", "late", "graphs", "grew",
+                 "batch")
+ANATOMY_HEADER = ("| fronts | N | ticks | " + " | ".join(
+    f"{p}{' ms' if p not in ('graphs', 'grew', 'batch') else ''}" for p in ANATOMY_PARTS)
+    + " |\n|---|---|---|" + "---|" * len(ANATOMY_PARTS))
+
+
+def anatomy_rows(nf: int, n: int, m: dict[str, float]) -> list[str]:
+    """The worker's tick anatomy (codecd.anatomy, the last 1,024 ticks of the busiest model)
+    as two rows: the mean tick and the mean of the slowest tenth."""
+    rows = []
+    for which in ("all", "slowest"):
+        cells = " | ".join(f"{m.get(f'{which}.{p}', 0.0):.1f}" for p in ANATOMY_PARTS)
+        rows.append(f"| {nf} | {n} | {which} | {cells} |")
+    return rows
+
+
+def _cpu_list(text: str) -> set[int]:
+    """CPUs of a taskset-style list ("0-7,12")."""
+    out: set[int] = set()
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
 
 
 def _serve_value(args: list[str], flag: str, default: str) -> str:
@@ -266,18 +299,28 @@ def main() -> int:
     ap.add_argument("--runtime-ticks", type=int, default=20,
                     help="ticks of the runtime alone per N, timed after the daemon rows on the "
                     "same device (0: skip); the ratio daemon/runtime is printed")
+    ap.add_argument("--server-cpus", default="", metavar="LIST",
+                    help="CPUs for the daemon (taskset's list form, e.g. 0-7); the load "
+                    "generator then runs on the others, so that it takes no core from the daemon")
     args = ap.parse_args()
     source = args.spawn
+    server_cpus = _cpu_list(args.server_cpus) if args.server_cpus else set()
+    client_cpus = os.sched_getaffinity(0) - server_cpus
     if args.spawn == "light":
         args.spawn = str(light_model())
     base_args = list(args.serve_arg)
     rows: list[str] = []
     best: dict[int, int] = {}
     recov: list[str] = []
+    anatomy: list[str] = []
     print(HEADER, file=sys.stderr, flush=True)
     for nf in (int(x) for x in args.fronts.split(",")):
         args.serve_arg = [*base_args, f"--fronts={nf}"]
+        if server_cpus:  # the daemon inherits this affinity, the clients the one after
+            os.sched_setaffinity(0, server_cpus)
         proc, url = spawn_server(args.spawn, args)
+        if server_cpus:
+            os.sched_setaffinity(0, client_cpus)
         try:
             kids = _children(proc.pid)
             for n in (int(x) for x in args.n.split(",")):
@@ -307,6 +350,7 @@ def main() -> int:
                            f"{sum(cores[p] for p in kids['worker']):.2f} | "
                            f"{'yes' if ok else 'no'} |")
                     rows.append(row)
+                    anatomy.extend(anatomy_rows(nf, n, m1))
                     print(row, file=sys.stderr, flush=True)
                     time.sleep(1.0)
             if args.kill_worker:
@@ -325,6 +369,13 @@ def main() -> int:
           f"process(es); frame period {1e3 * PERIOD:.1f} ms; one daemon per row group\n")
     print(HEADER)
     for row in rows:
+        print(row)
+    print("\nwhere the worker's ticks go (codecd_tick_part_*: the last 1,024 ticks of the daemon, "
+          "so a row includes earlier rows' ticks when they were fewer; launch = step_begin, "
+          "overlap = the fronts' pushes read while the device computes, wait = step_end, "
+          "late = start behind the tick boundary)\n")
+    print(ANATOMY_HEADER)
+    for row in anatomy:
         print(row)
     for nf, n in sorted(best.items()):
         print(f"fronts {nf}: largest N meeting the criterion (and 0 underruns at 200 ms): {n}")

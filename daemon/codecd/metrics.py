@@ -95,6 +95,13 @@ class _StatsCollector(Collector):
         tmean = GaugeMetricFamily("codecd_tick_seconds_mean", "mean tick time (recent)", labels=lab)
         tmax = GaugeMetricFamily("codecd_tick_seconds_max", "max tick time (recent)", labels=lab)
         tp99 = GaugeMetricFamily("codecd_tick_seconds_p99", "p99 tick time (recent)", labels=lab)
+        parts = GaugeMetricFamily("codecd_tick_part_seconds", "mean time of a part of a tick over "
+                                  "the recent ticks (all) or their slowest tenth (slowest): total, "
+                                  "launch, overlap, wait, collect, gc, late",
+                                  labels=lab + ["ticks", "part"])
+        counts = GaugeMetricFamily("codecd_tick_part_mean", "mean per tick over the recent ticks "
+                                   "(all) or their slowest tenth (slowest): graphs built, buffer "
+                                   "growths, batch", labels=lab + ["ticks", "part"])
         ticks = CounterMetricFamily("codecd_ticks", "decode ticks", labels=lab)
         graph = CounterMetricFamily("codecd_graph", "runtime graph counters",
                                     labels=lab + ["counter"])
@@ -123,6 +130,13 @@ class _StatsCollector(Collector):
                 tmax.add_metric(lv, (m.get("tick_ms_max") or 0.0) / 1e3)
                 tp99.add_metric(lv, (m.get("tick_ms_p99") or 0.0) / 1e3)
                 ticks.add_metric(lv, m.get("ticks", 0))
+                an = m.get("tick_anatomy") or {}
+                for which in ("all", "slowest"):
+                    for part, v in (an.get(which) or {}).items():
+                        if part in ("graphs", "grew", "batch"):
+                            counts.add_metric(lv + [which, part], v)
+                        else:
+                            parts.add_metric(lv + [which, part], v / 1e3)
                 c = m.get("codecrt") or {}
                 for k in ("graphs_built", "graphs_reused", "sched_resets", "sched_recreations",
                           "reservations", "computes", "graph_splits"):
@@ -134,7 +148,8 @@ class _StatsCollector(Collector):
                 sbytes.add_metric(lv, c.get("state_bytes", 0))
                 if m.get("precision"):
                     prec.add_metric(lv + [str(m["precision"])], 1)
-        yield from (restarts, queued, up, rss, phase, pend, bmax, bmean, tmean, tmax, tp99, ticks, graph,
+        yield from (restarts, queued, up, rss, phase, pend, bmax, bmean, tmean, tmax, tp99, parts, counts,
+                    ticks, graph,
                     cbuf, wbytes, sbytes, prec)
 
 

@@ -67,6 +67,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from .anatomy import GcClock, TickAnatomy, TickParts
 from .channel import WorkerEnds, packets, recv_msg
 from .engine.config import EngineConfig
 from .families import LoadedModel, StreamRefused, load_model
@@ -203,6 +204,10 @@ class _Model:
     #: the tick's PCM of every stream, pulled in one call (reused: a tick's AUDIO packets
     #: point into it until flush writes them or copies them into the backlog)
     pcm: Any = None
+    #: the parts of its recent ticks (stats ``tick_anatomy``)
+    anatomy: TickAnatomy = field(default_factory=TickAnatomy)
+    graphs_built: int = 0
+    buffer_bytes: int = 0
 
 
 @dataclass(eq=False)
@@ -279,6 +284,7 @@ class Worker:
         self._warming: Generator[bool, None, None] | None = None
         self._background_wait_until = 0.0
         self.phases = PhaseClock()
+        self.gc = GcClock().install()
 
     # ------------------------------------------------------------- start-up
 
@@ -568,19 +574,27 @@ class Worker:
             r = m.ticks % len(cands)  # more ready than one graph holds: rotate for fairness
             cands = cands[r:] + cands[:r]
         t0 = t = self.phases.now()
+        gc0 = self.gc.ms
+        parts = TickParts(batch=len(cands))
+        if self.align_s:
+            parts.late = round((self._tick_t % self.align_s) * 1e3, 3)
         native = all(type(st.stream) is codecrt.Stream for st in cands)
         try:
             if native and self.fronts:
                 # the graph computes on the device while this thread reads the fronts'
                 # pushes (codes may be pushed mid-tick: codecrt_context_step_begin)
                 codecrt.step_begin(m.lm.ctx, [st.stream for st in cands])
-                t = self._overlap(self.phases.add("step", t0))
+                t = self.phases.add("step", t0)
+                ta = t
+                t = self._overlap(t)
+                tb = t
                 n = codecrt.step_end(m.lm.ctx)
                 tick = codecrt.Tick(n, {}, n)
                 # a command read meanwhile may have closed some of them
                 cands = [st for st in cands if m.streams.get(st.sid) is st]
             else:
                 tick = codecrt.step(m.lm.ctx, [st.stream for st in cands])
+                ta = tb = None
         except codecrt.CodecrtError as e:
             # which streams were in the failed graph is not reported: fail all candidates
             logger.warning("tick of %s failed (%d streams): %s", m.name, len(cands), e)
@@ -590,6 +604,12 @@ class Worker:
             return 0
         t1 = self.phases.add("step", t)
         dt = (t1[0] - t0[0]) * 1e3
+        if ta is not None and tb is not None:
+            parts.launch = (ta[0] - t0[0]) * 1e3
+            parts.overlap = (tb[0] - ta[0]) * 1e3
+            parts.wait = (t1[0] - tb[0]) * 1e3
+        else:
+            parts.launch = dt
         if tick.errors:  # each ended only its own stream's step
             for i, err in tick.errors.items():
                 st = cands[i]
@@ -608,8 +628,23 @@ class Worker:
         else:
             for st in cands:
                 self._collect(m, st)
-        self.phases.add("collect", t1)
+        t2 = self.phases.add("collect", t1)
+        if n:
+            parts.collect = (t2[0] - t1[0]) * 1e3
+            parts.total = (t2[0] - t0[0]) * 1e3
+            parts.gc = self.gc.ms - gc0
+            self._account_graphs(m, parts)
+            m.anatomy.add(parts)
         return n
+
+    @staticmethod
+    def _account_graphs(m: _Model, parts: TickParts) -> None:
+        """The graphs the runtime built for this tick and whether its buffers grew."""
+        c = m.lm.ctx.stats
+        built, nbytes = c.graphs_built, sum(c.compute_buffer_bytes)
+        parts.graphs = built - m.graphs_built if m.graphs_built else 0
+        parts.grew = int(bool(m.buffer_bytes) and nbytes > m.buffer_bytes)
+        m.graphs_built, m.buffer_bytes = built, nbytes
 
     def _overlap(self, since: tuple[float, float]) -> tuple[float, float]:
         """Host work done while a tick is on the device: the events waiting (earlier models'
@@ -873,6 +908,7 @@ class Worker:
         return True
 
     def close(self) -> None:
+        self.gc.uninstall()
         self._pause_warm()
         self._background.clear()
         for m in self.models.values():
@@ -910,6 +946,7 @@ class Worker:
                 "tick_ms_max": round(max(ms), 4) if ms else None,
                 "tick_ms_p99": round(sorted(ms)[min(len(ms) - 1, (99 * len(ms)) // 100)], 4)
                 if ms else None,
+                "tick_anatomy": m.anatomy.summary(),
                 "chunk_frames": m.lm.chunk_frames,
                 "latency_samples": m.lm.latency_samples,
                 "warm": dict(m.lm.warm_info),
@@ -922,6 +959,7 @@ class Worker:
                                     "packets_out": l.packets_out, "backlog": len(l.backlog)}
                            for f, l in self.fronts.items()},
                 "load_ms": round(self.warmup_ms, 3), "models": models,
+                "gc": {"ms": round(self.gc.ms, 3), "collections": self.gc.collections},
                 "phase_s": {k: round(v, 6) for k, v in self.phases.wall.items()},
                 "phase_cpu_s": {k: round(v, 6) for k, v in self.phases.cpu.items()}}
 

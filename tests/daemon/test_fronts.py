@@ -194,6 +194,11 @@ def test_fifty_streams_over_two_fronts_batch_in_one_worker(small: Path, offline:
         bmax = metric_value(m, "codecd_batch_size_max", worker="0", model="small")
         print(f"\nlargest batch {bmax:.0f}, streams per front {sorted(share.values())}")
         assert bmax > max(share.values()), (bmax, share)
+        # the worker's tick anatomy reaches /metrics through the fronts
+        for which in ("all", "slowest"):
+            lab = {"worker": "0", "model": "small", "ticks": which}
+            assert metric_value(m, "codecd_tick_part_seconds", part="total", **lab) > 0
+            assert metric_value(m, "codecd_tick_part_mean", part="batch", **lab) >= 1
         for cs in by.values():
             for c in cs:
                 await c.close()

@@ -159,6 +159,17 @@ def test_pushes_read_during_a_tick_wait_for_the_next_aligned_tick(small: Path, o
     assert all(isinstance(e, wire.StreamDone) for e in ends.values()), ends
     for sid, lv in levels.items():
         assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
+    # every tick's parts were recorded, split at the two halves, and add up to the tick
+    an = w.stats()["models"]["small"]["tick_anatomy"]
+    assert an["ticks"] == m.ticks >= 2
+    for which in ("all", "slowest"):
+        t = an[which]
+        assert t["launch"] > 0 and t["wait"] >= 0 and t["overlap"] >= 0 and t["collect"] > 0
+        parts = t["launch"] + t["overlap"] + t["wait"] + t["collect"]
+        assert abs(t["total"] - parts) < 0.01, t
+        assert 1 <= t["batch"] <= 2
+    assert an["slowest"]["total"] >= an["all"]["total"]
+    assert w.stats()["gc"]["collections"] >= 0
     w.close()
     front.close()
     ctl.close()
