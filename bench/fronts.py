@@ -160,8 +160,8 @@ def phase_cell(m0: dict[str, float], m1: dict[str, float]) -> tuple[str, str]:
     return " / ".join(f"{x:.1f}" for x in ms), f"{graphs:.2f}"
 
 
-ANATOMY_PARTS = ("total", "launch", "overlap", "wait", "collect", "gc", "late", "graphs", "grew",
-                 "batch")
+ANATOMY_PARTS = ("total", "launch", "acquire", "inputs", "enqueue", "overlap", "wait", "collect",
+                 "gc", "late", "graphs", "grew", "batch")
 ANATOMY_HEADER = ("| fronts | N | ticks | " + " | ".join(
     f"{p}{' ms' if p not in ('graphs', 'grew', 'batch') else ''}" for p in ANATOMY_PARTS)
     + " |\n|---|---|---|" + "---|" * len(ANATOMY_PARTS))

@@ -10,7 +10,7 @@
  * exactly as in the headers, in the same order.
  */
 
-#define CODECRT_API_VERSION 6
+#define CODECRT_API_VERSION 7
 #define CODECRT_MAX_LEVELS 32
 #define CODECRT_MAX_BACKENDS 4
 
@@ -202,6 +202,9 @@ typedef struct codecrt_stats {
     int32_t streams_active;
     int32_t graph_splits;
     double last_compute_ms;
+    double last_acquire_ms;
+    double last_inputs_ms;
+    double last_enqueue_ms;
 } codecrt_stats;
 
 codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_stats *stats);

@@ -62,6 +62,11 @@ class Stats:
     state_bytes: int
     streams_active: int
     graph_splits: int
+    #: the host's part of the last launch (ms): taking the graph (built and allocated, or
+    #: reused), filling its inputs, handing it to the backend (codecrt_stats)
+    last_acquire_ms: float = 0.0
+    last_inputs_ms: float = 0.0
+    last_enqueue_ms: float = 0.0
 
 
 class Context:
@@ -207,6 +212,9 @@ class Context:
             state_bytes=int(st.state_bytes),
             streams_active=int(st.streams_active),
             graph_splits=int(st.graph_splits),
+            last_acquire_ms=float(st.last_acquire_ms),
+            last_inputs_ms=float(st.last_inputs_ms),
+            last_enqueue_ms=float(st.last_enqueue_ms),
         )
 
     def decode(

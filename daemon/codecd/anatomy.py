@@ -9,7 +9,12 @@ wait: the device itself; the garbage collector; a late start).
 
 A tick of the native path, in order::
 
-    launch   codecrt.step_begin: build or reuse the graph, set its inputs, launch it
+    launch   codecrt.step_begin: build or reuse the graph, set its inputs, launch it; the
+             runtime's own split of its last launch (codecrt_stats) is
+             acquire  (the graph reused, or built and allocated),
+             inputs   (the streams' codes, slots and time inputs filled and copied) and
+             enqueue  (the graph handed to ggml: on a GPU the kernels enqueued, plus any
+                      wait ggml makes there for the device, e.g. at a backend split)
     overlap  flush earlier events, read every front's pushes (the device computes meanwhile)
     wait     codecrt.step_end: what is left of the device's work, then the outputs
     collect  pull every stream's PCM, cut it into AUDIO packets
@@ -38,6 +43,9 @@ class TickParts:
 
     total: float = 0.0
     launch: float = 0.0
+    acquire: float = 0.0
+    inputs: float = 0.0
+    enqueue: float = 0.0
     overlap: float = 0.0
     wait: float = 0.0
     collect: float = 0.0

@@ -97,7 +97,7 @@ class _StatsCollector(Collector):
         tp99 = GaugeMetricFamily("codecd_tick_seconds_p99", "p99 tick time (recent)", labels=lab)
         parts = GaugeMetricFamily("codecd_tick_part_seconds", "mean time of a part of a tick over "
                                   "the recent ticks (all) or their slowest tenth (slowest): total, "
-                                  "launch, overlap, wait, collect, gc, late",
+                                  "launch (acquire, inputs, enqueue), overlap, wait, collect, gc, late",
                                   labels=lab + ["ticks", "part"])
         counts = GaugeMetricFamily("codecd_tick_part_mean", "mean per tick over the recent ticks "
                                    "(all) or their slowest tenth (slowest): graphs built, buffer "

@@ -642,6 +642,8 @@ class Worker:
         """The graphs the runtime built for this tick and whether its buffers grew."""
         c = m.lm.ctx.stats
         built, nbytes = c.graphs_built, sum(c.compute_buffer_bytes)
+        parts.acquire, parts.inputs, parts.enqueue = (c.last_acquire_ms, c.last_inputs_ms,
+                                                      c.last_enqueue_ms)
         parts.graphs = built - m.graphs_built if m.graphs_built else 0
         parts.grew = int(bool(m.buffer_bytes) and nbytes > m.buffer_bytes)
         m.graphs_built, m.buffer_bytes = built, nbytes

@@ -49,9 +49,10 @@
 extern "C" {
 #endif
 
-#define CODECRT_API_VERSION 6 /* 3: codecrt_context_params.precision; 4: CODECRT_MAX_LEVELS 32 (DAC 24 kHz, Mimi);
+#define CODECRT_API_VERSION 7 /* 3: codecrt_context_params.precision; 4: CODECRT_MAX_LEVELS 32 (DAC 24 kHz, Mimi);
                                   5: codecrt_streams_push, codecrt_streams_pull;
-                                  6: codecrt_context_step_begin, codecrt_context_step_end */
+                                  6: codecrt_context_step_begin, codecrt_context_step_end;
+                                  7: codecrt_stats.last_acquire_ms, _inputs_ms, _enqueue_ms */
 #define CODECRT_MAX_LEVELS 32
 #define CODECRT_MAX_BACKENDS 4
 
@@ -413,6 +414,13 @@ typedef struct codecrt_stats {
     int32_t streams_active;
     int32_t graph_splits;        /* most backend splits of a live graph (1 = all on one device) */
     double last_compute_ms;      /* wall time of the last graph computation */
+    /* the host's part of the last launch, in the order it runs: taking its graph (reused, or
+       built and allocated), filling its inputs (streams only), handing it to the backend (on a
+       GPU: enqueueing its kernels; where ggml must wait for the device, e.g. between backend
+       splits, that wait lands here) */
+    double last_acquire_ms;
+    double last_inputs_ms;
+    double last_enqueue_ms;
 } codecrt_stats;
 
 codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_stats *stats);

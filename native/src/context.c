@@ -763,6 +763,9 @@ codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_sta
     stats->weight_bytes = (ctx->dev_weights_buf ? ggml_backend_buffer_get_size(ctx->dev_weights_buf) : 0) +
                           cr_packs_bytes(ctx->fused.packs);
     stats->last_compute_ms = g->last_compute_ms;
+    stats->last_acquire_ms = g->acquire_ms;
+    stats->last_inputs_ms = g->inputs_ms;
+    stats->last_enqueue_ms = g->enqueue_ms;
     stats->state_bytes = ctx->pool.buffer ? ggml_backend_buffer_get_size(ctx->pool.buffer) : 0;
     stats->streams_active = ctx->pool.n_active;
     for (int k = 0; k < CODECRT_GRAPH_KIND_COUNT; k++) {

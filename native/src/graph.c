@@ -157,8 +157,20 @@ codecrt_status cr_graphs_reserve(cr_graphs *g, const cr_graph_key *envelope, cr_
     return cr_reserve_envelope(g, slot, &env, build, user, err);
 }
 
+static codecrt_status cr_graphs_take(cr_graphs *g, const cr_graph_key *key, cr_build_fn build, void *user,
+                                     cr_graph_slot **out, cr_err *err);
+
 codecrt_status cr_graphs_acquire(cr_graphs *g, const cr_graph_key *key, cr_build_fn build,
                                  void *user, cr_graph_slot **out, cr_err *err) {
+    const double t0 = cr_now_ms();
+    const codecrt_status st = cr_graphs_take(g, key, build, user, out, err);
+    g->acquire_ms = cr_now_ms() - t0;
+    g->inputs_ms = 0.0; /* until a stream launch fills them */
+    return st;
+}
+
+static codecrt_status cr_graphs_take(cr_graphs *g, const cr_graph_key *key, cr_build_fn build, void *user,
+                                     cr_graph_slot **out, cr_err *err) {
     cr_graph_slot *slot = &g->slots[key->kind];
     if (slot->live && memcmp(&slot->key, key, sizeof(*key)) == 0) {
         g->reused++; /* rule 1 */
@@ -221,6 +233,7 @@ codecrt_status cr_graphs_launch(cr_graphs *g, cr_graph_slot *slot, cr_err *err) 
     g->launch_ms = cr_now_ms();
     cr_profile_start(g->profile);
     const enum ggml_status gs = ggml_backend_sched_graph_compute_async(slot->sched, slot->graph);
+    g->enqueue_ms = cr_now_ms() - g->launch_ms;
     g->computes++;
     if (gs != GGML_STATUS_SUCCESS) {
         g->last_compute_ms = cr_now_ms() - g->launch_ms;

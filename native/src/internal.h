@@ -434,6 +434,7 @@ typedef struct cr_graphs {
     uint64_t built, reused, resets, recreations, reservations, computes;
     double last_compute_ms;
     double launch_ms; /* cr_now_ms() at the last launch */
+    double acquire_ms, inputs_ms, enqueue_ms; /* the host's parts of the last launch (codecrt_stats) */
     cr_profile *profile;         /* NULL unless CODECRT_PROFILE_OPS is set */
 } cr_graphs;
 

@@ -651,9 +651,13 @@ static codecrt_status cr_stream_launch(codecrt_context *ctx, int32_t kind, codec
     };
     cr_stream_build build = {ctx};
     codecrt_status st;
-    if ((st = cr_graphs_acquire(&ctx->graphs, &key, cr_build_stream_graph, &build, slot, &ctx->err)) != CODECRT_OK ||
-        (st = cr_stream_set_inputs(ctx, &(*slot)->io, ready, n, key.n_batch, &ctx->err)) != CODECRT_OK ||
-        (st = cr_graphs_launch(&ctx->graphs, *slot, &ctx->err)) != CODECRT_OK) {
+    if ((st = cr_graphs_acquire(&ctx->graphs, &key, cr_build_stream_graph, &build, slot, &ctx->err)) != CODECRT_OK) {
+        return st;
+    }
+    const double t0 = cr_now_ms();
+    st = cr_stream_set_inputs(ctx, &(*slot)->io, ready, n, key.n_batch, &ctx->err);
+    ctx->graphs.inputs_ms = cr_now_ms() - t0;
+    if (st != CODECRT_OK || (st = cr_graphs_launch(&ctx->graphs, *slot, &ctx->err)) != CODECRT_OK) {
         return st;
     }
     *n_in = n;
