@@ -10,8 +10,7 @@ tiny configuration's reference is built with seeded random weights
 vocos`` and ``windowed --torch`` are codecrt's alone. The first line says which
 torch, numpy, scipy and torchaudio were imported and from where (the device's
 own, or the carried wheels of bench/gpu/reference-wheels.sh that run.sh puts
-on PYTHONPATH). Exit status 1
-when a reference is missing.
+on PYTHONPATH). Exit status 1 when a reference is missing.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ def origin(name: str) -> str:
         mod = importlib.import_module(name)
     except Exception as e:  # noqa: BLE001 -- reported, not raised
         return f"{name} missing ({type(e).__name__}: {e})"
-    carried = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # run.sh's
+    carried = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]  # run.sh's $SITE
     where = "carried" if any(str(mod.__file__).startswith(p) for p in carried) else "device"
     return f"{name} {getattr(mod, '__version__', '?')} ({where})"
 
