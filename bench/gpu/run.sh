@@ -4,8 +4,11 @@
 # opt-in GPU tests and the GPU suites of `python -m bench`, and write a report
 # under $OUT ($OUT/report.txt, plus one file per stage).
 #
-#   carry: .whl (cp312 wheels: cffi pycparser gguf snac soxr websockets), .ggml (the sdist)
+#   carry: .whl (cp312 wheels: cffi pycparser gguf snac soxr websockets, and the PyTorch
+#          references' from bench/gpu/reference-wheels.sh), .ggml (the sdist)
 #   bash bench/gpu/run.sh STAGE...     (default: all = build test bench)
+# $CODECD_SITE [/tmp/codecd-site] and $CODECD_WHEELS [.whl] move the install and the wheels
+# (a rehearsal of deps and the references stage off the device).
 #
 # Stages, in the order given; each suite's arguments come from an environment
 # variable (its defaults in brackets):
@@ -37,11 +40,14 @@
 #            $MIMI_ARGS [--streams 256,512,1000,1500 --seconds 3]
 #   soak     python bench/soak.py --spawn demo on cuda:0 $SOAK_ARGS [--minutes 8 --kill-every 2
 #            --report-every 30 --finishers 64 --slow 4] (issue 18's GPU run)
-#   vocos    WavTokenizer/NeuCodec/XCodec2 and DAC GPU tests (TF32 on, off); codecrt beside the
-#            PyTorch references on cuda:0: python -m bench vocos (offline, batches $VOCOS_BATCH
-#            [1,16,64]) and python -m bench windowed --torch (S streams with batched windows,
-#            S in $VOCOS_STREAMS [16,64,256]); the references need their wheels carried in .whl
-#            (bash bench/gpu/reference-wheels.sh, run where pip reaches an index)
+#   references  which PyTorch references (WavTokenizer, NeuCodec, XCodec2, DAC) build and decode
+#            here: bench/gpu/reference_check.py, one OK / "no PyTorch reference (why)" line each;
+#            their wheels are carried in .whl (bash bench/gpu/reference-wheels.sh, run where pip
+#            reaches PyPI)
+#   vocos    WavTokenizer/NeuCodec/XCodec2 and DAC GPU tests (TF32 on, off); the references stage;
+#            codecrt beside the PyTorch references on cuda:0: python -m bench vocos (offline,
+#            batches $VOCOS_BATCH [1,16,64]) and python -m bench windowed --torch (S streams with
+#            batched windows, S in $VOCOS_STREAMS [16,64,256])
 #   qwen3    Qwen3-TTS 12 Hz tokenizer GPU tests (TF32 on, off: tests/codecs/test_qwen3_gpu.py) and
 #            python -m bench qwen3 --device cuda:0 $QWEN3_ARGS [--streams 1,64,256,512 --seconds 3]
 set -uo pipefail
@@ -49,14 +55,34 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/codecd-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-SITE=/tmp/codecd-site
+SITE=${CODECD_SITE:-/tmp/codecd-site}
+WHL=${CODECD_WHEELS:-.whl}
 # serve: one socket per stream, several daemons
 ulimit -n 65536 2>/dev/null || true
 stage() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%FT%TZ)" | tee -a "$OUT/report.txt"; }
 
-deps() {
+# pip from the carried wheels only, into $SITE/deps
+install_carried() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$SITE/deps" .whl/*.whl
+        --target "$SITE/deps" "$@"
+}
+
+deps() {
+    local w mod
+    install_carried "$WHL"/*.whl
+    # .whl/if-missing (torchaudio): only where the device's Python cannot import the module; the
+    # device's own matches its torch
+    for w in "$WHL"/if-missing/*.whl; do
+        [ -e "$w" ] || continue
+        mod=$(basename "$w"); mod=${mod%%-*}
+        python3 -c "import $mod" 2>/dev/null && continue
+        echo "deps: the device has no $mod: $(basename "$w") installed"
+        install_carried "$w"
+        # torchaudio's native libraries are built for one torch; without them it falls back to
+        # pure Python, which covers what the references import (as .ci/install-references does)
+        [ "$mod" = torchaudio ] && rm -f "$SITE/deps/torchaudio/lib/"*.so
+    done
+    return 0
 }
 
 build() {
@@ -178,23 +204,9 @@ vocos() {
             | grep -E "passed|failed|error|CUDA vs CPU|on CUDA|Error" | tee -a "$OUT/report.txt"
     done
     unset NVIDIA_TF32_OVERRIDE
-    # codecrt beside PyTorch in the same process: the references (outetts, neucodec, xcodec2,
-    # dac) must import on the device; carry their wheels in .whl (bench/gpu/reference-wheels.sh).
-    # A reference that does not import leaves its rows codecrt-only, saying why.
-    stage "vocos references on the device"
-    python3 - <<'PY' 2>&1 | tee -a "$OUT/report.txt"
-import importlib, sys
-sys.path.insert(0, "tests")
-for kind, mod in (("wavtokenizer", "references.wavtokenizer"), ("neucodec", "references.neucodec"),
-                  ("xcodec2", "references.xcodec2"), ("dac", "references.dac")):
-    try:
-        import torch  # noqa: F401
-        ref = importlib.import_module(mod)
-        ref.build_reference(ref.CONFIGS["tiny"], 1)
-        print(f"{kind}: PyTorch reference OK (torch {torch.__version__})")
-    except Exception as e:  # noqa: BLE001 -- a report line, not a failure
-        print(f"{kind}: no PyTorch reference ({type(e).__name__}: {e})")
-PY
+    # codecrt beside PyTorch in the same process: a reference that does not work here leaves
+    # its rows codecrt-only, saying why
+    references
     local batches=${VOCOS_BATCH:-1,16,64} streams=${VOCOS_STREAMS:-16,64,256}
     stage "vocos offline decode: python3 -m bench vocos --device cuda:0 --threads 16 --seconds 10 --batch $batches"
     python3 -m bench vocos --device cuda:0 --threads 16 --seconds 10 --batch "$batches" 2>&1 \
@@ -205,6 +217,12 @@ PY
             | tee "$OUT/windowed_bench_$n.md" | grep -E "streams|^\| codec|^\|---|device" \
             | tee -a "$OUT/report.txt"
     done
+}
+
+references() {
+    # into report.txt only: the vocos stage already leaves 8 files, as many as a device call returns
+    stage "PyTorch references (tests/references): python3 bench/gpu/reference_check.py"
+    python3 bench/gpu/reference_check.py 2>&1 | tee -a "$OUT/report.txt"
 }
 
 mimi() {
@@ -274,6 +292,7 @@ for what in "$@"; do
         s3bench) s3bench ;;
         check) check ;;
         sweep) sweep ;;
+        references) references ;;
         vocos) vocos ;;
         mimi) mimi ;;
         soak) soak ;;
