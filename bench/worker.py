@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "daemon"))
 
 PERIOD_FRAMES = 4  # SNAC 24 kHz: 4 frames = one tick = 85.3 ms
 HOST = ("ingest", "collect", "flush")  # the worker's phases that are not the runtime's step
+ANATOMY = ("total", "launch", "acquire", "inputs", "enqueue", "overlap", "wait", "collect", "gc")
 
 
 def tiny_model() -> Path:
@@ -123,6 +124,8 @@ def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rn
     warm = 4 + -(-EVT_RING_BYTES // per_tick)
     walls, cpus, snaps, snaps_cpu = [], [], [], []
     for t in range(warm + ticks):
+        if t == warm:  # the anatomy of the timed ticks only
+            w.models["m"].anatomy.ticks.clear()
         codes = rng.integers(0, 4096, size=(n, 7 * PERIOD_FRAMES // 4), dtype=np.int32)
         msgs = [wire.PushCodes(i + 1, [codes[i, :PERIOD_FRAMES // s] for s in strides])
                 for i in range(n)]
@@ -140,10 +143,12 @@ def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rn
             cpus.append(c1 - c0)
             snaps.append({k: w.phases.wall[k] - before[k] for k in PHASES})
             snaps_cpu.append({k: w.phases.cpu[k] - before_cpu[k] for k in PHASES})
+    anatomy = w.models["m"].anatomy.summary()
     w.close()
     phases = {k: float(np.mean([s[k] for s in snaps])) for k in PHASES}
     phases_cpu = {k: float(np.mean([s[k] for s in snaps_cpu])) for k in PHASES}
-    return {"phases": phases, "phases_cpu": phases_cpu, "wall": walls, "cpu": cpus}
+    return {"phases": phases, "phases_cpu": phases_cpu, "wall": walls, "cpu": cpus,
+            "anatomy": anatomy}
 
 
 def run_runtime_alone(path: str, n: int, ticks: int, device: str, threads: int, rng,
@@ -202,6 +207,7 @@ def main() -> int:
     print("\n| N | ingest | collect | flush | host total | step ms | tick ms mean | tick ms p99 "
           "| runtime alone ms p99 | tick p99 / runtime alone p99 |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    anatomy: list[str] = []
     for n in (int(x) for x in args.n.split(",")):
         prof = None
         if args.profile:
@@ -222,6 +228,15 @@ def main() -> int:
               f"{host_cpu:.1f} ({host_wall:.1f}) | {1e3 * ph['step']:.1f} | "
               f"{1e3 * np.mean(d['wall']):.1f} | {1e3 * p99(d['wall']):.1f} | "
               f"{1e3 * p99(alone):.1f} | {p99(d['wall']) / p99(alone):.2f} |", flush=True)
+        for which in ("all", "slowest"):
+            a = d["anatomy"][which]
+            anatomy.append(f"| {n} | {which} | " + " | ".join(f"{a.get(p, 0.0):.2f}" for p in ANATOMY)
+                           + " |")
+    print("\nthe timed ticks' anatomy (codecd.anatomy, ms; launch = codecrt.step_begin, split by the "
+          "runtime into acquire / inputs / enqueue; overlap = the front's records read meanwhile; "
+          "wait = codecrt.step_end)\n")
+    print("| N | ticks | " + " | ".join(ANATOMY) + " |\n|---|---|" + "---|" * len(ANATOMY))
+    print("\n".join(anatomy))
     return 0
 
 
