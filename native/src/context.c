@@ -16,9 +16,6 @@
 #include "ggml-cpu.h"
 #include "internal.h"
 
-
-enum { CR_FLAG_NOISE = 1, CR_FLAG_MASKED = 2 };
-
 codecrt_context_params codecrt_context_default_params(void) {
     codecrt_context_params p = {
         .device = "auto",

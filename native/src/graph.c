@@ -61,6 +61,7 @@ static codecrt_status cr_slot_ensure_sched(cr_graphs *g, cr_graph_slot *slot, cr
     slot->reserved = false;
     slot->reserved_frames = 0;
     slot->reserved_batch = 0;
+    slot->reserved_flags = 0;
     return CODECRT_OK;
 }
 
@@ -129,6 +130,7 @@ static codecrt_status cr_reserve_envelope(cr_graphs *g, cr_graph_slot *slot, con
         slot->reserved = true;
         slot->reserved_frames = env->n_frames;
         slot->reserved_batch = env->n_batch;
+        slot->reserved_flags = env->flags;
         g->reservations++;
     }
     /* rule 2 applies to the measuring graph too */
@@ -150,7 +152,9 @@ codecrt_status cr_graphs_reserve(cr_graphs *g, const cr_graph_key *envelope, cr_
     if (slot->reserved) {
         env.n_frames = env.n_frames > slot->reserved_frames ? env.n_frames : slot->reserved_frames;
         env.n_batch = env.n_batch > slot->reserved_batch ? env.n_batch : slot->reserved_batch;
-        if (env.n_frames == slot->reserved_frames && env.n_batch == slot->reserved_batch) {
+        env.flags |= slot->reserved_flags;
+        if (env.n_frames == slot->reserved_frames && env.n_batch == slot->reserved_batch &&
+            env.flags == slot->reserved_flags) {
             return CODECRT_OK;
         }
     }
@@ -182,12 +186,15 @@ static codecrt_status cr_graphs_take(cr_graphs *g, const cr_graph_key *key, cr_b
     if (st != CODECRT_OK) {
         return st;
     }
-    if (!slot->reserved || key->n_frames > slot->reserved_frames || key->n_batch > slot->reserved_batch) {
-        /* rule 3: the envelope grows to cover this key; reserve its worst case */
+    if (!slot->reserved || key->n_frames > slot->reserved_frames || key->n_batch > slot->reserved_batch ||
+        (key->flags & ~slot->reserved_flags) != 0) {
+        /* rule 3: the envelope grows to cover this key; reserve its worst case (a flag adds
+           parts to a graph, so the envelope's flags are the union of the keys') */
         cr_graph_key env = *key;
         if (slot->reserved) {
             env.n_frames = key->n_frames > slot->reserved_frames ? key->n_frames : slot->reserved_frames;
             env.n_batch = key->n_batch > slot->reserved_batch ? key->n_batch : slot->reserved_batch;
+            env.flags = key->flags | slot->reserved_flags;
         }
         st = cr_reserve_envelope(g, slot, &env, build, user, err);
         if (st == CODECRT_E_TOO_LARGE && slot->reserved) {

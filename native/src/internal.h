@@ -133,11 +133,12 @@ typedef enum cr_time_kind {
 } cr_time_kind;
 
 typedef struct cr_time_input {
-    struct ggml_tensor *tensor; /* [1, n, B] F32, or [n*B] I32 for positions */
+    struct ggml_tensor *tensor; /* [1, n, B] F32, or [n*B] I32 for positions; NULL for masks */
     int32_t kind;
     int32_t rate;
     int32_t delay;
-    int32_t site;               /* noise site, or window for positions */
+    int32_t site;               /* noise site, window for positions, a mask's rows in bounds */
+    int64_t len;                /* n: points per stream */
 } cr_time_input;
 
 /* What a graph builder leaves behind: its inputs and outputs. */
@@ -153,12 +154,18 @@ typedef struct cr_graph_io {
     struct ggml_tensor *slot_read;    /* I32 [B] */
     struct ggml_tensor *slot_write;   /* I32 [B] */
     struct ggml_tensor *keep;         /* F32 [1, 1, B]: 0 on a stream's first tick */
+    /* F32 [B, 2 * CR_MAX_TIMES]: per mask (CR_TIME_MASK, rows 2 site and 2 site + 1) each
+       stream's first valid point minus one and its end, clamped to [-1, n + 1]; the graph
+       turns them into the 0/1 mask (stream_state.c), so a tick copies a few bytes per
+       stream and mask, not the masks */
+    struct ggml_tensor *bounds;
+    int n_bounds;                     /* masks registered (row pairs of bounds in use) */
     struct ggml_tensor *codes[CODECRT_MAX_LEVELS]; /* I32 [chunk / stride_l * B] */
     int n_states;                     /* pool states the graph took (stream_state.c) */
 } cr_graph_io;
 
 void cr_io_add_time(cr_graph_io *io, struct ggml_tensor *t, int32_t kind, int32_t rate, int32_t delay,
-                    int32_t site);
+                    int32_t site, int64_t len);
 
 /* One per-stream state tensor: channels x frames of one layer's input tail. */
 typedef struct cr_state_spec {
@@ -192,6 +199,10 @@ typedef struct cr_stream_shape {
        are gated by keep and tensors masked to [0, end). A steady tick (every
        point of every stream inside the utterance) needs neither. */
     bool masked;
+    /* some stream of the tick has its noise on (codecrt_stream_params.noise): only then
+       does a graph carry noise inputs and the layers that add them (SNAC's noise blocks
+       add exactly 0 otherwise) */
+    bool noise;
 } cr_stream_shape;
 
 /* Shape of a decode, after bucketing. */
@@ -401,6 +412,9 @@ typedef struct cr_graph_key {
     int32_t flags;
 } cr_graph_key;
 
+/* cr_graph_key.flags: each adds parts to a graph (an envelope reserves their union) */
+enum { CR_FLAG_NOISE = 1, CR_FLAG_MASKED = 2 };
+
 /* Builds the graph for key into ctx0 and stores its inputs and outputs in io. */
 typedef struct ggml_cgraph *(*cr_build_fn)(void *user, struct ggml_context *ctx0,
                                            const cr_graph_key *key, cr_graph_io *io);
@@ -414,6 +428,7 @@ typedef struct cr_graph_slot {
     bool reserved;
     int32_t reserved_frames;     /* envelope the compute buffers are sized for */
     int32_t reserved_batch;
+    int32_t reserved_flags;      /* the union of the flags reserved for (a flag adds graph parts) */
     bool recreate;               /* policy: new scheduler after each release */
     cr_graph_io io;
 } cr_graph_slot;

@@ -23,7 +23,7 @@ codecrt_stream_params codecrt_stream_default_params(void) {
 }
 
 void cr_io_add_time(cr_graph_io *io, struct ggml_tensor *t, int32_t kind, int32_t rate, int32_t delay,
-                    int32_t site) {
+                    int32_t site, int64_t len) {
     if (io->n_times >= CR_MAX_TIMES) {
         io->overflow = true;
         return;
@@ -34,6 +34,7 @@ void cr_io_add_time(cr_graph_io *io, struct ggml_tensor *t, int32_t kind, int32_
     ti->rate = rate;
     ti->delay = delay;
     ti->site = site;
+    ti->len = len;
 }
 
 /* --------------------------------------------------------------- vectors */
@@ -475,6 +476,7 @@ static struct ggml_cgraph *cr_build_stream_graph(void *user, struct ggml_context
         .cpu_ops = ctx->cpu_ops,
         .ops = ctx->cpu_ops ? &ctx->fused : NULL,
         .masked = key->kind == CODECRT_GRAPH_STREAM_EDGE,
+        .noise = (key->flags & CR_FLAG_NOISE) != 0,
     };
     struct ggml_cgraph *gf = ctx->model->arch->build_stream(ctx->model, ctx0, ctx->weights, &shape,
                                                             ctx->pool.states, ctx->pool.n_states, io);
@@ -503,7 +505,11 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
     const int64_t chunk = ctx->pool.chunk;
     size_t need = (size_t)B * 4;
     for (int t = 0; t < io->n_times; t++) {
-        const size_t sz = (size_t)ggml_nelements(io->times[t].tensor);
+        const size_t sz = io->times[t].tensor ? (size_t)ggml_nelements(io->times[t].tensor) : 0;
+        need = sz > need ? sz : need;
+    }
+    if (io->bounds) {
+        const size_t sz = (size_t)ggml_nelements(io->bounds);
         need = sz > need ? sz : need;
     }
     for (int l = 0; l < info->n_levels; l++) {
@@ -557,20 +563,47 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
         }
         ggml_backend_tensor_set(io->codes[l], iv, 0, (size_t)(per * B) * sizeof(int32_t));
     }
+    if (io->bounds) { /* every mask's [lo, hi) per stream: the graph makes the 0/1 masks */
+        for (int t = 0; t < io->n_times; t++) {
+            const cr_time_input *ti = &io->times[t];
+            if (ti->kind != CR_TIME_MASK) {
+                continue;
+            }
+            const int64_t len = ti->len;
+            float *lo1 = f + (size_t)(2 * ti->site) * (size_t)B, *hi = lo1 + B;
+            for (int32_t b = 0; b < B; b++) {
+                const codecrt_stream *s = b < n ? ready[b] : NULL;
+                int64_t a = len + 1, z = 0; /* padding: no valid point */
+                if (s) {
+                    const int64_t t0 = s->ticks * chunk * ti->rate - ti->delay;
+                    const int64_t end = s->total_frames < 0 ? CR_NO_END
+                                        : m->arch->valid_points ? m->arch->valid_points(m, s->total_frames, ti->rate)
+                                                                : s->total_frames * ti->rate;
+                    a = t0 < 0 ? -t0 : 0;
+                    z = end == CR_NO_END ? len + 1 : end - t0;
+                }
+                /* points 0 <= i < len: clamped to [0, len + 1] they stay exact in F32 */
+                a = a < 0 ? 0 : a > len + 1 ? len + 1 : a;
+                z = z < 0 ? 0 : z > len + 1 ? len + 1 : z;
+                lo1[b] = (float)(a - 1);
+                hi[b] = (float)z;
+            }
+        }
+        ggml_backend_tensor_set(io->bounds, f, 0, (size_t)(2 * io->n_bounds) * (size_t)B * sizeof(float));
+    }
     for (int t = 0; t < io->n_times; t++) {
         const cr_time_input *ti = &io->times[t];
-        const int64_t len = ti->kind == CR_TIME_POS ? ggml_nelements(ti->tensor) / B : ti->tensor->ne[1];
+        if (ti->kind == CR_TIME_MASK) {
+            continue; /* in bounds, above */
+        }
+        const int64_t len = ti->len;
         for (int32_t b = 0; b < B; b++) {
             const codecrt_stream *s = b < n ? ready[b] : NULL;
             const int64_t t0 = s ? s->ticks * chunk * ti->rate - ti->delay : 0;
-            const int64_t end = !s || s->total_frames < 0 ? CR_NO_END
-                                : m->arch->valid_points ? m->arch->valid_points(m, s->total_frames, ti->rate)
-                                                        : s->total_frames * ti->rate;
             for (int64_t i = 0; i < len; i++) {
                 const int64_t tt = t0 + i;
                 const size_t k = (size_t)b * (size_t)len + (size_t)i;
                 switch (ti->kind) {
-                case CR_TIME_MASK: f[k] = s && tt >= 0 && tt < end ? 1.0f : 0.0f; break;
                 case CR_TIME_NOISE:
                     f[k] = s && s->params.noise && tt >= 0 ? cr_noise_normal(s->params.seed, (uint32_t)ti->site,
                                                                              (uint64_t)tt)
@@ -643,11 +676,15 @@ static codecrt_status cr_stream_launch(codecrt_context *ctx, int32_t kind, codec
     /* more ready streams than one graph may hold: the rest wait for the next tick */
     n = n < ctx->params.max_batch ? n : ctx->params.max_batch;
     const int32_t bucket = cr_stream_bucket(ctx, n);
+    bool noise = false;
+    for (int32_t i = 0; i < n && !noise; i++) {
+        noise = ready[i]->params.noise != 0;
+    }
     const cr_graph_key key = {
         .kind = kind,
         .n_frames = ctx->pool.chunk,
         .n_batch = bucket < ctx->params.max_batch ? bucket : ctx->params.max_batch,
-        .flags = 0,
+        .flags = noise ? CR_FLAG_NOISE : 0,
     };
     cr_stream_build build = {ctx};
     codecrt_status st;

@@ -2,11 +2,20 @@
  * stream_state.c: per-slot state buffers of streaming tick graphs
  * (stream_state.h describes the scheme and both layouts).
  */
+#include <string.h>
+
 #include "stream_state.h"
 
 void cr_states_init(cr_states *s, struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *const *pool,
                     int n_pool, cr_graph_io *io, int64_t B, bool masked) {
-    *s = (cr_states){.ctx = ctx, .gf = gf, .pool = pool, .n_pool = n_pool, .io = io, .B = B, .masked = masked};
+    memset(s, 0, sizeof(*s));
+    s->ctx = ctx;
+    s->gf = gf;
+    s->pool = pool;
+    s->n_pool = n_pool;
+    s->io = io;
+    s->B = B;
+    s->masked = masked;
     io->slot_read = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
     io->slot_write = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
     ggml_set_input(io->slot_read);
@@ -83,12 +92,61 @@ struct ggml_tensor *cr_states_append_t(cr_states *s, struct ggml_tensor *x, int6
     return buf;
 }
 
+/* The point indices 0..n-1 of every stream, F32 [n, B] (one per length). */
+static struct ggml_tensor *cr_states_ramp(cr_states *s, int64_t n) {
+    for (int i = 0; i < s->n_ramps; i++) {
+        if (s->ramps[i].n == n) {
+            return s->ramps[i].t;
+        }
+    }
+    struct ggml_tensor *t = ggml_repeat_4d(s->ctx, ggml_arange(s->ctx, 0.0f, (float)n, 1.0f), n, s->B, 1, 1);
+    if (s->n_ramps < CR_MAX_TIMES) {
+        s->ramps[s->n_ramps++] = (struct cr_states_ramp){n, t};
+    }
+    return t;
+}
+
+/* The 0/1 mask [1, n, B] of the points inside each stream's utterance, built in the graph
+   from the stream's bounds (one row pair of io->bounds, filled per tick by stream.c). */
+static struct ggml_tensor *cr_states_valid(cr_states *s, int64_t n, int32_t rate, int32_t delay) {
+    for (int i = 0; i < s->n_masks; i++) {
+        if (s->masks[i].rate == rate && s->masks[i].delay == delay && s->masks[i].n == n) {
+            return s->masks[i].t;
+        }
+    }
+    struct ggml_context *ctx = s->ctx;
+    cr_graph_io *io = s->io;
+    const int64_t B = s->B;
+    if (io->n_bounds >= CR_MAX_TIMES || s->n_masks >= CR_MAX_TIMES) {
+        io->overflow = true; /* refused as "cannot build the graph", never computed */
+        return ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, n, B);
+    }
+    if (!io->bounds) {
+        io->bounds = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, B, 2 * CR_MAX_TIMES);
+        ggml_set_input(io->bounds);
+    }
+    const int k = io->n_bounds++;
+    cr_io_add_time(io, NULL, CR_TIME_MASK, rate, delay, k, n);
+    const size_t row = (size_t)B * sizeof(float);
+    struct ggml_tensor *lo1 = ggml_reshape_2d(ctx, ggml_view_1d(ctx, io->bounds, B, (size_t)(2 * k) * row), 1, B);
+    struct ggml_tensor *hi = ggml_reshape_2d(ctx, ggml_view_1d(ctx, io->bounds, B, (size_t)(2 * k + 1) * row), 1, B);
+    struct ggml_tensor *i = cr_states_ramp(s, n);                                   /* [n, B] */
+    struct ggml_tensor *from = ggml_clamp(ctx, ggml_sub(ctx, i, lo1), 0.0f, 1.0f);   /* i >= lo */
+    struct ggml_tensor *to = ggml_clamp(ctx, ggml_scale(ctx, ggml_sub(ctx, i, hi), -1.0f), 0.0f, 1.0f); /* i < hi */
+    struct ggml_tensor *t = ggml_reshape_3d(ctx, ggml_mul(ctx, from, to), 1, n, B);
+    s->masks[s->n_masks++] = (struct cr_states_mask){rate, delay, n, t};
+    return t;
+}
+
 struct ggml_tensor *cr_states_time(cr_states *s, int32_t kind, int64_t n, int32_t rate, int32_t delay,
                                    int32_t site) {
+    if (kind == CR_TIME_MASK) {
+        return cr_states_valid(s, n, rate, delay);
+    }
     struct ggml_tensor *t = kind == CR_TIME_POS ? ggml_new_tensor_1d(s->ctx, GGML_TYPE_I32, n * s->B)
                                                 : ggml_new_tensor_3d(s->ctx, GGML_TYPE_F32, 1, n, s->B);
     ggml_set_input(t);
-    cr_io_add_time(s->io, t, kind, rate, delay, site);
+    cr_io_add_time(s->io, t, kind, rate, delay, site, n);
     return t;
 }
 

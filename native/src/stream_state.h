@@ -19,9 +19,19 @@
  *   keep                   F32 [1, 1, B], edge ticks only: 0 on a stream's
  *                          first tick, so its states start as zeros (an
  *                          offline decode's left zero padding), else 1
- *   times                  per registered time input (cr_states_time): masks,
- *                          noise or positions for the segment the tensor
- *                          holds, starting at tick * chunk * rate - delay
+ *   times                  per registered time input (cr_states_time): noise
+ *                          or positions for the segment the tensor holds,
+ *                          starting at tick * chunk * rate - delay
+ *   bounds                 F32 [B, 2 * masks]: per mask, each stream's valid
+ *                          points [lo, hi) of that segment; the graph builds
+ *                          the 0/1 mask from them and a ramp of point indices
+ *                          (clamp(i - lo + 1, 0, 1) * clamp(hi - i, 0, 1),
+ *                          exact in F32), so a tick copies 8 bytes per stream
+ *                          and mask instead of the masks (at 1,000 SNAC
+ *                          streams they were tens of MB per tick, filled on
+ *                          the host and, past the 30 inputs of one of ggml's
+ *                          scheduler splits, a second split whose input copy
+ *                          waited for the device in the middle of a launch)
  * A steady tick (masked = false: every point of every stream inside its
  * utterance) needs neither keep nor masks; an edge tick (a stream at its
  * first ticks or past its end) multiplies every tensor by a 0/1 mask over
@@ -52,6 +62,19 @@ typedef struct cr_states {
     cr_graph_io *io;
     int64_t B;
     bool masked;
+    /* masks built so far, reused by every layer that asks for the same one, and the
+       point-index ramps [n, B] they are made from, one per length */
+    struct cr_states_mask {
+        int32_t rate, delay;
+        int64_t n;
+        struct ggml_tensor *t;
+    } masks[CR_MAX_TIMES];
+    int n_masks;
+    struct cr_states_ramp {
+        int64_t n;
+        struct ggml_tensor *t;
+    } ramps[CR_MAX_TIMES];
+    int n_ramps;
 } cr_states;
 
 /*

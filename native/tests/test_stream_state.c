@@ -101,7 +101,8 @@ static void check_ticks(bool tf, bool masked, int64_t C, int64_t S, int64_t n) {
     ggml_free(ctx);
 }
 
-/* Time inputs: registered with kind, rate, delay and site; masks only on edge ticks, oriented per layout. */
+/* Time inputs: registered with kind, rate, delay and site; masks only on edge ticks, built in the graph from
+   each stream's bounds (one row pair per distinct mask), oriented per layout. */
 static void check_times(void) {
     const int64_t B = 3, n = 4, C = 2;
     for (int masked = 0; masked < 2; masked++) {
@@ -129,21 +130,25 @@ static void check_times(void) {
             ggml_free(ctx);
             continue;
         }
-        CHECK(io.n_times == 4 && io.times[2].kind == CR_TIME_MASK && io.times[2].rate == 4 &&
-                  io.times[2].delay == 9,
-              "edge tick: two masks registered");
-        for (int k = 2; k < 4; k++) { /* the mask of stream b is 1 up to frame b+1 */
-            for (int64_t b = 0; b < B; b++) {
-                for (int64_t t = 0; t < n; t++) {
-                    fdata(io.times[k].tensor)[t + n * b] = t <= b ? 1.0f : 0.0f;
-                }
-            }
+        /* both layouts ask for the same mask: built once, from the first row pair of bounds */
+        CHECK(io.n_times == 3 && io.times[2].kind == CR_TIME_MASK && io.times[2].rate == 4 &&
+                  io.times[2].delay == 9 && io.times[2].tensor == NULL && io.times[2].len == n &&
+                  io.times[2].site == 0 && io.n_bounds == 1 && io.bounds && io.bounds->ne[0] == B,
+              "edge tick: one mask registered for both layouts");
+        struct ggml_tensor *mc2 = cr_states_mask(&st, xc, 4, 2); /* another delay: its own rows */
+        CHECK(io.n_times == 4 && io.n_bounds == 2 && io.times[3].site == 1, "a second mask");
+        for (int64_t b = 0; b < B; b++) {
+            fdata(io.bounds)[b] = -1.0f;                    /* mask 0: valid from 0 ... */
+            fdata(io.bounds)[B + b] = (float)(b + 1);       /* ... to b + 1 */
+            fdata(io.bounds)[2 * B + b] = (float)(b - 1);   /* mask 1: valid from b ... */
+            fdata(io.bounds)[3 * B + b] = (float)(n + 1);   /* ... on */
         }
         for (int64_t i = 0; i < C * n * B; i++) {
             fdata(xc)[i] = fdata(xt)[i] = 1.0f + (float)i;
         }
         ggml_build_forward_expand(gf, mc);
         ggml_build_forward_expand(gf, mt);
+        ggml_build_forward_expand(gf, mc2);
         CHECK(ggml_graph_compute_with_ctx(ctx, gf, 1) == GGML_STATUS_SUCCESS, "compute");
         int bad = 0;
         for (int64_t b = 0; b < B; b++) {
@@ -152,6 +157,7 @@ static void check_times(void) {
                     const int64_t ic = c + C * (t + n * b), it = t + n * (b + B * c);
                     bad += fdata(mc)[ic] != (t <= b ? fdata(xc)[ic] : 0.0f);
                     bad += fdata(mt)[it] != (t <= b ? fdata(xt)[it] : 0.0f);
+                    bad += fdata(mc2)[ic] != (t >= b ? fdata(xc)[ic] : 0.0f);
                 }
             }
         }

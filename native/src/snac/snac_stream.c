@@ -95,7 +95,7 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
         n *= s;
         r *= s;
         d = d * s + (s + 1) / 2;
-        if (hp->noise) {
+        if (hp->noise && shape->noise) { /* with every stream's noise off it adds exactly 0 */
             struct ggml_tensor *nz = cr_states_time(st, CR_TIME_NOISE, n, r, d, i);
             struct ggml_tensor *h = cr_mm(ctx, snac_w(w, "decoder.block.%d.noise.weight", i), x);
             x = ggml_add(ctx, x, ggml_mul(ctx, h, nz));
