@@ -124,12 +124,13 @@ static struct ggml_tensor *cr_states_valid(cr_states *s, int64_t n, int32_t rate
     if (!io->bounds) {
         io->bounds = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, B, 2 * CR_MAX_TIMES);
         ggml_set_input(io->bounds);
+        s->bounds = ggml_cont(ctx, io->bounds);
     }
     const int k = io->n_bounds++;
     cr_io_add_time(io, NULL, CR_TIME_MASK, rate, delay, k, n);
     const size_t row = (size_t)B * sizeof(float);
-    struct ggml_tensor *lo1 = ggml_reshape_2d(ctx, ggml_view_1d(ctx, io->bounds, B, (size_t)(2 * k) * row), 1, B);
-    struct ggml_tensor *hi = ggml_reshape_2d(ctx, ggml_view_1d(ctx, io->bounds, B, (size_t)(2 * k + 1) * row), 1, B);
+    struct ggml_tensor *lo1 = ggml_reshape_2d(ctx, ggml_view_1d(ctx, s->bounds, B, (size_t)(2 * k) * row), 1, B);
+    struct ggml_tensor *hi = ggml_reshape_2d(ctx, ggml_view_1d(ctx, s->bounds, B, (size_t)(2 * k + 1) * row), 1, B);
     struct ggml_tensor *i = cr_states_ramp(s, n);                                   /* [n, B] */
     struct ggml_tensor *from = ggml_clamp(ctx, ggml_sub(ctx, i, lo1), 0.0f, 1.0f);   /* i >= lo */
     struct ggml_tensor *to = ggml_clamp(ctx, ggml_scale(ctx, ggml_sub(ctx, i, hi), -1.0f), 0.0f, 1.0f); /* i < hi */

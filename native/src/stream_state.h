@@ -75,6 +75,9 @@ typedef struct cr_states {
         struct ggml_tensor *t;
     } ramps[CR_MAX_TIMES];
     int n_ramps;
+    /* io->bounds copied once inside the graph: the masks read views of this copy, so the
+       bounds are one input of the graph's first scheduler split, not two per mask */
+    struct ggml_tensor *bounds;
 } cr_states;
 
 /*
