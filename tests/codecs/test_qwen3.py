@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import codecrt_or_skip
+from codeckit import case_cache, decode, rel_l2
 from streamkit import levels, random_pushes, staggered_streams, stream_decode
 
 F32_TOL = 1e-4
@@ -29,19 +29,10 @@ if importlib.util.find_spec("qwen_tts") is None:  # its __init__ imports the TTS
 ref = pytest.importorskip("references.qwen3_tokenizer")
 
 
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
-
-
-@pytest.fixture(scope="module")
-def codecrt():
-    return codecrt_or_skip()
-
-
 class Case:
     """A seeded reference decoder saved in the released layout and converted (f32)."""
 
-    def __init__(self, name: str, root: Path, seed: int = 7):
+    def __init__(self, root: Path, name: str, seed: int = 7):
         import torch
 
         from codecd.convert import convert
@@ -55,20 +46,7 @@ class Case:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    root = tmp_path_factory.mktemp("qwen3")
-    cache: dict[str, Case] = {}
-
-    def get(name: str) -> Case:
-        if name not in cache:
-            cache[name] = Case(name, root)
-        return cache[name]
-
-    return get
-
-
-def decode(codecrt, gguf, codes: np.ndarray, **ctx_args) -> np.ndarray:
-    with codecrt.Model(str(gguf)) as m, codecrt.Context(m, device="cpu", **ctx_args) as ctx:
-        return ctx.decode(levels(codes))
+    return case_cache(tmp_path_factory, "qwen3", Case)
 
 
 def reference_first_k(model, codes: np.ndarray) -> np.ndarray:
@@ -99,7 +77,7 @@ def test_parity_tiny(codecrt, cases, ops, monkeypatch, record_property):
     want = ref.reference_decode(case.model, codes)
     if ops == "portable":
         monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
-    got = decode(codecrt, case.gguf, codes)
+    got = decode(codecrt, case.gguf, levels(codes))
     assert got.shape == want.shape == (2, 30 * ref.FRAME_SAMPLES)
     err = rel_l2(got, want)
     record_property("rel_l2", err)
@@ -112,7 +90,7 @@ def test_parity_tiny_long(codecrt, cases, record_property):
     case = cases("tiny")
     codes = ref.random_codes(case.config, 375, 16, np.random.default_rng(2), batch=1)
     want = ref.reference_decode(case.model, codes)
-    got = decode(codecrt, case.gguf, codes)
+    got = decode(codecrt, case.gguf, levels(codes))
     err = rel_l2(got, want)
     record_property("rel_l2", err)
     assert err <= F32_TOL
@@ -125,7 +103,7 @@ def test_parity_fewer_codebooks(codecrt, cases, n_q, record_property):
     case = cases("tiny")
     codes = ref.random_codes(case.config, 20, n_q, np.random.default_rng(n_q), batch=1)
     want = reference_first_k(case.model, codes)
-    got = decode(codecrt, case.gguf, codes)
+    got = decode(codecrt, case.gguf, levels(codes))
     err = rel_l2(got, want)
     record_property("rel_l2", err)
     assert err <= F32_TOL
@@ -179,7 +157,7 @@ def test_parity_released(codecrt, cases, record_property):
     for n_frames in (25, 100):
         codes = ref.random_codes(case.config, n_frames, 16, np.random.default_rng(n_frames), batch=1)
         want = ref.reference_decode(case.model, codes)
-        got = decode(codecrt, case.gguf, codes)
+        got = decode(codecrt, case.gguf, levels(codes))
         err = rel_l2(got, want)
         record_property(f"rel_l2_{n_frames}", err)
         print(f"\nQwen3 12 Hz released: {n_frames} frames: relative L2 {err:.2e}")
