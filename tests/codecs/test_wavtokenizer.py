@@ -117,7 +117,7 @@ def test_f16_weights(codecrt, cases, tmp_path):
     want = ref.reference_decode(case.model, codes)
     with codecrt.Model(str(path)) as m:
         assert m.info.weight_type == "f16"
-    err = rel_l2(decode(codecrt, path, codes), want)
+    err = rel_l2(decode(codecrt, path, [codes]), want)
     assert err <= 1e-2
 
 
