@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from codeckit import case_cache, decode, ops_env, rel_l2, runtime_env
-from streamkit import levels, random_pushes, staggered_streams, stream_decode
+from streamkit import levels, offline_and_stream, random_pushes, staggered_and_offline, stream_decode
 
 F32_TOL = 1e-4
 
@@ -139,11 +139,8 @@ def test_stream_equals_offline(codecrt, cases, chunk, ops):
     times), pushed frame by frame: the streamed audio equals the offline decode (f32 noise)."""
     case = cases("tiny")
     codes = ref.random_codes(case.config, 29, 8, np.random.default_rng(10 + chunk), batch=1)
-    with runtime_env(**ops_env(ops)), codecrt.Model(str(case.gguf)) as m:
-        with codecrt.Context(m, device="cpu") as ctx:
-            want = ctx.decode(levels(codes))[0]
-        with codecrt.Context(m, device="cpu", stream_chunk_frames=chunk) as ctx:
-            got = stream_decode(ctx, codes[0], [1] * 29)
+    with runtime_env(**ops_env(ops)):
+        want, got = offline_and_stream(codecrt, case.gguf, codes[0], [1] * 29, stream_chunk_frames=chunk)
     assert got.shape == want.shape
     assert float(np.abs(got - want).max()) <= 1e-5
 
@@ -167,9 +164,7 @@ def test_batched_streams_at_different_positions(codecrt, cases):
     rng = np.random.default_rng(12)
     specs = [(1, 17, 0), (8, 25, 0), (32, 9, 3), (3, 30, 5), (16, 12, 8), (8, 21, 2)]  # (K, frames, start tick)
     codes = [ref.random_codes(case.config, T, K, rng, batch=1)[0] for K, T, _ in specs]
-    with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
-        wants = [ctx.decode([c[k:k + 1] for k in range(c.shape[0])])[0] for c in codes]
-        gots = staggered_streams(ctx, codes, [start for _, _, start in specs])
+    gots, wants = staggered_and_offline(codecrt, case.gguf, codes, [start for _, _, start in specs])
     for i, (got, want) in enumerate(zip(gots, wants)):
         assert got.shape == want.shape, i
         assert float(np.abs(got - want).max()) <= 1e-5, i

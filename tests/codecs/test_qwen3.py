@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from codeckit import case_cache, decode, rel_l2
-from streamkit import levels, random_pushes, staggered_streams, stream_decode
+from streamkit import levels, offline_and_stream, random_pushes, staggered_and_offline, stream_decode
 
 F32_TOL = 1e-4
 
@@ -176,11 +176,7 @@ def test_stream_equals_offline(codecrt, cases, chunk, ops, monkeypatch):
     codes = ref.random_codes(case.config, 29, 16, np.random.default_rng(10 + chunk), batch=1)
     if ops == "portable":
         monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
-    with codecrt.Model(str(case.gguf)) as m:
-        with codecrt.Context(m, device="cpu") as ctx:
-            want = ctx.decode(levels(codes))[0]
-        with codecrt.Context(m, device="cpu", stream_chunk_frames=chunk) as ctx:
-            got = stream_decode(ctx, codes[0], [1] * 29)
+    want, got = offline_and_stream(codecrt, case.gguf, codes[0], [1] * 29, stream_chunk_frames=chunk)
     assert got.shape == want.shape
     assert float(np.abs(got - want).max()) <= 1e-5
 
@@ -215,9 +211,7 @@ def test_batched_streams_at_different_positions(codecrt, cases):
     rng = np.random.default_rng(12)
     specs = [(16, 17, 0), (8, 25, 0), (16, 9, 3), (3, 30, 5), (1, 12, 8), (16, 21, 2)]  # (K, frames, start)
     codes = [ref.random_codes(case.config, T, K, rng, batch=1)[0] for K, T, _ in specs]
-    with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
-        wants = [ctx.decode([c[k:k + 1] for k in range(c.shape[0])])[0] for c in codes]
-        gots = staggered_streams(ctx, codes, [start for _, _, start in specs])
+    gots, wants = staggered_and_offline(codecrt, case.gguf, codes, [start for _, _, start in specs])
     for i, (got, want) in enumerate(zip(gots, wants)):
         assert got.shape == want.shape, i
         assert float(np.abs(got - want).max()) <= 1e-5, i
