@@ -40,21 +40,65 @@ def pytest_collection_modifyitems(config, items):
 #: files (about 13 s and 0.5 GB each), so one xdist worker runs them all
 S3REF_MODULES = "tests/codecs/test_s3gen"
 
+#: the longest work units: seconds of wall time, each run alone on this 2-vCPU machine
+#: (``pytest --durations``, 2026-12-04, the machine shared: load 1 to 4). The scheduler hands
+#: them out longest first, then the rest in xdist's order, so that the run ends on short
+#: modules on both workers, not on one long module while the other worker idles. Order only:
+#: a stale figure costs balance, never a test.
+LONGEST = {
+    "s3ref": 310,
+    "tests/codecs/test_qwen3.py": 98,
+    "tests/native/test_long_decode.py": 87,
+    "tests/native/test_stream.py": 77,
+    "tests/codecs/test_mimi.py": 45,
+    "tests/native/test_parity.py": 41,
+    "tests/codecs/test_neucodec.py": 31,
+    "tests/daemon/test_mimi_daemon.py": 27,
+    "tests/daemon/test_hostile.py": 27,
+    "tests/codecs/test_dac.py": 25,
+    "tests/native/test_lifecycle.py": 25,
+    "tests/daemon/test_speech.py": 25,
+    "tests/families/test_convert.py": 25,
+    "tests/daemon/test_server.py": 24,
+    "tests/daemon/test_browser.py": 24,
+    "tests/daemon/test_playback.py": 21,
+    "tests/daemon/test_fronts.py": 19,
+    "tests/daemon/test_qwen3_daemon.py": 18,
+    "tests/native/test_lowlatency.py": 17,
+    "tests/codecs/test_windowed.py": 15,
+    "tests/codecs/test_wavtokenizer.py": 15,
+}
+
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """``-n 2 --dist loadfile`` (pytest-xdist, as .ci/run runs it): a worker runs each module
     whole, so that it builds the module's module-scoped models once, and the S3Gen modules
-    (S3REF_MODULES) all on one worker. (xdist's ``loadgroup`` cannot do this under pytest 9:
-    its group suffix is written to ``item._nodeid``, which pytest 9 no longer reads.)"""
+    (S3REF_MODULES) all on one worker; the units of LONGEST go out first, longest first, the
+    others after them in xdist's order (most tests first). (xdist's ``loadgroup`` cannot group
+    under pytest 9: its group suffix is written to ``item._nodeid``, which pytest 9 no longer
+    reads.)"""
     if config.getoption("dist") != "loadfile":
         return None
+    from collections import OrderedDict
+
     from xdist.scheduler import LoadFileScheduling
+
+    def rank(scope: str) -> float:
+        return -LONGEST.get(scope, 0)
 
     class ModuleScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
             return "s3ref" if module.startswith(S3REF_MODULES) else module
+
+        def _assign_work_unit(self, node) -> None:
+            # xdist fills its queue in schedule() and then assigns from its front: reorder it
+            # (stable: the rest keep xdist's order) before the first unit leaves
+            if not getattr(self, "_longest_first", False):
+                self.workqueue = OrderedDict(sorted(self.workqueue.items(), key=lambda kv: rank(kv[0])))
+                self._longest_first = True
+            super()._assign_work_unit(node)
 
     return ModuleScheduling(config, log)
 

@@ -36,9 +36,16 @@ def import_reference() -> tuple[Any, Any]:
     return torch, S3Gen
 
 
-@functools.lru_cache(maxsize=2)
 def reference(meanflow: bool = False, seed: int = 0) -> Any:
-    """S3Gen(meanflow) in eval mode with seeded, perturbed decode-path parameters."""
+    """S3Gen(meanflow) in eval mode with seeded, perturbed decode-path parameters (built once
+    per process: ``reference(False)``, ``reference(False, 0)`` and ``gguf(False)`` share it)."""
+    return _reference(bool(meanflow), int(seed))
+
+
+#: one key per model (lru_cache keys ``f(x)`` and ``f(x, 0)`` apart): the two models of
+#: the tests (original and Turbo, seed 0) stay, about 4 s of CPU each to build again
+@functools.lru_cache(maxsize=2)
+def _reference(meanflow: bool, seed: int) -> Any:
     torch, S3Gen = import_reference()
     torch.manual_seed(seed)
     with warnings.catch_warnings():
@@ -61,9 +68,13 @@ def state_dict(model: Any) -> dict[str, Any]:
     return {k: v for k, v in model.state_dict().items() if k.startswith(DECODE_PREFIXES)}
 
 
-@functools.lru_cache(maxsize=4)
 def gguf(meanflow: bool = False, dtype: str = "f32", seed: int = 0) -> Path:
     """The reference's weights converted by codecd's converter (cached per process)."""
+    return _gguf(bool(meanflow), dtype, int(seed))
+
+
+@functools.lru_cache(maxsize=4)
+def _gguf(meanflow: bool, dtype: str, seed: int) -> Path:
     from codecd.convert.s3gen import convert_s3gen_state_dict
 
     root = Path(os.environ.get("CODECD_TEST_TMP", "/tmp")) / f"codecd-s3ref-{os.getpid()}"

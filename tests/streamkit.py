@@ -68,6 +68,28 @@ def staggered_streams(ctx: Any, codes: Sequence[np.ndarray], starts: Sequence[in
     return [np.concatenate(o) for o in outs]
 
 
+def offline_and_stream(codecrt: Any, gguf: Any, codes: np.ndarray, pushes: Sequence[int],
+                       **stream_args: Any) -> tuple[np.ndarray, np.ndarray]:
+    """One stream's codes [K, T] through the model at ``gguf``: its offline decode (a default CPU
+    context) and its stream pushed in pieces (``stream_decode``, a CPU context of ``stream_args``)."""
+    with codecrt.Model(str(gguf)) as m:
+        with codecrt.Context(m, device="cpu") as ctx:
+            want = ctx.decode([codes[k:k + 1] for k in range(codes.shape[0])])[0]
+        with codecrt.Context(m, device="cpu", **stream_args) as ctx:
+            got = stream_decode(ctx, codes, pushes)
+    return want, got
+
+
+def staggered_and_offline(codecrt: Any, gguf: Any, codes: Sequence[np.ndarray],
+                          starts: Sequence[int]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``staggered_streams`` of codes[i] ([K_i, T_i]) and each one's offline decode, in one CPU
+    context of the model at ``gguf``: (streamed, offline)."""
+    with codecrt.Model(str(gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
+        wants = [ctx.decode([c[k:k + 1] for k in range(c.shape[0])])[0] for c in codes]
+        gots = staggered_streams(ctx, codes, starts)
+    return gots, wants
+
+
 def random_push_streams(ctx: Any, utter: Sequence[Sequence[np.ndarray]], rng: np.random.Generator,
                         most: int = 8) -> list[np.ndarray]:
     """One stream per utterance (a list of per-level code arrays), stepped together, each fed

@@ -13,13 +13,11 @@ samples and the rest must be silence.
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import numpy as np
 import pytest
 
-from conftest import bf16_or_skip, codecrt_or_skip
+from codeckit import case_cache, ops_env, rel_l2, runtime_env
+from conftest import bf16_or_skip
 
 F32_TOL = 1e-4
 
@@ -28,43 +26,15 @@ pytest.importorskip("dac")
 ref = pytest.importorskip("references.dac")
 
 
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
-
-
-@contextlib.contextmanager
-def runtime_env(**values: str):
-    """Set runtime variables (read when a context is created) inside the block."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def ops_env(ops: str) -> dict[str, str]:
-    return {"CODECRT_PORTABLE_OPS": "1"} if ops == "portable" else {}
-
-
 def levels(codes: np.ndarray) -> list[np.ndarray]:
     """[n_q, T] or [B, n_q, T] reference codes -> codecrt's per-codebook list."""
     return [np.ascontiguousarray(codes[..., q, :]) for q in range(codes.shape[-2])]
 
 
-@pytest.fixture(scope="module")
-def codecrt():
-    return codecrt_or_skip()
-
-
 class Case:
     """A seeded reference saved in the released layout and converted (f32) from the .pth alone."""
 
-    def __init__(self, name: str, root, seed: int = 3):
+    def __init__(self, root, name: str, seed: int = 3):
         from codecd.convert import convert
 
         self.config = ref.CONFIGS[name]
@@ -76,15 +46,7 @@ class Case:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dac")
-    cache: dict[str, Case] = {}
-
-    def get(name: str) -> Case:
-        if name not in cache:
-            cache[name] = Case(name, root)
-        return cache[name]
-
-    return get
+    return case_cache(tmp_path_factory, "dac", Case)
 
 
 def check_against_reference(got: np.ndarray, want: np.ndarray, n_frames: int, hop: int) -> float:

@@ -10,15 +10,13 @@ cross it) runs fast; the released config once (slow).
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import codecrt_or_skip
-from streamkit import levels, random_pushes, staggered_streams, stream_decode
+from codeckit import case_cache, decode, ops_env, rel_l2, runtime_env
+from streamkit import levels, offline_and_stream, random_pushes, staggered_and_offline, stream_decode
 
 F32_TOL = 1e-4
 
@@ -27,33 +25,10 @@ pytest.importorskip("moshi")
 ref = pytest.importorskip("references.mimi")
 
 
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
-
-
-@contextlib.contextmanager
-def runtime_env(**values: str):
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@pytest.fixture(scope="module")
-def codecrt():
-    return codecrt_or_skip()
-
-
 class Case:
     """A seeded moshi Mimi saved in a released layout and converted (f32)."""
 
-    def __init__(self, name: str, layout: str, root: Path, seed: int = 7):
+    def __init__(self, root: Path, name: str, layout: str = "transformers", seed: int = 7):
         from codecd.convert import convert
 
         self.config = ref.CONFIGS[name]
@@ -68,20 +43,7 @@ class Case:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mimi")
-    cache: dict[tuple[str, str], Case] = {}
-
-    def get(name: str, layout: str = "transformers") -> Case:
-        if (name, layout) not in cache:
-            cache[(name, layout)] = Case(name, layout, root)
-        return cache[(name, layout)]
-
-    return get
-
-
-def decode(codecrt, gguf, codes: np.ndarray, **ctx_args) -> np.ndarray:
-    with codecrt.Model(str(gguf)) as m, codecrt.Context(m, device="cpu", **ctx_args) as ctx:
-        return ctx.decode(levels(codes))
+    return case_cache(tmp_path_factory, "mimi", Case)
 
 
 def test_layouts_convert_alike(cases):
@@ -105,9 +67,8 @@ def test_parity_tiny(codecrt, cases, layout, n_q, ops, record_property):
     codes = ref.random_codes(case.config, 23, n_q, np.random.default_rng(n_q), batch=2)
     with ref.torch_threads(1):
         want = ref.reference_decode(case.model, codes)
-    env = {"CODECRT_PORTABLE_OPS": "1"} if ops == "portable" else {}
-    with runtime_env(**env):
-        got = decode(codecrt, case.gguf, codes)
+    with runtime_env(**ops_env(ops)):
+        got = decode(codecrt, case.gguf, levels(codes))
     assert got.shape == want.shape == (2, 23 * ref.FRAME_SAMPLES)
     err = rel_l2(got, want)
     record_property("rel_l2", err)
@@ -122,7 +83,7 @@ def test_parity_transformers_reference(codecrt, cases, record_property):
         hf = ref.load_released(case.folder, case.config, impl="transformers")
         codes = ref.random_codes(case.config, 19, 8, np.random.default_rng(3), batch=1)
         want = ref.reference_decode(hf, codes)
-    got = decode(codecrt, case.gguf, codes)
+    got = decode(codecrt, case.gguf, levels(codes))
     err = rel_l2(got, want)
     record_property("rel_l2", err)
     assert err <= F32_TOL
@@ -161,7 +122,7 @@ def test_parity_released(codecrt, cases, record_property):
         codes = ref.random_codes(case.config, n_frames, n_q, np.random.default_rng(n_frames), batch=1)
         with ref.torch_threads(1):
             want = ref.reference_decode(case.model, codes)
-        got = decode(codecrt, case.gguf, codes)
+        got = decode(codecrt, case.gguf, levels(codes))
         err = rel_l2(got, want)
         record_property(f"rel_l2_{n_frames}x{n_q}", err)
         print(f"\nMimi released: {n_frames} frames, {n_q} codebooks: relative L2 {err:.2e}")
@@ -178,12 +139,8 @@ def test_stream_equals_offline(codecrt, cases, chunk, ops):
     times), pushed frame by frame: the streamed audio equals the offline decode (f32 noise)."""
     case = cases("tiny")
     codes = ref.random_codes(case.config, 29, 8, np.random.default_rng(10 + chunk), batch=1)
-    env = {"CODECRT_PORTABLE_OPS": "1"} if ops == "portable" else {}
-    with runtime_env(**env), codecrt.Model(str(case.gguf)) as m:
-        with codecrt.Context(m, device="cpu") as ctx:
-            want = ctx.decode(levels(codes))[0]
-        with codecrt.Context(m, device="cpu", stream_chunk_frames=chunk) as ctx:
-            got = stream_decode(ctx, codes[0], [1] * 29)
+    with runtime_env(**ops_env(ops)):
+        want, got = offline_and_stream(codecrt, case.gguf, codes[0], [1] * 29, stream_chunk_frames=chunk)
     assert got.shape == want.shape
     assert float(np.abs(got - want).max()) <= 1e-5
 
@@ -207,9 +164,7 @@ def test_batched_streams_at_different_positions(codecrt, cases):
     rng = np.random.default_rng(12)
     specs = [(1, 17, 0), (8, 25, 0), (32, 9, 3), (3, 30, 5), (16, 12, 8), (8, 21, 2)]  # (K, frames, start tick)
     codes = [ref.random_codes(case.config, T, K, rng, batch=1)[0] for K, T, _ in specs]
-    with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
-        wants = [ctx.decode([c[k:k + 1] for k in range(c.shape[0])])[0] for c in codes]
-        gots = staggered_streams(ctx, codes, [start for _, _, start in specs])
+    gots, wants = staggered_and_offline(codecrt, case.gguf, codes, [start for _, _, start in specs])
     for i, (got, want) in enumerate(zip(gots, wants)):
         assert got.shape == want.shape, i
         assert float(np.abs(got - want).max()) <= 1e-5, i

@@ -9,16 +9,15 @@ the CPU's fused attention kernel takes).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import bf16_or_skip, codecrt_or_skip
+from codeckit import case_cache, decode, ops_env, rel_l2, runtime_env
+from conftest import bf16_or_skip
 
 F32_TOL = 1e-4
 
@@ -38,30 +37,6 @@ CASES = {
 }
 
 
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
-
-
-@contextlib.contextmanager
-def runtime_env(**values: str):
-    """Set runtime variables (read when a context is created) inside the block."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@pytest.fixture(scope="module")
-def codecrt():
-    return codecrt_or_skip()
-
-
 def _need(package: str) -> None:
     import importlib.util
 
@@ -72,7 +47,7 @@ def _need(package: str) -> None:
 class Case:
     """A seeded reference decoder saved in its release's layout and converted (f32)."""
 
-    def __init__(self, key: str, root: Path, seed: int = 5, stale_weight_norm: bool = False):
+    def __init__(self, root: Path, key: str, seed: int = 5, stale_weight_norm: bool = False):
         from codecd.convert import convert
 
         self.arch, self.config = CASES[key]
@@ -93,20 +68,7 @@ class Case:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    root = tmp_path_factory.mktemp("neucodec")
-    cache: dict[str, Case] = {}
-
-    def get(key: str) -> Case:
-        if key not in cache:
-            cache[key] = Case(key, root)
-        return cache[key]
-
-    return get
-
-
-def decode(codecrt, gguf, codes, **ctx_args):
-    with codecrt.Model(str(gguf)) as m, codecrt.Context(m, device="cpu", **ctx_args) as ctx:
-        return ctx.decode([codes])
+    return case_cache(tmp_path_factory, "neucodec", Case)
 
 
 @pytest.mark.parametrize("ops", ["cpu", "portable"])
@@ -117,9 +79,8 @@ def test_parity_small(codecrt, cases, key, ops, record_property):
     case = cases(key)
     codes = case.ref.random_codes(case.config, 37, np.random.default_rng(1), batch=2)
     want = case.ref.reference_decode(case.model, codes)
-    env = {"CODECRT_PORTABLE_OPS": "1"} if ops == "portable" else {}
-    with runtime_env(**env):
-        got = decode(codecrt, case.gguf, codes)
+    with runtime_env(**ops_env(ops)):
+        got = decode(codecrt, case.gguf, [codes])
     assert got.shape == want.shape == (2, 37 * case.config["hop_length"])
     err = rel_l2(got, want)
     record_property("rel_l2", err)
@@ -135,7 +96,7 @@ def test_parity_full(codecrt, cases, key, record_property):
     case = cases(key)
     codes = case.ref.random_codes(case.config, 101, np.random.default_rng(2))
     want = case.ref.reference_decode(case.model, codes)
-    got = decode(codecrt, case.gguf, codes)
+    got = decode(codecrt, case.gguf, [codes])
     err = rel_l2(got, want)
     record_property("rel_l2", err)
     print(f"\n{key}: 101 frames, relative L2 {err:.2e}")
@@ -148,7 +109,7 @@ def test_short_utterances(codecrt, cases, n_frames):
     case = cases("neucodec-tiny64")
     codes = nc.random_codes(case.config, n_frames, np.random.default_rng(n_frames))
     want = nc.reference_decode(case.model, codes)
-    got = decode(codecrt, case.gguf, codes)
+    got = decode(codecrt, case.gguf, [codes])
     assert got.shape == want.shape == (n_frames * 480,)
     assert rel_l2(got, want) <= F32_TOL
 
@@ -158,7 +119,7 @@ def test_fsq_extremes(codecrt, cases):
     case = cases("xcodec2-tiny")
     codes = np.array([0, 65535, 65535, 0, 1, 4**7, 65534], np.int32)
     want = xc.reference_decode(case.model, codes)
-    assert rel_l2(decode(codecrt, case.gguf, codes), want) <= F32_TOL
+    assert rel_l2(decode(codecrt, case.gguf, [codes]), want) <= F32_TOL
     with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
         with pytest.raises(codecrt.CodeRangeError, match="outside"):
             ctx.decode([np.array([65536], np.int32)])
@@ -170,8 +131,7 @@ def test_frame_buckets_mask_padding(codecrt, cases, ops):
     (the fused CPU kernel has no mask: those graphs take the products) and the overlap-add."""
     case = cases("neucodec-tiny64")
     rng = np.random.default_rng(3)
-    env = {"CODECRT_PORTABLE_OPS": "1"} if ops == "portable" else {}
-    with runtime_env(**env), codecrt.Model(str(case.gguf)) as m, \
+    with runtime_env(**ops_env(ops)), codecrt.Model(str(case.gguf)) as m, \
             codecrt.Context(m, device="cpu") as exact, \
             codecrt.Context(m, device="cpu", frame_bucket=16, batch_bucket=True) as bucketed:
         for shape in ((3, 37), (1, 5)):
@@ -220,7 +180,7 @@ def test_stale_weight_norm_is_ignored(codecrt, tmp_path, caplog, record_property
     assert any("weight_g/weight_v that disagree" in r.getMessage() for r in caplog.records)
     codes = nc.random_codes(cfg, 23, np.random.default_rng(4))
     want = nc.reference_decode(model, codes)
-    err = rel_l2(decode(codecrt, gguf, codes), want)
+    err = rel_l2(decode(codecrt, gguf, [codes]), want)
     record_property("rel_l2", err)
     assert err <= F32_TOL
 
@@ -249,7 +209,7 @@ def test_weight_norm_only_is_folded(codecrt, tmp_path):
     codes = nc.random_codes(cfg, 19, np.random.default_rng(5))
     with torch.inference_mode():
         want = nc.reference_decode(model, codes)
-    assert rel_l2(decode(codecrt, gguf, codes), want) <= F32_TOL
+    assert rel_l2(decode(codecrt, gguf, [codes]), want) <= F32_TOL
 
 
 # ------------------------------------------------------------------ converter

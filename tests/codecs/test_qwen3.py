@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import codecrt_or_skip
-from streamkit import levels, random_pushes, staggered_streams, stream_decode
+from codeckit import case_cache, decode, rel_l2
+from streamkit import levels, offline_and_stream, random_pushes, staggered_and_offline, stream_decode
 
 F32_TOL = 1e-4
 
@@ -29,19 +29,10 @@ if importlib.util.find_spec("qwen_tts") is None:  # its __init__ imports the TTS
 ref = pytest.importorskip("references.qwen3_tokenizer")
 
 
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
-
-
-@pytest.fixture(scope="module")
-def codecrt():
-    return codecrt_or_skip()
-
-
 class Case:
     """A seeded reference decoder saved in the released layout and converted (f32)."""
 
-    def __init__(self, name: str, root: Path, seed: int = 7):
+    def __init__(self, root: Path, name: str, seed: int = 7):
         import torch
 
         from codecd.convert import convert
@@ -55,20 +46,7 @@ class Case:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    root = tmp_path_factory.mktemp("qwen3")
-    cache: dict[str, Case] = {}
-
-    def get(name: str) -> Case:
-        if name not in cache:
-            cache[name] = Case(name, root)
-        return cache[name]
-
-    return get
-
-
-def decode(codecrt, gguf, codes: np.ndarray, **ctx_args) -> np.ndarray:
-    with codecrt.Model(str(gguf)) as m, codecrt.Context(m, device="cpu", **ctx_args) as ctx:
-        return ctx.decode(levels(codes))
+    return case_cache(tmp_path_factory, "qwen3", Case)
 
 
 def reference_first_k(model, codes: np.ndarray) -> np.ndarray:
@@ -99,7 +77,7 @@ def test_parity_tiny(codecrt, cases, ops, monkeypatch, record_property):
     want = ref.reference_decode(case.model, codes)
     if ops == "portable":
         monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
-    got = decode(codecrt, case.gguf, codes)
+    got = decode(codecrt, case.gguf, levels(codes))
     assert got.shape == want.shape == (2, 30 * ref.FRAME_SAMPLES)
     err = rel_l2(got, want)
     record_property("rel_l2", err)
@@ -112,7 +90,7 @@ def test_parity_tiny_long(codecrt, cases, record_property):
     case = cases("tiny")
     codes = ref.random_codes(case.config, 375, 16, np.random.default_rng(2), batch=1)
     want = ref.reference_decode(case.model, codes)
-    got = decode(codecrt, case.gguf, codes)
+    got = decode(codecrt, case.gguf, levels(codes))
     err = rel_l2(got, want)
     record_property("rel_l2", err)
     assert err <= F32_TOL
@@ -125,7 +103,7 @@ def test_parity_fewer_codebooks(codecrt, cases, n_q, record_property):
     case = cases("tiny")
     codes = ref.random_codes(case.config, 20, n_q, np.random.default_rng(n_q), batch=1)
     want = reference_first_k(case.model, codes)
-    got = decode(codecrt, case.gguf, codes)
+    got = decode(codecrt, case.gguf, levels(codes))
     err = rel_l2(got, want)
     record_property("rel_l2", err)
     assert err <= F32_TOL
@@ -179,7 +157,7 @@ def test_parity_released(codecrt, cases, record_property):
     for n_frames in (25, 100):
         codes = ref.random_codes(case.config, n_frames, 16, np.random.default_rng(n_frames), batch=1)
         want = ref.reference_decode(case.model, codes)
-        got = decode(codecrt, case.gguf, codes)
+        got = decode(codecrt, case.gguf, levels(codes))
         err = rel_l2(got, want)
         record_property(f"rel_l2_{n_frames}", err)
         print(f"\nQwen3 12 Hz released: {n_frames} frames: relative L2 {err:.2e}")
@@ -198,11 +176,7 @@ def test_stream_equals_offline(codecrt, cases, chunk, ops, monkeypatch):
     codes = ref.random_codes(case.config, 29, 16, np.random.default_rng(10 + chunk), batch=1)
     if ops == "portable":
         monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
-    with codecrt.Model(str(case.gguf)) as m:
-        with codecrt.Context(m, device="cpu") as ctx:
-            want = ctx.decode(levels(codes))[0]
-        with codecrt.Context(m, device="cpu", stream_chunk_frames=chunk) as ctx:
-            got = stream_decode(ctx, codes[0], [1] * 29)
+    want, got = offline_and_stream(codecrt, case.gguf, codes[0], [1] * 29, stream_chunk_frames=chunk)
     assert got.shape == want.shape
     assert float(np.abs(got - want).max()) <= 1e-5
 
@@ -237,9 +211,7 @@ def test_batched_streams_at_different_positions(codecrt, cases):
     rng = np.random.default_rng(12)
     specs = [(16, 17, 0), (8, 25, 0), (16, 9, 3), (3, 30, 5), (1, 12, 8), (16, 21, 2)]  # (K, frames, start)
     codes = [ref.random_codes(case.config, T, K, rng, batch=1)[0] for K, T, _ in specs]
-    with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
-        wants = [ctx.decode([c[k:k + 1] for k in range(c.shape[0])])[0] for c in codes]
-        gots = staggered_streams(ctx, codes, [start for _, _, start in specs])
+    gots, wants = staggered_and_offline(codecrt, case.gguf, codes, [start for _, _, start in specs])
     for i, (got, want) in enumerate(zip(gots, wants)):
         assert got.shape == want.shape, i
         assert float(np.abs(got - want).max()) <= 1e-5, i

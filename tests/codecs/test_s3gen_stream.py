@@ -71,13 +71,24 @@ def test_exact_length(s3, n):
     assert pcm.shape == (n * HOP,)
 
 
-@pytest.mark.slow
-def test_push_pattern_does_not_matter(s3):
+@pytest.fixture(scope="module")
+def whole31(s3):
+    """31 tokens (seed 1) pushed whole and streamed in chunks of 5 then 9 with seed 1, and the
+    graph computes that took: the push-pattern test's reference and step_flows' first stream
+    alone (the same decode)."""
     _, ctx, voice = s3
-    t = _tokens(2, 31)
-    whole, _ = _stream(ctx, voice, t, seed=2, first_chunk=5, chunk=9)
-    ones, _ = _stream(ctx, voice, t, pieces=[1] * 31, seed=2, first_chunk=5, chunk=9)
-    mixed, _ = _stream(ctx, voice, t, pieces=[3, 11, 2, 15], seed=2, first_chunk=5, chunk=9)
+    c0 = ctx.stats.computes
+    pcm, _ = _stream(ctx, voice, _tokens(1, 31), seed=1, first_chunk=5, chunk=9)
+    return pcm, ctx.stats.computes - c0
+
+
+@pytest.mark.slow
+def test_push_pattern_does_not_matter(s3, whole31):
+    _, ctx, voice = s3
+    t = _tokens(1, 31)
+    whole, _ = whole31
+    ones, _ = _stream(ctx, voice, t, pieces=[1] * 31, seed=1, first_chunk=5, chunk=9)
+    mixed, _ = _stream(ctx, voice, t, pieces=[3, 11, 2, 15], seed=1, first_chunk=5, chunk=9)
     assert np.array_equal(whole, ones) and np.array_equal(whole, mixed)
 
 
@@ -119,12 +130,19 @@ def _chunked(ctx, voice, t, seed):
     return _stream(ctx, voice, t, seed=seed, first_chunk=10, chunk=20)
 
 
-@pytest.mark.slow
-def test_error_against_offline_and_seamless_boundaries(s3):
-    """The stream stays within STREAM_TOL of offline and no splice is a discontinuity of the error."""
+@pytest.fixture(scope="module")
+def offline60(s3):
+    """60 tokens and their offline decode (seed 3): what the splice tests compare their streams with."""
     _, ctx, voice = s3
     t = _tokens(5, 60)
-    offline = ctx.decode([t], voice=voice, seed=3)
+    return t, ctx.decode([t], voice=voice, seed=3)
+
+
+@pytest.mark.slow
+def test_error_against_offline_and_seamless_boundaries(s3, offline60):
+    """The stream stays within STREAM_TOL of offline and no splice is a discontinuity of the error."""
+    _, ctx, voice = s3
+    t, offline = offline60
     pcm, marks = _chunked(ctx, voice, t, 3)
     assert len(marks) >= 3
     err = s3ref.rel_l2(pcm, offline)
@@ -136,14 +154,13 @@ def test_error_against_offline_and_seamless_boundaries(s3):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("weights", [np.ones, np.zeros], ids=["hard_cut", "no_fade_in"])
-def test_click_detector_sees_a_bad_splice(s3, monkeypatch, weights):
+def test_click_detector_sees_a_bad_splice(s3, offline60, monkeypatch, weights):
     """The detector above flags a splice without the crossfade (so its pass means something)."""
     import codecrt._flowstream as fsm
 
     _, ctx, voice = s3
+    t, offline = offline60  # ctx.decode has no crossfade: the patch below changes the stream only
     monkeypatch.setattr(fsm, "_crossfade", lambda n: weights(n, dtype=np.float32))
-    t = _tokens(5, 60)
-    offline = ctx.decode([t], voice=voice, seed=3)
     pcm, marks = _chunked(ctx, voice, t, 3)
     assert max(_splice_ratios(pcm, offline, marks)) > SPLICE_RATIO
 
@@ -161,16 +178,17 @@ def _step_all(ctx, streams) -> tuple[list[np.ndarray], int]:
 
 
 @pytest.mark.slow
-def test_step_flows_batches_and_equals_each_stream_alone(s3):
+def test_step_flows_batches_and_equals_each_stream_alone(s3, whole31):
     """step_flows: chunks of one shape share a batch (fewer graph computes), and each stream's
     audio equals its own step() run; other voices and prompt lengths mix in."""
     model, ctx, voice = s3
     other = codecrt.Voice(model, **s3ref.random_voice(9, 8))   # same prompt length: same batch
     short = codecrt.Voice(model, **s3ref.random_voice(10, 5))  # other prompt length: its own
     specs = [(voice, 1, 31), (other, 2, 31), (voice, 3, 31), (short, 4, 25)]
+    want, alone = [whole31[0]], whole31[1]  # the first spec's stream alone
     c0 = ctx.stats.computes
-    want = [_stream(ctx, v, _tokens(s, n), seed=s, first_chunk=5, chunk=9)[0] for v, s, n in specs]
-    alone = ctx.stats.computes - c0
+    want += [_stream(ctx, v, _tokens(s, n), seed=s, first_chunk=5, chunk=9)[0] for v, s, n in specs[1:]]
+    alone += ctx.stats.computes - c0
     streams = [codecrt.FlowStream(ctx, v, seed=s, first_chunk=5, chunk=9) for v, s, _ in specs]
     for fs, (_, s, n) in zip(streams, specs):
         fs.push(_tokens(s, n))

@@ -7,14 +7,13 @@ tokens/s) once each (slow); the tiny config (same code paths) for the rest.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import bf16_or_skip, codecrt_or_skip
+from codeckit import case_cache, decode, ops_env, rel_l2, runtime_env
+from conftest import bf16_or_skip
 
 F32_TOL = 1e-4
 
@@ -22,34 +21,10 @@ pytest.importorskip("torch")
 ref = pytest.importorskip("references.wavtokenizer")
 
 
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
-
-
-@contextlib.contextmanager
-def runtime_env(**values: str):
-    """Set runtime variables (read when a context is created) inside the block."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@pytest.fixture(scope="module")
-def codecrt():
-    return codecrt_or_skip()
-
-
 class Case:
     """A seeded reference decoder saved in a released layout and converted (f32)."""
 
-    def __init__(self, name: str, layout: str, root: Path, seed: int = 5):
+    def __init__(self, root: Path, name: str, layout: str = "outetts", seed: int = 5):
         import importlib.util
 
         from codecd.convert import convert
@@ -66,20 +41,7 @@ class Case:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    root = tmp_path_factory.mktemp("wavtokenizer")
-    cache: dict[tuple[str, str], Case] = {}
-
-    def get(name: str, layout: str = "outetts") -> Case:
-        if (name, layout) not in cache:
-            cache[(name, layout)] = Case(name, layout, root)
-        return cache[(name, layout)]
-
-    return get
-
-
-def decode(codecrt, gguf, codes, **ctx_args):
-    with codecrt.Model(str(gguf)) as m, codecrt.Context(m, device="cpu", **ctx_args) as ctx:
-        return ctx.decode([codes])
+    return case_cache(tmp_path_factory, "wavtokenizer", Case)
 
 
 @pytest.mark.parametrize("ops", ["cpu", "portable"])
@@ -90,9 +52,8 @@ def test_parity_tiny(codecrt, cases, layout, ops, record_property):
     case = cases("tiny", layout)
     codes = ref.random_codes(case.config, 37, np.random.default_rng(1), batch=2)
     want = ref.reference_decode(case.model, codes)
-    env = {"CODECRT_PORTABLE_OPS": "1"} if ops == "portable" else {}
-    with runtime_env(**env):
-        got = decode(codecrt, case.gguf, codes)
+    with runtime_env(**ops_env(ops)):
+        got = decode(codecrt, case.gguf, [codes])
     assert got.shape == want.shape == (2, 37 * ref.hop_length(case.config))
     err = rel_l2(got, want)
     record_property("rel_l2", err)
@@ -109,7 +70,7 @@ def test_parity_full(codecrt, cases, name, layout, record_property):
     n = 2 * case.config["sample_rate"] // ref.hop_length(case.config) + 1
     codes = ref.random_codes(case.config, n, np.random.default_rng(2))
     want = ref.reference_decode(case.model, codes)
-    got = decode(codecrt, case.gguf, codes)
+    got = decode(codecrt, case.gguf, [codes])
     err = rel_l2(got, want)
     record_property("rel_l2", err)
     print(f"\nWavTokenizer {name} ({layout}): {n} frames, relative L2 {err:.2e}")
@@ -124,7 +85,7 @@ def test_short_utterances(codecrt, cases, n_frames):
     case = cases("tiny")
     codes = ref.random_codes(case.config, n_frames, np.random.default_rng(n_frames))
     want = ref.reference_decode(case.model, codes)
-    got = decode(codecrt, case.gguf, codes)
+    got = decode(codecrt, case.gguf, [codes])
     assert got.shape == want.shape == (n_frames * ref.hop_length(case.config),)
     assert rel_l2(got, want) <= F32_TOL
 
@@ -136,8 +97,7 @@ def test_frame_buckets_mask_padding(codecrt, cases, ops):
     exact-shape decode up to float rounding."""
     case = cases("tiny")
     rng = np.random.default_rng(3)
-    env = {"CODECRT_PORTABLE_OPS": "1"} if ops == "portable" else {}
-    with runtime_env(**env), codecrt.Model(str(case.gguf)) as m, \
+    with runtime_env(**ops_env(ops)), codecrt.Model(str(case.gguf)) as m, \
             codecrt.Context(m, device="cpu") as exact, \
             codecrt.Context(m, device="cpu", frame_bucket=16, batch_bucket=True) as bucketed:
         for shape in ((3, 37), (1, 5)):
@@ -157,7 +117,7 @@ def test_f16_weights(codecrt, cases, tmp_path):
     want = ref.reference_decode(case.model, codes)
     with codecrt.Model(str(path)) as m:
         assert m.info.weight_type == "f16"
-    err = rel_l2(decode(codecrt, path, codes), want)
+    err = rel_l2(decode(codecrt, path, [codes]), want)
     assert err <= 1e-2
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -77,6 +78,20 @@ def config(small: Path, **kw: Any) -> EngineConfig:
                                 max_batch=8, start_timeout_s=30.0, debug_commands=True)
     base.update(kw)
     return EngineConfig(**base)
+
+
+@contextlib.asynccontextmanager
+async def started_pool(small: Path, devices: tuple[str, ...] = ("cpu",),
+                       **kw: Any) -> AsyncIterator[tuple[EnginePool, Collector]]:
+    """An EnginePool of the small model (``config(small, **kw)``) on ``devices``, started, and
+    the Collector of its events; closed on the way out."""
+    col = Collector()
+    pool = EnginePool(config(small, **kw), list(devices), on_event=col)
+    await pool.start()
+    try:
+        yield pool, col
+    finally:
+        await pool.close()
 
 
 class Collector:
@@ -152,10 +167,7 @@ def test_low_latency_stream(small: Path, offline: Callable[..., np.ndarray]) -> 
     codes = small_codes(96, rng)
 
     async def main() -> None:
-        col = Collector()
-        pool = EnginePool(config(small), ["cpu"], on_event=col)
-        await pool.start()
-        try:
+        async with started_pool(small) as (pool, col):
             pool.open("low", "small", latency="low")
             pool.open("exact", "small")
             for piece in split(codes, [8, 16, 40, 64]):
@@ -175,8 +187,6 @@ def test_low_latency_stream(small: Path, offline: Callable[..., np.ndarray]) -> 
             lat_low = col.events["low"][0].latency_samples
             lat_exact = col.events["exact"][0].latency_samples
             assert lat_low <= lat_exact
-        finally:
-            await pool.close()
 
     asyncio.run(main())
 
@@ -189,10 +199,7 @@ def test_streams_equal_offline_decode(small: Path, offline: Callable[..., np.nda
              "one": (small_codes(16, rng), False, 0, [])}
 
     async def main() -> None:
-        col = Collector()
-        pool = EnginePool(config(small), ["cpu"], on_event=col)
-        await pool.start()
-        try:
+        async with started_pool(small) as (pool, col):
             for key, (_, noise, seed, _) in cases.items():
                 pool.open(key, "small", noise=noise, seed=seed)
             for key, (codes, _, _, cuts) in cases.items():
@@ -209,8 +216,6 @@ def test_streams_equal_offline_decode(small: Path, offline: Callable[..., np.nda
                 opened = col.events[key][0]
                 assert isinstance(opened, Opened) and opened.sample_rate == 24000
                 assert opened.latency_samples > 0 and opened.chunk_frames == 4
-        finally:
-            await pool.close()
 
     run(main)
 
@@ -221,10 +226,7 @@ def test_warmup_reserves_graphs(small: Path, offline: Callable[..., np.ndarray])
     codes = [small_codes(96, rng) for _ in range(3)]  # past the latency: steady ticks too
 
     async def main() -> None:
-        col = Collector()
-        pool = EnginePool(config(small), ["cpu"], on_event=col)
-        await pool.start()
-        try:
+        async with started_pool(small) as (pool, col):
             ms = model_stats(await pool.fetch_stats())
             warm, cr = ms["warm"], ms["codecrt"]
             assert warm["buckets"] == [8, 1]
@@ -252,8 +254,6 @@ def test_warmup_reserves_graphs(small: Path, offline: Callable[..., np.ndarray])
             cr2 = model_stats(await pool.fetch_stats())["codecrt"]
             assert cr2["reservations"] == warm["reservations"]
             assert cr2["compute_buffer_bytes"] == cr["compute_buffer_bytes"]
-        finally:
-            await pool.close()
 
     run(main)
 
@@ -264,10 +264,7 @@ def test_concurrent_streams_are_batched(small: Path, offline: Callable[..., np.n
     codes = {k: small_codes(64, rng) for k in range(5)}
 
     async def main() -> None:
-        col = Collector()
-        pool = EnginePool(config(small), ["cpu"], on_event=col)
-        await pool.start()
-        try:
+        async with started_pool(small) as (pool, col):
             for k in codes:
                 pool.open(k, "small")
             for k, c in codes.items():
@@ -280,8 +277,6 @@ def test_concurrent_streams_are_batched(small: Path, offline: Callable[..., np.n
             assert ms["max_batch_seen"] >= 2, ms["recent_batches"]
             assert max(ms["recent_batches"]) >= 2
             assert ms["tick_ms_mean"] is not None and ms["streams_open"] == 0
-        finally:
-            await pool.close()
 
     run(main)
 
@@ -292,10 +287,7 @@ def test_cancel_frees_slot(small: Path) -> None:
     codes = small_codes(64, rng)
 
     async def main() -> None:
-        col = Collector()
-        pool = EnginePool(config(small), ["cpu"], on_event=col)
-        await pool.start()
-        try:
+        async with started_pool(small) as (pool, col):
             pool.open("c", "small")
             pool.push("c", head(codes, 48))  # past the latency: some audio comes out
             await col.until(lambda: any(isinstance(e, Audio) for e in col.events["c"]))
@@ -312,8 +304,6 @@ def test_cancel_frees_slot(small: Path) -> None:
             pool.push("c", codes)
             pool.finish("c")
             assert isinstance(await col.end("c"), Done)
-        finally:
-            await pool.close()
 
     run(main)
 
@@ -324,10 +314,7 @@ def test_bad_codes_fail_only_their_stream(small: Path, offline: Callable[..., np
     good = small_codes(48, rng)
 
     async def main() -> None:
-        col = Collector()
-        pool = EnginePool(config(small), ["cpu"], on_event=col)
-        await pool.start()
-        try:
+        async with started_pool(small) as (pool, col):
             for k in ("good", "range", "shape"):
                 pool.open(k, "small")
             pool.push("good", head(good, 16))
@@ -348,8 +335,6 @@ def test_bad_codes_fail_only_their_stream(small: Path, offline: Callable[..., np
             assert_pcm_close(col.pcm("good"), offline(good))
             ms = model_stats(await pool.fetch_stats())
             assert ms["codecrt"]["streams_active"] == 0 and ms["streams_failed"] == 2
-        finally:
-            await pool.close()
 
     run(main)
 
@@ -357,11 +342,7 @@ def test_bad_codes_fail_only_their_stream(small: Path, offline: Callable[..., np
 def test_refusals_are_immediate(small: Path) -> None:
     """Unknown model, duplicate key, full slots and a big backlog raise at once, with codes."""
     async def main() -> None:
-        col = Collector()
-        pool = EnginePool(config(small, max_streams=2, max_batch=2, max_backlog_frames=8),
-                          ["cpu"], on_event=col)
-        await pool.start()
-        try:
+        async with started_pool(small, max_streams=2, max_batch=2, max_backlog_frames=8) as (pool, col):
             with pytest.raises(UnknownModelError):
                 pool.open("x", "nope")
             pool.open("a", "small")
@@ -379,8 +360,6 @@ def test_refusals_are_immediate(small: Path) -> None:
             pool.finish("a")
             assert isinstance(await col.end("a"), Done)
             assert col.pcm("a").size == 64 * 4
-        finally:
-            await pool.close()
 
     run(main)
 
@@ -391,10 +370,7 @@ def test_sigkill_mid_stream_restarts_worker(small: Path, offline: Callable[..., 
     codes = small_codes(64, rng)
 
     async def main() -> None:
-        col = Collector()
-        pool = EnginePool(config(small), ["cpu"], on_event=col)
-        await pool.start()
-        try:
+        async with started_pool(small) as (pool, col):
             engine = pool.engines[0]
             old_pid = engine.pid
             for k in ("k1", "k2"):
@@ -419,8 +395,6 @@ def test_sigkill_mid_stream_restarts_worker(small: Path, offline: Callable[..., 
             assert isinstance(await col.end("new"), Done)
             assert_pcm_close(col.pcm("new"), offline(codes))
             assert await pool.probe(2.0)
-        finally:
-            await pool.close()
 
     run(main)
 
@@ -428,18 +402,13 @@ def test_sigkill_mid_stream_restarts_worker(small: Path, offline: Callable[..., 
 def test_abort_in_worker_restarts(small: Path) -> None:
     """A worker that aborts (SIGABRT, as a ggml assert does) is restarted the same way."""
     async def main() -> None:
-        col = Collector()
-        pool = EnginePool(config(small), ["cpu"], on_event=col)
-        await pool.start()
-        try:
+        async with started_pool(small) as (pool, col):
             pool.open("s", "small")
             pool.engines[0]._crash("abort")
             ev = await col.end("s", 5.0)
             assert isinstance(ev, StreamError) and ev.code == ENGINE_RESTARTED
             await col.until(lambda: pool.engines[0].serving, 5.0)
             assert pool.engines[0].stats()["last_exit"] == "signal SIGABRT"
-        finally:
-            await pool.close()
 
     run(main)
 
@@ -447,10 +416,7 @@ def test_abort_in_worker_restarts(small: Path) -> None:
 def test_probe_healthy_and_wedged(small: Path) -> None:
     """probe() answers while healthy; a wedged loop fails the probe, is killed and restarted."""
     async def main() -> None:
-        col = Collector()
-        pool = EnginePool(config(small), ["cpu"], on_event=col)
-        await pool.start()
-        try:
+        async with started_pool(small) as (pool, col):
             assert await pool.probe(2.0)
             assert pool.engines[0].last_probe_ms is not None
             pool.open("s", "small")
@@ -460,8 +426,6 @@ def test_probe_healthy_and_wedged(small: Path) -> None:
             assert isinstance(ev, StreamError) and ev.code == ENGINE_RESTARTED
             await col.until(lambda: pool.engines[0].serving, 5.0)
             assert await pool.probe(2.0)
-        finally:
-            await pool.close()
 
     run(main)
 
@@ -472,10 +436,7 @@ def test_pool_spreads_and_isolates_workers(small: Path, offline: Callable[..., n
     codes = {k: small_codes(64, rng) for k in range(4)}
 
     async def main() -> None:
-        col = Collector()
-        pool = EnginePool(config(small), ["cpu", "cpu"], on_event=col)
-        await pool.start()
-        try:
+        async with started_pool(small, devices=("cpu", "cpu")) as (pool, col):
             assert {e.pid for e in pool.engines} and len({e.pid for e in pool.engines}) == 2
             placed = {k: pool.open(k, "small") for k in codes}
             assert sorted(placed.values()) == [0, 0, 1, 1]
@@ -498,8 +459,6 @@ def test_pool_spreads_and_isolates_workers(small: Path, offline: Callable[..., n
             assert pool.engines[1].restarts == 0
             await col.until(lambda: pool.engines[0].serving, 5.0)
             assert await pool.probe(2.0)
-        finally:
-            await pool.close()
 
     run(main)
 

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import codecrt_or_skip, load_layouts
-from smallmodel import small_codes, write_small_snac
+from conftest import load_layouts
+from smallmodel import small_codes
 
 pytest.importorskip("gguf")
 pytest.importorskip("websockets")
@@ -27,29 +27,6 @@ from codecd.protocol import encode_token_frame, parse_audio  # noqa: E402
 from serverkit import SR, Client, assert_same_audio, expected, running, send_stream, start_msg  # noqa: E402
 
 LAYOUTS = load_layouts()
-
-
-@pytest.fixture(scope="module")
-def codecrt() -> Any:
-    return codecrt_or_skip()
-
-
-@pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory, codecrt: Any) -> Path:
-    return write_small_snac(tmp_path_factory.mktemp("hostile") / "small.gguf", seed=5)
-
-
-@pytest.fixture(scope="module")
-def offline(codecrt: Any, small: Path) -> Any:
-    model = codecrt.Model(small)
-    ctx = codecrt.Context(model, device="cpu", n_threads=1, max_frames=1 << 14)
-
-    def decode(levels: list[np.ndarray]) -> np.ndarray:
-        return ctx.decode(levels).copy()
-
-    yield decode
-    ctx.close()
-    model.close()
 
 
 # -------------------------------------------------------------- output budget
@@ -166,7 +143,6 @@ def test_budget_back_pressure_keeps_streams_and_slots(small: Path, offline: Any)
                 await asyncio.sleep(0.02)
             assert srv.active_streams == 0
     asyncio.run(main())
-
 
 
 # -------------------------------------------------------------- HTTP and handshake

@@ -25,7 +25,9 @@ def model24(codecrt, snac_cases):
 
 @pytest.fixture(scope="module")
 def tiny(codecrt, snac_cases):
-    """The 24 kHz layout with 64 decoder channels: the loops below run thousands of decodes."""
+    """The 24 kHz layout with 64 decoder channels: the loops below run thousands of decodes
+    (through one-thread contexts: on graphs this small a second thread only adds a wake-up per
+    node)."""
     case = snac_cases("tiny")
     with codecrt.Model(case.gguf) as m:
         yield m
@@ -52,9 +54,9 @@ def test_interleaved_decodes_equal_fresh_contexts(codecrt, tiny):
     cases = [reference.random_codes(tiny.info, f, b, rng) for f, b in shapes]
     expected = []
     for levels in cases:
-        with codecrt.Context(tiny, device="cpu", max_batch=4) as fresh:
+        with codecrt.Context(tiny, device="cpu", max_batch=4, n_threads=1) as fresh:
             expected.append(fresh.decode(levels))
-    with codecrt.Context(tiny, device="cpu", max_batch=4) as ctx:
+    with codecrt.Context(tiny, device="cpu", max_batch=4, n_threads=1) as ctx:
         for i in range(500):
             k = ((i // 2) * 5) % len(cases)  # each shape twice in a row, then another
             got = ctx.decode(cases[k])
@@ -118,7 +120,7 @@ def test_resident_memory_flat(codecrt, tiny):
     """Resident memory stays flat over 2,000 decodes through one context (bound: 8 MiB after warm-up)."""
     rng = np.random.default_rng(6)
     cases = [reference.random_codes(tiny.info, f, b, rng) for f, b in [(4, 1), (8, 1), (4, 2)]]
-    with codecrt.Context(tiny, device="cpu") as ctx:
+    with codecrt.Context(tiny, device="cpu", n_threads=1) as ctx:
         for levels in cases * 10:
             ctx.decode(levels)
         gc.collect()

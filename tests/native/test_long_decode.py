@@ -9,39 +9,16 @@ On the CPU the pieces join bit-identically to one whole-utterance graph.
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import numpy as np
 import pytest
 
 import reference
-from conftest import codecrt_or_skip
+from codeckit import runtime_env
 
 WHOLE = str(2**31 - 1)
 
 #: the 32/44 kHz decoder (windowed attention, hop 384, four levels) scaled down
 SNAC_TINY_ATTN = dict(reference.SNAC_32KHZ, encoder_dim=8, decoder_dim=128)
-
-
-@pytest.fixture(scope="module")
-def codecrt():
-    return codecrt_or_skip()
-
-
-@contextlib.contextmanager
-def runtime_env(**values: str):
-    """Set runtime test variables for the contexts created inside the block."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def decode(codecrt, gguf, levels, *, seed=7, seeds=None, **env):

@@ -6,19 +6,10 @@ import numpy as np
 import pytest
 
 import reference
-from conftest import codecrt_or_skip
+from codeckit import rel_l2
 
 F32_TOL = 1e-4
 F16_TOL = 1e-2
-
-
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
-
-
-@pytest.fixture(scope="module")
-def codecrt():
-    return codecrt_or_skip()
 
 
 # (CODECRT_PORTABLE_OPS, CODECRT_OFFLINE_LAYOUT): the fused CPU ops in their channels-fastest
@@ -32,9 +23,9 @@ OPS = {
 }
 
 
-def decode_with(codecrt, gguf, levels, ops, monkeypatch):
+def decode_with(codecrt, gguf, levels, ops):
     """Decode `levels` on the CPU with the environment of OPS[ops]: the samples and the context's stats."""
-    with monkeypatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp:
         for var, value in zip(("CODECRT_PORTABLE_OPS", "CODECRT_OFFLINE_LAYOUT"), OPS[ops]):
             if value is None:
                 mp.delenv(var, raising=False)
@@ -44,20 +35,44 @@ def decode_with(codecrt, gguf, levels, ops, monkeypatch):
             return ctx.decode(levels), ctx.stats
 
 
+@pytest.fixture(scope="module")
+def f32_parity(codecrt, snac_cases):
+    """The f32 parity tests' inputs and decodes, each computed once per module (the four ops
+    variants of a model share its codes and reference decode, and compare with each other's
+    decodes): ``inputs(name)`` -> (info, n_frames, levels, reference samples);
+    ``decoded(name, ops)`` -> decode_with's (samples, stats)."""
+    inputs_of: dict[str, tuple] = {}
+    decodes: dict[tuple[str, str], tuple] = {}
+
+    def inputs(name: str) -> tuple:
+        if name not in inputs_of:
+            case = snac_cases(name)
+            rng = np.random.default_rng(5)
+            with codecrt.Model(case.gguf) as m:
+                info = m.info
+            n_frames = 2 * info.frame_multiple if info.frame_multiple > 4 else 24
+            levels = reference.random_codes(info, n_frames, 2, rng)
+            want = np.stack([reference.reference_decode(case.model, [lv[b] for lv in levels]) for b in range(2)])
+            inputs_of[name] = (info, n_frames, levels, want)
+        return inputs_of[name]
+
+    def decoded(name: str, ops: str) -> tuple:
+        if (name, ops) not in decodes:
+            decodes[(name, ops)] = decode_with(codecrt, snac_cases(name).gguf, inputs(name)[2], ops)
+        return decodes[(name, ops)]
+
+    return inputs, decoded
+
+
 @pytest.mark.parametrize("ops", list(OPS))
 @pytest.mark.parametrize("name", ["24khz", "32khz", "44khz"])
-def test_parity_f32(codecrt, snac_cases, name, ops, monkeypatch, record_property):
+def test_parity_f32(f32_parity, name, ops, record_property):
     """f32 weights: relative L2 error against snac at most 1e-4, batched too; with the fused CPU
     ops and with the portable graphs that GPUs run (time-fastest fusable Snake), both on the CPU,
     each in both offline graph layouts (channels fastest, time fastest)."""
-    case = snac_cases(name)
-    rng = np.random.default_rng(5)
-    with codecrt.Model(case.gguf) as m:
-        info = m.info
-    n_frames = 2 * info.frame_multiple if info.frame_multiple > 4 else 24
-    levels = reference.random_codes(info, n_frames, 2, rng)
-    want = np.stack([reference.reference_decode(case.model, [lv[b] for lv in levels]) for b in range(2)])
-    got, stats = decode_with(codecrt, case.gguf, levels, ops, monkeypatch)
+    inputs, decoded = f32_parity
+    info, n_frames, levels, want = inputs(name)
+    got, stats = decoded(name, ops)
     assert got.shape == want.shape == (2, n_frames * info.hop_length)
     err = rel_l2(got, want)
     record_property("rel_l2", err)
@@ -65,11 +80,11 @@ def test_parity_f32(codecrt, snac_cases, name, ops, monkeypatch, record_property
     assert err <= F32_TOL
     assert float(np.sqrt(np.mean(want**2))) > 1e-3  # not a degenerate comparison
     if ops != "cpu":  # the variables took effect: other graphs, other roundings
-        assert not np.array_equal(decode_with(codecrt, case.gguf, levels, "cpu", monkeypatch)[0], got)
+        assert not np.array_equal(decoded(name, "cpu")[0], got)
     if ops == "portable":
         # the portable default is the time-fastest graph: other tensors (a smaller compute buffer)
         # than the channels-fastest one, the same arithmetic per sample (equal on this CPU)
-        other, other_stats = decode_with(codecrt, case.gguf, levels, "portable-channels", monkeypatch)
+        other, other_stats = decoded(name, "portable-channels")
         assert stats.compute_buffer_bytes[0] < other_stats.compute_buffer_bytes[0]
         assert float(np.abs(other - got).max()) <= 1e-6
 

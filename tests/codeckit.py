@@ -1,0 +1,69 @@
+"""Helpers of the codec parity tests (tests/codecs/, and the runtime tests that move its test
+variables): the relative L2 error, runtime variables set for a block, a module's cache of
+converted reference models, an offline decode in a fresh CPU context."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+
+Case = TypeVar("Case")
+
+
+def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
+    """||a - b|| / ||b||, in float64."""
+    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
+
+
+@contextlib.contextmanager
+def runtime_env(**values: str) -> Iterator[None]:
+    """Set runtime variables (read when a context is created) inside the block."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def ops_env(ops: str) -> dict[str, str]:
+    """The runtime variables of an ``ops`` parametrisation: "portable" runs the graphs that GPUs
+    run (CODECRT_PORTABLE_OPS), anything else the fused CPU kernels."""
+    return {"CODECRT_PORTABLE_OPS": "1"} if ops == "portable" else {}
+
+
+def case_cache(tmp_path_factory: pytest.TempPathFactory, folder: str,
+               build: Callable[..., Case]) -> Callable[..., Case]:
+    """``get(*args)``: ``build(root, *args)`` on first use, then the same object for the same
+    arguments, defaults filled in (a module's reference models and their conversions, built
+    once, under one temporary folder ``root``)."""
+    root: Path = tmp_path_factory.mktemp(folder)
+    signature = inspect.signature(build)
+    cache: dict[tuple[Any, ...], Case] = {}
+
+    def get(*args: Any) -> Case:
+        bound = signature.bind(root, *args)
+        bound.apply_defaults()
+        key = tuple(bound.arguments.values())
+        if key not in cache:
+            cache[key] = build(*bound.args, **bound.kwargs)
+        return cache[key]
+
+    return get
+
+
+def decode(codecrt: Any, gguf: Path, code_levels: list[np.ndarray], **ctx_args: Any) -> np.ndarray:
+    """An offline decode of ``code_levels`` in a fresh CPU context of the model at ``gguf``."""
+    with codecrt.Model(str(gguf)) as m, codecrt.Context(m, device="cpu", **ctx_args) as ctx:
+        return ctx.decode(code_levels)
