@@ -64,26 +64,29 @@ async def running(small: Path, **kw: Any) -> AsyncIterator[Server]:
 
 
 @contextlib.contextmanager
-def serve_process(small: Path, log: Path, *flags: str, env: dict[str, str] | None = None
+def serve_process(small: Path, log: Path, *flags: str, env: dict[str, str] | None = None,
+                  buckets: str | None = "1", backlog: int = 64
                   ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """``codecd serve`` in a child process, on a loopback socket passed as systemd passes one
     (fd 3: the port is known before the child starts, with no race), stderr into ``log``.
-    Yields the process (the daemon itself: bash execs it) and the port. On exit a daemon still
-    running gets SIGTERM, and SIGKILL after 15 s (its workers die with it: PR_SET_PDEATHSIG)."""
+    ``buckets``: its ``--batch-buckets`` (None: the daemon's default). Yields the process (the
+    daemon itself: bash execs it) and the port. On exit a daemon still running gets SIGTERM,
+    and SIGKILL after 20 s (its workers die with it: PR_SET_PDEATHSIG)."""
     lsock = socket.socket()
     lsock.bind(("127.0.0.1", 0))
-    lsock.listen(64)
+    lsock.listen(backlog)
     port = lsock.getsockname()[1]
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CODECD_")}
     full_env.update(PYTHONPATH=os.pathsep.join(sys.path), LISTEN_FDS="1", CODECD_DEVICES="cpu")
     full_env.update(env or {})
     fd = lsock.fileno()
-    args = " ".join(shlex.quote(f) for f in flags)
+    args = " ".join(shlex.quote(f) for f in (*(("--batch-buckets", buckets) if buckets else ()),
+                                               *flags))
     # fd 3 only, as systemd passes it: a second descriptor of the socket left open in the
     # daemon would keep it listening after the daemon closes it (connections would hang)
     redirect = "" if fd == 3 else f"3<&{fd} {fd}<&-"
     cmd = (f'LISTEN_PID=$$ exec {shlex.quote(sys.executable)} -m codecd.cli serve '
-           f'--model small={shlex.quote(str(small))} --threads 1 --batch-buckets 1 '
+           f'--model small={shlex.quote(str(small))} --threads 1 '
            f'--listen 127.0.0.1:1 {args} {redirect}')
     with open(log, "wb") as err:
         p = subprocess.Popen(["bash", "-c", cmd], env=full_env, stderr=err, pass_fds=(fd,))
@@ -94,7 +97,7 @@ def serve_process(small: Path, log: Path, *flags: str, env: dict[str, str] | Non
         if p.poll() is None:
             p.terminate()
             try:
-                p.wait(timeout=15)
+                p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
         p.wait()

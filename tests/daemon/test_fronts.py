@@ -6,13 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shlex
 import signal
-import socket
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +17,7 @@ import pytest
 
 from smallmodel import small_codes
 from serverkit import (
+    serve_process,
     Client,
     assert_same_audio,
     expected,
@@ -35,37 +32,13 @@ from serverkit import (
 from websockets.exceptions import InvalidStatus  # noqa: E402
 
 
-@contextlib.contextmanager
 def daemon(small: Path, log: Path, *flags: str, buckets: str | None = "1"
-           ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+           ) -> contextlib.AbstractContextManager[tuple[subprocess.Popen[bytes], int]]:
     """``codecd serve`` (main, its fronts, one CPU worker) on a socket passed as systemd passes
-    one (fd 3); yields the main process and the port; SIGTERM (then SIGKILL) at the end."""
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(256)
-    port = lsock.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CODECD_")}
-    env.update(PYTHONPATH=os.pathsep.join(sys.path), LISTEN_FDS="1", CODECD_DEVICES="cpu")
-    fd = lsock.fileno()
-    redirect = "" if fd == 3 else f"3<&{fd} {fd}<&-"
-    extra = " ".join(shlex.quote(f) for f in flags)
-    bk = f"--batch-buckets {buckets}" if buckets else ""
-    cmd = (f'LISTEN_PID=$$ exec {shlex.quote(sys.executable)} -m codecd.cli serve '
-           f'--model small={shlex.quote(str(small))} --threads 1 {bk} --max-ahead-s 0 '
-           f'--listen 127.0.0.1:1 --drain-timeout-s 5 {extra} {redirect}')
-    with open(log, "wb") as err:
-        p = subprocess.Popen(["bash", "-c", cmd], env=env, stderr=err, pass_fds=(fd,))
-    lsock.close()
-    try:
-        yield p, port
-    finally:
-        if p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        p.wait()
+    one (fd 3), unpaced, draining for 5 s; yields the main process and the port; SIGTERM (then
+    SIGKILL) at the end."""
+    return serve_process(small, log, "--max-ahead-s", "0", "--drain-timeout-s", "5", *flags,
+                         buckets=buckets, backlog=256)
 
 
 def children(pid: int, what: str) -> list[int]:
