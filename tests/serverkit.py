@@ -167,6 +167,11 @@ class Client:
         return self.streams.setdefault(sid, {"audio": bytearray(), "frames": [], "msgs": [],
                                              "terminal": None})
 
+    def on_audio(self, r: dict[str, Any], f: Any) -> None:
+        """One binary audio frame ``f`` (protocol.parse_audio) of the stream recorded in ``r``."""
+        r["frames"].append((f.seq, f.sample_offset))
+        r["audio"] += f.data
+
     async def _read(self) -> None:
         with contextlib.suppress(ConnectionClosed):
             async for m in self.ws:
@@ -174,8 +179,7 @@ class Client:
                     f = parse_audio(m)
                     r = self.rec(f.stream_id)
                     assert r["terminal"] is None, "audio after the terminal message"
-                    r["frames"].append((f.seq, f.sample_offset))
-                    r["audio"] += f.data
+                    self.on_audio(r, f)
                 else:
                     d = json.loads(m)
                     sid = d.get("stream_id")

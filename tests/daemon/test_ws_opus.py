@@ -8,7 +8,6 @@ packets are decoded with PyAV's libopus decoder.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,10 @@ pytest.importorskip("websockets")
 pytest.importorskip("prometheus_client")
 av = pytest.importorskip("av")
 
-from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from codecd import session as session_mod  # noqa: E402
 from codecd.client import Client as CodecdClient  # noqa: E402
-from codecd.protocol import encode_token_frame, parse_audio  # noqa: E402
+from codecd.protocol import encode_token_frame  # noqa: E402
 from codecd.speech.encode import OpusPackets  # noqa: E402
 from serverkit import Client, running, start_msg  # noqa: E402
 
@@ -49,30 +47,9 @@ def small(tmp_path_factory: pytest.TempPathFactory, codecrt: Any) -> Path:
 class PacketClient(Client):
     """test_server's client, keeping each binary frame's payload apart (one Opus packet)."""
 
-    async def _read(self) -> None:
-        with contextlib.suppress(ConnectionClosed):
-            async for m in self.ws:
-                if isinstance(m, bytes):
-                    f = parse_audio(m)
-                    r = self.rec(f.stream_id)
-                    assert r["terminal"] is None, "audio after the terminal message"
-                    r["frames"].append((f.seq, f.sample_offset))
-                    r.setdefault("packets", []).append(f.data)
-                    r["audio"] += f.data
-                else:
-                    d = json.loads(m)
-                    sid = d.get("stream_id")
-                    if sid is None:
-                        self.conn_errors.append(d)
-                    else:
-                        r = self.rec(sid)
-                        r["msgs"].append(d)
-                        if d["type"] in ("done", "cancelled", "error"):
-                            assert r["terminal"] is None, f"two terminal messages: {r['msgs']}"
-                            r["terminal"] = d
-                self.changed.set()
-        self.changed.set()
-
+    def on_audio(self, r: dict[str, Any], f: Any) -> None:
+        super().on_audio(r, f)
+        r.setdefault("packets", []).append(f.data)
 
 def decode_opus(packets: list[bytes]) -> tuple[np.ndarray, list[int]]:
     """The packets through PyAV's libopus decoder at 48 kHz mono: float32 audio (pre-skip
