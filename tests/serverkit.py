@@ -290,6 +290,50 @@ async def send_stream(c: Client, sid: str, levels: list[np.ndarray], layout: str
         await c.send({"type": "end", "stream_id": sid})
 
 
+async def levels_streams(port: int, cases: list[tuple[str, np.ndarray]], rng: np.random.Generator,
+                         *, bad_codebooks: int, bad_message: str
+                         ) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """Streams of a codebook codec (Mimi, Qwen3) in the ``levels`` layout: ``cases`` (stream id,
+    codes [K, T], K fixed per stream at ``start``) spread over two connections (one holds at
+    most 16 streams), each pushed in random pieces. Returns every stream's s16 audio and the
+    first connection's hello. Then a start with ``bad_codebooks`` is refused with an error
+    naming ``bad_message``, and the connection stays usable."""
+    conns = [await Client.open(port) for _ in range(2)]
+    for i, (sid, codes) in enumerate(cases):
+        await conns[i % 2].send({"type": "start", "stream_id": sid, "model": "small",
+                                 "layout": "levels", "codebooks": int(codes.shape[0])})
+    await asyncio.gather(*(send_stream(conns[i % 2], sid, list(codes), "levels", rng,
+                                       strides=(1,) * codes.shape[0])
+                           for i, (sid, codes) in enumerate(cases)))
+    out = {}
+    for i, (sid, _) in enumerate(cases):
+        c = conns[i % 2]
+        t = await c.terminal(sid, timeout=60)
+        assert t["type"] == "done", t
+        out[sid] = bytes(c.rec(sid)["audio"])
+    c = conns[0]
+    await c.send({"type": "start", "stream_id": "bad", "model": "small", "layout": "levels",
+                  "codebooks": bad_codebooks})
+    t = await c.terminal("bad")
+    assert t["type"] == "error" and bad_message in t["message"], t
+    hello = conns[0].hello
+    for c in conns:
+        await c.close()
+    return out, hello
+
+
+def s16_worst(got: dict[str, bytes], want: dict[str, bytes]) -> tuple[int, int]:
+    """(largest |difference|, samples that differ) between two sets of s16 streams."""
+    worst, differ = 0, 0
+    for sid, w16 in want.items():
+        g = np.frombuffer(got[sid], "<i2").astype(int)
+        w = np.frombuffer(w16, "<i2").astype(int)
+        assert g.shape == w.shape, sid
+        worst = max(worst, int(np.abs(g - w).max()))
+        differ += int(np.count_nonzero(g != w))
+    return worst, differ
+
+
 def start_msg(sid: str, layout: str = "orpheus_ids", **kw: Any) -> dict[str, Any]:
     return {"type": "start", "stream_id": sid, "model": "small", "layout": layout, **kw}
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ pytest.importorskip("torch")
 pytest.importorskip("moshi")
 pytest.importorskip("websockets")
 ref = pytest.importorskip("references.mimi")
-from serverkit import Client, offline_s16, running, send_stream  # noqa: E402
+from serverkit import levels_streams, offline_s16, running, s16_worst  # noqa: E402
 
 
 
@@ -46,39 +45,12 @@ def test_twenty_streams_of_different_codebook_counts(mimi_gguf: Path) -> None:
     with codecrt.Model(str(mimi_gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
         want = {sid: offline_s16(ctx, codes) for sid, codes in cases}
 
-    async def main() -> dict[str, Any]:
+    async def main() -> dict[str, bytes]:
         async with running(mimi_gguf, max_batch=32) as srv:
-            # two connections of 10 (a connection holds at most 16 streams)
-            conns = [await Client.open(srv.port) for _ in range(2)]
-            for i, (sid, codes) in enumerate(cases):
-                await conns[i % 2].send({"type": "start", "stream_id": sid, "model": "small",
-                                         "layout": "levels", "codebooks": int(codes.shape[0])})
-            await asyncio.gather(*(send_stream(conns[i % 2], sid, list(codes), "levels", rng,
-                                              strides=(1,) * codes.shape[0])
-                                  for i, (sid, codes) in enumerate(cases)))
-            out = {}
-            for i, (sid, _) in enumerate(cases):
-                c = conns[i % 2]
-                t = await c.terminal(sid, timeout=60)
-                assert t["type"] == "done", t
-                out[sid] = bytes(c.rec(sid)["audio"])
-            # a start with more codebooks than the model has is refused, the connection stays usable
-            c = conns[0]
-            await c.send({"type": "start", "stream_id": "bad", "model": "small", "layout": "levels",
-                          "codebooks": 33})
-            t = await c.terminal("bad")
-            assert t["type"] == "error" and "1 to 32" in t["message"], t
-            for c in conns:
-                await c.close()
+            out, _ = await levels_streams(srv.port, cases, rng, bad_codebooks=33,
+                                          bad_message="1 to 32")
             return out
 
-    got = asyncio.run(main())
-    worst, differ = 0, 0
-    for sid, _ in cases:
-        g = np.frombuffer(got[sid], "<i2").astype(int)
-        w = np.frombuffer(want[sid], "<i2").astype(int)
-        assert g.shape == w.shape, sid
-        worst = max(worst, int(np.abs(g - w).max()))
-        differ += int(np.count_nonzero(g != w))
+    worst, differ = s16_worst(asyncio.run(main()), want)
     print(f"\nMimi via the daemon: 20 streams, {differ} s16 samples differ from offline, by at most {worst}")
     assert worst <= 1, worst

@@ -17,7 +17,14 @@ import pytest
 from conftest import codecrt_or_skip
 
 pytest.importorskip("websockets")
-from serverkit import Client, offline_s16, running, send_stream, serve_process, wait_ready  # noqa: E402
+from serverkit import (  # noqa: E402
+    levels_streams,
+    offline_s16,
+    running,
+    s16_worst,
+    serve_process,
+    wait_ready,
+)
 
 
 BINS = 64  # the tiny config's codebook size
@@ -44,41 +51,15 @@ def test_twenty_streams(qwen3_gguf: Path) -> None:
     with codecrt.Model(str(qwen3_gguf)) as m, codecrt.Context(m, device="cpu") as ctx:
         want = {sid: offline_s16(ctx, codes) for sid, codes in cases}
 
-    async def main() -> tuple[dict[str, Any], dict[str, Any]]:
+    async def main() -> tuple[dict[str, bytes], dict[str, Any]]:
         async with running(qwen3_gguf, max_batch=32) as srv:
-            conns = [await Client.open(srv.port) for _ in range(2)]  # a connection holds at most 16 streams
-            hello = conns[0].hello
-            for i, (sid, codes) in enumerate(cases):
-                await conns[i % 2].send({"type": "start", "stream_id": sid, "model": "small",
-                                         "layout": "levels", "codebooks": int(codes.shape[0])})
-            await asyncio.gather(*(send_stream(conns[i % 2], sid, list(codes), "levels", rng,
-                                              strides=(1,) * codes.shape[0])
-                                  for i, (sid, codes) in enumerate(cases)))
-            out = {}
-            for i, (sid, _) in enumerate(cases):
-                c = conns[i % 2]
-                t = await c.terminal(sid, timeout=60)
-                assert t["type"] == "done", t
-                out[sid] = bytes(c.rec(sid)["audio"])
-            c = conns[0]
-            await c.send({"type": "start", "stream_id": "bad", "model": "small", "layout": "levels",
-                          "codebooks": 17})
-            t = await c.terminal("bad")
-            assert t["type"] == "error" and "1 to 16" in t["message"], t
-            for c in conns:
-                await c.close()
-            return out, hello
+            return await levels_streams(srv.port, cases, rng, bad_codebooks=17,
+                                        bad_message="1 to 16")
 
     got, hello = asyncio.run(main())
     (model,) = [m for m in hello["models"] if m["name"] == "small"]
     assert model["arch"] == "qwen3" and model["n_levels"] == 16, model
-    worst, differ = 0, 0
-    for sid, _ in cases:
-        g = np.frombuffer(got[sid], "<i2").astype(int)
-        w = np.frombuffer(want[sid], "<i2").astype(int)
-        assert g.shape == w.shape, sid
-        worst = max(worst, int(np.abs(g - w).max()))
-        differ += int(np.count_nonzero(g != w))
+    worst, differ = s16_worst(got, want)
     print(f"\nQwen3 via the daemon: 20 streams, {differ} s16 samples differ from offline, by at most {worst}")
     assert worst <= 1, worst  # f32 noise (<= 1e-5) across an s16 rounding boundary
 
