@@ -48,7 +48,7 @@ LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 METRICS_ACCESS = ("auto", "token", "loopback", "open")
 PRECISIONS = ("f32", "bf16")  # codecrt.Context(precision=...)
-BATCH_SHAPES = ("pow2", "exact")  # codecrt.Context(batch_bucket=True / False)
+BATCH_SHAPES = ("auto", "pow2", "exact")  # codecrt.Context(batch_bucket=by device / True / False)
 
 
 class ConfigError(ValueError):
@@ -102,16 +102,20 @@ class Config:
     batch_buckets: list[int] = _f(list, "batch sizes warmed up at start (empty: the largest "
                                   "and 1)", factory=True, metavar="N,...")
     max_batch: int = _f(64, "most streams decoded in one tick")
-    batch_shapes: str = _f("pow2", "a tick graph's batch: pow2 (the ready streams rounded up to a "
-                           "power of two within max_batch: few graphs, padded compute) or exact "
+    batch_shapes: str = _f("auto", "a tick graph's batch: pow2 (the ready streams rounded up to a "
+                           "power of two within max_batch: few graphs, padded compute), exact "
                            "(the ready streams only: a graph rebuilt inside the reserved buffers "
-                           "when their count changes, no padding)")
+                           "when their count changes, no padding) or auto (exact on a worker "
+                           "whose device is a GPU named in devices, such as cuda:0; pow2 on the "
+                           "CPU and on 'auto')")
     gather_ms: float = _f(2.0, "how long a worker waits to gather streams into a batch")
-    tick_align_ms: float = _f(0.0, "ticks on a cadence: a stream that becomes ready waits "
+    tick_align_ms: float = _f(-1.0, "ticks on a cadence: a stream that becomes ready waits "
                               "for the next multiple of this many ms (unless every open stream "
                               "is ready), so streams spread over a frame period share one tick; "
                               "at most one tick starts per period "
-                              "(0: off, gather_ms instead; e.g. 85.3, SNAC 24 kHz's period)")
+                              "(0: off, gather_ms instead; e.g. 85.3, SNAC 24 kHz's period; -1: "
+                              "auto, its models' shortest tick period on a worker whose models "
+                              "run on a GPU, off on the CPU)")
     max_streams: int = _f(64, "open streams server-wide (per model per worker in the engine); "
                           "over it a start gets 'busy'")
     max_streams_per_connection: int = _f(16, "open streams per connection "
@@ -227,8 +231,11 @@ class Config:
                 errs.append(f"{k}: must be > 0, got {v}")
         for k in ("gather_ms", "max_ahead_s", "output_budget_s", "tick_align_ms"):
             v = getattr(self, k)
+            if k == "tick_align_ms" and v == -1:
+                continue  # auto
             if not (math.isfinite(v) and v >= 0):
-                errs.append(f"{k}: must be >= 0, got {v}")
+                errs.append(f"{k}: must be >= 0, got {v}" + (" (or -1: auto)" if k == "tick_align_ms"
+                                                             else ""))
         if any(b < 1 for b in self.batch_buckets):
             errs.append(f"batch_buckets: sizes must be >= 1, got {self.batch_buckets}")
         if self.log_format not in LOG_FORMATS:

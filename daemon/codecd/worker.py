@@ -120,6 +120,23 @@ def error_code_for(exc: BaseException) -> str:
     return "engine_error"
 
 
+def auto_align_s(models: Any) -> float:
+    """``tick_align_ms = -1``: the shortest tick period (seconds of audio a tick adds) of the
+    exact-stream models whose contexts run on a GPU, where a tick has a large fixed cost and
+    full ticks pay (1,000 SNAC streams on an H200 were measured so, docs/benchmarks.md); 0
+    (off: gather_ms) when none does, as on the CPU, where a tick costs what its streams do."""
+    periods = []
+    for m in models:
+        lm = m.lm
+        if not isinstance(lm, ExactStreamModel):
+            continue
+        if all(b.upper().startswith("CPU") for b in lm.ctx.stats.backends):
+            continue
+        info = lm.model.info
+        periods.append(lm.chunk_frames * info.hop_length / info.sample_rate)
+    return min(periods, default=0.0)
+
+
 # ------------------------------------------------------------------ process setup
 
 
@@ -272,7 +289,7 @@ class Worker:
         self.models: dict[str, _Model] = {}
         self.where: dict[int, _Model] = {}  # sid -> its model
         self.gather_s = max(0.0, cfg.gather_ms) / 1e3
-        self.align_s = max(0.0, cfg.tick_align_ms) / 1e3
+        self.align_s = max(0.0, cfg.tick_align_ms) / 1e3  # < 0 (auto): set by load()
         self._tick_t = 0.0  # monotonic start of the last tick round (align_s gates the next)
         self.running = True
         self.t_start = time.monotonic()
@@ -313,6 +330,8 @@ class Worker:
             else:
                 lm.warm()
         self.warmup_ms = (time.perf_counter() - t0) * 1e3
+        if self.cfg.tick_align_ms < 0:
+            self.align_s = auto_align_s(self.models.values())
         # the first streams after a restart come right after ready: let them in first
         self._background_wait_until = time.monotonic() + _BACKGROUND_IDLE_S
         return {

@@ -95,20 +95,67 @@ def test_packed_push_and_pull_equal_offline_through_a_small_ring(small: Path, of
 
 
 def test_batch_shapes_setting_reaches_the_workers_context(tmp_path: Path, small: Path) -> None:
-    """batch_shapes: pow2 (the default) and exact become the engine's batch_bucket; anything
-    else is a configuration error naming the setting."""
+    """batch_shapes: auto (the default: exact shapes on a GPU device, pow2 on the CPU), pow2
+    and exact become the engine's batch_bucket and the context's; anything else is a
+    configuration error naming the setting."""
     import pytest
 
     from codecd.config import ConfigError, load_config
+    from codecd.families.native import gpu_device, make_context
     from codecd.server import engine_config
 
     toml = tmp_path / "c.toml"
     toml.write_text(f'[[models]]\nname = "small"\nsource = "{small}"\n')
-    assert engine_config(load_config(str(toml), env={}), {"small": str(small)}).batch_bucket
+    auto = engine_config(load_config(str(toml), env={}), {"small": str(small)})
+    assert auto.batch_bucket is None
+    pow2 = load_config(str(toml), env={"CODECD_BATCH_SHAPES": "pow2"})
+    assert engine_config(pow2, {"small": str(small)}).batch_bucket is True
     exact = load_config(str(toml), env={"CODECD_BATCH_SHAPES": "Exact"})
-    assert not engine_config(exact, {"small": str(small)}).batch_bucket
+    assert engine_config(exact, {"small": str(small)}).batch_bucket is False
     with pytest.raises(ConfigError, match="batch_shapes"):
         load_config(str(toml), env={"CODECD_BATCH_SHAPES": "pow3"})
+    assert [gpu_device(d) for d in ("cpu", "auto", "cuda:0", "CUDA:1", "vulkan")] == \
+        [False, False, True, True, True]
+    import codecrt
+
+    made: list[bool] = []
+    real = codecrt.Context
+
+    def recording(*args: Any, **kw: Any) -> Any:  # the real context, its batch_bucket noted
+        made.append(kw["batch_bucket"])
+        return real(*args, **kw)
+
+    with pytest.MonkeyPatch.context() as mp, codecrt.Model(str(small)) as m:
+        mp.setattr(codecrt, "Context", recording)
+        for cfg in (auto, engine_config(exact, {"small": str(small)})):
+            make_context(m, cfg, "cpu").close()
+    assert made == [True, False]  # auto on the CPU: pow2; exact as asked
+
+
+def test_tick_align_auto_is_off_on_the_cpu(tmp_path: Path, small: Path) -> None:
+    """tick_align_ms = -1 (the default): the models' tick period on a GPU worker, off on a CPU
+    one (the worker gathers for gather_ms instead); another negative value is refused."""
+    import pytest
+
+    from codecd.config import ConfigError, load_config
+    from codecd.engine.config import EngineConfig
+    from codecd.server import engine_config
+    from codecd.worker import Worker
+
+    toml = tmp_path / "c.toml"
+    toml.write_text(f'[[models]]\nname = "small"\nsource = "{small}"\n')
+    assert engine_config(load_config(str(toml), env={}), {"small": str(small)}).tick_align_ms == -1
+    with pytest.raises(ConfigError, match="tick_align_ms"):
+        load_config(str(toml), env={"CODECD_TICK_ALIGN_MS": "-2"})
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4, max_batch=4,
+                       warm_buckets=(1,), tick_align_ms=-1.0)
+    a, b = Pipe()
+    w = Worker(a, cfg, "cpu")
+    w.load()
+    assert w.align_s == 0.0 and w.gather_s > 0
+    w.close()
+    a.close()
+    b.close()
 
 
 def test_pushes_read_during_a_tick_wait_for_the_next_aligned_tick(small: Path, offline: Any

@@ -29,13 +29,16 @@ class EngineConfig:
     max_streams: int = 64  # per model per worker (the runtime's slot pool)
     max_batch: int = 64  # streams per tick
     stream_chunk_frames: int = 0  # 0: the model's default (its frame_multiple)
-    batch_bucket: bool = True
+    #: the tick graph's batch rounded up to a power of two (True) or exact (False); None: by
+    #: the worker's device, exact on a GPU named as one (cuda:0, ...), pow2 otherwise
+    batch_bucket: bool | None = True
     #: batch buckets warmed at start-up; None: the largest and 1
     #: (codecd.families.native.default_buckets)
     warm_buckets: tuple[int, ...] | None = None
     gather_ms: float = 2.0
     #: > 0: a stream that becomes ready waits for the next multiple of this on the monotonic
-    #: clock (unless every open stream is ready), instead of gather_ms
+    #: clock (unless every open stream is ready), instead of gather_ms; -1: the shortest tick
+    #: period of the worker's models when their contexts run on a GPU, else off
     tick_align_ms: float = 0.0
     #: when a worker warms only its smallest bucket before it reports ready and reserves the
     #: larger ones in the background, between ticks while it is idle: "restart" (a worker
