@@ -598,22 +598,20 @@ class Worker:
         if self.align_s:
             parts.late = round((self._tick_t % self.align_s) * 1e3, 3)
         native = all(type(st.stream) is codecrt.Stream for st in cands)
+        ta = tb = None  # the clocks after the launch and after the overlap (a split tick)
         try:
             if native and self.fronts:
                 # the graph computes on the device while this thread reads the fronts'
                 # pushes (codes may be pushed mid-tick: codecrt_context_step_begin)
                 codecrt.step_begin(m.lm.ctx, [st.stream for st in cands])
-                t = self.phases.add("step", t0)
-                ta = t
-                t = self._overlap(t)
-                tb = t
+                ta = self.phases.add("step", t0)
+                t = tb = self._overlap(ta)
                 n = codecrt.step_end(m.lm.ctx)
                 tick = codecrt.Tick(n, {}, n)
                 # a command read meanwhile may have closed some of them
                 cands = [st for st in cands if m.streams.get(st.sid) is st]
             else:
                 tick = codecrt.step(m.lm.ctx, [st.stream for st in cands])
-                ta = tb = None
         except codecrt.CodecrtError as e:
             # which streams were in the failed graph is not reported: fail all candidates
             logger.warning("tick of %s failed (%d streams): %s", m.name, len(cands), e)
@@ -623,7 +621,7 @@ class Worker:
             return 0
         t1 = self.phases.add("step", t)
         dt = (t1[0] - t0[0]) * 1e3
-        if ta is not None and tb is not None:
+        if ta is not None and tb is not None:  # a split tick; else the step is all launch
             parts.launch = (ta[0] - t0[0]) * 1e3
             parts.overlap = (tb[0] - ta[0]) * 1e3
             parts.wait = (t1[0] - tb[0]) * 1e3

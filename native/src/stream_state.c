@@ -2,20 +2,12 @@
  * stream_state.c: per-slot state buffers of streaming tick graphs
  * (stream_state.h describes the scheme and both layouts).
  */
-#include <string.h>
-
 #include "stream_state.h"
 
 void cr_states_init(cr_states *s, struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *const *pool,
                     int n_pool, cr_graph_io *io, int64_t B, bool masked) {
-    memset(s, 0, sizeof(*s));
-    s->ctx = ctx;
-    s->gf = gf;
-    s->pool = pool;
-    s->n_pool = n_pool;
-    s->io = io;
-    s->B = B;
-    s->masked = masked;
+    /* the members not named (the mask and ramp caches, the bounds copy) start zeroed */
+    *s = (cr_states){.ctx = ctx, .gf = gf, .pool = pool, .n_pool = n_pool, .io = io, .B = B, .masked = masked};
     io->slot_read = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
     io->slot_write = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
     ggml_set_input(io->slot_read);
