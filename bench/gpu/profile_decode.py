@@ -1,0 +1,92 @@
+"""Where an offline decode's time goes on the GPU: CUDA kernels by name, against wall time.
+
+    python -m bench.gpu.profile_decode [--kind dac-44khz] [--batch 16] [--seconds 2] [--repeat 3]
+
+A full-size model with seeded random weights (``snac-24khz``: the demo SNAC; ``dac-24khz``,
+``dac-44khz``: ``codecd.convert.random_dac``) decodes a batch of random codes; after a warm
+decode (graph built and reserved), --repeat decodes are recorded with torch.profiler, whose
+CUPTI tracing sees every kernel launched in the process, ggml's included. Prints the wall
+time per decode, the summed kernel time per decode, and the kernels that take the most
+time, with their launch counts (the tick profile, ``bench/gpu/profile_tick.py``, does the
+same for streams).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+
+def model_path(kind: str) -> str:
+    d = Path(tempfile.mkdtemp())
+    if kind == "snac-24khz":
+        from codecd.config import build_demo_model
+
+        return str(build_demo_model(d / "snac24.gguf", seed=1))
+    from codecd.convert.random_dac import write_random_dac
+
+    path = d / f"{kind}.gguf"
+    write_random_dac(kind[len("dac-"):], path, seed=1)
+    return str(path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--kind", default="dac-44khz", choices=("snac-24khz", "dac-24khz", "dac-44khz"))
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--top", type=int, default=20)
+    args = ap.parse_args()
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import codecrt
+
+    model = codecrt.Model(model_path(args.kind))
+    info = model.info
+    frames = int(round(args.seconds * info.sample_rate / info.hop_length))
+    frames -= frames % info.frame_multiple
+    rng = np.random.default_rng(0)
+    levels = [rng.integers(0, size, (args.batch, frames // stride)).astype(np.int32)
+              for size, stride in zip(info.codebook_sizes, info.level_strides)]
+    with codecrt.Context(model, device=args.device, max_batch=args.batch) as ctx:
+        ctx.decode(levels)  # warm: graphs built and reserved
+        walls = []
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                ctx.decode(levels)
+                walls.append(time.perf_counter() - t0)
+        st = ctx.stats
+    kernels: dict[str, list[float]] = defaultdict(list)
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            kernels[ev.name].append(ev.device_time_total if hasattr(ev, "device_time_total")
+                                    else ev.cuda_time_total)
+    busy = sum(sum(v) for v in kernels.values()) / args.repeat / 1000
+    launches = sum(len(v) for v in kernels.values()) / args.repeat
+    wall = 1000 * float(np.median(walls))
+    audio = args.batch * frames * info.hop_length / info.sample_rate
+    print(f"\n## {args.kind} offline: batch {args.batch} x {frames} frames "
+          f"({audio:.1f} s of audio), {args.device}")
+    print(f"wall per decode {wall:.1f} ms ({audio / wall * 1000:.0f}x real time); kernel time "
+          f"{busy:.1f} ms ({100 * busy / wall:.0f} % of wall); {launches:.0f} kernel launches per "
+          f"decode; graphs built {st.graphs_built}")
+    print("| kernel | ms per decode | % of kernel time | launches per decode |")
+    print("|---|---:|---:|---:|")
+    for name, ts in sorted(kernels.items(), key=lambda kv: -sum(kv[1]))[: args.top]:
+        t = sum(ts) / args.repeat / 1000
+        print(f"| {name[:90]} | {t:.3f} | {100 * t / busy:.1f} | {len(ts) / args.repeat:.0f} |")
+    model.close()
+
+
+if __name__ == "__main__":
+    main()
