@@ -209,23 +209,14 @@ struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_tensor *x, s
         return y;
     }
     const int64_t K = w->ne[0], Cin = w->ne[1], Cout = w->ne[2];
-    x = (pl || pr) ? cr_pad_frames(ctx, x, pl, pr) : cr_dense(ctx, x); /* [Cin, Tp, B] */
-    const int64_t Tp = x->ne[1], B = x->ne[2], span = (K - 1) * dilation, Tout = Tp - span;
-    /* the batch as one sequence [Cin, Tp*B]: column j of the matrix holds frames j, j + d,
-       ..., j + (K-1) d of it, tap k at rows k*Cin .. k*Cin + Cin-1; the columns that
-       straddle two sequences (span of them per sequence) are computed and dropped */
-    const int64_t N = Tp * B - span;
-    struct ggml_tensor *flat = ggml_reshape_2d(ctx, x, Cin, Tp * B);
-    struct ggml_tensor *col = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, Cin * K, N);
-    for (int64_t k = 0; k < K; k++) { /* tap k: one copy along channels, coalesced on a GPU */
-        struct ggml_tensor *src = ggml_view_2d(ctx, flat, Cin, N, flat->nb[1], (size_t)(k * dilation) * flat->nb[1]);
-        col = ggml_set_2d_inplace(ctx, col, src, (size_t)(K * Cin) * sizeof(float), (size_t)(k * Cin) * sizeof(float));
+    /* ggml's F32 im2col reads time-fastest rows: [T, Cin, B], padded in ne0 */
+    struct ggml_tensor *xt = ggml_cont(ctx, ggml_transpose(ctx, x));
+    if (pl || pr) {
+        xt = ggml_pad_ext(ctx, xt, pl, pr, 0, 0, 0, 0, 0, 0);
     }
-    /* the kernel [K, Cin, Cout] in the columns' order [Cin, K, Cout] (a small copy per compute) */
-    struct ggml_tensor *wk = ggml_reshape_2d(ctx, ggml_cont(ctx, ggml_permute(ctx, w, 1, 0, 2, 3)), Cin * K, Cout);
-    y = cr_mm(ctx, wk, col); /* [Cout, N] */
-    y = ggml_view_3d(ctx, y, Cout, Tout, B, y->nb[1], (size_t)Tp * y->nb[1], 0); /* [Cout, T', B] */
-    return b ? ggml_add(ctx, y, b) : ggml_cont(ctx, y);
+    /* its columns (row ic*K + k) match the kernel's memory order ne [K, Cin, Cout] */
+    struct ggml_tensor *col = ggml_im2col(ctx, w, xt, 1, 0, 0, 0, dilation, 0, false, GGML_TYPE_F32);
+    return cr_linear(ctx, col, ggml_reshape_2d(ctx, w, K * Cin, Cout), b, ops); /* [Cout, T', B] */
 }
 
 struct ggml_tensor *cr_conv_narrow(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,

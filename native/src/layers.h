@@ -167,11 +167,9 @@ struct ggml_tensor *cr_dwconv_tf(struct ggml_context *ctx, struct ggml_tensor *t
  * b [Cout] or NULL, dilation d, zero padding pl, pr -> [Cout, T + pl + pr -
  * d (K-1), B]. "Same", valid and causal as for cr_dwconv. With ops (a CPU
  * graph) the fused convolution of ops_avx512_linear.c where it applies (no column
- * matrix); otherwise x is padded and unrolled into a column matrix [Cin*K,
- * Tp*B - d (K-1)] by K copies along channels (ggml_set_2d_inplace), and the
- * kernel, permuted to the columns' order, multiplies it (one product). ggml's
- * im2col reads time-fastest rows and gathers across channels: on the H200 it
- * took 48 % of DAC's kernel time (bench/gpu/profile_decode.py, 2026-12-04).
+ * matrix); otherwise x is transposed to time fastest (one copy), padded along
+ * time (ne0), unrolled by ggml's F32 im2col ([Cin*K, T', B], never the F16
+ * im2col of ggml_conv_1d) and multiplied (cr_linear).
  */
 struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
                               struct ggml_tensor *b, int dilation, int pl, int pr, const cr_cpu_ops *ops);
