@@ -79,7 +79,8 @@ def main() -> None:
           f"({audio:.1f} s of audio), {args.device}")
     print(f"wall per decode {wall:.1f} ms ({audio / wall * 1000:.0f}x real time); kernel time "
           f"{busy:.1f} ms ({100 * busy / wall:.0f} % of wall); {launches:.0f} kernel launches per "
-          f"decode; graphs built {st.graphs_built}")
+          f"decode; graphs built {st.graphs_built}, computes {st.computes // (args.repeat + 1)} per decode, "
+          f"compute buffers {sum(st.compute_buffer_bytes) / 2**20:.0f} MiB")
     print("| kernel | ms per decode | % of kernel time | launches per decode |")
     print("|---|---:|---:|---:|")
     for name, ts in sorted(kernels.items(), key=lambda kv: -sum(kv[1]))[: args.top]:

@@ -55,18 +55,36 @@ static int64_t cr_env_i64(const char *name, int64_t fallback) {
     return (end && *end == '\0' && v > 0) ? (int64_t)v : fallback;
 }
 
+/*
+ * The piece budget of a device: CR_PIECE_ELEMENTS, or on a GPU with more memory one
+ * F32 tensor per 1/64 of it (an H200's 140 GiB: 2.2 GiB, 5.9e8 elements), since
+ * pieces are small graphs that leave a large GPU idle: DAC 44.1 kHz at batch 16 of
+ * 2 s ran as 64 graphs in 276 ms under 2^27 and as one in 210 ms under 2^30 (H200,
+ * bench/gpu/profile_decode.py, 2026-12-04). A graph's compute buffer is a few such
+ * tensors.
+ */
+static int64_t cr_device_piece_elements(ggml_backend_dev_t dev) {
+    size_t free_b = 0, total_b = 0;
+    ggml_backend_dev_memory(dev, &free_b, &total_b);
+    const int64_t by_memory = (int64_t)(total_b / 64 / sizeof(float));
+    return by_memory > CR_PIECE_ELEMENTS ? by_memory : CR_PIECE_ELEMENTS;
+}
+
 cr_limits cr_limits_for(ggml_backend_t const *backends, int n_backends) {
     cr_limits lim = {.grid_yz = 0, .max_elements = CR_MAX_TENSOR_ELEMENTS, .piece_elements = 0};
+    int64_t piece_default = CR_PIECE_ELEMENTS;
     for (int i = 0; i < n_backends; i++) {
         ggml_backend_dev_t dev = ggml_backend_get_device(backends[i]);
         if (dev && ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
             lim.grid_yz = CR_GPU_GRID_YZ;
+            const int64_t p = cr_device_piece_elements(dev);
+            piece_default = p > piece_default ? p : piece_default;
         }
     }
     lim.grid_yz = cr_env_i64("CODECRT_GUARD_GRID", lim.grid_yz);
     const int64_t el = cr_env_i64("CODECRT_GUARD_ELEMENTS", lim.max_elements);
     lim.max_elements = el < lim.max_elements ? el : lim.max_elements;
-    const int64_t piece = cr_env_i64("CODECRT_PIECE_ELEMENTS", CR_PIECE_ELEMENTS);
+    const int64_t piece = cr_env_i64("CODECRT_PIECE_ELEMENTS", piece_default);
     lim.piece_elements = piece < lim.max_elements ? piece : lim.max_elements;
     return lim;
 }

@@ -65,6 +65,26 @@ def test_cuda_matches_cpu(codecrt, model):
         assert not np.any(want[:, -8:]) and not np.any(got[:, -8:])
 
 
+def test_device_piece_budget(codecrt, model, monkeypatch):
+    """A GPU's piece budget follows its memory (guard.c): a batch that runs in pieces under the
+    CPU's 2^27 elements runs in no more graphs under the device's default, with the same samples."""
+    name, path = model
+    rng = np.random.default_rng(4)
+    with codecrt.Model(str(path)) as m:
+        lv = codes_for(m, rng, (16, int(2 * m.info.sample_rate / m.info.hop_length)))
+        with codecrt.Context(m, device=GPU) as gpu:
+            got = gpu.decode(lv)
+            computes = gpu.stats.computes
+        monkeypatch.setenv("CODECRT_PIECE_ELEMENTS", str(1 << 27))
+        with codecrt.Context(m, device=GPU) as small:
+            want = small.decode(lv)
+            small_computes = small.stats.computes
+    err = rel_l2(got, want)
+    print(f"\nDAC {name}: 16 x 2 s on CUDA in {computes} graph(s) under the device's piece budget, "
+          f"{small_computes} under 2^27 elements, relative L2 {err:.2e}")
+    assert computes <= small_computes and err <= TOL
+
+
 def test_long_decode_in_pieces_on_gpu(codecrt, model):
     """30 s at batch 1 (pieces under the piece budget, each with the receptive field as context)
     on CUDA match the CPU's decode of the same codes."""
