@@ -42,8 +42,9 @@ struct ggml_tensor *cr_states_append(cr_states *s, struct ggml_tensor *x, int64_
         st = ggml_mul(ctx, st, s->io->keep);
     }
     struct ggml_tensor *buf = ggml_concat(ctx, st, x, 1);                /* [C, S+n, B] */
-    struct ggml_tensor *tail = ggml_view_3d(ctx, buf, C, S, B, buf->nb[1], buf->nb[2], (size_t)n * buf->nb[1]);
-    tail = ggml_reshape_2d(ctx, ggml_cont(ctx, tail), C * S, B);
+    /* each stream's last S frames are one run of C*S floats: rows strided by buf's sequence,
+       written by set_rows as they lie (no copy into a contiguous tail first) */
+    struct ggml_tensor *tail = ggml_view_2d(ctx, buf, C * S, B, buf->nb[2], (size_t)n * buf->nb[1]);
     ggml_build_forward_expand(s->gf, ggml_set_rows(ctx, pool, tail, s->io->slot_write));
     return buf;
 }

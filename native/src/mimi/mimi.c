@@ -153,8 +153,10 @@ struct ggml_tensor *mimi_upsample(struct ggml_context *ctx, struct ggml_context 
     }
     struct ggml_tensor *y0 = ggml_add(ctx, ggml_mul(ctx, cur, tap[0]), ggml_mul(ctx, prev, tap[2]));
     struct ggml_tensor *y1 = ggml_add(ctx, ggml_mul(ctx, cur, tap[1]), ggml_mul(ctx, prev, tap[3]));
-    struct ggml_tensor *y = ggml_concat(ctx, ggml_reshape_4d(ctx, y0, D, 1, n, B), ggml_reshape_4d(ctx, y1, D, 1, n, B),
-                                        1); /* [D, 2, n, B] */
+    /* [D, 1, n*B] twice -> [D, 2, n*B] = [D, 2n, B]: three dimensions, since ggml's CUDA concat
+       launches one kernel per index of ne3 (1,000 launches a tick at 1,000 streams with B there) */
+    struct ggml_tensor *y = ggml_concat(ctx, ggml_reshape_3d(ctx, y0, D, 1, n * B), ggml_reshape_3d(ctx, y1, D, 1, n * B),
+                                        1);
     return ggml_reshape_3d(ctx, y, D, 2 * n, B);
 }
 
