@@ -148,9 +148,9 @@ def capacity(codecrt: Any, model: Any, voice: Any, name: str, prec: str, args: a
         warm_n = min(max(counts), limit)
         t0 = time.perf_counter()
         run_row(codecrt, ctx, voice, name, warm_n, 1, args.seconds, args.max_row_s, 1000)
-        notes.append(f"{name}: warm-up pass of {warm_n} streams {time.perf_counter() - t0:.1f} s (untimed); "
+        notes.append(f"{name}: warm-up pass of {warm_n} stream{'s' * (warm_n > 1)} {time.perf_counter() - t0:.1f} s (untimed); "
                      f"weights {model.info.weight_bytes / 2**20:.0f} MiB, on the device "
-                     f"{ctx.stats.weight_bytes / 2**20:.0f} MiB (0: the model's host copy)")
+                     f"{ctx.stats.weight_bytes / 2**20:.0f} MiB (device weights or BF16 packs)")
         modes = [1] + ([args.stagger] if args.stagger > 1 else [])
         for g in modes:
             for n in counts:
