@@ -147,22 +147,37 @@ def capacity(codecrt: Any, model: Any, voice: Any, name: str, prec: str, args: a
         limit = max(1, min(int(lib.CODECRT_MAX_FLOW_BATCH), ctx.max_batch))
         warm_n = min(max(counts), limit)
         t0 = time.perf_counter()
-        run_row(codecrt, ctx, voice, name, warm_n, 1, args.seconds, args.max_row_s, 1000)
-        notes.append(f"{name}: warm-up pass of {warm_n} stream{'s' * (warm_n > 1)} {time.perf_counter() - t0:.1f} s (untimed); "
-                     f"weights {model.info.weight_bytes / 2**20:.0f} MiB, on the device "
-                     f"{ctx.stats.weight_bytes / 2**20:.0f} MiB (device weights or BF16 packs)")
+        try:
+            run_row(codecrt, ctx, voice, name, warm_n, 1, args.seconds, args.max_row_s, 1000)
+            warm = f"{time.perf_counter() - t0:.1f} s (untimed)"
+        except (RuntimeError, codecrt.CodecrtError) as e:
+            warm = f"failed ({type(e).__name__}: {e})"
+        notes.append(f"{name}: warm-up pass of {warm_n} stream{'s' * (warm_n > 1)} {warm}; "
+                     f"weights {model.info.weight_bytes / 2**20:.0f} MiB, "
+                     f"on the device {ctx.stats.weight_bytes / 2**20:.0f} MiB (device weights or BF16 packs)")
         modes = [1] + ([args.stagger] if args.stagger > 1 else [])
         for g in modes:
             for n in counts:
                 phases = min(g, n)
                 if g > 1 and phases < 2:
                     continue
-                row = run_row(codecrt, ctx, voice, name, n, phases, args.seconds, args.max_row_s, 0)
+                try:
+                    row = run_row(codecrt, ctx, voice, name, n, phases, args.seconds, args.max_row_s, 0)
+                except (RuntimeError, codecrt.CodecrtError) as e:
+                    notes.append(f"{name} {starts(phases)} N={n}: "
+                                 f"failed ({type(e).__name__}: {e}); larger N skipped")
+                    print(notes[-1], flush=True)
+                    break
                 rows.append(row)
+                # as it comes, so that a run cut short still tells what it measured
+                print(f"capacity row: {name} {prec} {starts(phases)} N={n}: "
+                      f"tick p99 {ms(row.later or [0.0], 99):.1f} ms "
+                      f"of {row.budget_ms(chunk):.0f}, real time {'yes' if row.real_time(chunk) else 'no'}, "
+                      f"first tick {1000 * max(row.first):.1f} ms, {row.wall:.1f} s", flush=True)
                 if not row.real_time(chunk):
                     bigger = [c for c in counts if c > n]
                     if bigger:
-                        notes.append(f"{name} {starts(row)}: N={','.join(map(str, bigger))} skipped "
+                        notes.append(f"{name} {starts(row.phases)}: N={','.join(map(str, bigger))} skipped "
                                      f"(N={n} missed real time)")
                     break
     finally:
@@ -170,8 +185,8 @@ def capacity(codecrt: Any, model: Any, voice: Any, name: str, prec: str, args: a
     return rows, "\n".join(notes)
 
 
-def starts(row: Row) -> str:
-    return "together" if row.phases == 1 else f"staggered/{row.phases}"
+def starts(phases: int) -> str:
+    return "together" if phases == 1 else f"staggered/{phases}"
 
 
 def print_capacity(rows: list[Row], notes: list[str], codecrt: Any, args: argparse.Namespace,
@@ -196,7 +211,7 @@ def print_capacity(rows: list[Row], notes: list[str], codecrt: Any, args: argpar
     for r in rows:
         cut = "" if r.chunks == r.of_chunks else f" of {r.of_chunks} (cut)"
         later = r.later or [float("nan")]
-        print(f"| {r.model} | {starts(r)} | {r.n} | {r.chunks}{cut} | {ms(later, 50):.1f} | {ms(later, 99):.1f} | "
+        print(f"| {r.model} | {starts(r.phases)} | {r.n} | {r.chunks}{cut} | {ms(later, 50):.1f} | {ms(later, 99):.1f} | "
               f"{r.budget_ms(chunk):.0f} | {'yes' if r.real_time(chunk) else 'no'} | "
               f"{r.audio_s / r.wall:.1f} | {1000 * max(r.first):.1f} | "
               f"{1000 * max(r.first) + 1000 * LOOKAHEAD / TOKENS_PER_S:.1f} | "
@@ -206,9 +221,10 @@ def print_capacity(rows: list[Row], notes: list[str], codecrt: Any, args: argpar
         if line:
             print(line)
     for model in dict.fromkeys(r.model for r in rows):
-        best = {}
+        best: dict[str, int] = {}
         for r in rows:
             if r.model == model and r.real_time(chunk):
-                best[starts(r).split("/")[0]] = max(best.get(starts(r).split("/")[0], 0), r.n)
+                mode = "together" if r.phases == 1 else "staggered"
+                best[mode] = max(best.get(mode, 0), r.n)
         said = ", ".join(f"{k} {v}" for k, v in best.items()) or "none of the rows"
         print(f"largest N in real time, {model} {prec}: {said}")
