@@ -2,6 +2,7 @@
 
     python -m bench s3gen [--threads 2] [--seconds 10] [--prompt 3] [--device cpu] [--repeat 1] [--streams K]
                        [--precisions f32,bf16] [--reference-bf16]
+                       [--capacity 1,10,30] [--stagger 4] [--max-row-s 120]
 
 Random seeded weights (tests/s3ref.py), the original model (10 Euler steps with
 classifier-free guidance) and Turbo (mean flow, 2 steps). Prints, per model,
@@ -14,6 +15,11 @@ staying F32); then the time to
 first audio of a FlowStream (first chunk of 10 tokens plus 3 of lookahead),
 counting compute only and compute plus the wait for 13 tokens at 25 Hz.
 Needs the test extra and the chatterbox-tts reference (see .ci/run).
+
+--capacity N1,N2,...: then, per model and precision, the real-time capacity
+table (bench/s3gen_capacity.py): N FlowStreams stepped in ticks by
+codecrt.step_flows, starting together and staggered over one chunk period, each
+tick's wall time against the audio a chunk adds, and the time to first audio.
 """
 
 from __future__ import annotations
@@ -87,15 +93,26 @@ def main() -> None:
                     help="codecrt product precisions to time (bf16 is skipped where the CPU lacks it)")
     ap.add_argument("--streams", type=int, default=0,
                     help="also time K FlowStreams in step: one by one, and batched by codecrt.step_flows")
+    ap.add_argument("--capacity", default="",
+                    help="stream counts of the real-time capacity table (e.g. 1,10,30,100); empty: none")
+    ap.add_argument("--stagger", type=int, default=4,
+                    help="capacity: also start the streams in G phases over one chunk period (<= 1: off)")
+    ap.add_argument("--max-row-s", type=float, default=120.0,
+                    help="capacity: cut a row after this many wall seconds (at least 3 later chunks)")
     ap.add_argument("--random", action="store_true",
                     help="random GGUF from the checked-in layout (no chatterbox-tts; implies --no-reference)")
     args = ap.parse_args()
     if args.random:
         args.no_reference = True
+    counts = sorted({int(x) for x in args.capacity.split(",") if x.strip()})
+    if counts and counts[0] < 1:
+        ap.error("--capacity: a comma-separated list of positive stream counts")
 
     import torch
 
     import codecrt
+
+    from .s3gen_capacity import capacity, print_capacity
 
     torch.set_num_threads(args.threads)
     n_tok = int(round(args.seconds * 25))
@@ -107,6 +124,8 @@ def main() -> None:
     streams: list[tuple[str, int, float, float]] = []
     errors: list[tuple[str, str, float, float]] = []
     skipped: list[str] = []
+    cap_rows: dict[str, list] = {}
+    cap_notes: dict[str, list[str]] = {}
     for name in args.models.split(","):
         meanflow = name == "turbo"
         model = codecrt.Model(random_gguf(meanflow) if args.random else s3ref.gguf(meanflow))
@@ -139,6 +158,10 @@ def main() -> None:
                 seq, bat = (time_streams(ctx, voice, tokens, args.streams, batched) for batched in (False, True))
                 streams.append((f"{name} {prec}", args.streams, seq, bat))
             ctx.close()
+            if counts:
+                rows_, notes = capacity(codecrt, model, voice, name, prec, args, counts)
+                cap_rows.setdefault(prec, []).extend(rows_)
+                cap_notes.setdefault(prec, []).append(notes)
         if not args.no_reference:
             ref = s3ref.reference(meanflow)
             t_rflow, rmel = timed(lambda r=ref, n=steps: s3ref.ref_mel(r, tokens, voice_data, 1, n), args.repeat)
@@ -184,6 +207,8 @@ def main() -> None:
         print(f"{'model':<11} {'streams in step':>16} {'one by one s':>13} {'step_flows s':>13} {'speed-up':>9}")
         for name, k, seq, bat in streams:
             print(f"{name:<11} {k:>16} {seq:>13.2f} {bat:>13.2f} {seq / bat:>9.2f}")
+    for prec, cap in cap_rows.items():
+        print_capacity(cap, cap_notes[prec], codecrt, args, prec)
 
 
 if __name__ == "__main__":

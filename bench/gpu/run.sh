@@ -34,6 +34,10 @@
 #            DEFAULT batch buckets: SIGKILL the worker 3 times, seconds to a new stream's audio
 #            $RECOVERY_EXTRA is appended
 #   s3bench  python -m bench s3gen --random --device cuda:0 --threads 16 $S3GEN_ARGS [--repeat 2]
+#   s3cap    python -m bench s3gen $S3CAP_ARGS: S3Gen real-time stream capacity, original and Turbo, N
+#            FlowStreams stepped by step_flows, together and in 4 staggered phases, time to first audio,
+#            after the offline rows (issue 19) [--random --device cuda:0 --threads 16 --no-reference
+#            --precisions f32 --capacity 1,10,30,60,100,150 --models orig,turbo --max-row-s 30]
 #   check    python -m bench check, TF32 off, with ggml's CUDA fusion on and off
 #   sweep    python -m bench sweep $SWEEP_ARGS        every graph kind up to 300 s [the suite's]
 #   mimi     Mimi GPU tests (TF32 on, off) and python -m bench mimi --device cuda:0 --no-moshi
@@ -185,6 +189,13 @@ s3bench() {
         | tee -a "$OUT/report.txt"
 }
 
+s3cap() {
+    local args=${S3CAP_ARGS:---random --device cuda:0 --threads 16 --no-reference --precisions f32 --capacity 1,10,30,60,100,150 --models orig,turbo --max-row-s 30}
+    stage "S3Gen stream capacity: python3 -m bench s3gen $args"
+    # shellcheck disable=SC2086
+    python3 -m bench s3gen $args 2>&1 | tee "$OUT/s3gen_capacity.md" | tee -a "$OUT/report.txt"
+}
+
 check() {
     for fusion in 0 1; do
         stage "stream check, TF32 off, GGML_CUDA_DISABLE_FUSION=$fusion"
@@ -290,6 +301,7 @@ for what in "$@"; do
         worker) worker ;;
         recovery) recovery ;;
         s3bench) s3bench ;;
+        s3cap) s3cap ;;
         check) check ;;
         sweep) sweep ;;
         references) references ;;

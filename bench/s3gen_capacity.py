@@ -1,0 +1,230 @@
+"""S3Gen real-time stream capacity: N FlowStreams stepped together by ``codecrt.step_flows`` (issue 19).
+
+The capacity table of ``python -m bench s3gen --capacity 1,10,30``. Each row runs N
+FlowStreams (the same random voice, their own random tokens and seeds) on one
+context, with the FlowStream's default chunking (a first chunk of ``first_chunk``
+tokens, then ``chunk`` tokens, each with 3 tokens of lookahead), in ticks:
+
+* starts together: every tick gives every stream its next chunk's tokens (plus the
+  lookahead) and steps all of them in one ``step_flows`` call, which batches the
+  flows of equal shape (all of them here, up to CODECRT_MAX_FLOW_BATCH per graph)
+  and the vocoder calls of equal length. A later tick adds ``chunk`` tokens of
+  audio per stream (1 s at 25 tokens/s), its budget: the streams are real time
+  while the p99 tick of the later chunks stays under it;
+* starts staggered over one chunk period (``--stagger G``): the streams are in G
+  phases, a tick steps one phase (N / G streams, every stream once per G ticks),
+  and its budget is the chunk period / G.
+
+Time to first audio is the tick that decodes a stream's first chunk (the slowest
+such tick of the row) plus the 3 lookahead tokens it waits for at 25 tokens/s:
+what a listener waits after the first chunk's last token arrives, tokens coming
+in real time. The flow recomputes every token so far at each chunk (full
+attention), so a tick costs more the longer the streams have run: --seconds sets
+the utterance, and the p99 is that of its last chunks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import inspect
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .mimi import cpu_s, load, machine, ms
+
+TOKENS_PER_S = 25
+SAMPLES_PER_TOKEN = 960
+SAMPLE_RATE = 24000
+LOOKAHEAD = 3  # tokens of right context a chunk waits for (codecrt's FlowStream.LOOKAHEAD)
+
+
+@dataclass
+class Row:
+    """One capacity measurement: N streams, G phases, their ticks."""
+
+    model: str
+    n: int
+    phases: int
+    chunks: int = 0                      # later chunks decoded per stream (after the first)
+    of_chunks: int = 0                   # later chunks the utterance has
+    first: list[float] = field(default_factory=list)   # walls of the ticks with first chunks
+    later: list[float] = field(default_factory=list)   # walls of the ticks with later chunks
+    cpu: list[float] = field(default_factory=list)     # process CPU seconds per later tick
+    wall: float = 0.0
+    audio_s: float = 0.0                 # audio emitted by all streams
+    graphs: int = 0
+    reservations: int = 0
+    recreations: int = 0
+    compute_mib: float = 0.0
+    largest_batch: int = 0
+
+    def budget_ms(self, chunk: int) -> float:
+        return 1000.0 * chunk / TOKENS_PER_S / self.phases
+
+    def real_time(self, chunk: int) -> bool:
+        return bool(self.later) and ms(self.later, 99) <= self.budget_ms(chunk)
+
+
+def flow_defaults(codecrt: Any) -> tuple[int, int]:
+    """The FlowStream's default first chunk and chunk, in tokens."""
+    p = inspect.signature(codecrt.FlowStream).parameters
+    return int(p["first_chunk"].default), int(p["chunk"].default)
+
+
+def run_row(codecrt: Any, ctx: Any, voice: Any, name: str, n: int, phases: int, seconds: float,
+            max_row_s: float, seed: int) -> Row:
+    """N streams in ``phases`` phases through a whole utterance (or until ``max_row_s``)."""
+    first, chunk = flow_defaults(codecrt)
+    n_chunks = max(1, math.ceil((seconds * TOKENS_PER_S - first) / chunk))
+    n_tok = first + chunk * n_chunks
+    tokens = np.random.default_rng(seed).integers(0, 6561, (n, n_tok)).astype(np.int32)
+    fss = [codecrt.FlowStream(ctx, voice, seed=seed + i) for i in range(n)]
+    groups = [list(range(g, n, phases)) for g in range(phases)]
+    pushed = [0] * n
+    emitted = 0
+    row = Row(name, n, phases, of_chunks=n_chunks)
+    st0 = ctx.stats
+    t_row = time.perf_counter()
+    try:
+        for s in range(phases * (n_chunks + 1)):
+            g, k = s % phases, s // phases
+            due = [fss[i] for i in groups[g]]
+            c0, t0 = cpu_s(), time.perf_counter()
+            target = min(n_tok, first + chunk * k + LOOKAHEAD)
+            for i in groups[g]:
+                fss[i].push(tokens[i, pushed[i]:target])
+                pushed[i] = target
+                if target == n_tok:
+                    fss[i].finish()
+            tick = codecrt.step_flows(ctx, due)
+            got = sum(fs.pull().size for fs in due)
+            dt = time.perf_counter() - t0
+            if tick.errors or tick.stepped != len(due):
+                raise RuntimeError(f"{name} N={n} tick {s}: {tick.stepped} of {len(due)} stepped, "
+                                   f"errors {tick.errors}")
+            emitted += got
+            row.largest_batch = max(row.largest_batch, tick.largest_batch)
+            if k == 0:
+                row.first.append(dt)
+            else:
+                row.later.append(dt)
+                row.cpu.append(cpu_s() - c0)
+            row.chunks = k
+            if g == phases - 1 and k >= 3 and time.perf_counter() - t_row > max_row_s:
+                break
+        row.wall = time.perf_counter() - t_row
+        st = ctx.stats
+    finally:
+        for fs in fss:
+            fs.close()
+    if row.chunks == n_chunks and emitted != n * n_tok * SAMPLES_PER_TOKEN:
+        raise RuntimeError(f"{name} N={n}: {emitted} samples, not {n * n_tok * SAMPLES_PER_TOKEN}")
+    row.audio_s = emitted / SAMPLE_RATE
+    row.graphs = st.graphs_built - st0.graphs_built
+    row.reservations = st.reservations - st0.reservations
+    row.recreations = st.sched_recreations - st0.sched_recreations
+    row.compute_mib = sum(st.compute_buffer_bytes) / 2**20
+    return row
+
+
+def capacity(codecrt: Any, model: Any, voice: Any, name: str, prec: str, args: argparse.Namespace,
+             counts: list[int]) -> tuple[list[Row], str]:
+    """Every row of one model: a warm-up pass, then N streams together and staggered for each N
+    of ``counts``; a start mode stops at its first N that misses real time."""
+    _, chunk = flow_defaults(codecrt)
+    ctx = codecrt.Context(model, device=args.device, n_threads=args.threads, precision=prec)
+    rows: list[Row] = []
+    notes = []
+    try:
+        from codecrt._native import lib
+
+        limit = max(1, min(int(lib.CODECRT_MAX_FLOW_BATCH), ctx.max_batch))
+        warm_n = min(max(counts), limit)
+        t0 = time.perf_counter()
+        try:
+            run_row(codecrt, ctx, voice, name, warm_n, 1, args.seconds, args.max_row_s, 1000)
+            warm = f"{time.perf_counter() - t0:.1f} s (untimed)"
+        except (RuntimeError, codecrt.CodecrtError) as e:
+            warm = f"failed ({type(e).__name__}: {e})"
+        notes.append(f"{name}: warm-up pass of {warm_n} stream{'s' * (warm_n > 1)} {warm}; "
+                     f"weights {model.info.weight_bytes / 2**20:.0f} MiB, "
+                     f"on the device {ctx.stats.weight_bytes / 2**20:.0f} MiB (device weights or BF16 packs)")
+        modes = [1] + ([args.stagger] if args.stagger > 1 else [])
+        for g in modes:
+            for n in counts:
+                phases = min(g, n)
+                if g > 1 and phases < 2:
+                    continue
+                try:
+                    row = run_row(codecrt, ctx, voice, name, n, phases, args.seconds, args.max_row_s, 0)
+                except (RuntimeError, codecrt.CodecrtError) as e:
+                    notes.append(f"{name} {starts(phases)} N={n}: "
+                                 f"failed ({type(e).__name__}: {e}); larger N skipped")
+                    print(notes[-1], flush=True)
+                    break
+                rows.append(row)
+                # as it comes, so that a run cut short still tells what it measured
+                print(f"capacity row: {name} {prec} {starts(phases)} N={n}: "
+                      f"tick p99 {ms(row.later or [0.0], 99):.1f} ms "
+                      f"of {row.budget_ms(chunk):.0f}, real time {'yes' if row.real_time(chunk) else 'no'}, "
+                      f"first tick {1000 * max(row.first):.1f} ms, {row.wall:.1f} s", flush=True)
+                if not row.real_time(chunk):
+                    bigger = [c for c in counts if c > n]
+                    if bigger:
+                        notes.append(f"{name} {starts(row.phases)}: N={','.join(map(str, bigger))} skipped "
+                                     f"(N={n} missed real time)")
+                    break
+    finally:
+        ctx.close()
+    return rows, "\n".join(notes)
+
+
+def starts(phases: int) -> str:
+    return "together" if phases == 1 else f"staggered/{phases}"
+
+
+def print_capacity(rows: list[Row], notes: list[str], codecrt: Any, args: argparse.Namespace,
+                   prec: str) -> None:
+    first, chunk = flow_defaults(codecrt)
+    chunk_ms = 1000.0 * chunk / TOKENS_PER_S
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print()
+    print(f"## real-time capacity, {prec}: N FlowStreams stepped by codecrt.step_flows, "
+          f"{args.seconds:.1f} s utterances after a {args.prompt:.1f} s prompt")
+    print(f"{machine(args.device)} · device {args.device}, {args.threads} threads · codecrt {codecrt.version()} · "
+          f"{stamp} · load average {load()} · `{' '.join(sys.argv)}`")
+    print(f"first chunk {first} tokens ({1000 * first / TOKENS_PER_S:.0f} ms of audio), later chunks {chunk} "
+          f"tokens ({chunk_ms:.0f} ms), {LOOKAHEAD} tokens of lookahead; a tick steps every stream "
+          f"(together) or one of G phases (staggered/G), budget {chunk_ms:.0f} ms / G; tick ms and CPU ms "
+          f"over the later chunks' ticks; x RT aggregate = audio of all streams / the row's wall time; TTFA = slowest first-chunk tick + {LOOKAHEAD} lookahead tokens "
+          f"({1000 * LOOKAHEAD / TOKENS_PER_S:.0f} ms)")
+    print("| model | starts | N | chunks | tick ms median | p99 | budget ms | real time | x RT aggregate "
+          "| first tick ms | TTFA ms | CPU ms / tick | largest batch | graphs built | reservations "
+          "| recreations | compute buffers MiB |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        cut = "" if r.chunks == r.of_chunks else f" of {r.of_chunks} (cut)"
+        later = r.later or [float("nan")]
+        print(f"| {r.model} | {starts(r.phases)} | {r.n} | {r.chunks}{cut} | {ms(later, 50):.1f} | {ms(later, 99):.1f} | "
+              f"{r.budget_ms(chunk):.0f} | {'yes' if r.real_time(chunk) else 'no'} | "
+              f"{r.audio_s / r.wall:.1f} | {1000 * max(r.first):.1f} | "
+              f"{1000 * max(r.first) + 1000 * LOOKAHEAD / TOKENS_PER_S:.1f} | "
+              f"{1000 * float(np.mean(r.cpu or [float('nan')])):.1f} | {r.largest_batch} | {r.graphs} | {r.reservations} | "
+              f"{r.recreations} | {r.compute_mib:.0f} |")
+    for line in notes:
+        if line:
+            print(line)
+    for model in dict.fromkeys(r.model for r in rows):
+        best: dict[str, int] = {}
+        for r in rows:
+            if r.model == model and r.real_time(chunk):
+                mode = "together" if r.phases == 1 else "staggered"
+                best[mode] = max(best.get(mode, 0), r.n)
+        said = ", ".join(f"{k} {v}" for k, v in best.items()) or "none of the rows"
+        print(f"largest N in real time, {model} {prec}: {said}")
