@@ -5,11 +5,13 @@
     python -m bench fronts --spawn demo --fronts 1,4,8 --n 256,512,768,1000,1200 \\
         --per-conn 8 --client-procs 8 --serve-arg=--devices=cuda:0 ...       (bench/gpu/run.sh)
     ... --server-cpus 0-7     the daemon on CPUs 0-7, the load generator on the rest
+    python -m bench fronts --spawn mimi --model mimi --fronts 4 --n 512,768 ...  # Mimi (issue 20)
 
 For each F, one ``codecd serve --fronts F`` is started (``--spawn``: a GGUF path or
 ``demo``) and the load of ``python -m bench serve`` (real-time Orpheus-id streams,
 7 tokens per message, starts spread over a frame period) runs at each N through
-it. One row per (F, N): time to first audio p50/p99, inter-chunk gap p99,
+it (``--spawn mimi`` / ``qwen3``: the released-size decoder with random weights, streams of
+8 / 16 codebooks in the levels layout, one 80 ms frame a JSON message). One row per (F, N): time to first audio p50/p99, inter-chunk gap p99,
 underruns with no buffer and with a 200 ms jitter buffer (what ``codecd play``
 primes), busy refusals and errors, websocket messages per second (token messages
 in + audio messages out, counted at the clients), the worker's tick time p99 and
@@ -35,9 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.serve import (  # noqa: E402
-    PERIOD,
-    SR,
+    ORPHEUS,
+    Load,
     RunResult,
+    levels_load,
     run_load,
     spawn_server,
 )
@@ -49,6 +52,24 @@ def light_model() -> Path:
     """A random SNAC with the 24 kHz layout (hop 512, strides 4/2/1, 4096 codes) and 64 decoder
     channels, written once under the system's temp dir."""
     return small_snac24("light", latent_dim=32, decoder_dim=64)
+
+
+def levels_model(kind: str) -> tuple[Path, Load]:
+    """The released-size Mimi (8 of its 32 codebooks per stream, as Moshi sends) or Qwen3
+    tokenizer decoder (16 codebooks) with seeded random weights, written once under the system's
+    temp dir, and the load its streams send (one 80 ms frame per message)."""
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / f"codecd-bench-{kind}.gguf"
+    if kind == "mimi":
+        from codecd.convert.random_mimi import write_random_mimi as write
+        load = levels_load(8, 2048)
+    else:
+        from codecd.convert.random_qwen3 import write_random_qwen3 as write
+        load = levels_load(16, 2048)
+    if not path.exists():
+        write(path, seed=1)
+    return path, load
 
 
 def small_snac24(name: str, latent_dim: int, decoder_dim: int) -> Path:
@@ -96,14 +117,14 @@ def _children(pid: int) -> dict[str, list[int]]:
     return out
 
 
-def buffered_underruns(r: RunResult, prime_s: float = PRIME_S) -> int:
+def buffered_underruns(r: RunResult, prime_s: float = PRIME_S, sample_rate: int = ORPHEUS.sample_rate) -> int:
     """Underruns of a player that starts ``prime_s`` after the first frame (and again after
     each underrun): a frame that arrives after the audio before it has played out."""
     n = 0
     for s in r.streams:
         if not s.gaps:
             continue
-        frame_s = s.samples / (len(s.gaps) + 1) / SR
+        frame_s = s.samples / (len(s.gaps) + 1) / sample_rate
         t = 0.0
         start, played = prime_s, 0.0  # playout clock: starts at `start`, has `played` queued
         for g in s.gaps:
@@ -283,7 +304,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--spawn", required=True, metavar="SOURCE",
                     help="model source: a GGUF, demo, or light (SNAC 24 kHz layout and rates, "
-                    "64 decoder channels: a cheap decode, so the fronts are what is measured)")
+                    "64 decoder channels: a cheap decode, so the fronts are what is measured); "
+                    "mimi or qwen3: the released-size decoder with random weights, streams of "
+                    "8 (Mimi) or 16 (Qwen3) codebooks in the levels layout, one 80 ms frame a "
+                    "message (give --model the same name)")
     ap.add_argument("--model", default="snac_24khz")
     ap.add_argument("--fronts", default="1,2", help="comma-separated front counts")
     ap.add_argument("--n", default="8,16", help="comma-separated stream counts")
@@ -309,8 +333,17 @@ def main() -> int:
     source = args.spawn
     server_cpus = _cpu_list(args.server_cpus) if args.server_cpus else set()
     client_cpus = os.sched_getaffinity(0) - server_cpus
+    load = ORPHEUS
     if args.spawn == "light":
         args.spawn = str(light_model())
+    elif args.spawn in ("mimi", "qwen3"):
+        path, load = levels_model(args.spawn)
+        args.spawn = str(path)
+        if args.runtime_ticks or args.kill_worker:
+            print("--runtime-ticks and --kill-worker are SNAC's (the runtime alone for these "
+                  "codecs: python -m bench mimi): skipped", file=sys.stderr)
+            args.runtime_ticks = args.kill_worker = 0
+    period = load.period
     base_args = list(args.serve_arg)
     rows: list[str] = []
     best: dict[int, int] = {}
@@ -332,15 +365,15 @@ def main() -> int:
                     c0 = {p: _cpu(p) for p in pids}
                     m0 = _metrics(url)
                     r = run_load([url], args.model, n, args.seconds, args.speed, args.per_conn,
-                                 None, [], args.seconds / args.speed + 120.0, args.client_procs)
+                                 None, [], args.seconds / args.speed + 120.0, args.client_procs, load)
                     c1 = {p: _cpu(p) for p in pids}
                     cores = {p: (c1[p] - c0[p]) / r.wall for p in pids}
                     m1 = _metrics(url)
                     p99, batch = m1.get("tick_p99_ms", 0.0), m1.get("batch", 0.0)
                     phases, graphs = phase_cell(m0, m1)
                     msgs = sum(len(s.gaps) + 1 for s in r.streams if s.ttfa is not None)
-                    msgs += n * max(1, int(round(args.seconds / PERIOD)))
-                    bu = buffered_underruns(r)
+                    msgs += n * max(1, int(round(args.seconds / period)))
+                    bu = buffered_underruns(r, sample_rate=load.sample_rate)
                     ok = r.ok and bu == 0
                     if ok:
                         best[nf] = max(best.get(nf, 0), n)
@@ -367,9 +400,9 @@ def main() -> int:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    print(f"\n{args.seconds:g} s utterances of Orpheus ids at {args.speed:g}x real time, "
+    print(f"\n{args.seconds:g} s utterances of {load.describe()} at {args.speed:g}x real time, "
           f"{args.per_conn} stream(s) per connection, clients in {args.client_procs} "
-          f"process(es); frame period {1e3 * PERIOD:.1f} ms; one daemon per row group\n")
+          f"process(es); frame period {1e3 * period:.1f} ms; one daemon per row group\n")
     print(HEADER)
     for row in rows:
         print(row)
@@ -388,12 +421,12 @@ def main() -> int:
         ns = [int(x) for x in args.n.split(",")]
         alone = runtime_alone(source if source != "light" else args.spawn, ns, base_args,
                               args.runtime_ticks)
-        ok_n = [n for n, t in alone.items() if t < PERIOD]
+        ok_n = [n for n, t in alone.items() if t < period]
         best_rt = max(ok_n, default=0)
         print("\n| N | runtime alone tick p99 ms | real time |\n|---|---|---|")
         for n, t in alone.items():
-            print(f"| {n} | {1e3 * t:.1f} | {'yes' if t < PERIOD else 'no'} |")
-        print(f"runtime alone: largest N of these in real time (tick p99 < {1e3 * PERIOD:.1f} ms): "
+            print(f"| {n} | {1e3 * t:.1f} | {'yes' if t < period else 'no'} |")
+        print(f"runtime alone: largest N of these in real time (tick p99 < {1e3 * period:.1f} ms): "
               f"{best_rt}")
         for nf in (int(x) for x in args.fronts.split(",")):
             d = best.get(nf, 0)

@@ -59,6 +59,33 @@ PERIOD = GROUP / SR
 BASE = 128266
 
 
+@dataclass(frozen=True)
+class Load:
+    """What one stream of the load sends: Orpheus ids (7 per message, one SNAC 24 kHz frame
+    period apart) or frames of ``codebooks`` codes in the levels layout (one JSON message of
+    one frame per ``period``: Mimi, the Qwen3 tokenizer)."""
+
+    layout: str = "orpheus_ids"
+    sample_rate: int = SR
+    period: float = PERIOD          # seconds of audio per message
+    codebooks: int = 0              # levels layout: codes per frame
+    codebook_size: int = 4096
+
+    def describe(self) -> str:
+        if self.layout == "orpheus_ids":
+            return "Orpheus ids"
+        return f"frames of {self.codebooks} codebooks (levels layout)"
+
+
+ORPHEUS = Load()
+MIMI_FRAME = 1920  # samples of one 12.5 Hz frame at 24 kHz (Mimi and the Qwen3 tokenizer)
+
+
+def levels_load(codebooks: int, codebook_size: int) -> Load:
+    """A Mimi or Qwen3 tokenizer stream: one 80 ms frame of ``codebooks`` codes per message."""
+    return Load("levels", SR, MIMI_FRAME / SR, codebooks, codebook_size)
+
+
 @dataclass
 class StreamResult:
     ttfa: float | None = None
@@ -78,6 +105,7 @@ class RunResult:
     speed: float = 1.0
     worker_cpu_s: float | None = None
     ticks: dict[str, float] | None = None  # from /metrics: per_s, batch, tick_ms
+    period: float = PERIOD  # the load's message period (seconds of audio per message)
 
     def _all(self, attr: str) -> np.ndarray:
         return np.array([getattr(s, attr) for s in self.streams if getattr(s, attr) is not None])
@@ -104,8 +132,8 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        excess = self.gap_p99() - PERIOD / self.speed
-        return self.refused == 0 and self.errors == 0 and excess < PERIOD
+        excess = self.gap_p99() - self.period / self.speed
+        return self.refused == 0 and self.errors == 0 and excess < self.period
 
 
 def ids_for(n_groups: int, rng: np.random.Generator) -> np.ndarray:
@@ -114,12 +142,17 @@ def ids_for(n_groups: int, rng: np.random.Generator) -> np.ndarray:
 
 
 async def one_stream(c: Client, model: str, n_groups: int, speed: float, delay: float,
-                     seed: int) -> StreamResult:
+                     seed: int, load: Load = ORPHEUS) -> StreamResult:
     r = StreamResult()
-    ids = ids_for(n_groups, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    if load.layout == "orpheus_ids":
+        ids = ids_for(n_groups, rng)
+    else:  # [frame, codebook]
+        codes = rng.integers(0, load.codebook_size, (n_groups, load.codebooks))
     await asyncio.sleep(delay)
     try:
-        s = await c.start(model, layout="orpheus_ids", format="pcm_s16le")
+        s = await c.start(model, layout=load.layout, format="pcm_s16le",
+                          codebooks=load.codebooks or None)
     except ServerError as e:
         r.refused = e.code in ("busy", "too_many_streams")
         r.error = e.code
@@ -129,13 +162,16 @@ async def one_stream(c: Client, model: str, n_groups: int, speed: float, delay: 
     async def feed() -> None:
         t0 = time.monotonic()
         for g in range(n_groups):
-            due = t0 + g * PERIOD / speed
+            due = t0 + g * load.period / speed
             d = due - time.monotonic()
             if d > 0:
                 await asyncio.sleep(d)
             if not t_send:
                 t_send.append(time.monotonic())
-            await s.send_tokens(ids[7 * g:7 * g + 7], binary=True)
+            if load.layout == "orpheus_ids":
+                await s.send_tokens(ids[7 * g:7 * g + 7], binary=True)
+            else:  # one JSON message per frame: one array of one code per codebook
+                await s.send_levels(codes[g][:, None])
         await s.end()
 
     task = asyncio.create_task(feed())
@@ -150,7 +186,7 @@ async def one_stream(c: Client, model: str, n_groups: int, speed: float, delay: 
                 play_t0, played_base = t, 0
             else:
                 r.gaps.append(t - last)
-                if (t - play_t0) * SR > r.samples - played_base:  # ran dry before this frame
+                if (t - play_t0) * load.sample_rate > r.samples - played_base:  # ran dry
                     r.underruns += 1
                     play_t0, played_base = t, r.samples
             last = t
@@ -187,9 +223,10 @@ def _cpu_of_tree(pid: int) -> tuple[float, float]:
 
 
 async def load_part(urls: list[str], model: str, n: int, seconds: float, speed: float, per_conn: int,
-                    token: str | None, timeout: float, part: int = 0, parts: int = 1) -> list[StreamResult]:
+                    token: str | None, timeout: float, part: int = 0, parts: int = 1,
+                    load: Load = ORPHEUS) -> list[StreamResult]:
     """The streams of connections part, part + parts, ...: connection ci goes to urls[ci % len(urls)]."""
-    n_groups = max(1, int(round(seconds / PERIOD)))
+    n_groups = max(1, int(round(seconds / load.period)))
     rnd = random.Random(n * 1000 + part)
     n_conn = -(-n // per_conn)
 
@@ -199,8 +236,8 @@ async def load_part(urls: list[str], model: str, n: int, seconds: float, speed: 
         try:
             async with Client(url, token=token, queue_size=1024) as c:
                 return list(await asyncio.gather(*(
-                    one_stream(c, model, n_groups, speed, rnd.uniform(0, PERIOD),
-                               ci * per_conn + j) for j in range(k))))
+                    one_stream(c, model, n_groups, speed, rnd.uniform(0, load.period),
+                               ci * per_conn + j, load) for j in range(k))))
         except ServerError as e:
             return [StreamResult(refused=True, error=e.code) for _ in range(k)]
         except Exception as e:  # noqa: BLE001 - HTTP 503 on the upgrade, resets
@@ -240,7 +277,8 @@ def scrape_ticks(urls: list[str], token: str | None) -> tuple[float, float, floa
 
 
 def run_load(urls: list[str], model: str, n: int, seconds: float, speed: float, per_conn: int,
-             token: str | None, server_pids: list[int], timeout: float, procs: int = 1) -> RunResult:
+             token: str | None, server_pids: list[int], timeout: float, procs: int = 1,
+             load: Load = ORPHEUS) -> RunResult:
     def cpu_now() -> tuple[float, float]:
         trees = [_cpu_of_tree(p) for p in server_pids]
         return sum(t for t, _ in trees), sum(w for _, w in trees)
@@ -249,7 +287,8 @@ def run_load(urls: list[str], model: str, n: int, seconds: float, speed: float, 
     tick0 = scrape_ticks(urls, token)
     t0 = time.monotonic()
     parts = max(1, min(procs, -(-n // per_conn)))
-    jobs = [(urls, model, n, seconds, speed, per_conn, token, timeout, i, parts) for i in range(parts)]
+    jobs = [(urls, model, n, seconds, speed, per_conn, token, timeout, i, parts, load)
+            for i in range(parts)]
     if parts == 1:
         streams = _load_part_proc(jobs[0])
     else:
@@ -264,8 +303,8 @@ def run_load(urls: list[str], model: str, n: int, seconds: float, speed: float, 
     if tick0 is not None and tick1 is not None:
         ticks = {"per_s": (tick1[0] - tick0[0]) / wall, "batch": tick1[1], "tick_ms": tick1[2]}
     if not server_pids:
-        return RunResult(n, streams, wall, None, speed, None, ticks)
-    return RunResult(n, streams, wall, cpu1[0] - cpu0[0], speed, cpu1[1] - cpu0[1], ticks)
+        return RunResult(n, streams, wall, None, speed, None, ticks, load.period)
+    return RunResult(n, streams, wall, cpu1[0] - cpu0[0], speed, cpu1[1] - cpu0[1], ticks, load.period)
 
 
 def server_env() -> dict[str, str]:
