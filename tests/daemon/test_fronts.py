@@ -498,7 +498,11 @@ def test_browser_tickets_redeem_on_any_front(small: Path, tmp_path: Path) -> Non
         me = "http://x"  # the page's own origin for http_get's "Host: x"
         url = f"ws://127.0.0.1:{port}/"
         served: set[int] = set()
-        for _ in range(12):
+        # the kernel deals connections to the fronts by a hash of their addresses: go on until
+        # both have served one (12 tries left one front unserved once in a CI run: 1 in 2,048)
+        for i in range(64):
+            if i >= 4 and served == set(pids):
+                break
             st, body = await http_get(port, "/auth/ticket",
                                       {"Authorization": f"Bearer {token}", "Origin": me})
             assert st == 200, body
