@@ -6,6 +6,7 @@
         --per-conn 8 --client-procs 8 --serve-arg=--devices=cuda:0 ...       (bench/gpu/run.sh)
     ... --server-cpus 0-7     the daemon on CPUs 0-7, the load generator on the rest
     python -m bench fronts --spawn mimi --model mimi --fronts 4 --n 512,768 ...  # Mimi (issue 20)
+    python -m bench fronts --spawn mimi --model mimi --fronts 1 --n 1 --kill-worker 2  # Mimi recovery
 
 For each F, one ``codecd serve --fronts F`` is started (``--spawn``: a GGUF path or
 ``demo``) and the load of ``python -m bench serve`` (real-time Orpheus-id streams,
@@ -54,19 +55,19 @@ def light_model() -> Path:
     return small_snac24("light", latent_dim=32, decoder_dim=64)
 
 
-def levels_model(kind: str) -> tuple[Path, Load]:
-    """The released-size Mimi (8 of its 32 codebooks per stream, as Moshi sends) or Qwen3
-    tokenizer decoder (16 codebooks) with seeded random weights, written once under the system's
-    temp dir, and the load its streams send (one 80 ms frame per message)."""
+def levels_model(kind: str, codebooks: int = 0) -> tuple[Path, Load]:
+    """The released-size Mimi (``codebooks`` of its 32 per stream, default 8 as Moshi sends) or
+    Qwen3 tokenizer decoder (default 16 codebooks) with seeded random weights, written once under
+    the system's temp dir, and the load its streams send (one 80 ms frame per message)."""
     import tempfile
 
     path = Path(tempfile.gettempdir()) / f"codecd-bench-{kind}.gguf"
     if kind == "mimi":
         from codecd.convert.random_mimi import write_random_mimi as write
-        load = levels_load(8, 2048)
+        load = levels_load(codebooks or 8, 2048)
     else:
         from codecd.convert.random_qwen3 import write_random_qwen3 as write
-        load = levels_load(16, 2048)
+        load = levels_load(codebooks or 16, 2048)
     if not path.exists():
         write(path, seed=1)
     return path, load
@@ -217,15 +218,49 @@ def _serve_value(args: list[str], flag: str, default: str) -> str:
     return default
 
 
-def runtime_alone(source: str, ns: list[int], serve_args: list[str], ticks: int) -> dict[int, float]:
-    """N -> p99 tick (s) of the runtime alone (``bench.worker.run_runtime_alone``: N streams
-    stepped in one process, a pull per stream) on the daemon's device, threads and batch
-    limit, so that the daemon's largest N has the runtime's beside it."""
+def levels_runtime_alone(path: str, n: int, ticks: int, device: str, threads: int, rng, load: Load,
+                         max_batch: int = 0, batch_bucket: bool = True) -> list[float]:
+    """``bench.worker.run_runtime_alone`` for a levels model (Mimi, Qwen3): N streams on one
+    context, one frame of ``load.codebooks`` codes pushed per stream per tick, one ``ctx.step``
+    per ``max_batch`` of them, a pull per stream; tick times after 4 warm-up ticks."""
+    import codecrt
+    import numpy as np
+
+    total = 4 + ticks
+    k = load.codebooks
+    codes = rng.integers(0, load.codebook_size, (n, k, total), dtype=np.int32)
+    mb = max_batch or n
+    with codecrt.Model(path) as model, codecrt.Context(
+            model, device=device, n_threads=threads, max_batch=mb, max_streams=n,
+            stream_chunk_frames=1, batch_bucket=batch_bucket) as ctx:
+        ss = [ctx.stream() for _ in range(n)]
+        times = []
+        for t in range(total):
+            t0 = time.perf_counter()
+            for i, s in enumerate(ss):
+                s.push([codes[i, j, t:t + 1] for j in range(k)])
+            for i in range(0, n, mb):
+                ctx.step(ss[i:i + mb])
+            for s in ss:
+                s.pull()
+            if t >= 4:
+                times.append(time.perf_counter() - t0)
+        for s in ss:
+            s.close()
+    return times
+
+
+def runtime_alone(source: str, ns: list[int], serve_args: list[str], ticks: int,
+                  load: Load = ORPHEUS) -> dict[int, float]:
+    """N -> p99 tick (s) of the runtime alone (``bench.worker.run_runtime_alone``, or
+    ``levels_runtime_alone`` for a levels model: N streams stepped in one process, a pull per
+    stream) on the daemon's device, threads and batch limit, so that the daemon's largest N has
+    the runtime's beside it."""
     import numpy as np
 
     from bench.worker import model_path, run_runtime_alone
 
-    path = model_path(source)
+    path = source if load.layout == "levels" else model_path(source)
     device = _serve_value(serve_args, "--devices", "auto").split(",")[0]
     threads = int(_serve_value(serve_args, "--threads", "0"))
     max_batch = int(_serve_value(serve_args, "--max-batch", "0"))
@@ -236,16 +271,21 @@ def runtime_alone(source: str, ns: list[int], serve_args: list[str], ticks: int)
     rng = np.random.default_rng(0)
     out = {}
     for n in ns:
-        t = run_runtime_alone(path, n, ticks, device, threads, rng, max_batch=max_batch or n,
-                              batch_bucket=bucket)
+        if load.layout == "levels":
+            t = levels_runtime_alone(path, n, ticks, device, threads, rng, load,
+                                     max_batch=max_batch or n, batch_bucket=bucket)
+        else:
+            t = run_runtime_alone(path, n, ticks, device, threads, rng, max_batch=max_batch or n,
+                                  batch_bucket=bucket)
         out[n] = float(np.percentile(t, 99))
         print(f"runtime alone: {n} streams on {device}, tick p99 {1e3 * out[n]:.1f} ms",
               file=sys.stderr, flush=True)
     return out
 
 
-async def _first_audio(url: str, model: str, n_frames: int = 8) -> bool:
-    """One stream of ``n_frames`` random frames; True at its first audio, False on an error."""
+async def _first_audio(url: str, model: str, n_frames: int = 8, load: Load = ORPHEUS) -> bool:
+    """One stream of ``n_frames`` random frames (SNAC's three levels, or ``load.codebooks``
+    codebooks of a levels model); True at its first audio, False on an error."""
     import json
 
     import numpy as np
@@ -254,9 +294,15 @@ async def _first_audio(url: str, model: str, n_frames: int = 8) -> bool:
     rng = np.random.default_rng(0)
     async with connect(url + "/", open_timeout=5) as ws:
         await ws.recv()
-        await ws.send(json.dumps({"type": "start", "stream_id": "r", "model": model,
-                                  "layout": "levels"}))
-        levels = [rng.integers(0, 4096, n_frames // s).tolist() for s in (4, 2, 1)]
+        start = {"type": "start", "stream_id": "r", "model": model, "layout": "levels"}
+        if load.layout == "levels":
+            start["codebooks"] = load.codebooks
+        await ws.send(json.dumps(start))
+        if load.layout == "levels":
+            levels = [rng.integers(0, load.codebook_size, n_frames).tolist()
+                      for _ in range(load.codebooks)]
+        else:
+            levels = [rng.integers(0, 4096, n_frames // s).tolist() for s in (4, 2, 1)]
         await ws.send(json.dumps({"type": "tokens", "stream_id": "r", "levels": levels}))
         await ws.send(json.dumps({"type": "end", "stream_id": "r"}))
         while True:
@@ -267,8 +313,8 @@ async def _first_audio(url: str, model: str, n_frames: int = 8) -> bool:
                 return False
 
 
-def restart_times(url: str, daemon_pid: int, model: str, kills: int, gap_s: float
-                  ) -> list[float]:
+def restart_times(url: str, daemon_pid: int, model: str, kills: int, gap_s: float,
+                  load: Load = ORPHEUS) -> list[float]:
     """SIGKILL the worker ``kills`` times, ``gap_s`` apart: seconds from each kill to the
     first audio of a new stream (retried while the daemon answers busy)."""
     import asyncio
@@ -281,7 +327,7 @@ def restart_times(url: str, daemon_pid: int, model: str, kills: int, gap_s: floa
         os.kill(worker, signal.SIGKILL)
         while True:
             try:
-                if asyncio.run(_first_audio(url, model)):
+                if asyncio.run(_first_audio(url, model, load=load)):
                     break
             except Exception:  # noqa: BLE001 - refused upgrade (503) while restarting
                 pass
@@ -309,6 +355,8 @@ def main() -> int:
                     "8 (Mimi) or 16 (Qwen3) codebooks in the levels layout, one 80 ms frame a "
                     "message (give --model the same name)")
     ap.add_argument("--model", default="snac_24khz")
+    ap.add_argument("--codebooks", type=int, default=0,
+                    help="codebooks per stream with --spawn mimi / qwen3 (default 8 / 16)")
     ap.add_argument("--fronts", default="1,2", help="comma-separated front counts")
     ap.add_argument("--n", default="8,16", help="comma-separated stream counts")
     ap.add_argument("--serve-arg", action="append", default=[],
@@ -337,12 +385,8 @@ def main() -> int:
     if args.spawn == "light":
         args.spawn = str(light_model())
     elif args.spawn in ("mimi", "qwen3"):
-        path, load = levels_model(args.spawn)
+        path, load = levels_model(args.spawn, args.codebooks)
         args.spawn = str(path)
-        if args.runtime_ticks or args.kill_worker:
-            print("--runtime-ticks and --kill-worker are SNAC's (the runtime alone for these "
-                  "codecs: python -m bench mimi): skipped", file=sys.stderr)
-            args.runtime_ticks = args.kill_worker = 0
     period = load.period
     base_args = list(args.serve_arg)
     rows: list[str] = []
@@ -390,7 +434,8 @@ def main() -> int:
                     print(row, file=sys.stderr, flush=True)
                     time.sleep(1.0)
             if args.kill_worker:
-                ts = restart_times(url, proc.pid, args.model, args.kill_worker, args.kill_gap)
+                ts = restart_times(url, proc.pid, args.model, args.kill_worker, args.kill_gap,
+                                   load)
                 recov.append(f"fronts {nf}: worker SIGKILL -> a new stream's first audio: "
                              + ", ".join(f"{t:.2f} s" for t in ts))
                 print(recov[-1], file=sys.stderr, flush=True)
@@ -419,8 +464,8 @@ def main() -> int:
         print(line)
     if args.runtime_ticks:
         ns = [int(x) for x in args.n.split(",")]
-        alone = runtime_alone(source if source != "light" else args.spawn, ns, base_args,
-                              args.runtime_ticks)
+        alone = runtime_alone(source if source not in ("light", "mimi", "qwen3") else args.spawn,
+                              ns, base_args, args.runtime_ticks, load)
         ok_n = [n for n, t in alone.items() if t < period]
         best_rt = max(ok_n, default=0)
         print("\n| N | runtime alone tick p99 ms | real time |\n|---|---|---|")

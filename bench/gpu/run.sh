@@ -28,8 +28,11 @@
 #            warmed buckets from $FRONTS_MAX_BATCH [1024] and $FRONTS_BUCKETS [64,256,1024]; the
 #            runtime alone runs after the rows on the same device and the daemon/runtime ratio is printed
 #   mimifronts  python -m bench fronts --spawn mimi --model mimi $MIMIFRONTS_ARGS: Mimi streams (8
-#            codebooks, one 80 ms frame a message) through ONE daemon on cuda:0 (issue 20)
-#            [--fronts 4 --n 512,768,1000 --seconds 3 --per-conn 8 --client-procs 8 --server-cpus 0-7]
+#            codebooks, one 80 ms frame a message) through ONE daemon on cuda:0 (issue 20), batch
+#            limit 1024, warmed buckets 64,256,1024, 1,300 streams and connections
+#            [--fronts 4 --n 256,512,768,1000 --seconds 3 --per-conn 8 --client-procs 8
+#            --server-cpus 0-7 --runtime-ticks 20]; the runtime alone (N streams, one frame each
+#            per tick on one context) runs after the rows and the daemon/runtime ratio is printed
 #   worker   python -m bench worker --spawn demo --device cuda:0 $WORKER_ARGS: the engine worker's
 #            host work per stream per tick by phase against the runtime alone, one process
 #            [--n 256,512,1000 --ticks 20]
@@ -168,13 +171,13 @@ fronts() {
 }
 
 mimifronts() {
-    local args=${MIMIFRONTS_ARGS:---fronts 4 --n 512,768,1000 --seconds 3 --per-conn 8 --client-procs 8 --server-cpus 0-7}
+    local args=${MIMIFRONTS_ARGS:---fronts 4 --n 256,512,768,1000 --seconds 3 --per-conn 8 --client-procs 8 --server-cpus 0-7 --runtime-ticks 20}
     local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=1024
-                  --serve-arg=--batch-buckets=64,512,1024 --serve-arg=--max-streams=1300
+                  --serve-arg=--batch-buckets=64,256,1024 --serve-arg=--max-streams=1300
                   --serve-arg=--max-connections=1300 --serve-arg=--max-connections-per-ip=1300)
     stage "Mimi through one daemon: python3 -m bench fronts --spawn mimi --model mimi $args ${daemon[*]}"
     # shellcheck disable=SC2086
-    python3 -m bench fronts --spawn mimi --model mimi $args --runtime-ticks 0 "${daemon[@]}" 2>&1 \
+    python3 -m bench fronts --spawn mimi --model mimi $args "${daemon[@]}" 2>&1 \
         | tee "$OUT/mimifronts.md" | tee -a "$OUT/report.txt"
 }
 worker() {
