@@ -697,6 +697,8 @@ class Worker:
         import codecrt
 
         n = len(cands)
+        if not n:  # every stream of the tick was closed while it computed (a client hung up)
+            return
         per = m.lm.chunk_frames * m.lm.model.info.hop_length  # samples a tick adds
         if m.pcm is None or m.pcm.size < n * per:
             m.pcm = np.empty(n * per, dtype=np.float32)

@@ -362,6 +362,40 @@ def test_killed_worker_fails_streams_keeps_connections_and_serves_within_5s(
         run(main(p, port))
 
 
+def test_a_stream_closed_while_its_tick_computes_leaves_the_worker_alive(small: Path, offline: Any,
+                                                                         tmp_path: Path) -> None:
+    """A client that hangs up as soon as its stream's first audio arrives: the close is read
+    while the stream's next tick is on the device, and that tick's streams are then all gone.
+    The worker must carry on (it died of an IndexError there, and `bench fronts --kill-worker`'s
+    probes took each restart down again); the next stream decodes on the same worker."""
+    log = tmp_path / "d.log"
+
+    async def main(p: subprocess.Popen[bytes], port: int) -> None:
+        await wait_ready(port, p, log)
+        (worker,) = children(p.pid, "codecd.worker")
+        rng = np.random.default_rng(5)
+        for _ in range(6):
+            c = await Client.open(port)
+            await c.send(start_msg("x", "levels"))
+            await send_stream(c, "x", small_codes(4 * 64, rng), "levels", rng)
+            await c.until(lambda c=c: len(c.rec("x")["audio"]) > 0)
+            await c.close()
+        c = await Client.open(port)
+        levels = small_codes(4 * 12, rng)
+        await c.send(start_msg("y", "levels", format="pcm_f32le"))
+        await send_stream(c, "y", levels, "levels", rng)
+        assert (await c.terminal("y", 10))["type"] == "done"
+        assert_same_audio(bytes(c.rec("y")["audio"]), expected(offline, levels, "pcm_f32le", 24000),
+                          "pcm_f32le")
+        await c.close()
+        assert children(p.pid, "codecd.worker") == [worker]
+        m = await metrics(port)
+        assert metric_value(m, "codecd_worker_restarts_total", worker="0") == 0
+
+    with daemon(small, log, "--fronts", "2") as (p, port):
+        run(main(p, port))
+
+
 def test_sigterm_drains_every_front(small: Path, offline: Any, tmp_path: Path) -> None:
     """SIGTERM with streams open on both fronts: /readyz turns 503, every stream finishes (its
     end arrives after the signal), then main and every child exit, status 0."""
