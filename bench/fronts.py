@@ -32,7 +32,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -218,43 +221,22 @@ def _serve_value(args: list[str], flag: str, default: str) -> str:
     return default
 
 
-def levels_runtime_alone(path: str, n: int, ticks: int, device: str, threads: int, rng, load: Load,
-                         max_batch: int = 0, batch_bucket: bool = True) -> list[float]:
-    """``bench.worker.run_runtime_alone`` for a levels model (Mimi, Qwen3): N streams on one
-    context, one frame of ``load.codebooks`` codes pushed per stream per tick, one ``ctx.step``
-    per ``max_batch`` of them, a pull per stream; tick times after 4 warm-up ticks."""
-    import codecrt
-    import numpy as np
-
-    total = 4 + ticks
+def levels_feed(n: int, ticks: int, load: Load, rng) -> Callable[[int, list], None]:
+    """``bench.worker.run_runtime_alone``'s feed for a levels model (Mimi, Qwen3): one frame of
+    ``load.codebooks`` codes pushed per stream per tick."""
     k = load.codebooks
-    codes = rng.integers(0, load.codebook_size, (n, k, total), dtype=np.int32)
-    mb = max_batch or n
-    with codecrt.Model(path) as model, codecrt.Context(
-            model, device=device, n_threads=threads, max_batch=mb, max_streams=n,
-            stream_chunk_frames=1, batch_bucket=batch_bucket) as ctx:
-        ss = [ctx.stream() for _ in range(n)]
-        times = []
-        for t in range(total):
-            t0 = time.perf_counter()
-            for i, s in enumerate(ss):
-                s.push([codes[i, j, t:t + 1] for j in range(k)])
-            for i in range(0, n, mb):
-                ctx.step(ss[i:i + mb])
-            for s in ss:
-                s.pull()
-            if t >= 4:
-                times.append(time.perf_counter() - t0)
-        for s in ss:
-            s.close()
-    return times
+    codes = rng.integers(0, load.codebook_size, (n, k, 4 + ticks), dtype=np.int32)
+
+    def feed(t: int, ss: list) -> None:
+        for i, s in enumerate(ss):
+            s.push([codes[i, j, t:t + 1] for j in range(k)])
+    return feed
 
 
 def runtime_alone(source: str, ns: list[int], serve_args: list[str], ticks: int,
                   load: Load = ORPHEUS) -> dict[int, float]:
-    """N -> p99 tick (s) of the runtime alone (``bench.worker.run_runtime_alone``, or
-    ``levels_runtime_alone`` for a levels model: N streams stepped in one process, a pull per
-    stream) on the daemon's device, threads and batch limit, so that the daemon's largest N has
+    """N -> p99 tick (s) of the runtime alone (``bench.worker.run_runtime_alone``, with
+    ``levels_feed`` for a levels model: N streams stepped in one process, a pull per stream) on the daemon's device, threads and batch limit, so that the daemon's largest N has
     the runtime's beside it."""
     import numpy as np
 
@@ -271,12 +253,10 @@ def runtime_alone(source: str, ns: list[int], serve_args: list[str], ticks: int,
     rng = np.random.default_rng(0)
     out = {}
     for n in ns:
-        if load.layout == "levels":
-            t = levels_runtime_alone(path, n, ticks, device, threads, rng, load,
-                                     max_batch=max_batch or n, batch_bucket=bucket)
-        else:
-            t = run_runtime_alone(path, n, ticks, device, threads, rng, max_batch=max_batch or n,
-                                  batch_bucket=bucket)
+        levels = load.layout == "levels"
+        t = run_runtime_alone(path, n, ticks, device, threads, rng, max_batch=max_batch or n,
+                              batch_bucket=bucket, chunk_frames=1 if levels else 0,
+                              feed=levels_feed(n, ticks, load, rng) if levels else None)
         out[n] = float(np.percentile(t, 99))
         print(f"runtime alone: {n} streams on {device}, tick p99 {1e3 * out[n]:.1f} ms",
               file=sys.stderr, flush=True)

@@ -32,6 +32,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from multiprocessing import Pipe
 from pathlib import Path
 
@@ -152,23 +153,30 @@ def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rn
 
 
 def run_runtime_alone(path: str, n: int, ticks: int, device: str, threads: int, rng,
-                      max_batch: int = 0, batch_bucket: bool = True) -> list[float]:
+                      max_batch: int = 0, batch_bucket: bool = True, chunk_frames: int = 0,
+                      feed: Callable[[int, list], None] | None = None) -> list[float]:
     """codecrt.step over N streams with a pull per stream, as ``python -m bench gpu`` times it
     (``max_batch``: the daemon's, which decides the tick graph's batch bucket, default N;
-    with more streams than it, a tick is one step per ``max_batch`` of them)."""
+    with more streams than it, a tick is one step per ``max_batch`` of them). Tick times after
+    4 warm-up ticks. SNAC's codes for every tick are pushed before the first; ``feed(t,
+    streams)`` instead pushes tick t's codes inside the timed tick (a levels model's frame per
+    stream, ``bench.fronts.levels_feed``), with ``chunk_frames`` the context's tick."""
     import codecrt
 
     with codecrt.Model(path) as model, codecrt.Context(
             model, device=device, n_threads=threads, max_batch=max_batch or n, max_streams=n,
-            batch_bucket=batch_bucket) as ctx:
+            stream_chunk_frames=chunk_frames, batch_bucket=batch_bucket) as ctx:
         ss = [ctx.stream() for _ in range(n)]
-        for s in ss:
-            s.push([rng.integers(0, 4096, (4 + ticks) * PERIOD_FRAMES // st, dtype=np.int32)
-                    for st in (4, 2, 1)])
+        if feed is None:
+            for s in ss:
+                s.push([rng.integers(0, 4096, (4 + ticks) * PERIOD_FRAMES // st, dtype=np.int32)
+                        for st in (4, 2, 1)])
         times = []
         mb = max_batch or n  # more streams than a graph holds: one graph per max_batch of them
         for t in range(4 + ticks):
             t0 = time.perf_counter()
+            if feed is not None:
+                feed(t, ss)
             for i in range(0, n, mb):
                 ctx.step(ss[i:i + mb])
             for s in ss:

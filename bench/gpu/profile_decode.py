@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +44,9 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=20)
     args = ap.parse_args()
 
-    import torch
     from torch.profiler import ProfilerActivity, profile
+
+    from bench.gpu.profile_tick import cuda_kernels, print_kernels
 
     import codecrt
 
@@ -66,11 +66,7 @@ def main() -> None:
                 ctx.decode(levels)
                 walls.append(time.perf_counter() - t0)
         st = ctx.stats
-    kernels: dict[str, list[float]] = defaultdict(list)
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            kernels[ev.name].append(ev.device_time_total if hasattr(ev, "device_time_total")
-                                    else ev.cuda_time_total)
+    kernels = cuda_kernels(prof)
     busy = sum(sum(v) for v in kernels.values()) / args.repeat / 1000
     launches = sum(len(v) for v in kernels.values()) / args.repeat
     wall = 1000 * float(np.median(walls))
@@ -81,11 +77,7 @@ def main() -> None:
           f"{busy:.1f} ms ({100 * busy / wall:.0f} % of wall); {launches:.0f} kernel launches per "
           f"decode; graphs built {st.graphs_built}, computes {st.computes // (args.repeat + 1)} per decode, "
           f"compute buffers {sum(st.compute_buffer_bytes) / 2**20:.0f} MiB")
-    print("| kernel | ms per decode | % of kernel time | launches per decode |")
-    print("|---|---:|---:|---:|")
-    for name, ts in sorted(kernels.items(), key=lambda kv: -sum(kv[1]))[: args.top]:
-        t = sum(ts) / args.repeat / 1000
-        print(f"| {name[:90]} | {t:.3f} | {100 * t / busy:.1f} | {len(ts) / args.repeat:.0f} |")
+    print_kernels(kernels, args.repeat, args.top, "decode")
     model.close()
 
 

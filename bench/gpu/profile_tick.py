@@ -31,7 +31,6 @@ def main() -> None:
     ap.add_argument("--codec", choices=("snac", "mimi"), default="snac")
     args = ap.parse_args()
 
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     import codecrt
@@ -74,11 +73,7 @@ def main() -> None:
             st = ctx.stats
             for s in ss:
                 s.close()
-        kernels: dict[str, list[float]] = defaultdict(list)
-        for ev in prof.events():
-            if ev.device_type == torch.autograd.DeviceType.CUDA:
-                kernels[ev.name].append(ev.device_time_total if hasattr(ev, "device_time_total")
-                                        else ev.cuda_time_total)
+        kernels = cuda_kernels(prof)
         busy = sum(sum(v) for v in kernels.values()) / args.ticks / 1000
         launches = sum(len(v) for v in kernels.values()) / args.ticks
         wall = 1000 * float(np.median(walls))
@@ -87,13 +82,30 @@ def main() -> None:
         print(f"wall per tick {wall:.2f} ms; kernel time per tick {busy:.2f} ms "
               f"({100 * busy / wall:.0f} % of wall); {launches:.0f} kernel launches per tick; "
               f"graphs built {st.graphs_built}, splits {getattr(st, 'graph_splits', '?')}")
-        print("| kernel | ms per tick | % of kernel time | launches per tick |")
-        print("|---|---:|---:|---:|")
-        rows = sorted(kernels.items(), key=lambda kv: -sum(kv[1]))
-        for name, ts in rows[: args.top]:
-            t = sum(ts) / args.ticks / 1000
-            print(f"| {name[:90]} | {t:.3f} | {100 * t / busy:.1f} | {len(ts) / args.ticks:.0f} |")
+        print_kernels(kernels, args.ticks, args.top, "tick")
     model.close()
+
+
+def cuda_kernels(prof) -> dict[str, list[float]]:
+    """Kernel name -> the device µs of each of its launches in a torch.profiler trace."""
+    import torch
+
+    kernels: dict[str, list[float]] = defaultdict(list)
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            kernels[ev.name].append(ev.device_time_total if hasattr(ev, "device_time_total")
+                                    else ev.cuda_time_total)
+    return kernels
+
+
+def print_kernels(kernels: dict[str, list[float]], runs: int, top: int, per: str) -> None:
+    """The ``top`` kernels by time: ms and launches per ``per`` (tick, decode) over ``runs``."""
+    busy = sum(sum(v) for v in kernels.values()) / runs / 1000
+    print(f"| kernel | ms per {per} | % of kernel time | launches per {per} |")
+    print("|---|---:|---:|---:|")
+    for name, ts in sorted(kernels.items(), key=lambda kv: -sum(kv[1]))[:top]:
+        t = sum(ts) / runs / 1000
+        print(f"| {name[:90]} | {t:.3f} | {100 * t / busy:.1f} | {len(ts) / runs:.0f} |")
 
 
 if __name__ == "__main__":
