@@ -51,6 +51,7 @@
 #define CR_MAX_IO 64
 #define CR_MAX_TIMES 64
 #define CR_MAX_STATES 64
+#define CR_MAX_WINDOWS 4
 #define CR_MAX_TENSOR_ELEMENTS ((int64_t)INT32_MAX) /* ggml's CUDA kernels index with int */
 /* An offline decode whose largest tensor would pass this runs in pieces (or
    sub-batches) under it: bounds a decode's compute buffers (a tensor of 2^27
@@ -141,6 +142,17 @@ typedef struct cr_time_input {
     int64_t len;                /* n: points per stream */
 } cr_time_input;
 
+/*
+ * The index inputs of a tick's KV windows (stream_state.h: cr_states_window),
+ * one pair per window shape, shared by every layer's keys and values: the
+ * ring of each stream holds Q blocks of n steps (n: the tick's new steps).
+ */
+typedef struct cr_window_input {
+    int64_t Q, n;
+    struct ggml_tensor *read;  /* I32 [Q*B]: the blocks of each stream's window, oldest first */
+    struct ggml_tensor *write; /* I32 [n*B]: the step rows its n new steps go to */
+} cr_window_input;
+
 /* What a graph builder leaves behind: its inputs and outputs. */
 typedef struct cr_graph_io {
     struct ggml_tensor *t[CR_MAX_IO]; /* architecture-defined table */
@@ -160,6 +172,8 @@ typedef struct cr_graph_io {
        stream and mask, not the masks */
     struct ggml_tensor *bounds;
     int n_bounds;                     /* masks registered (row pairs of bounds in use) */
+    cr_window_input windows[CR_MAX_WINDOWS];
+    int n_windows;
     struct ggml_tensor *codes[CODECRT_MAX_LEVELS]; /* I32 [chunk / stride_l * B] */
     int n_states;                     /* pool states the graph took (stream_state.c) */
 } cr_graph_io;
@@ -167,10 +181,13 @@ typedef struct cr_graph_io {
 void cr_io_add_time(cr_graph_io *io, struct ggml_tensor *t, int32_t kind, int32_t rate, int32_t delay,
                     int32_t site, int64_t len);
 
-/* One per-stream state tensor: channels x frames of one layer's input tail. */
+/* One per-stream state tensor: channels x frames of one layer's input tail, or
+   (window > 0) a KV window ring of channels x `frames` kept steps that grows by
+   window steps per code frame (stream_state.h: cr_states_window). */
 typedef struct cr_state_spec {
     int64_t channels;
     int64_t frames;
+    int32_t window;
 } cr_state_spec;
 
 /* Weights packed once for the BF16 kernels of ops/ops_avx512_linear.c, owned by the

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "stream_state.h"
 
 #define CR_NO_END INT64_MAX
 
@@ -102,7 +103,7 @@ static codecrt_status cr_pool_init(codecrt_context *ctx, cr_err *err) {
         return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "stream_chunk_frames = %d is not a multiple of %d",
                        ctx->params.stream_chunk_frames, mult);
     }
-    cr_state_spec specs[CR_MAX_STATES];
+    cr_state_spec specs[CR_MAX_STATES] = {0};
     const int n_states = m->arch->stream_states(m, specs, CR_MAX_STATES);
     if (n_states > CR_MAX_STATES) {
         return cr_fail(err, CODECRT_E_UNSUPPORTED, "too many stream states");
@@ -126,8 +127,14 @@ static codecrt_status cr_pool_init(codecrt_context *ctx, cr_err *err) {
         return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
     }
     for (int i = 0; i < n_states; i++) {
-        pool->states[i] = ggml_new_tensor_2d(pool->ctx, GGML_TYPE_F32, specs[i].channels * specs[i].frames,
-                                             n_slots + 1);
+        /* a KV window's ring: its kept steps in whole blocks of the tick's new steps, plus one block */
+        const int64_t frames = specs[i].window > 0 ? cr_window_steps(specs[i].frames, (int64_t)chunk * specs[i].window)
+                                                   : specs[i].frames;
+        if (specs[i].window > 0 && frames * (int64_t)(n_slots + 1) > INT32_MAX) { /* its I32 step rows */
+            return cr_fail(err, CODECRT_E_TOO_LARGE, "max_streams = %d: the attention windows' %lld steps "
+                           "a stream need fewer streams", n_slots, (long long)frames);
+        }
+        pool->states[i] = ggml_new_tensor_2d(pool->ctx, GGML_TYPE_F32, specs[i].channels * frames, n_slots + 1);
         char name[32];
         snprintf(name, sizeof(name), "state.%d", i);
         ggml_set_name(pool->states[i], name);
@@ -512,6 +519,10 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
         const size_t sz = (size_t)ggml_nelements(io->bounds);
         need = sz > need ? sz : need;
     }
+    for (int i = 0; i < io->n_windows; i++) {
+        const size_t sz = (size_t)ggml_nelements(io->windows[i].read);
+        need = sz > need ? sz : need;
+    }
     for (int l = 0; l < info->n_levels; l++) {
         const size_t sz = (size_t)ggml_nelements(io->codes[l]);
         need = sz > need ? sz : need;
@@ -536,6 +547,26 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
             f[b] = b < n && ready[b]->ticks > 0 ? 1.0f : 0.0f;
         }
         ggml_backend_tensor_set(io->keep, f, 0, (size_t)B * sizeof(float));
+    }
+    for (int i = 0; i < io->n_windows; i++) { /* KV window rings (stream_state.h) */
+        const cr_window_input *w = &io->windows[i];
+        const int64_t Q = w->Q, per = w->n;
+        /* tick k of a stream reads its slot's blocks k+1 .. k+Q (mod Q), oldest first, after
+           writing its new steps into block k mod Q (the last one read) */
+        for (int32_t b = 0; b < B; b++) {
+            const int64_t slot = b < n ? ready[b]->slot : ctx->pool.n_slots, k = b < n ? ready[b]->ticks : 0;
+            for (int64_t j = 0; j < Q; j++) {
+                iv[(size_t)(b * Q + j)] = (int32_t)(slot * Q + (k + 1 + j) % Q);
+            }
+        }
+        ggml_backend_tensor_set(w->read, iv, 0, (size_t)(Q * B) * sizeof(int32_t));
+        for (int32_t b = 0; b < B; b++) {
+            const int64_t slot = b < n ? ready[b]->slot : ctx->pool.n_slots, k = b < n ? ready[b]->ticks : 0;
+            for (int64_t j = 0; j < per; j++) {
+                iv[(size_t)(b * per + j)] = (int32_t)((slot * Q + k % Q) * per + j);
+            }
+        }
+        ggml_backend_tensor_set(w->write, iv, 0, (size_t)(per * B) * sizeof(int32_t));
     }
 
     for (int l = 0; l < info->n_levels; l++) {

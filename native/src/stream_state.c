@@ -85,6 +85,49 @@ struct ggml_tensor *cr_states_append_t(cr_states *s, struct ggml_tensor *x, int6
     return buf;
 }
 
+/* The index inputs of rings of Q blocks of n steps, made on first use (one pair per shape). */
+static cr_window_input *cr_states_window_io(cr_states *s, int64_t Q, int64_t n) {
+    cr_graph_io *io = s->io;
+    for (int i = 0; i < io->n_windows; i++) {
+        if (io->windows[i].Q == Q && io->windows[i].n == n) {
+            return &io->windows[i];
+        }
+    }
+    if (io->n_windows >= CR_MAX_WINDOWS) {
+        io->overflow = true; /* refused as "cannot build the graph", never computed */
+        return NULL;
+    }
+    cr_window_input *w = &io->windows[io->n_windows++];
+    *w = (cr_window_input){.Q = Q, .n = n};
+    w->read = ggml_new_tensor_1d(s->ctx, GGML_TYPE_I32, Q * s->B);
+    w->write = ggml_new_tensor_1d(s->ctx, GGML_TYPE_I32, n * s->B);
+    ggml_set_input(w->read);
+    ggml_set_input(w->write);
+    return w;
+}
+
+struct ggml_tensor *cr_states_window(cr_states *s, struct ggml_tensor *x, int64_t S) {
+    struct ggml_context *ctx = s->ctx;
+    const int64_t C = x->ne[0], n = x->ne[1], B = x->ne[2], W = cr_window_steps(S, n), Q = W / n;
+    struct ggml_tensor *pool = cr_states_next(s, C * W); /* [C*W, slots+1]: Q blocks [C, n] a slot */
+    cr_window_input *w = cr_states_window_io(s, Q, n);
+    if (!w) {
+        return ggml_new_tensor_3d(ctx, GGML_TYPE_F32, C, W, B);
+    }
+    const int64_t slots = pool->ne[1];
+    if (x->nb[0] != sizeof(float) || x->nb[2] != (size_t)n * x->nb[1]) {
+        x = ggml_cont(ctx, x);
+    }
+    /* the n new steps of each stream, rows [C] (strided: a view of the qkv product needs no copy),
+       into the pool viewed one step a row [C, slots * W] */
+    struct ggml_tensor *steps = ggml_view_2d(ctx, pool, C, slots * W, (size_t)C * sizeof(float), 0);
+    steps = ggml_set_rows(ctx, steps, ggml_view_2d(ctx, x, C, n * B, x->nb[1], 0), w->write);
+    /* then (a view of the write: after it) the window, the pool viewed one block a row */
+    struct ggml_tensor *blocks = ggml_view_2d(ctx, steps, C * n, slots * Q, (size_t)(C * n) * sizeof(float), 0);
+    struct ggml_tensor *win = ggml_get_rows(ctx, blocks, w->read); /* [C*n, Q*B] */
+    return ggml_reshape_3d(ctx, win, C, W, B);
+}
+
 /* The point indices 0..n-1 of every stream, F32 [n, B] (one per length). */
 static struct ggml_tensor *cr_states_ramp(cr_states *s, int64_t n) {
     for (int i = 0; i < s->n_ramps; i++) {

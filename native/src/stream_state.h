@@ -46,6 +46,19 @@
  *                     into the pool viewed [S, slots+1, C] with no copy
  * (a per-channel gather of short rows, tried first, cost 2.3 ms of a
  * 256-stream tick on CUDA).
+ *
+ * KV windows (cr_states_window: an attention layer's keys or values over its
+ * last S steps) are rings instead, so that a tick writes its n new steps and
+ * nothing else: a tail state would read, extend and rewrite all S steps per
+ * tick (Mimi at 1,000 streams: 8 MiB a stream, 40 % of the H200's tick). The
+ * ring holds Q = ceil(S / n) + 1 blocks of n steps [C, n] (channels fastest);
+ * a stream's tick k writes its new block into block k mod Q, then gathers its
+ * Q blocks oldest first (blocks k+1 .. k+Q mod Q, one get_rows): the window
+ * [C, Q n, B] of steps t - (Q-1) n .. t + n - 1, the S kept ones preceded by
+ * Q n - n - S older ones that the attention mask excludes. A ring is never
+ * cleared: steps before a stream's start hold whatever the slot held (finite
+ * keys and values of an earlier stream, or zeros), which the mask's validity
+ * gives weight exactly 0, so a window reads as a zero-padded one would.
  */
 #ifndef CODECRT_STREAM_STATE_H
 #define CODECRT_STREAM_STATE_H
@@ -109,6 +122,20 @@ struct ggml_tensor *cr_states_append_tf(cr_states *s, struct ggml_tensor *x, int
 struct ggml_tensor *cr_states_append_t(cr_states *s, struct ggml_tensor *x, int64_t S);
 
 /*
+ * x [C, n, B] (rows may be strided; n new steps a tick) -> the window [C, W, B]
+ * of the steps t - W + n .. t + n - 1 (W = cr_window_steps(S, n)): the layer's
+ * ring state takes the n steps and gives back its Q blocks in time order.
+ * The ring's index inputs (io->windows) are shared by every window of the
+ * same shape; the state list gives it as cr_state_spec_add_window(C, S, rate).
+ */
+struct ggml_tensor *cr_states_window(cr_states *s, struct ggml_tensor *x, int64_t S);
+
+/* A window ring's steps: S kept steps rounded up to whole blocks of n, plus the tick's block. */
+static inline int64_t cr_window_steps(int64_t S, int64_t n) {
+    return (S + n - 1) / n * n + n;
+}
+
+/*
  * A time input of n points per stream at a point of the decoder with rate
  * samples per frame, lagging the input frontier by delay samples (of that
  * rate): F32 [1, n, B] (CR_TIME_MASK, CR_TIME_NOISE with its noise site), or
@@ -130,8 +157,17 @@ struct ggml_tensor *cr_states_mask_tf(cr_states *s, struct ggml_tensor *x, int32
  */
 static inline void cr_state_spec_add(cr_state_spec *s, int max, int *n, int64_t channels, int64_t frames) {
     if (*n < max) {
-        s[*n].channels = channels;
-        s[*n].frames = frames;
+        s[*n] = (cr_state_spec){.channels = channels, .frames = frames};
+    }
+    (*n)++;
+}
+
+/* A KV window's ring (cr_states_window) of channels x S kept steps, `rate` steps per
+   code frame: the context sizes it for its chunk. */
+static inline void cr_state_spec_add_window(cr_state_spec *s, int max, int *n, int64_t channels, int64_t S,
+                                            int32_t rate) {
+    if (*n < max) {
+        s[*n] = (cr_state_spec){.channels = channels, .frames = S, .window = rate};
     }
     (*n)++;
 }

@@ -170,14 +170,7 @@ static int32_t dac_stream_chunk_multiple(const cr_model *model) {
 static int dac_stream_states(const cr_model *model, cr_state_spec *s, int max) {
     const dac_hparams *hp = model->hparams;
     int n = 0;
-#define DAC_STATE(c, f)                                                                            \
-    do {                                                                                           \
-        if (n < max) {                                                                             \
-            s[n].channels = (c);                                                                   \
-            s[n].frames = (f);                                                                     \
-        }                                                                                          \
-        n++;                                                                                       \
-    } while (0)
+#define DAC_STATE(c, f) cr_state_spec_add(s, max, &n, (c), (f))
     DAC_STATE(hp->latent_dim, 6);
     for (int i = 0; i < hp->n_blocks; i++) {
         DAC_STATE(dac_channels(hp, i), 1);

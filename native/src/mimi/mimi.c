@@ -195,10 +195,22 @@ struct ggml_tensor *mimi_stream_attend(cr_states *st, int64_t hd, int64_t H, str
                                        int64_t S) {
     struct ggml_context *ctx = st->ctx;
     const int64_t n = k->ne[1], B = k->ne[2];
-    k = cr_states_append(st, cr_dense(ctx, k), S);                              /* [A, S+n, B] */
-    struct ggml_tensor *vt = ggml_cont(ctx, ggml_permute(ctx, v, 1, 0, 2, 3)); /* [n, A, B]: the new values only */
-    vt = cr_states_append_t(st, vt, S);                                         /* [S+n, A, B] */
-    return mimi_attend_vt(ctx, hd, H, q, k, vt, mask, n, S + n, B);
+    k = cr_states_window(st, k, S); /* [A, W, B] */
+    v = cr_states_window(st, v, S); /* [A, W, B] */
+    const int64_t W = k->ne[1];
+    /* [hd, H, T*B] -> [hd, T, H, B] views (no copy of a contiguous q or window) */
+    q = ggml_permute(ctx, ggml_reshape_4d(ctx, cr_dense(ctx, q), hd, H, n, B), 0, 2, 1, 3);
+    struct ggml_tensor *kp = ggml_permute(ctx, ggml_reshape_4d(ctx, k, hd, H, W, B), 0, 2, 1, 3);
+    struct ggml_tensor *kq = ggml_mul_mat(ctx, kp, q); /* [W, n, H, B] */
+    kq = ggml_soft_max_ext(ctx, kq, mask, 1.0f / sqrtf((float)hd), 0.0f);
+    /* o[:, i] = sum_t v[:, t] kq[t, i]: an outer-product sum over the window, whose values stay
+       channels fastest as the ring keeps them (a product contracting over time would need them
+       transposed every tick). Batched over streams in ne2 and heads in ne3: cuBLAS runs one
+       strided batch of B products per head. */
+    struct ggml_tensor *vp = ggml_permute(ctx, ggml_reshape_4d(ctx, v, hd, H, W, B), 0, 3, 1, 2); /* [hd, W, B, H] */
+    struct ggml_tensor *o = ggml_out_prod(ctx, vp, ggml_permute(ctx, kq, 1, 0, 3, 2));        /* [hd, n, B, H] */
+    o = ggml_cont(ctx, ggml_permute(ctx, o, 0, 2, 3, 1));                                     /* [hd, H, n, B] */
+    return ggml_reshape_3d(ctx, o, hd * H, n, B);
 }
 
 struct ggml_tensor *mimi_ff(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,

@@ -134,20 +134,22 @@ struct ggml_tensor *mimi_attend_vt(struct ggml_context *ctx, int64_t hd, int64_t
 /*
  * A stream tick's causal attention with a KV window (Mimi, Qwen3): the n new
  * queries q [hd, H, n*B], keys k [A, n, B] (post-RoPE) and values v [A, n, B]
- * (A = hd*H; views allowed) over the window of S = W-1 steps of state plus the
- * n new steps, mask [S+n, n, 1, B] (mimi_stream_mask) -> [A, n, B]. Takes two
- * states, in this order: the keys [A, S] and the values time fastest [S, A]
- * (the stream-states list gives each A x S).
+ * (A = hd*H; views allowed) over the window of S = W-1 kept steps plus the n
+ * new ones, mask [Tk, n, 1, B] (mimi_stream_mask, Tk = cr_window_steps(S, n))
+ * -> [A, n, B]. Takes two window rings (cr_states_window), in this order: the
+ * keys and the values (the stream-states list gives each as
+ * cr_state_spec_add_window(A, S, steps per frame)).
  */
 struct ggml_tensor *mimi_stream_attend(cr_states *st, int64_t hd, int64_t H, struct ggml_tensor *q,
                                        struct ggml_tensor *k, struct ggml_tensor *v, struct ggml_tensor *mask,
                                        int64_t S);
 
 /*
- * A stream tick's attention mask [Tk, n, 1, B], Tk = S + n: 0 where key j of
- * the buffer (S = window - 1 steps of state, then the n new ones) is in the
- * window of new query i (i <= j <= S + i) and valid (at or after the
- * stream's start; rate: transformer steps per code frame), else -1e30.
+ * A stream tick's attention mask [Tk, n, 1, B] over a ring's window of Tk =
+ * cr_window_steps(S, n) steps (E = Tk - n - S older steps, the S kept ones,
+ * then the n new ones): 0 where key j is in the window of new query i
+ * (E + i <= j <= E + S + i) and valid (at or after the stream's start; rate:
+ * transformer steps per code frame), else -1e30.
  */
 struct ggml_tensor *mimi_stream_mask(cr_states *st, int64_t S, int32_t rate, int64_t n);
 

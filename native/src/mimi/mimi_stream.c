@@ -6,23 +6,26 @@
  * the builder takes them (mimi_stream_states lists the same):
  *
  *   upsample          [D, 1]           the previous frame (transposed-conv overlap)
- *   layer l keys      [D, W-1]         post-RoPE keys of the last W-1 steps
- *                                      (W = context): with the 2n new ones, every
- *                                      key of every new query's window
- *   layer l values    [W-1, D]         their values, time fastest (the product
- *                                      with the weights contracts over time, so
- *                                      the window is never transposed per tick:
- *                                      only the 2n new values are)
+ *   layer l keys      ring [D, S']     post-RoPE keys of the last S' steps
+ *                                      (S = W-1, W = context, S' = S rounded up
+ *                                      to whole ticks of 2n steps): with the 2n
+ *                                      new ones, every key of every new query's
+ *                                      window; a ring (stream_state.h) that a
+ *                                      tick writes 2n steps of, not all of them
+ *   layer l values    ring [D, S']     their values, also channels fastest: the
+ *                                      attention's output is an outer-product
+ *                                      sum over the window (mimi_stream_attend)
  *   dec.in            [D, K-1]         the causal conv's left context
  *   ratio i up        [C_i, 1]         the previous input frame (overlap)
  *   ratio i res conv1 [C_i+1, KR-1]    the residual block's k3 conv context
  *   dec.out           [C_n, KL-1]      the last conv's context
  *
- * The attention mask is built in the graph: the band "key j of the buffer is
- * in the window of new query i" (i <= j <= W-1+i, from two triangles of a
- * constant square) times each stream's key validity (positions >= 0, a time
- * mask input: before a stream's start the states are zeros, not keys), as an
- * additive 0 / -1e30 (finite: a row with no valid key stays finite).
+ * The attention mask is built in the graph: the band "key j of the window is
+ * in the window of new query i" (E+i <= j <= E+S+i, E = S'-S older steps that
+ * lead the ring's window; from two triangles of a constant square) times each
+ * stream's key validity (positions >= 0, a time mask input: before a stream's
+ * start the ring holds an earlier stream's steps, not keys), as an additive
+ * 0 / -1e30 (finite: a row with no valid key stays finite).
  */
 #include <math.h>
 #include <stdio.h>
@@ -38,8 +41,8 @@ int mimi_stream_states(const cr_model *model, cr_state_spec *s, int max) {
     int n = 0;
     cr_state_spec_add(s, max, &n, hp->dim, 1);
     for (int l = 0; l < hp->n_layers; l++) {
-        cr_state_spec_add(s, max, &n, hp->dim, hp->context - 1); /* keys */
-        cr_state_spec_add(s, max, &n, hp->dim, hp->context - 1); /* values, [W-1, D] */
+        cr_state_spec_add_window(s, max, &n, hp->dim, hp->context - 1, hp->up_stride); /* keys */
+        cr_state_spec_add_window(s, max, &n, hp->dim, hp->context - 1, hp->up_stride); /* values */
     }
     cr_state_spec_add(s, max, &n, hp->dim, hp->kernel - 1);
     for (int i = 0; i < hp->n_ratios; i++) {
@@ -54,14 +57,15 @@ int mimi_stream_states(const cr_model *model, cr_state_spec *s, int max) {
 
 struct ggml_tensor *mimi_stream_mask(cr_states *st, int64_t S, int32_t rate, int64_t n2) {
     struct ggml_context *ctx = st->ctx;
-    const int64_t Tk = S + n2, B = st->B;
+    const int64_t Tk = cr_window_steps(S, n2), E = Tk - n2 - S, B = st->B; /* E older steps lead the window */
     struct ggml_tensor *ones = ggml_fill(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, Tk, Tk), 1.0f);
     struct ggml_tensor *lo = ggml_tri(ctx, ones, GGML_TRI_TYPE_UPPER_DIAG); /* row r: 1 where j >= r */
     struct ggml_tensor *hi = ggml_tri(ctx, ones, GGML_TRI_TYPE_LOWER_DIAG); /* row r: 1 where j <= r */
-    struct ggml_tensor *band = ggml_mul(ctx, ggml_view_2d(ctx, lo, Tk, n2, lo->nb[1], 0),
-                                        ggml_view_2d(ctx, hi, Tk, n2, hi->nb[1], (size_t)S * hi->nb[1]));
-    /* the keys' positions start S steps before the tick's first step */
-    struct ggml_tensor *valid = cr_states_time(st, CR_TIME_MASK, Tk, rate, (int32_t)S, 0); /* [1, Tk, B] */
+    /* query i: keys E + i <= j <= E + S + i */
+    struct ggml_tensor *band = ggml_mul(ctx, ggml_view_2d(ctx, lo, Tk, n2, lo->nb[1], (size_t)E * lo->nb[1]),
+                                        ggml_view_2d(ctx, hi, Tk, n2, hi->nb[1], (size_t)(E + S) * hi->nb[1]));
+    /* the keys' positions start Tk - n2 steps before the tick's first step */
+    struct ggml_tensor *valid = cr_states_time(st, CR_TIME_MASK, Tk, rate, (int32_t)(Tk - n2), 0); /* [1, Tk, B] */
     struct ggml_tensor *m = ggml_mul(ctx, ggml_repeat_4d(ctx, band, Tk, n2, 1, B), ggml_reshape_4d(ctx, valid, Tk, 1, 1, B));
     return ggml_scale_bias(ctx, m, 1e30f, -1e30f);
 }

@@ -7,10 +7,10 @@
  * them (qwen3_stream_states lists the same):
  *
  *   pre_conv          [Q, 2]           the k3 causal conv's left context
- *   layer l keys      [A, W-1]         post-RoPE keys of the last W-1 frames
- *                                      (W = context, A = H hd)
- *   layer l values    [W-1, A]         their values, time fastest
- *                                      (mimi_stream_attend)
+ *   layer l keys      ring [A, S']     post-RoPE keys of the last S' frames
+ *                                      (S = W-1, W = context, A = H hd, S' = S
+ *                                      rounded up to whole ticks; stream_state.h)
+ *   layer l values    ring [A, S']     their values (mimi_stream_attend)
  *   stage i dwconv    [L, 6]           the ConvNeXt's k7 depthwise conv context
  *   dec.in            [L, 6]           the decoder's first conv context
  *   rate i up         [C_i, 1]         the previous input frame (overlap)
@@ -36,8 +36,8 @@ int qwen3_stream_states(const cr_model *model, cr_state_spec *s, int max) {
     int n = 0;
     cr_state_spec_add(s, max, &n, hp->qdim, QWEN3_PRE_K - 1);
     for (int l = 0; l < hp->n_layers; l++) {
-        cr_state_spec_add(s, max, &n, (int64_t)hp->n_heads * hp->head_dim, hp->context - 1); /* keys */
-        cr_state_spec_add(s, max, &n, (int64_t)hp->n_heads * hp->head_dim, hp->context - 1); /* values */
+        cr_state_spec_add_window(s, max, &n, (int64_t)hp->n_heads * hp->head_dim, hp->context - 1, 1); /* keys */
+        cr_state_spec_add_window(s, max, &n, (int64_t)hp->n_heads * hp->head_dim, hp->context - 1, 1); /* values */
     }
     for (int i = 0; i < hp->n_up; i++) {
         cr_state_spec_add(s, max, &n, hp->latent, QWEN3_K - 1);

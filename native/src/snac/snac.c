@@ -206,14 +206,7 @@ static int32_t snac_decode_context_frames(const cr_model *model) {
 static int snac_stream_states(const cr_model *model, cr_state_spec *s, int max) {
     const snac_hparams *hp = model->hparams;
     int n = 0;
-#define SNAC_STATE(c, f)                                                                           \
-    do {                                                                                           \
-        if (n < max) {                                                                             \
-            s[n].channels = (c);                                                                   \
-            s[n].frames = (f);                                                                     \
-        }                                                                                          \
-        n++;                                                                                       \
-    } while (0)
+#define SNAC_STATE(c, f) cr_state_spec_add(s, max, &n, (c), (f))
     SNAC_STATE(hp->latent_dim, 6);
     if (hp->window > 0) {
         SNAC_STATE(hp->decoder_dim, hp->window);
