@@ -170,6 +170,25 @@ def test_batched_streams_at_different_positions(codecrt, cases):
         assert float(np.abs(got - want).max()) <= 1e-5, i
 
 
+@pytest.mark.parametrize("ops", ["cpu", "portable"])
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_reused_slot_equals_a_fresh_one(codecrt, cases, chunk, ops):
+    """A stream's KV ring is never cleared: in a slot that an earlier stream filled (max_streams
+    = 1), a new stream's window holds that stream's keys before its own start. The mask gives
+    them weight exactly 0, so its audio is bit-identical to the same stream in a fresh context."""
+    case = cases("tiny")
+    rng = np.random.default_rng(15)
+    first = ref.random_codes(case.config, 31, 32, rng, batch=1)[0]
+    second = ref.random_codes(case.config, 23, 8, rng, batch=1)[0]
+    with runtime_env(**ops_env(ops)), codecrt.Model(str(case.gguf)) as m:
+        with codecrt.Context(m, device="cpu", max_streams=1, stream_chunk_frames=chunk) as ctx:
+            stream_decode(ctx, first, [31])
+            reused = stream_decode(ctx, second, [1] * 23)
+        with codecrt.Context(m, device="cpu", max_streams=1, stream_chunk_frames=chunk) as ctx:
+            fresh = stream_decode(ctx, second, [1] * 23)
+    assert np.array_equal(reused, fresh)
+
+
 def test_stream_codebook_count(codecrt, cases):
     """A stream's codebook count is fixed by its first push: another count later, more than the
     model's, or none, is a clear error that leaves the stream usable."""
