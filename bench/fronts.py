@@ -246,10 +246,7 @@ def runtime_alone(source: str, ns: list[int], serve_args: list[str], ticks: int,
     device = _serve_value(serve_args, "--devices", "auto").split(",")[0]
     threads = int(_serve_value(serve_args, "--threads", "0"))
     max_batch = int(_serve_value(serve_args, "--max-batch", "0"))
-    shapes = _serve_value(serve_args, "--batch-shapes", "auto")
-    from codecd.families.native import gpu_device
-
-    bucket = shapes == "pow2" or (shapes == "auto" and not gpu_device(device))  # as the daemon
+    bucket = _serve_value(serve_args, "--batch-shapes", "auto") == "pow2"  # as the daemon: auto is exact
     rng = np.random.default_rng(0)
     out = {}
     for n in ns:

@@ -105,17 +105,18 @@ class Config:
     batch_shapes: str = _f("auto", "a tick graph's batch: pow2 (the ready streams rounded up to a "
                            "power of two within max_batch: few graphs, padded compute), exact "
                            "(the ready streams only: a graph rebuilt inside the reserved buffers "
-                           "when their count changes, no padding) or auto (exact on a worker "
-                           "whose device is a GPU named in devices, such as cuda:0; pow2 on the "
-                           "CPU and on 'auto')")
+                           "when their count changes, no padding) or auto (exact, on every "
+                           "device)")
     gather_ms: float = _f(2.0, "how long a worker waits to gather streams into a batch")
     tick_align_ms: float = _f(-1.0, "ticks on a cadence: a stream that becomes ready waits "
                               "for the next multiple of this many ms (unless every open stream "
                               "is ready), so streams spread over a frame period share one tick; "
                               "at most one tick starts per period "
                               "(0: off, gather_ms instead; e.g. 85.3, SNAC 24 kHz's period; -1: "
-                              "auto, its models' shortest tick period on a worker whose models "
-                              "run on a GPU, off on the CPU)")
+                              "auto, its models' shortest tick period, kept always on a worker "
+                              "whose models run on a GPU and on the CPU only while the worker's "
+                              "ticks fill 80 % of the last second, until they fill less than "
+                              "40 %)")
     max_streams: int = _f(64, "open streams server-wide (per model per worker in the engine); "
                           "over it a start gets 'busy'")
     max_streams_per_connection: int = _f(16, "open streams per connection "

@@ -68,6 +68,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from .anatomy import GcClock, TickAnatomy, TickParts
+from .cadence import Cadence
 from .channel import WorkerEnds, packets, recv_msg
 from .engine.config import EngineConfig
 from .families import LoadedModel, StreamRefused, load_model
@@ -120,21 +121,23 @@ def error_code_for(exc: BaseException) -> str:
     return "engine_error"
 
 
-def auto_align_s(models: Any) -> float:
+def auto_cadence(models: Any) -> Cadence:
     """``tick_align_ms = -1``: the shortest tick period (seconds of audio a tick adds) of the
-    exact-stream models whose contexts run on a GPU, where a tick has a large fixed cost and
-    full ticks pay (1,000 SNAC streams on an H200 were measured so, docs/benchmarks.md); 0
-    (off: gather_ms) when none does, as on the CPU, where a tick costs what its streams do."""
-    periods = []
+    exact-stream models, kept always when their contexts run on a GPU, where a tick has a
+    large fixed cost and full ticks pay (1,000 SNAC streams on an H200 were measured so,
+    docs/benchmarks.md), and on the CPU only while the worker is loaded (cadence.py)."""
+    gpu, cpu = [], []
     for m in models:
         lm = m.lm
         if not isinstance(lm, ExactStreamModel):
             continue
-        if all(b.upper().startswith("CPU") for b in lm.ctx.stats.backends):
-            continue
         info = lm.model.info
-        periods.append(lm.chunk_frames * info.hop_length / info.sample_rate)
-    return min(periods, default=0.0)
+        period = lm.chunk_frames * info.hop_length / info.sample_rate
+        on_cpu = all(b.upper().startswith("CPU") for b in lm.ctx.stats.backends)
+        (cpu if on_cpu else gpu).append(period)
+    if gpu:
+        return Cadence(fixed_s=min(gpu))
+    return Cadence(loaded_s=min(cpu, default=0.0))
 
 
 # ------------------------------------------------------------------ process setup
@@ -289,8 +292,9 @@ class Worker:
         self.models: dict[str, _Model] = {}
         self.where: dict[int, _Model] = {}  # sid -> its model
         self.gather_s = max(0.0, cfg.gather_ms) / 1e3
-        self.align_s = max(0.0, cfg.tick_align_ms) / 1e3  # < 0 (auto): set by load()
-        self._tick_t = 0.0  # monotonic start of the last tick round (align_s gates the next)
+        #: the period ticks keep (tick_align_ms; < 0, auto: set by load())
+        self.cadence = Cadence(fixed_s=max(0.0, cfg.tick_align_ms) / 1e3)
+        self._tick_t = 0.0  # monotonic start of the last tick round (the cadence gates the next)
         self.running = True
         self.t_start = time.monotonic()
         self.commands = 0
@@ -331,7 +335,7 @@ class Worker:
                 lm.warm()
         self.warmup_ms = (time.perf_counter() - t0) * 1e3
         if self.cfg.tick_align_ms < 0:
-            self.align_s = auto_align_s(self.models.values())
+            self.cadence = auto_cadence(self.models.values())
         # the first streams after a restart come right after ready: let them in first
         self._background_wait_until = time.monotonic() + _BACKGROUND_IDLE_S
         return {
@@ -595,8 +599,9 @@ class Worker:
         t0 = t = self.phases.now()
         gc0 = self.gc.ms
         parts = TickParts(batch=len(cands))
-        if self.align_s:
-            parts.late = round((self._tick_t % self.align_s) * 1e3, 3)
+        align_s = self.cadence.period_s(self._tick_t)
+        if align_s:
+            parts.late = round((self._tick_t % align_s) * 1e3, 3)
         native = all(type(st.stream) is codecrt.Stream for st in cands)
         ta = tb = None  # the clocks after the launch and after the overlap (a split tick)
         try:
@@ -744,6 +749,10 @@ class Worker:
                                                                 pcm[at:end])))
             a, at = b, end
 
+    def _align_s(self) -> float:
+        """The period the next tick waits for now (0: gather_ms instead)."""
+        return self.cadence.period_s(time.monotonic())
+
     def _busy(self) -> bool:
         return any(st.maybe_ready for m in self.models.values() for st in m.streams.values())
 
@@ -759,8 +768,10 @@ class Worker:
             for m in self.models.values():
                 stepped += self._tick(m)
             self.rounds += 1
+            if stepped:
+                self.cadence.round(self._tick_t, time.monotonic())
             self.flush()
-            if not stepped or self.align_s or self._wait(0):  # aligned: the loop gates the next
+            if not stepped or self._align_s() or self._wait(0):  # aligned: the loop gates the next
                 return
 
     # ----------------------------------------------------------------- loop
@@ -866,22 +877,24 @@ class Worker:
                     self._background_wait_until = time.monotonic() + _BACKGROUND_IDLE_S
                 self.drain()
                 self.flush()
+                align_s = self._align_s()
                 if not busy and self.running and self._busy() and \
-                        (self.gather_s or self.align_s) and not self._all_waiting():
+                        (self.gather_s or align_s) and not self._all_waiting():
                     now = time.monotonic()
-                    if self.align_s:  # the next tick boundary of the cadence
-                        self._gather_until((now // self.align_s + 1) * self.align_s)
+                    if align_s:  # the next tick boundary of the cadence
+                        self._gather_until((now // align_s + 1) * align_s)
                     else:
                         self._gather_until(now + self.gather_s)
             else:
                 self.flush()  # a full event ring: try again
                 if not busy and self._background:
                     self._warm_step()
-            if self.running and self.align_s and self._busy() and not self._all_waiting():
+            align_s = self._align_s()
+            if self.running and align_s and self._busy() and not self._all_waiting():
                 # streams made ready while the last tick was on the device (its pushes are read
                 # then) wait for the boundary after that tick's start, as those of an idle worker
                 # wait for the next one: one tick a period, all of them in it
-                self._gather_until((self._tick_t // self.align_s + 1) * self.align_s)
+                self._gather_until((self._tick_t // align_s + 1) * align_s)
             if self.running:
                 self.run_ticks()
 

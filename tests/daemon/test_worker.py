@@ -95,13 +95,13 @@ def test_packed_push_and_pull_equal_offline_through_a_small_ring(small: Path, of
 
 
 def test_batch_shapes_setting_reaches_the_workers_context(tmp_path: Path, small: Path) -> None:
-    """batch_shapes: auto (the default: exact shapes on a GPU device, pow2 on the CPU), pow2
-    and exact become the engine's batch_bucket and the context's; anything else is a
-    configuration error naming the setting."""
+    """batch_shapes: auto (the default: exact shapes, on every device), pow2 and exact become
+    the engine's batch_bucket and the context's; anything else is a configuration error naming
+    the setting."""
     import pytest
 
     from codecd.config import ConfigError, load_config
-    from codecd.families.native import gpu_device, make_context
+    from codecd.families.native import make_context
     from codecd.server import engine_config
 
     toml = tmp_path / "c.toml"
@@ -114,8 +114,6 @@ def test_batch_shapes_setting_reaches_the_workers_context(tmp_path: Path, small:
     assert engine_config(exact, {"small": str(small)}).batch_bucket is False
     with pytest.raises(ConfigError, match="batch_shapes"):
         load_config(str(toml), env={"CODECD_BATCH_SHAPES": "pow3"})
-    assert [gpu_device(d) for d in ("cpu", "auto", "cuda:0", "CUDA:1", "vulkan")] == \
-        [False, False, True, True, True]
     import codecrt
 
     made: list[bool] = []
@@ -129,12 +127,13 @@ def test_batch_shapes_setting_reaches_the_workers_context(tmp_path: Path, small:
         mp.setattr(codecrt, "Context", recording)
         for cfg in (auto, engine_config(exact, {"small": str(small)})):
             make_context(m, cfg, "cpu").close()
-    assert made == [True, False]  # auto on the CPU: pow2; exact as asked
+    assert made == [False, False]  # auto: exact; exact as asked
 
 
-def test_tick_align_auto_is_off_on_the_cpu(tmp_path: Path, small: Path) -> None:
-    """tick_align_ms = -1 (the default): the models' tick period on a GPU worker, off on a CPU
-    one (the worker gathers for gather_ms instead); another negative value is refused."""
+def test_tick_align_auto_on_the_cpu_waits_for_load(tmp_path: Path, small: Path) -> None:
+    """tick_align_ms = -1 (the default): the models' tick period on a GPU worker; on a CPU
+    one the same period, kept only while the worker is loaded (cadence.py), so an idle one
+    gathers for gather_ms; another negative value is refused."""
     import pytest
 
     from codecd.config import ConfigError, load_config
@@ -152,7 +151,10 @@ def test_tick_align_auto_is_off_on_the_cpu(tmp_path: Path, small: Path) -> None:
     a, b = Pipe()
     w = Worker(a, cfg, "cpu")
     w.load()
-    assert w.align_s == 0.0 and w.gather_s > 0
+    info = w.models["small"].lm.model.info
+    period = w.models["small"].lm.chunk_frames * info.hop_length / info.sample_rate
+    assert w.cadence.fixed_s == 0.0 and w.cadence.loaded_s == period > 0
+    assert w._align_s() == 0.0 and w.gather_s > 0
     w.close()
     a.close()
     b.close()

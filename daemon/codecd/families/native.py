@@ -18,7 +18,7 @@ import numpy as np
 
 from .base import LoadedModel
 
-__all__ = ["ExactStreamModel", "default_buckets", "gpu_device", "make_context"]
+__all__ = ["ExactStreamModel", "default_buckets", "make_context"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,19 +27,15 @@ def make_context(model: Any, config: Any, device: str, precision: str = "f32") -
     """The model's ``codecrt.Context`` with the engine's limits (one per model per worker)."""
     import codecrt
 
-    bucket = config.batch_bucket
-    if bucket is None:  # auto: padding to a power of two pays on the CPU, exact shapes on a GPU
-        bucket = not gpu_device(device)
+    # auto (None): exact shapes on every device. On a GPU padding costs launches' worth of
+    # idle lanes and memory; on the CPU it costs its streams' full compute (a tick of 5 or 6
+    # streams computed 8), where rebuilding a graph for a new count inside the reserved
+    # buffers costs well under a millisecond (docs/benchmarks.md, one daemon on this CPU)
+    bucket = bool(config.batch_bucket)
     return codecrt.Context(model, device=device, n_threads=config.n_threads,
                            max_batch=config.max_batch, batch_bucket=bucket,
                            stream_chunk_frames=config.stream_chunk_frames,
                            max_streams=config.max_streams, precision=precision)
-
-
-def gpu_device(device: str) -> bool:
-    """Whether a device string names a GPU (``cuda:0``, ``vulkan``, ...: not ``cpu``, not
-    ``auto``, which may be either)."""
-    return device.split(":")[0].lower() not in ("cpu", "auto", "")
 
 
 def default_buckets(max_batch: int, max_streams: int) -> list[int]:
