@@ -48,7 +48,7 @@ LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 METRICS_ACCESS = ("auto", "token", "loopback", "open")
 PRECISIONS = ("f32", "bf16")  # codecrt.Context(precision=...)
-BATCH_SHAPES = ("auto", "pow2", "exact")  # codecrt.Context(batch_bucket=by device / True / False)
+BATCH_SHAPES = ("auto", "pow2", "exact")  # codecrt.Context(batch_bucket=False / True / False)
 
 
 class ConfigError(ValueError):

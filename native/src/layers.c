@@ -88,10 +88,14 @@ struct ggml_tensor *cr_to_cf(struct ggml_context *ctx, struct ggml_tensor *t, in
     return ggml_reshape_3d(ctx, ggml_cont(ctx, ggml_transpose(ctx, t)), t->ne[1], T, B);
 }
 
-struct ggml_tensor *cr_pad_frames(struct ggml_context *ctx, struct ggml_tensor *x, int l, int r) {
+struct ggml_tensor *cr_pad_frames(struct ggml_context *ctx, struct ggml_tensor *x, int l, int r, bool cpu) {
     const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2];
     if (!ggml_is_contiguous(x)) {
         x = ggml_cont(ctx, x);
+    }
+    if (cpu) { /* zeros, then x's rows at frame l */
+        struct ggml_tensor *y = ggml_fill(ctx, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, C, T + l + r, B), 0.0f);
+        return ggml_set_inplace(ctx, y, x, y->nb[1], y->nb[2], y->nb[3], (size_t)l * y->nb[1]);
     }
     struct ggml_tensor *y = ggml_pad_ext(ctx, ggml_reshape_2d(ctx, x, C * T, B), (int)(l * C), (int)(r * C), 0, 0,
                                          0, 0, 0, 0);
@@ -175,7 +179,7 @@ struct ggml_tensor *cr_dwconv(struct ggml_context *ctx, struct ggml_tensor *x, s
                               struct ggml_tensor *b, int dilation, int pl, int pr) {
     int pad = pl;
     if (pl != pr) { /* the conv pads symmetrically: pad asymmetric frames first */
-        x = cr_pad_frames(ctx, x, pl, pr);
+        x = cr_pad_frames(ctx, x, pl, pr, false);
         pad = 0;
     }
     const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], K = w->ne[1];
@@ -224,7 +228,7 @@ struct ggml_tensor *cr_conv_narrow(struct ggml_context *ctx, struct ggml_tensor 
     const int64_t Cout = w->ne[1] / K, B = x->ne[2];
     const int64_t T_out = x->ne[1] + pl + pr - (K - 1);
     struct ggml_tensor *z = cr_mm(ctx, w, x);  /* [K*Cout, T, B] */
-    z = cr_pad_frames(ctx, z, pl, pr);         /* [K*Cout, T+pl+pr, B] */
+    z = cr_pad_frames(ctx, z, pl, pr, false);  /* [K*Cout, T+pl+pr, B] */
     struct ggml_tensor *y = NULL;
     for (int64_t k = 0; k < K; k++) {
         struct ggml_tensor *v = ggml_view_3d(ctx, z, Cout, T_out, B, z->nb[1], z->nb[2],
@@ -235,9 +239,9 @@ struct ggml_tensor *cr_conv_narrow(struct ggml_context *ctx, struct ggml_tensor 
 }
 
 struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                              struct ggml_tensor *b, int s, int crop, int64_t n_out, const cr_cpu_ops *ops) {
+                              struct ggml_tensor *b, int s, int crop, int64_t n_out, const cr_cpu_ops *ops, bool cpu) {
     const int64_t T = x->ne[1], B = x->ne[2], Cout = w->ne[1] / (2 * s);
-    struct ggml_tensor *xp = cr_pad_frames(ctx, x, 1, 1); /* [Cin, T+2, B] */
+    struct ggml_tensor *xp = cr_pad_frames(ctx, x, 1, 1, cpu); /* [Cin, T+2, B] */
     struct ggml_tensor *cols = ops ? cr_linear(ctx, xp, w, NULL, ops) : cr_mm(ctx, w, xp); /* [2s*Cout, T+2, B] */
     const size_t half = (size_t)(s * Cout) * sizeof(float);
     /* block j = lo at padded frame j+1 + hi at padded frame j, j = 0..T */

@@ -90,9 +90,13 @@ struct ggml_tensor *cr_to_cf(struct ggml_context *ctx, struct ggml_tensor *t, in
  * Padded as x viewed [C*T, B] along its first dimension: ggml's CUDA pad
  * kernel puts ne1 into the launch grid's y (at most 65,535 blocks), so a pad
  * along time with time in ne1 aborts past 65,535 frames (2.73 s of SNAC at
- * 24 kHz); in ne0 time is unbounded and ne1 is the batch.
+ * 24 kHz); in ne0 time is unbounded and ne1 is the batch. On the CPU (cpu:
+ * the graph runs on the CPU backend) that pad runs element by element on one
+ * thread per sequence (24 ms of a 10 s SNAC decode's upsample input), so there
+ * the frames are zeroed and x copied in by two row-parallel ops instead (fill,
+ * then set): the same zeros and values.
  */
-struct ggml_tensor *cr_pad_frames(struct ggml_context *ctx, struct ggml_tensor *x, int l, int r);
+struct ggml_tensor *cr_pad_frames(struct ggml_context *ctx, struct ggml_tensor *x, int l, int r, bool cpu);
 
 /* ------------------------------------------------------------------- Snake */
 
@@ -202,7 +206,7 @@ struct ggml_tensor *cr_conv_narrow(struct ggml_context *ctx, struct ggml_tensor 
  * kernels (cr_linear: F32 or BF16 products where they apply).
  */
 struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                              struct ggml_tensor *b, int s, int crop, int64_t n_out, const cr_cpu_ops *ops);
+                              struct ggml_tensor *b, int s, int crop, int64_t n_out, const cr_cpu_ops *ops, bool cpu);
 
 /*
  * The same transposed conv in a stream tick: buf [Cin, 1+n, B] holds the

@@ -131,8 +131,8 @@ static codecrt_status cr_pool_init(codecrt_context *ctx, cr_err *err) {
         const int64_t frames = specs[i].window > 0 ? cr_window_steps(specs[i].frames, (int64_t)chunk * specs[i].window)
                                                    : specs[i].frames;
         if (specs[i].window > 0 && frames * (int64_t)(n_slots + 1) > INT32_MAX) { /* its I32 step rows */
-            return cr_fail(err, CODECRT_E_TOO_LARGE, "max_streams = %d: the attention windows' %lld steps "
-                           "a stream need fewer streams", n_slots, (long long)frames);
+            return cr_fail(err, CODECRT_E_TOO_LARGE, "max_streams = %d is too many for attention windows of "
+                           "%lld steps a stream (their step indices are 32-bit)", n_slots, (long long)frames);
         }
         pool->states[i] = ggml_new_tensor_2d(pool->ctx, GGML_TYPE_F32, specs[i].channels * frames, n_slots + 1);
         char name[32];
@@ -520,8 +520,9 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
         need = sz > need ? sz : need;
     }
     for (int i = 0; i < io->n_windows; i++) {
-        const size_t sz = (size_t)ggml_nelements(io->windows[i].read);
-        need = sz > need ? sz : need;
+        const size_t r = (size_t)ggml_nelements(io->windows[i].read), w = (size_t)ggml_nelements(io->windows[i].write);
+        need = r > need ? r : need;
+        need = w > need ? w : need;
     }
     for (int l = 0; l < info->n_levels; l++) {
         const size_t sz = (size_t)ggml_nelements(io->codes[l]);

@@ -163,34 +163,37 @@ static void test_products(void) {
 
 static void test_layouts(void) {
     const int64_t C = 5, T = 7, B = 3;
-    struct ggml_context *ctx = new_ctx();
-    struct ggml_tensor *x = rnd(ctx, C, T, B, 1.0f, -1.0f);
-    struct ggml_tensor *t = cr_to_tf(ctx, x);
-    CHECK(t->ne[0] == T * B && t->ne[1] == C && ggml_is_contiguous(t), "to_tf shape");
-    struct ggml_tensor *back = cr_to_cf(ctx, t, T, B);
-    check_shape("to_cf", back, C, T, B);
-    struct ggml_tensor *pad = cr_pad_frames(ctx, x, 2, 3);
-    check_shape("pad_frames", pad, C, T + 5, B);
-    struct ggml_cgraph *gf = graph(ctx);
-    ggml_build_forward_expand(gf, back);
-    const float *gp = compute(ctx, gf, &pad);
-    int bad_t = 0, bad_b = 0, bad_p = 0;
-    for (int64_t b = 0; b < B; b++) {
-        for (int64_t i = 0; i < T; i++) {
-            for (int64_t c = 0; c < C; c++) {
-                const float v = F(x)[c + C * (i + T * b)];
-                bad_t += F(t)[(i + T * b) + T * B * c] != v;
-                bad_b += F(back)[c + C * (i + T * b)] != v;
+    for (int cpu = 0; cpu < 2; cpu++) { /* the pad: ggml's (any backend), fill then set (the CPU's) */
+        struct ggml_context *ctx = new_ctx();
+        struct ggml_tensor *x = rnd(ctx, C, T, B, 1.0f, -1.0f);
+        struct ggml_tensor *t = cr_to_tf(ctx, x);
+        CHECK(t->ne[0] == T * B && t->ne[1] == C && ggml_is_contiguous(t), "to_tf shape");
+        struct ggml_tensor *back = cr_to_cf(ctx, t, T, B);
+        check_shape("to_cf", back, C, T, B);
+        struct ggml_tensor *pad = cr_pad_frames(ctx, x, 2, 3, cpu);
+        check_shape("pad_frames", pad, C, T + 5, B);
+        struct ggml_cgraph *gf = graph(ctx);
+        ggml_build_forward_expand(gf, back);
+        const float *gp = compute(ctx, gf, &pad);
+        int bad_t = 0, bad_b = 0, bad_p = 0;
+        for (int64_t b = 0; b < B; b++) {
+            for (int64_t i = 0; i < T; i++) {
+                for (int64_t c = 0; c < C; c++) {
+                    const float v = F(x)[c + C * (i + T * b)];
+                    bad_t += F(t)[(i + T * b) + T * B * c] != v;
+                    bad_b += F(back)[c + C * (i + T * b)] != v;
+                }
+            }
+            for (int64_t i = 0; i < T + 5; i++) {
+                for (int64_t c = 0; c < C; c++) {
+                    bad_p += gp[c + C * (i + (T + 5) * b)] != (float)at(F(x), C, T, c, i - 2, b);
+                }
             }
         }
-        for (int64_t i = 0; i < T + 5; i++) {
-            for (int64_t c = 0; c < C; c++) {
-                bad_p += gp[c + C * (i + (T + 5) * b)] != (float)at(F(x), C, T, c, i - 2, b);
-            }
-        }
+        CHECK(!bad_t && !bad_b && !bad_p, "layouts (cpu pad %d): %d to_tf, %d to_cf, %d pad values wrong", cpu,
+              bad_t, bad_b, bad_p);
+        ggml_free(ctx);
     }
-    CHECK(!bad_t && !bad_b && !bad_p, "layouts: %d to_tf, %d to_cf, %d pad values wrong", bad_t, bad_b, bad_p);
-    ggml_free(ctx);
 }
 
 /* ----------------------------------------------------------------- Snake */
@@ -458,7 +461,7 @@ static void test_upconv(void) {
             struct ggml_context *ctx = new_ctx();
             struct ggml_tensor *x = rnd(ctx, Cin, T, B, 1.0f, -1.0f), *w = rnd(ctx, Cin, K * Cout, 1, 1.0f, -1.0f);
             struct ggml_tensor *b = rnd1(ctx, Cout);
-            struct ggml_tensor *y = cr_upconv(ctx, x, w, b, s, p, n_out, NULL);
+            struct ggml_tensor *y = cr_upconv(ctx, x, w, b, s, p, n_out, NULL, (ti + c) % 2 == 1);
             check_shape("upconv", y, Cout, n_out, B);
             const float *got = compute(ctx, graph(ctx), &y);
             const int64_t full = (T + 1) * s;

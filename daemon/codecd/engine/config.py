@@ -29,8 +29,9 @@ class EngineConfig:
     max_streams: int = 64  # per model per worker (the runtime's slot pool)
     max_batch: int = 64  # streams per tick
     stream_chunk_frames: int = 0  # 0: the model's default (its frame_multiple)
-    #: the tick graph's batch rounded up to a power of two (True) or exact (False); None: by
-    #: the worker's device, exact on a GPU named as one (cuda:0, ...), pow2 otherwise
+    #: the tick graph's batch rounded up to a power of two (True) or exact (False; None, the
+    #: daemon's batch_shapes = auto, is exact too); the daemon always passes its setting, this
+    #: default is for EnginePools built directly (tests, benches)
     batch_bucket: bool | None = True
     #: batch buckets warmed at start-up; None: the largest and 1
     #: (codecd.families.native.default_buckets)

@@ -54,7 +54,7 @@ struct ggml_cgraph *dac_build_decode(const cr_model *model, struct ggml_context 
         x = dac_snake(ctx, w, gf, x, p, cpu);
         /* ConvTranspose1d(k 2s, stride s, padding ceil(s/2)): s n - (s mod 2) samples */
         x = cr_upconv(ctx, x, dac_w(w, "decoder.block.%d.up.weight", i), dac_w(w, "decoder.block.%d.up.bias", i), s,
-                      (s + 1) / 2, dac_points(hp, T, i + 1), ops);
+                      (s + 1) / 2, dac_points(hp, T, i + 1), ops, cpu);
         x = dac_mask(ctx, x, masks[i + 1]);
         for (int j = 0; j < 3; j++) {
             struct ggml_tensor *y = dac_res_branch(ctx, w, gf, x, i, j, true, ops);
@@ -67,7 +67,7 @@ struct ggml_cgraph *dac_build_decode(const cr_model *model, struct ggml_context 
     x = ggml_tanh(ctx, x);
     const int64_t n_out = dac_points(hp, T, hp->n_blocks);
     if (n_out < T * hp->hop_length) { /* the samples an odd stride lost, as silence (dac.h) */
-        x = cr_pad_frames(ctx, x, 0, (int)(T * hp->hop_length - n_out));
+        x = cr_pad_frames(ctx, x, 0, (int)(T * hp->hop_length - n_out), cpu);
     }
     x = dac_mask(ctx, x, masks[hp->n_blocks + 1]); /* [1, T*hop, B] */
     ggml_set_name(x, "pcm");

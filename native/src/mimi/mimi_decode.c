@@ -22,7 +22,7 @@ static struct ggml_tensor *mimi_seanet(struct ggml_context *ctx, struct ggml_con
         t *= r;
         x = ggml_elu(ctx, x);
         /* ConvTranspose1d(k 2r, stride r) with its last r samples trimmed: T*r samples */
-        x = cr_upconv(ctx, x, mimi_w(w, "dec.up%d.weight", i), mimi_w(w, "dec.up%d.bias", i), r, 0, t, NULL);
+        x = cr_upconv(ctx, x, mimi_w(w, "dec.up%d.weight", i), mimi_w(w, "dec.up%d.bias", i), r, 0, t, NULL, ops != NULL);
         for (int j = 0; j < hp->n_res; j++) { /* one block (dilation 1), checked at load */
             struct ggml_tensor *y = ggml_elu(ctx, x);
             /* C -> C/compress, k3, as K shifted products: never a [C*K, T] column matrix */
@@ -49,7 +49,7 @@ struct ggml_cgraph *mimi_build_decode(const cr_model *model, struct ggml_context
     mimi_new_inputs(ctx, io, hp->n_q, T, B, hp->up_stride);
 
     struct ggml_tensor *x = mimi_quantizer(ctx, w, hp, io + MIMI_IO_CODES, T, B); /* [D, T, B] */
-    x = mimi_upsample(ctx, w, cr_pad_frames(ctx, x, 1, 0), T);                                       /* [D, S, B] */
+    x = mimi_upsample(ctx, w, cr_pad_frames(ctx, x, 1, 0, ops != NULL), T);                                       /* [D, S, B] */
 
     const int64_t hd = mimi_head_dim(hp), H = hp->n_heads;
     for (int l = 0; l < hp->n_layers; l++) {
@@ -110,8 +110,11 @@ int64_t mimi_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, in
     int64_t tf = T * hp->up_stride; /* new steps at the current rate */
     const int64_t S = tf + context;
     int64_t best = 3 * (int64_t)hp->dim * S * B;
-    /* scores [keys, queries, heads, B]; a stream tick's keys include its W-1 steps of state */
-    const int64_t keys = S + (context > 0 ? hp->context : 0);
+    /* scores [keys, queries, heads, B]; a stream tick's keys are its window ring's (stream_state.h) */
+    int64_t keys = S + (context > 0 ? hp->context : 0);
+    if (context > 0 && cr_window_steps(hp->context - 1, tf) > keys) {
+        keys = cr_window_steps(hp->context - 1, tf);
+    }
     const int64_t ff = (int64_t)hp->ff * S * B, kq = keys * S * hp->n_heads * B;
     const int64_t cb = (int64_t)hp->n_q * hp->cdim * (T + context) * B;
     best = ff > best ? ff : best;

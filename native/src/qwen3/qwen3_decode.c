@@ -24,7 +24,7 @@ static struct ggml_tensor *qwen3_decoder(struct ggml_context *ctx, struct ggml_c
         t *= r;
         x = qwen3_snake(ctx, w, gf, x, cpu, "dec.%d.snake", i);
         /* ConvTranspose1d(k 2r, stride r) with its last r samples trimmed: T*r samples */
-        x = cr_upconv(ctx, x, cr_weight(w, "dec.%d.up.weight", i), cr_weight(w, "dec.%d.up.bias", i), r, 0, t, ops);
+        x = cr_upconv(ctx, x, cr_weight(w, "dec.%d.up.weight", i), cr_weight(w, "dec.%d.up.bias", i), r, 0, t, ops, cpu);
         for (int j = 0, dil = 1; j < QWEN3_N_RES; j++, dil *= 3) {
             struct ggml_tensor *y = qwen3_snake(ctx, w, gf, x, cpu, "dec.%d.res.%d.snake1", i, j);
             x = ggml_add(ctx, x, qwen3_res_branch(ctx, w, gf, y, i, j, (QWEN3_K - 1) * dil, cpu, ops));
@@ -88,7 +88,8 @@ int64_t qwen3_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, i
        conv tails and overlaps); the KV window is counted in the scores' keys */
     const qwen3_hparams *hp = model->hparams;
     const int64_t A = (int64_t)hp->n_heads * hp->head_dim;
-    const int64_t S = T + context, keys = S + (context > 0 ? hp->context : 0);
+    const int64_t S = T + context, ring = context > 0 ? cr_window_steps(hp->context - 1, T) : 0;
+    const int64_t keys = ring > S + hp->context ? ring : S + (context > 0 ? hp->context : 0);
     int64_t best = (int64_t)hp->n_q * hp->cdim * S * B;
     const int64_t cand[] = {3 * A * S * B, (int64_t)hp->ff * S * B, keys * S * hp->n_heads * B,
                             (int64_t)hp->qdim * QWEN3_PRE_K * S * B};

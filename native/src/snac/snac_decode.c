@@ -75,7 +75,7 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
         t *= s;
         /* ConvTranspose1d(k 2s, stride s, padding ceil(s/2), output_padding s % 2): T*s samples */
         x = cr_upconv(ctx, x, snac_w(w, "decoder.block.%d.up.weight", i), snac_w(w, "decoder.block.%d.up.bias", i), s,
-                      (s + 1) / 2, t, NULL);
+                      (s + 1) / 2, t, NULL, shape->cpu_ops);
         if (shape->noise && hp->noise) {
             snprintf(name, sizeof(name), "noise.%d", i);
             struct ggml_tensor *n = io[SNAC_IO_NOISE + i] = cr_input(ctx, GGML_TYPE_F32, 1, t, B, name);
