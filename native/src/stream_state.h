@@ -75,6 +75,7 @@ typedef struct cr_states {
     cr_graph_io *io;
     int64_t B;
     bool masked;
+    bool cpu; /* the graph runs on the CPU backend (cr_states_append copies instead of concat) */
     /* masks built so far, reused by every layer that asks for the same one, and the
        point-index ramps [n, B] they are made from, one per length */
     struct cr_states_mask {
@@ -96,10 +97,10 @@ typedef struct cr_states {
 /*
  * Start a tick graph of B streams in gf: creates io->slot_read and
  * io->slot_write (I32 [B]) and, when masked (an edge tick), io->keep (F32
- * [1, 1, B]), all graph inputs.
+ * [1, 1, B]), all graph inputs. cpu: the graph runs on the CPU backend.
  */
 void cr_states_init(cr_states *s, struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *const *pool,
-                    int n_pool, cr_graph_io *io, int64_t B, bool masked);
+                    int n_pool, cr_graph_io *io, int64_t B, bool masked, bool cpu);
 
 /*
  * x [C, n, B] -> concat(state, x) [C, S+n, B] with the next state (S frames;
@@ -113,13 +114,6 @@ struct ggml_tensor *cr_states_append(cr_states *s, struct ggml_tensor *x, int64_
 
 /* The same for a time-fastest x [n, B, C] -> [S+n, B, C] (state row [S, C]). */
 struct ggml_tensor *cr_states_append_tf(cr_states *s, struct ggml_tensor *x, int64_t S);
-
-/*
- * The same for x [n, C, B], time fastest within each stream ([S+n, C, B] back,
- * contiguous; state row [S, C]): an attention layer's values, which its
- * product with the attention weights reads with time fastest (Mimi).
- */
-struct ggml_tensor *cr_states_append_t(cr_states *s, struct ggml_tensor *x, int64_t S);
 
 /*
  * x [C, n, B] (rows may be strided; n new steps a tick) -> the window [C, W, B]

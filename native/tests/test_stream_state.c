@@ -28,7 +28,7 @@ static float *fdata(struct ggml_tensor *t) { return (float *)t->data; }
  * One layout (tf: time fastest) with states of S frames and inputs of n
  * frames, C channels, B = 2 streams, masked or not, over two ticks.
  */
-static void check_ticks(bool tf, bool masked, int64_t C, int64_t S, int64_t n) {
+static void check_ticks(bool tf, bool masked, bool cpu, int64_t C, int64_t S, int64_t n) {
     const int64_t B = 2, rows = SLOTS + 1, W = C * S;
     struct ggml_context *ctx = new_ctx();
     struct ggml_tensor *pool = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, W, rows);
@@ -41,7 +41,7 @@ static void check_ticks(bool tf, bool masked, int64_t C, int64_t S, int64_t n) {
     memset(&io, 0, sizeof(io));
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 1024, false);
     cr_states st;
-    cr_states_init(&st, ctx, gf, pools, 1, &io, B, masked);
+    cr_states_init(&st, ctx, gf, pools, 1, &io, B, masked, cpu);
     CHECK((io.keep != NULL) == masked && io.slot_read && io.slot_write, "init: inputs");
     struct ggml_tensor *x = tf ? ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n, B, C)
                                : ggml_new_tensor_3d(ctx, GGML_TYPE_F32, C, n, B);
@@ -112,7 +112,7 @@ static void check_times(void) {
         memset(&io, 0, sizeof(io));
         struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 256, false);
         cr_states st;
-        cr_states_init(&st, ctx, gf, &pool, 1, &io, B, masked);
+        cr_states_init(&st, ctx, gf, &pool, 1, &io, B, masked, false);
         struct ggml_tensor *pos = cr_states_time(&st, CR_TIME_POS, n, 2, 7, 32);
         struct ggml_tensor *nz = cr_states_time(&st, CR_TIME_NOISE, n, 8, 5, 3);
         CHECK(pos->type == GGML_TYPE_I32 && ggml_nelements(pos) == n * B && nz->ne[0] == 1 && nz->ne[1] == n &&
@@ -175,7 +175,7 @@ static void check_mismatch(void) {
         memset(&io, 0, sizeof(io));
         struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 256, false);
         cr_states st;
-        cr_states_init(&st, ctx, gf, &pool, 1, &io, 2, true);
+        cr_states_init(&st, ctx, gf, &pool, 1, &io, 2, true, false);
         struct ggml_tensor *x = tf ? ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 5, 2, 4)
                                    : ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 4, 5, 2);
         struct ggml_tensor *b1 = tf ? cr_states_append_tf(&st, x, 3) : cr_states_append(&st, x, 3);
@@ -190,7 +190,7 @@ static void check_mismatch(void) {
         pool = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4 * 6, SLOTS + 1); /* listed as 6 frames, taken as 3 */
         memset(&io, 0, sizeof(io));
         gf = ggml_new_graph_custom(ctx, 256, false);
-        cr_states_init(&st, ctx, gf, &pool, 1, &io, 2, false);
+        cr_states_init(&st, ctx, gf, &pool, 1, &io, 2, false, false);
         x = tf ? ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 5, 2, 4) : ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 4, 5, 2);
         b1 = tf ? cr_states_append_tf(&st, x, 3) : cr_states_append(&st, x, 3);
         CHECK(io.overflow && b1, "a state of another size fails the graph");
@@ -199,11 +199,12 @@ static void check_mismatch(void) {
 }
 
 int main(void) {
-    for (int tf = 0; tf < 2; tf++) {
+    for (int path = 0; path < 3; path++) { /* channels fastest: concat, or the CPU's copies; time fastest */
+        const bool tf = path == 2, cpu = path == 1;
         for (int masked = 0; masked < 2; masked++) {
-            check_ticks(tf, masked, 3, 5, 3); /* the state longer than the input */
-            check_ticks(tf, masked, 4, 2, 5);
-            check_ticks(tf, masked, 1, 1, 1);
+            check_ticks(tf, masked, cpu, 3, 5, 3); /* the state longer than the input */
+            check_ticks(tf, masked, cpu, 4, 2, 5);
+            check_ticks(tf, masked, cpu, 1, 1, 1);
         }
     }
     check_times();

@@ -38,7 +38,7 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
     const cr_cpu_ops *ops = dac_ops(cpu, shape->ops);
     cr_states st;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
-    cr_states_init(&st, ctx, gf, pool, n_pool, io, B, shape->masked);
+    cr_states_init(&st, ctx, gf, pool, n_pool, io, B, shape->masked, shape->cpu_ops);
 
     struct ggml_tensor *z = NULL;
     for (int q = 0; q < hp->n_codebooks; q++) {

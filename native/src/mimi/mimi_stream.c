@@ -80,7 +80,7 @@ struct ggml_cgraph *mimi_build_stream(const cr_model *model, struct ggml_context
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, CR_GRAPH_SIZE, false);
     cr_states sts;
     cr_states *st = &sts;
-    cr_states_init(st, ctx, gf, pool, n_pool, io, B, shape->masked);
+    cr_states_init(st, ctx, gf, pool, n_pool, io, B, shape->masked, shape->cpu_ops);
 
     for (int k = 0; k < hp->n_q; k++) {
         io->codes[k] = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, N * B);

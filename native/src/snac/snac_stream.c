@@ -39,7 +39,7 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
     cr_states states; /* the state buffers and inputs (stream_state.h) */
     cr_states *st = &states;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
-    cr_states_init(st, ctx, gf, pool, n_pool, io, B, shape->masked);
+    cr_states_init(st, ctx, gf, pool, n_pool, io, B, shape->masked, shape->cpu_ops);
 
     struct ggml_tensor *z = NULL;
     for (int l = 0; l < hp->n_levels; l++) {
