@@ -10,7 +10,7 @@
  * exactly as in the headers, in the same order.
  */
 
-#define CODECRT_API_VERSION 7
+#define CODECRT_API_VERSION 8
 #define CODECRT_MAX_LEVELS 32
 #define CODECRT_MAX_BACKENDS 4
 
@@ -205,6 +205,7 @@ typedef struct codecrt_stats {
     double last_acquire_ms;
     double last_inputs_ms;
     double last_enqueue_ms;
+    int32_t last_threads;
 } codecrt_stats;
 
 codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_stats *stats);

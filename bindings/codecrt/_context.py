@@ -67,6 +67,9 @@ class Stats:
     last_acquire_ms: float = 0.0
     last_inputs_ms: float = 0.0
     last_enqueue_ms: float = 0.0
+    #: CPU threads the last graph computed with: the context's n_threads, or fewer for a graph
+    #: whose work per node does not pay for them (docs/runtime.md); 0 off the CPU backend
+    last_threads: int = 0
 
 
 class Context:
@@ -215,6 +218,7 @@ class Context:
             last_acquire_ms=float(st.last_acquire_ms),
             last_inputs_ms=float(st.last_inputs_ms),
             last_enqueue_ms=float(st.last_enqueue_ms),
+            last_threads=int(st.last_threads),
         )
 
     def decode(

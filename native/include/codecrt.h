@@ -49,10 +49,11 @@
 extern "C" {
 #endif
 
-#define CODECRT_API_VERSION 7 /* 3: codecrt_context_params.precision; 4: CODECRT_MAX_LEVELS 32 (DAC 24 kHz, Mimi);
+#define CODECRT_API_VERSION 8 /* 3: codecrt_context_params.precision; 4: CODECRT_MAX_LEVELS 32 (DAC 24 kHz, Mimi);
                                   5: codecrt_streams_push, codecrt_streams_pull;
                                   6: codecrt_context_step_begin, codecrt_context_step_end;
-                                  7: codecrt_stats.last_acquire_ms, _inputs_ms, _enqueue_ms */
+                                  7: codecrt_stats.last_acquire_ms, _inputs_ms, _enqueue_ms;
+                                  8: codecrt_stats.last_threads */
 #define CODECRT_MAX_LEVELS 32
 #define CODECRT_MAX_BACKENDS 4
 
@@ -409,7 +410,8 @@ typedef struct codecrt_stats {
     char backend_names[CODECRT_MAX_BACKENDS][32];
     uint64_t compute_buffer_bytes[CODECRT_MAX_BACKENDS]; /* summed over graph kinds */
     uint64_t weight_bytes;       /* weights this context holds besides the model's: a device copy,
-                                    or the BF16 packs (0 when the model's are used in place) */
+                                    or the CPU kernels' packed panels (BF16: every product's; F32:
+                                    those of products of few rows), 0 when none */
     uint64_t state_bytes;        /* stream slot pool */
     int32_t streams_active;
     int32_t graph_splits;        /* most backend splits of a live graph (1 = all on one device) */
@@ -421,6 +423,8 @@ typedef struct codecrt_stats {
     double last_acquire_ms;
     double last_inputs_ms;
     double last_enqueue_ms;
+    int32_t last_threads;        /* CPU threads the last graph computed with: up to n_threads, fewer
+                                    for a graph too small to pay for them (0 off the CPU backend) */
 } codecrt_stats;
 
 codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_stats *stats);

@@ -276,13 +276,16 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
        streams: 61 against 73 ms a tick); split on the CPU, whose ticks are
        arithmetic; CODECRT_STREAM_GRAPHS forces either */
     ctx->one_stream_graph = graphs >= 0 ? graphs == 1 : ctx->backend != ctx->cpu;
-    if (params->precision == CODECRT_PRECISION_BF16) {
-        ctx->fused.bf16 = true;
-        if (!(ctx->fused.packs = cr_packs_new())) {
-            return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
-        }
+    /* weights packed once per context for the fused kernels: every BF16 product's, and
+       in F32 those of products on few rows (ops/ops_avx512.h, LN_MIN_ROWS) */
+    ctx->fused.bf16 = params->precision == CODECRT_PRECISION_BF16;
+    if (ctx->cpu_ops && !(ctx->fused.packs = cr_packs_new())) {
+        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
     }
     cr_graphs_init(&ctx->graphs, backends, n_backends, CR_GRAPH_SIZE);
+    if (ctx->backend == ctx->cpu) {
+        cr_graphs_cpu_threads(&ctx->graphs, ctx->cpu, n_threads);
+    }
     return CODECRT_OK;
 }
 
@@ -763,6 +766,7 @@ codecrt_status codecrt_context_get_stats(const codecrt_context *ctx, codecrt_sta
     stats->last_acquire_ms = g->acquire_ms;
     stats->last_inputs_ms = g->inputs_ms;
     stats->last_enqueue_ms = g->enqueue_ms;
+    stats->last_threads = g->last_threads;
     stats->state_bytes = ctx->pool.buffer ? ggml_backend_buffer_get_size(ctx->pool.buffer) : 0;
     stats->streams_active = ctx->pool.n_active;
     for (int k = 0; k < CODECRT_GRAPH_KIND_COUNT; k++) {

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ggml-cpu.h"
 #include "internal.h"
 
 void cr_graphs_init(cr_graphs *g, ggml_backend_t *backends, int n_backends, size_t graph_size) {
@@ -45,6 +46,14 @@ void cr_graphs_init(cr_graphs *g, ggml_backend_t *backends, int n_backends, size
     for (int k = 0; k < CODECRT_GRAPH_KIND_COUNT; k++) {
         g->slots[k].key.kind = k;
     }
+}
+
+void cr_graphs_cpu_threads(cr_graphs *g, ggml_backend_t cpu, int n_threads) {
+    g->cpu_compute = cpu;
+    g->max_threads = g->cur_threads = n_threads;
+    g->last_threads = 0; /* no compute yet */
+    g->thread_work = cr_thread_work();
+    ggml_backend_cpu_set_n_threads(cpu, n_threads);
 }
 
 static codecrt_status cr_slot_ensure_sched(cr_graphs *g, cr_graph_slot *slot, cr_err *err) {
@@ -229,6 +238,7 @@ static codecrt_status cr_graphs_take(cr_graphs *g, const cr_graph_key *key, cr_b
         return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "cannot allocate the graph (%d frames x %d sequences)",
                        key->n_frames, key->n_batch);
     }
+    slot->n_threads = g->cpu_compute ? cr_threads_for(slot->graph, g->max_threads, g->thread_work) : 0;
     slot->key = *key;
     slot->live = true;
     g->built++;
@@ -237,6 +247,11 @@ static codecrt_status cr_graphs_take(cr_graphs *g, const cr_graph_key *key, cr_b
 }
 
 codecrt_status cr_graphs_launch(cr_graphs *g, cr_graph_slot *slot, cr_err *err) {
+    if (g->cpu_compute && slot->n_threads != g->cur_threads) {
+        ggml_backend_cpu_set_n_threads(g->cpu_compute, slot->n_threads);
+        g->cur_threads = slot->n_threads;
+    }
+    g->last_threads = g->cpu_compute ? slot->n_threads : 0;
     g->launch_ms = cr_now_ms();
     cr_profile_start(g->profile);
     const enum ggml_status gs = ggml_backend_sched_graph_compute_async(slot->sched, slot->graph);

@@ -447,6 +447,7 @@ typedef struct cr_graph_slot {
     int32_t reserved_batch;
     int32_t reserved_flags;      /* the union of the flags reserved for (a flag adds graph parts) */
     bool recreate;               /* policy: new scheduler after each release */
+    int n_threads;               /* CPU threads the live graph is computed with (threads.c) */
     cr_graph_io io;
 } cr_graph_slot;
 
@@ -468,9 +469,20 @@ typedef struct cr_graphs {
     double launch_ms; /* cr_now_ms() at the last launch */
     double acquire_ms, inputs_ms, enqueue_ms; /* the host's parts of the last launch (codecrt_stats) */
     cr_profile *profile;         /* NULL unless CODECRT_PROFILE_OPS is set */
+    /* threads per graph (threads.c), when the graphs compute on the CPU backend: each
+       graph gets what its work per node is worth, up to max_threads */
+    ggml_backend_t cpu_compute;  /* the CPU backend if it computes the graphs, else NULL */
+    int max_threads, cur_threads, last_threads;
+    double thread_work;          /* multiply-adds per node per thread (CR_THREAD_WORK) */
 } cr_graphs;
 
+/* threads.c */
+double cr_thread_work(void); /* CR_THREAD_WORK, or CODECRT_THREAD_WORK from the environment */
+int cr_threads_for(struct ggml_cgraph *gf, int n_threads, double work_per_thread);
+
 void cr_graphs_init(cr_graphs *g, ggml_backend_t *backends, int n_backends, size_t graph_size);
+/* graphs computed on the CPU backend get threads per graph, at most n_threads */
+void cr_graphs_cpu_threads(cr_graphs *g, ggml_backend_t cpu, int n_threads);
 void cr_graphs_free(cr_graphs *g);
 
 /*

@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ggml-cpu.h"
 #include "ggml.h"
@@ -281,6 +282,40 @@ static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, in
     ggml_free(ctx);
 }
 
+/* An F32 product of few rows reads the context's packed panels (LN_MIN_ROWS), one of
+   many rows packs per call: the same kernel, so the same bits (streamed == offline). */
+static void check_f32_packed_bitwise(int64_t K, int64_t M, int64_t N, int64_t C, int64_t T, int64_t taps) {
+    struct ggml_init_params ip = {(size_t)(4 * (K * N + K * M + 2 * M * N + C * T + taps * C * M + 2 * M * T)) +
+                                      (1u << 20),
+                                  NULL, false};
+    struct ggml_context *ctx = ggml_init(ip);
+    unsigned seed = (unsigned)(K + M + N);
+    struct ggml_tensor *x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, N);
+    struct ggml_tensor *w = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, M);
+    struct ggml_tensor *xc = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, C, T, 1);
+    struct ggml_tensor *wc = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, taps, C, M);
+    fill_operands(x, w, NULL, &seed);
+    fill_operands(xc, wc, NULL, &seed);
+    cr_cpu_ops packed = {false, cr_packs_new()};
+    struct ggml_tensor *a = cr_linear_cpu(ctx, x, w, NULL, &packed), *b = cr_linear_cpu(ctx, x, w, NULL, NULL);
+    struct ggml_tensor *ca = cr_conv1d_cpu(ctx, xc, wc, NULL, 1, (int)taps - 1, 0, &packed);
+    struct ggml_tensor *cb = cr_conv1d_cpu(ctx, xc, wc, NULL, 1, (int)taps - 1, 0, NULL);
+    CHECK(a && b && ca && cb && cr_packs_bytes(packed.packs) > 0, "F32 packed products built (K=%lld N=%lld)",
+          (long long)K, (long long)N);
+    if (a && b && ca && cb) {
+        compute(ctx, a, 2);
+        compute(ctx, b, 1);
+        compute(ctx, ca, 1);
+        compute(ctx, cb, 2);
+        CHECK(memcmp(a->data, b->data, ggml_nbytes(a)) == 0, "F32 linear K=%lld M=%lld N=%lld: packed != per call",
+              (long long)K, (long long)M, (long long)N);
+        CHECK(memcmp(ca->data, cb->data, ggml_nbytes(ca)) == 0, "F32 conv C=%lld T=%lld: packed != per call",
+              (long long)C, (long long)T);
+    }
+    cr_packs_free(packed.packs);
+    ggml_free(ctx);
+}
+
 /* Every shape class of the kernels, in F32 (ops NULL) or in the BF16 mode
    (with weights packed per call, or once into ops->packs). */
 static void check_all(const cr_cpu_ops *bf16) {
@@ -327,6 +362,11 @@ int main(void) {
         return 0;
     }
     check_all(NULL);
+    cr_cpu_ops f32_packed = {false, cr_packs_new()}; /* products of few rows from packed panels */
+    check_all(&f32_packed);
+    cr_packs_free(f32_packed.packs);
+    check_f32_packed_bitwise(512, 2048, 2, 64, 9, 7);
+    check_f32_packed_bitwise(250, 80, 97, 16, 50, 3);
     if (cr_bf16_cpu_available()) {
         const cr_cpu_ops per_call = {true, NULL};
         cr_cpu_ops packed = {true, cr_packs_new()};

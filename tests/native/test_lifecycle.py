@@ -135,3 +135,40 @@ def test_resident_memory_flat(codecrt, tiny):
           f"compute buffer {st.compute_buffer_bytes[0]} bytes")
     assert growth < 8 * 1024
     assert st.reservations <= 3
+
+
+def _tick_threads(codecrt, model, n_streams, n_threads):
+    """Threads of a steady 4-frame tick of n_streams streams, and the tick's audio."""
+    rng = np.random.default_rng(3)
+    levels = reference.random_codes(model.info, 16, None, rng)
+    out = []
+    with codecrt.Context(model, device="cpu", n_threads=n_threads, stream_chunk_frames=4) as ctx:
+        streams = [ctx.stream() for _ in range(n_streams)]
+        threads = []
+        for f in range(0, 16, 4):
+            for s in streams:
+                s.push([lv[f // st:(f + 4) // st] for lv, st in zip(levels, model.info.level_strides)])
+            ctx.step(streams)
+            threads.append(ctx.stats.last_threads)
+            out.append(np.concatenate([s.pull() for s in streams]))
+        for s in streams:
+            s.close()
+    return threads[-1], np.concatenate(out)
+
+
+def test_threads_per_graph(codecrt, model24, monkeypatch):
+    """A graph gets the threads its work per node pays for (threads.c): a one-stream tick runs
+    on one thread of a two-thread context, a tick of four streams and an offline decode on
+    both; CODECRT_THREAD_WORK=0 gives every graph all threads; the samples do not depend on it."""
+    one, audio_one = _tick_threads(codecrt, model24, 1, 2)
+    four, _ = _tick_threads(codecrt, model24, 4, 2)
+    assert (one, four) == (1, 2)
+    assert _tick_threads(codecrt, model24, 4, 1)[0] == 1
+    with codecrt.Context(model24, device="cpu", n_threads=2) as ctx:
+        assert ctx.stats.last_threads == 0  # nothing computed yet
+        ctx.decode(reference.random_codes(model24.info, 64, None, np.random.default_rng(4)))
+        assert ctx.stats.last_threads == 2
+    monkeypatch.setenv("CODECRT_THREAD_WORK", "0")
+    forced, audio_forced = _tick_threads(codecrt, model24, 1, 2)
+    assert forced == 2
+    assert np.array_equal(audio_one, audio_forced)

@@ -32,23 +32,34 @@
 #define AT_R 6   /* rows per register tile: 6 x 4 accumulators of 16 floats */
 #define LN_PANEL 64 /* linear: output columns per packed weight panel */
 #define LN_NB 96    /* linear: rows of x per work item (16 register tiles) */
+/* An F32 product of fewer rows than this (a linear's rows of x, a convolution's output
+   steps times sequences) reads its weight panels from a copy packed once per context
+   instead of packing each panel per call, which a few rows do not pay back: a one-frame
+   Mimi tick of one stream (2 rows a product in its transformer) took 69 ms packing per
+   call, 23 ms from the context's copy, on this project's AVX-512 Xeon. The kernel and its
+   summation order are the same either way, so a product is bit-identical at any row
+   count (streamed == offline, batched == alone); the copy costs memory, so products of
+   many rows, which amortise the per-call packing, do without it. */
+#define LN_MIN_ROWS 128
 
-/* One weight packed for the BF16 product kernels: w [M][C][taps] (a linear
-   layer's [M][K] is one tap) as panels [P][taps][C2][64] pairs, P = M/64
-   rounded up (columns past M zero). Keyed by the weight's data and shape and
-   the convolution's dilation and left pad, so views of one weight share it. */
+/* One weight packed for the product kernels: w [M][C][taps] (a linear layer's
+   [M][K] is one tap) as panels [P][taps][C2][64] of BF16 pairs (f32: false) or
+   [P][taps][C][64] floats (f32: true, the panels the F32 kernels otherwise pack per
+   call), P = M/64 rounded up. Keyed by the weight's data and shape, the
+   convolution's dilation and left pad and the type, so views of one weight share it. */
 typedef struct cr_packed {
     const void *data;
     int64_t C, taps, M;
     int32_t dilation, pad_left;
-    uint32_t *panels;
+    bool f32;
+    uint32_t *panels; /* BF16 pairs, or floats when f32 */
 } cr_packed;
 
 /* The packed form of w (data in host memory), packed now if new; NULL if w is
    not in host memory, memory runs out, or without AVX-512 (the caller packs
    per call instead). */
 const cr_packed *cr_packs_get(cr_packs *packs, const struct ggml_tensor *w, int64_t C, int64_t taps, int64_t M,
-                              int dilation, int pad_left);
+                              int dilation, int pad_left, bool f32);
 
 #ifdef CR_OPS_AVX512
 
@@ -197,6 +208,8 @@ BF_AVX512 void bf_convert_row(uint32_t *dst, const float *src, int64_t n);
 BF_AVX512 void bf_panel_rows(const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *wp, int64_t K2,
                              int64_t taps, const float *bias, float *y, int64_t ldc, int nc, int64_t n);
 /* The panel of output columns m0 .. m0+width of w [M][C][taps] in pairs; row: scratch of C*taps + 32 halves. */
+/* the F32 panel [taps][C][64] of output columns m0 .. m0+width (ops_avx512_linear.c) */
+void at_pack_panel(float *wp, const float *w, int64_t m0, int64_t width, int64_t C, int64_t taps);
 BF_AVX512 void bf_pack_panel(uint32_t *wp, uint16_t *row, const float *w, int64_t m0, int64_t width, int64_t C,
                              int64_t taps);
 

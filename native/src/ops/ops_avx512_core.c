@@ -141,7 +141,7 @@ void cr_packs_free(cr_packs *packs) {
 /* The packed form of w (data in host memory), packed now if new; NULL if w is
    not in host memory or memory runs out (the caller packs per call instead). */
 const cr_packed *cr_packs_get(cr_packs *packs, const struct ggml_tensor *w, int64_t C, int64_t taps,
-                              int64_t M, int dilation, int pad_left) {
+                              int64_t M, int dilation, int pad_left, bool f32) {
 #ifdef CR_OPS_AVX512
     if (!packs || !w->data || (w->buffer && !ggml_backend_buffer_is_host(w->buffer))) {
         return NULL;
@@ -149,7 +149,7 @@ const cr_packed *cr_packs_get(cr_packs *packs, const struct ggml_tensor *w, int6
     for (size_t i = 0; i < packs->n; i++) {
         const cr_packed *e = packs->items[i];
         if (e->data == w->data && e->C == C && e->taps == taps && e->M == M && e->dilation == dilation &&
-            e->pad_left == pad_left) {
+            e->pad_left == pad_left && e->f32 == f32) {
             return e;
         }
     }
@@ -162,7 +162,8 @@ const cr_packed *cr_packs_get(cr_packs *packs, const struct ggml_tensor *w, int6
         packs->items = items;
         packs->cap = cap;
     }
-    const int64_t C2 = (C + 1) / 2, P = (M + LN_PANEL - 1) / LN_PANEL, panel = taps * C2 * LN_PANEL;
+    /* a panel in 32-bit words: BF16 pairs along C, or floats */
+    const int64_t C2 = (C + 1) / 2, P = (M + LN_PANEL - 1) / LN_PANEL, panel = taps * (f32 ? C : C2) * LN_PANEL;
     cr_packed *e = (cr_packed *)calloc(1, sizeof(*e));
     uint16_t *row = (uint16_t *)malloc((size_t)(C * taps + 32) * sizeof(uint16_t));
     uint32_t *panels = (uint32_t *)aligned_alloc(64, ((size_t)(P * panel) * sizeof(uint32_t) + 63) & ~(size_t)63);
@@ -177,15 +178,19 @@ const cr_packed *cr_packs_get(cr_packs *packs, const struct ggml_tensor *w, int6
         if (width < LN_PANEL) {
             memset(panels + p * panel, 0, (size_t)panel * sizeof(uint32_t));
         }
-        bf_pack_panel(panels + p * panel, row, (const float *)w->data, m0, width, C, taps);
+        if (f32) {
+            at_pack_panel((float *)(panels + p * panel), (const float *)w->data, m0, width, C, taps);
+        } else {
+            bf_pack_panel(panels + p * panel, row, (const float *)w->data, m0, width, C, taps);
+        }
     }
     free(row);
-    *e = (cr_packed){w->data, C, taps, M, dilation, pad_left, panels};
+    *e = (cr_packed){w->data, C, taps, M, dilation, pad_left, f32, panels};
     packs->items[packs->n++] = e;
     packs->bytes += (size_t)(P * panel) * sizeof(uint32_t);
     return e;
 #else
-    (void)packs, (void)w, (void)C, (void)taps, (void)M, (void)dilation, (void)pad_left;
+    (void)packs, (void)w, (void)C, (void)taps, (void)M, (void)dilation, (void)pad_left, (void)f32;
     return NULL;
 #endif
 }

@@ -22,7 +22,7 @@
 
 /* wp[t][c][j] = w[m0 + j][c][t] for j < width: the panel of output columns
    m0 .. m0+width of w [M][C][taps] (a linear layer's W [M][C] is one tap). */
-static void at_pack_panel(float *wp, const float *w, int64_t m0, int64_t width, int64_t C, int64_t taps) {
+void at_pack_panel(float *wp, const float *w, int64_t m0, int64_t width, int64_t C, int64_t taps) {
     for (int64_t j = 0; j < width; j++) {
         for (int64_t c = 0; c < C; c++) {
             const float *wr = w + ((m0 + j) * C + c) * taps;
@@ -58,7 +58,7 @@ static void cr_linear_run(struct ggml_tensor *dst, int ith, int nth, bool bf16, 
 #ifdef CR_OPS_AVX512
     /* F32: the panel [K, 64]. BF16: the block's rows [96, K2] in pairs, and
        unless packed, the panel [K2, 64] and one weight row rounded. */
-    const size_t words = !bf16 ? (size_t)(K * LN_PANEL)
+    const size_t words = !bf16 ? (pk ? 16 : (size_t)(K * LN_PANEL)) /* F32 packed: none needed */
                          : pk  ? (size_t)(K2 * LN_NB)
                                : (size_t)(K2 * (LN_PANEL + LN_NB + 1) + 16);
     wp = (float *)aligned_alloc(64, (words * sizeof(float) + 63) & ~(size_t)63);
@@ -88,11 +88,12 @@ static void cr_linear_run(struct ggml_tensor *dst, int ith, int nth, bool bf16, 
             continue;
         }
         if (wp) {
-            if (packed != p) {
+            const float *pw = pk ? (const float *)pk->panels + p * K * LN_PANEL : wp;
+            if (!pk && packed != p) {
                 at_pack_panel(wp, wd, m0, width, K, 1);
                 packed = p;
             }
-            at_panel_rows(xd + n0 * K, K, 0, wp, K, 1, bd ? bd + m0 : NULL, yd + n0 * M + m0, M, (int)(width / 16),
+            at_panel_rows(xd + n0 * K, K, 0, pw, K, 1, bd ? bd + m0 : NULL, yd + n0 * M + m0, M, (int)(width / 16),
                           n1 - n0);
             continue;
         }
@@ -115,7 +116,8 @@ static void cr_linear_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
 }
 
 static void cr_linear_packed_kernel(struct ggml_tensor *dst, int ith, int nth, void *user) {
-    cr_linear_run(dst, ith, nth, true, (const cr_packed *)user);
+    const cr_packed *pk = (const cr_packed *)user;
+    cr_linear_run(dst, ith, nth, !pk->f32, pk);
 }
 
 struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
@@ -130,7 +132,9 @@ struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *
         return NULL;
     }
     struct ggml_tensor *args[3] = {x, w, b};
-    const cr_packed *pk = bf16 ? cr_packs_get(ops->packs, w, w->ne[0], 1, w->ne[1], 0, 0) : NULL;
+    const bool f32_few = !bf16 && ggml_nrows(x) < LN_MIN_ROWS;
+    const cr_packed *pk =
+        bf16 || f32_few ? cr_packs_get(ops ? ops->packs : NULL, w, w->ne[0], 1, w->ne[1], 0, 0, f32_few) : NULL;
     if (pk) {
         return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], x->ne[3], args, b ? 3 : 2,
                               cr_linear_packed_kernel, GGML_N_TASKS_MAX, (void *)pk);
@@ -208,7 +212,8 @@ static void cr_conv1d_run(struct ggml_tensor *dst, int ith, int nth, int64_t d, 
         }
         if (wp) {
             float *xs = wp + wfl;
-            if (packed != p) {
+            const float *pw = pk ? (const float *)pk->panels + p * taps * C * LN_PANEL : wp;
+            if (!pk && packed != p) {
                 at_pack_panel(wp, wd, m0, width, C, taps);
                 packed = p;
             }
@@ -220,7 +225,7 @@ static void cr_conv1d_run(struct ggml_tensor *dst, int ith, int nth, int64_t d, 
                     memset(xs + i * C, 0, (size_t)C * sizeof(float));
                 }
             }
-            at_panel_rows(xs, C, d * C, wp, C, taps, bd ? bd + m0 : NULL, yb + t0 * M + m0, M, (int)(width / 16),
+            at_panel_rows(xs, C, d * C, pw, C, taps, bd ? bd + m0 : NULL, yb + t0 * M + m0, M, (int)(width / 16),
                           nrow);
             continue;
         }
@@ -252,7 +257,7 @@ static void cr_conv1d_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
 
 static void cr_conv1d_packed_kernel(struct ggml_tensor *dst, int ith, int nth, void *user) {
     const cr_packed *pk = (const cr_packed *)user;
-    cr_conv1d_run(dst, ith, nth, pk->dilation, pk->pad_left, true, pk);
+    cr_conv1d_run(dst, ith, nth, pk->dilation, pk->pad_left, !pk->f32, pk);
 }
 
 struct ggml_tensor *cr_conv1d_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
@@ -270,7 +275,10 @@ struct ggml_tensor *cr_conv1d_cpu(struct ggml_context *ctx, struct ggml_tensor *
         return NULL;
     }
     struct ggml_tensor *args[3] = {x, w, b};
-    const cr_packed *pk = bf16 ? cr_packs_get(ops->packs, w, w->ne[1], w->ne[0], w->ne[2], dilation, pad_left) : NULL;
+    const bool f32_few = !bf16 && To * x->ne[2] < LN_MIN_ROWS;
+    const cr_packed *pk = bf16 || f32_few ? cr_packs_get(ops ? ops->packs : NULL, w, w->ne[1], w->ne[0], w->ne[2],
+                                                         dilation, pad_left, f32_few)
+                                          : NULL;
     if (pk) {
         return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[2], To, x->ne[2], 1, args, b ? 3 : 2, cr_conv1d_packed_kernel,
                               GGML_N_TASKS_MAX, (void *)pk);
