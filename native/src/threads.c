@@ -16,18 +16,20 @@
  * most the context's n_threads. The work is an estimate from shapes: a product
  * counts its output times the summed dimension, a depthwise convolution its
  * output times the kernel, codecrt's fused linear and conv kernels their output
- * times the weight's input size, any other op its output size. Views cost
- * nothing and add no barrier. CODECRT_THREAD_WORK=N overrides the constant
+ * times the weight's input size, a write into a view (set_rows, set, cpy) what
+ * it writes, a unary op that ggml computes with libm 200 per element, any other
+ * op its output size. Views cost nothing and add no barrier. CODECRT_THREAD_WORK=N overrides the constant
  * (0: always n_threads).
  */
 #include <stdlib.h>
 
 #include "internal.h"
 
-/* two threads from 5e6 multiply-adds per node: a 4-frame tick of 3 SNAC streams
-   (5.8e6), of 2 streams not (3.9e6: 10 % faster on two threads, for 41 % more CPU);
-   a one-frame Mimi tick from about 6 streams (1e6 per stream) */
-#define CR_THREAD_WORK 2.5e6
+/* two threads from 4.4e6 per node: a 4-frame tick of 3 SNAC streams (5.7e6, 24 %
+   faster on two threads for 20 % more CPU), of 2 not (3.8e6: 10 % faster for 41 %
+   more CPU); a one-frame Mimi tick from 5 streams (on one thread 74 ms of its 80 ms
+   period, on two 56 ms) */
+#define CR_THREAD_WORK 2.2e6
 
 double cr_thread_work(void) {
     const char *e = getenv("CODECRT_THREAD_WORK");
@@ -46,15 +48,50 @@ static bool cr_is_layout_op(enum ggml_op op) {
            op == GGML_OP_TRANSPOSE;
 }
 
-/* multiply-adds (or element passes) of one node */
+/* ggml's CPU backend computes these element by element with libm (expm1f, erff,
+   tanhf, expf): Mimi's ELUs took 7 ns an element on one core, against 0.034 ns per
+   multiply-add for a SNAC tick as a whole (docs/benchmarks.md, "Threads per graph") */
+#define CR_LIBM_WORK 200.0
+
+static bool cr_is_libm_unary(const struct ggml_tensor *t) {
+    if (t->op == GGML_OP_GLU) {
+        return true; /* the gated GELU/SiLU forms */
+    }
+    if (t->op != GGML_OP_UNARY) {
+        return false;
+    }
+    switch (ggml_get_unary_op(t)) {
+    case GGML_UNARY_OP_ELU:
+    case GGML_UNARY_OP_GELU_ERF:
+    case GGML_UNARY_OP_TANH:
+    case GGML_UNARY_OP_EXP:
+    case GGML_UNARY_OP_SIGMOID:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* multiply-adds (or their equivalent in time) of one node */
 static double cr_node_work(const struct ggml_tensor *t) {
     const double out = (double)ggml_nelements(t);
+    if (cr_is_libm_unary(t)) {
+        return out * CR_LIBM_WORK;
+    }
     switch (t->op) {
     case GGML_OP_MUL_MAT:
     case GGML_OP_OUT_PROD:
         return out * (double)t->src[0]->ne[t->op == GGML_OP_MUL_MAT ? 0 : 1];
     case GGML_OP_CONV_2D_DW:
         return out * (double)(t->src[0]->ne[0] * t->src[0]->ne[1]);
+    case GGML_OP_SET_ROWS:
+    case GGML_OP_SET:
+    case GGML_OP_ACC:
+        /* writes src[1] into a view of src[0] (a state pool, a buffer): the rows written count,
+           not the destination's size, which grows with max_streams */
+        return (double)ggml_nelements(t->src[1]);
+    case GGML_OP_CPY:
+        return (double)ggml_nelements(t->src[0]);
     case GGML_OP_CUSTOM:
         /* the fused linear/conv kernels: src[1] is the weight, out's rows are its outputs */
         if (t->src[1] && ggml_n_dims(t->src[1]) >= 2 && t->ne[0] > 0) {
