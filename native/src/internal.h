@@ -335,6 +335,10 @@ void cr_model_release(cr_model *m);
 
 /* ----------------------------------------------------------------- CPU ops */
 
+/* ELU (alpha 1) with a vectorized expm1 for F32 x (ops/ops_elu.c); CPU backend only
+   (ggml_elu for other types or layouts). */
+struct ggml_tensor *cr_elu_cpu(struct ggml_context *ctx, struct ggml_tensor *x);
+
 /* Fused Snake for contiguous F32 x [C, ...]; CPU backend only. */
 struct ggml_tensor *cr_snake_cpu(struct ggml_context *ctx, struct ggml_tensor *x,
                                  struct ggml_tensor *alpha, struct ggml_tensor *inv_alpha);

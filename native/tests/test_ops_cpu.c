@@ -356,10 +356,42 @@ static void check_all(const cr_cpu_ops *bf16) {
     check_conv(256, 300, 2, 7, 256, 3, 9, 9, true, 2, bf16);
 }
 
+/* cr_elu_cpu against expm1 in double over [-100, 20] (both branches, the clamp, the
+   polynomial's whole range), and against ggml's ELU (libm's expm1f) in the graph. */
+static void check_elu(void) {
+    const int64_t n = 120001;
+    struct ggml_init_params ip = {(size_t)(3 * n * sizeof(float)) + (1u << 20), NULL, false};
+    struct ggml_context *ctx = ggml_init(ip);
+    struct ggml_tensor *x = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n);
+    float *xd = x->data;
+    for (int64_t i = 0; i < n; i++) {
+        xd[i] = -100.0f + 120.0f * (float)i / (float)(n - 1);
+    }
+    xd[n / 2] = 0.0f;
+    xd[n / 2 + 1] = -1e-6f;
+    xd[n / 2 + 2] = -1e-30f;
+    struct ggml_tensor *y = cr_elu_cpu(ctx, x), *g = ggml_elu(ctx, x);
+    compute(ctx, y, 2);
+    compute(ctx, g, 1);
+    double worst = 0.0, worst_ggml = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double v = xd[i], ref = v > 0.0 ? v : expm1(v);
+        const double got = ((const float *)y->data)[i], other = ((const float *)g->data)[i];
+        const double tol = fabs(ref) > 1e-30 ? fabs(ref) : 1e-30;
+        worst = fmax(worst, fabs(got - ref) / tol);
+        worst_ggml = fmax(worst_ggml, fabs(got - other) / tol);
+    }
+    CHECK(worst < 4e-7, "ELU: relative error to expm1 %.3g", worst);
+    CHECK(worst_ggml < 5e-7, "ELU: relative difference to ggml's ELU %.3g", worst_ggml);
+    ggml_free(ctx);
+}
+
 int main(void) {
+    check_elu();
     if (!cr_attention_cpu_available()) {
-        printf("test_ops_cpu: no AVX-512 on this CPU, the fused kernels are not used; skipped\n");
-        return 0;
+        printf("test_ops_cpu: no AVX-512 on this CPU, the fused kernels are not used; %d ELU checks, %d failures\n",
+               g_checks, g_failures);
+        return g_failures ? 1 : 0;
     }
     check_all(NULL);
     cr_cpu_ops f32_packed = {false, cr_packs_new()}; /* products of few rows from packed panels */

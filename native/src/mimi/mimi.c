@@ -223,6 +223,10 @@ struct ggml_tensor *mimi_ff(struct ggml_context *ctx, struct ggml_context *w, co
     return ggml_add(ctx, x, h);
 }
 
+struct ggml_tensor *mimi_elu(struct ggml_context *ctx, bool cpu_ops, struct ggml_tensor *x) {
+    return cpu_ops ? cr_elu_cpu(ctx, x) : ggml_elu(ctx, x);
+}
+
 /* --------------------------------------------------------- stream shape */
 
 static int32_t mimi_stream_chunk_multiple(const cr_model *model) {

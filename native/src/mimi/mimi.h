@@ -173,6 +173,9 @@ size_t mimi_inputs_scratch(int n_q, int32_t rate, const cr_decode_shape *shape);
 struct ggml_tensor *mimi_ff(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,
                             struct ggml_tensor *x, int l, const cr_cpu_ops *ops);
 
+/* ELU (SEANet's activation): the vectorized CPU op in CPU graphs (cpu_ops), ggml's elsewhere. */
+struct ggml_tensor *mimi_elu(struct ggml_context *ctx, bool cpu_ops, struct ggml_tensor *x);
+
 /* ----------------------------------------------------- graphs (decode, stream) */
 
 struct ggml_cgraph *mimi_build_decode(const cr_model *model, struct ggml_context *ctx, struct ggml_context *w,

@@ -113,20 +113,20 @@ struct ggml_cgraph *mimi_build_stream(const cr_model *model, struct ggml_context
     int64_t n = n2;
     for (int i = 0; i < hp->n_ratios; i++) {
         const int r = hp->ratios[i];
-        x = ggml_elu(ctx, x);
+        x = mimi_elu(ctx, ops != NULL, x);
         x = cr_upconv_step(ctx, cr_states_append(st, x, 1), mimi_w(w, "dec.up%d.weight", i),
                            mimi_w(w, "dec.up%d.bias", i), r, NULL); /* [C/2, n*r, B] */
         n *= r;
         for (int j = 0; j < hp->n_res; j++) {
-            struct ggml_tensor *y = cr_states_append(st, ggml_elu(ctx, x), hp->res_kernel - 1);
+            struct ggml_tensor *y = cr_states_append(st, mimi_elu(ctx, ops != NULL, x), hp->res_kernel - 1);
             y = cr_conv_narrow(ctx, y, mimi_w(w, "dec.res%d.%d.conv1.weight", i, j),
                                mimi_w(w, "dec.res%d.%d.conv1.bias", i, j), hp->res_kernel, 0, 0);
-            y = ggml_elu(ctx, y);
+            y = mimi_elu(ctx, ops != NULL, y);
             y = cr_pwconv(ctx, y, mimi_w(w, "dec.res%d.%d.conv2.weight", i, j), mimi_w(w, "dec.res%d.%d.conv2.bias", i, j));
             x = ggml_add(ctx, x, y);
         }
     }
-    x = cr_states_append(st, ggml_elu(ctx, x), hp->last_kernel - 1);
+    x = cr_states_append(st, mimi_elu(ctx, ops != NULL, x), hp->last_kernel - 1);
     x = cr_conv_narrow(ctx, x, mimi_w(w, "dec.out.weight"), mimi_w(w, "dec.out.bias"), hp->last_kernel, 0, 0);
     (void)n;
     ggml_set_output(x);
