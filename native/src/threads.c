@@ -25,10 +25,10 @@
 
 #include "internal.h"
 
-/* two threads from 4.4e6 per node: a 4-frame tick of 3 SNAC streams (5.7e6, 24 %
-   faster on two threads for 20 % more CPU), of 2 not (3.8e6: 10 % faster for 41 %
-   more CPU); a one-frame Mimi tick from 5 streams (on one thread 74 ms of its 80 ms
-   period, on two 56 ms) */
+/* two threads from 4.4e6 per node: a 4-frame tick of 3 SNAC streams (5.7e6, 21 to 24 %
+   faster on two threads for 20 to 26 % more CPU), of 2 not (3.8e6: 7 to 10 % faster for
+   41 to 45 % more CPU); a one-frame Mimi tick from 8 streams (29 % faster for 18 % more
+   CPU), of 6 not (63.5 ms on one thread, under its 80 ms period) */
 #define CR_THREAD_WORK 2.2e6
 
 double cr_thread_work(void) {
@@ -49,8 +49,8 @@ static bool cr_is_layout_op(enum ggml_op op) {
 }
 
 /* ggml's CPU backend computes these element by element with libm (expm1f, erff,
-   tanhf, expf): Mimi's ELUs took 7 ns an element on one core, against 0.034 ns per
-   multiply-add for a SNAC tick as a whole (docs/benchmarks.md, "Threads per graph") */
+   tanhf, expf): its ELU took 7 ns an element on one core in Mimi's ticks (before
+   ops_elu.c), against 0.034 ns per multiply-add for a SNAC tick as a whole */
 #define CR_LIBM_WORK 200.0
 
 static bool cr_is_libm_unary(const struct ggml_tensor *t) {
