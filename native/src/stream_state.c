@@ -43,9 +43,12 @@ struct ggml_tensor *cr_states_append(cr_states *s, struct ggml_tensor *x, int64_
         st = ggml_mul(ctx, st, s->io->keep);
     }
     struct ggml_tensor *buf;                                             /* [C, S+n, B] */
-    if (s->cpu) {
-        /* ggml's CPU concat copies element by element (2.8 ms of a 4-frame SNAC tick's 18
-           state buffers, 15 % of its CPU time); two row-parallel copies make the same buffer */
+    const size_t bytes = (size_t)C * (size_t)(S + n) * (size_t)B * sizeof(float);
+    if (s->cpu && bytes <= (size_t)INT32_MAX && (size_t)S * (size_t)C * sizeof(float) < ((size_t)1 << 30)) {
+        /* ggml's CPU concat copies element by element; two SETs (row memcpys, one task each)
+           make the same buffer: 616 -> 203 ms of a 30 s one-thread SNAC streaming profile.
+           ggml_set keeps its strides as int32 and asserts offset < 2^30: larger buffers
+           take the concat */
         if (!ggml_is_contiguous(x)) {
             x = ggml_cont(ctx, x);
         }

@@ -46,13 +46,19 @@ static void cr_elu_kernel(struct ggml_tensor *dst, const struct ggml_tensor *x, 
     for (int64_t i = i0; i < i1; i++) {
         const float v = xd[i];
         const float e = cr_expm1_neg(v < 0.0f ? v : 0.0f);
-        yd[i] = v > 0.0f ? v : e;
+        yd[i] = v > 0.0f ? v : (v == v ? e : v); /* NaN stays NaN, as expm1f gives */
     }
 }
 
 struct ggml_tensor *cr_elu_cpu(struct ggml_context *ctx, struct ggml_tensor *x) {
-    if (x->type != GGML_TYPE_F32 || !ggml_is_contiguous(x)) {
-        return ggml_elu(ctx, x);
+#if defined(__FMA__)
+    if (x->type == GGML_TYPE_F32 && ggml_is_contiguous(x)) {
+        return ggml_map_custom1(ctx, x, cr_elu_kernel, GGML_N_TASKS_MAX, NULL);
     }
-    return ggml_map_custom1(ctx, x, cr_elu_kernel, GGML_N_TASKS_MAX, NULL);
+#else
+    /* without hardware FMA in the build's target, fmaf and rintf are library calls and
+       the kernel is slower than libm's expm1f (12.9 against 5.2 ns an element, gcc 12) */
+    (void)cr_elu_kernel;
+#endif
+    return ggml_elu(ctx, x);
 }
