@@ -251,7 +251,7 @@ codecrt_status cr_graphs_launch(cr_graphs *g, cr_graph_slot *slot, cr_err *err) 
         ggml_backend_cpu_set_n_threads(g->cpu_compute, slot->n_threads);
         g->cur_threads = slot->n_threads;
     }
-    g->last_threads = g->cpu_compute ? slot->n_threads : 0;
+    g->last_threads = slot->n_threads; /* 0 off the CPU backend (set when built) */
     g->launch_ms = cr_now_ms();
     cr_profile_start(g->profile);
     const enum ggml_status gs = ggml_backend_sched_graph_compute_async(slot->sched, slot->graph);

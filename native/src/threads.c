@@ -7,9 +7,8 @@
  * 25 us of CPU per compute node on this project's 2-vCPU machine. A 4-frame
  * SNAC tick of one stream is 200 compute nodes of 2e6 multiply-adds each on
  * average, so a second thread adds 7 ms of CPU to a 14 ms tick and makes it
- * slower; at three streams a tick the second thread takes 19 % off the wall
- * time for 28 % more CPU, and from there on it pays more and more
- * (docs/benchmarks.md, "Threads per graph").
+ * slower; from three streams a tick on it pays (docs/benchmarks.md, "Threads
+ * per graph"; the measured trade-offs are beside CR_THREAD_WORK).
  *
  * So a graph gets one thread per CR_THREAD_WORK multiply-adds per compute node
  * (its work spread over the barriers that each thread adds), at least 1 and at
@@ -18,8 +17,8 @@
  * output times the kernel, codecrt's fused linear and conv kernels their output
  * times the weight's input size, a write into a view (set_rows, set, cpy) what
  * it writes, a unary op that ggml computes with libm 200 per element, any other
- * op its output size. Views cost nothing and add no barrier. CODECRT_THREAD_WORK=N overrides the constant
- * (0: always n_threads).
+ * op its output size. Views cost nothing and add no barrier.
+ * CODECRT_THREAD_WORK=N overrides the constant (0: always n_threads).
  */
 #include <stdlib.h>
 
