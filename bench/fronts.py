@@ -224,19 +224,26 @@ def _serve_value(args: list[str], flag: str, default: str) -> str:
 def levels_feed(n: int, ticks: int, load: Load, rng) -> Callable[[int, list], None]:
     """``bench.worker.run_runtime_alone``'s feed for a levels model (Mimi, Qwen3): one frame of
     ``load.codebooks`` codes pushed per stream per tick."""
+    import codecrt
+
     k = load.codebooks
-    codes = rng.integers(0, load.codebook_size, (n, k, 4 + ticks), dtype=np.int32)
+    codes = rng.integers(0, load.codebook_size, (4 + ticks, n, k), dtype=np.int32)
+    n_levels = np.full(n, k, dtype=np.uint32)
+    lengths = np.ones(n * k, dtype=np.uint32)
 
     def feed(t: int, ss: list) -> None:
-        for i, s in enumerate(ss):
-            s.push([codes[i, j, t:t + 1] for j in range(k)])
+        # one packed push of all N, as the worker pushes a tick's PUSH records
+        errors = codecrt.push_many(ss, n_levels, lengths, codes[t].ravel())
+        if errors:
+            raise RuntimeError(f"tick {t}: push failed: {next(iter(errors.values()))}")
     return feed
 
 
 def runtime_alone(source: str, ns: list[int], serve_args: list[str], ticks: int,
                   load: Load = ORPHEUS) -> dict[int, float]:
     """N -> p99 tick (s) of the runtime alone (``bench.worker.run_runtime_alone``, with
-    ``levels_feed`` for a levels model: N streams stepped in one process, a pull per stream) on the daemon's device, threads and batch limit, so that the daemon's largest N has
+    ``levels_feed`` for a levels model: N streams stepped in one process, one ``push_many``
+    and one ``pull_many`` of all N a tick, as the worker does) on the daemon's device, threads and batch limit, so that the daemon's largest N has
     the runtime's beside it."""
     import numpy as np
 

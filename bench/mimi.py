@@ -14,8 +14,8 @@ decoded by codecrt. Prints markdown tables:
     mimi.decode(codes[:, :, t:t + 1])``) of the same weights and codes, measured the same
     way in the same run, and the difference of the two outputs;
   * capacity: for each N of --streams, N streams on one context, one frame each per tick:
-    the tick (push N frames, ``ctx.step`` per group of at most --max-batch streams, one graph
-    each, pull N frames) and the steps alone, median and p99, against the 80 ms frame period;
+    the tick (push N frames in one ``push_many``, ``ctx.step`` per group of at most --max-batch streams, one graph
+    each, pull N frames in one ``pull_many``, as the daemon worker does) and the steps alone, median and p99, against the 80 ms frame period;
     the largest N whose p99 tick stays under it is the real-time capacity; runtime state per
     stream (``ctx.stats.state_bytes / N``; the pool holds N + 1 slots).
 
@@ -209,21 +209,25 @@ def capacity_row(codecrt: Any, model: Any, args: argparse.Namespace, n: int, n_t
             print(f"(runtime: {e}; trying max_batch {batch * 3 // 4})")
             batch = max(1, batch * 3 // 4)
     ticks, steps, host, cpus = [], [], [], []
+    n_levels = np.full(n, K, dtype=np.uint32)           # (N,) every stream sends K codebooks
+    lengths = np.ones(n * K, dtype=np.uint32)           # (N*K,) one frame per codebook
+    pcm = np.empty(n * FRAME_SAMPLES, dtype=np.float32)  # (N*1920,) one frame per stream
     try:
         groups = groups_of(ss, batch)
         t_row = time.perf_counter()
         for t in range(total):
             c0 = cpu_s()
             t0 = time.perf_counter()
-            for i, s in enumerate(ss):
-                c = codes[i]
-                s.push([c[k, t:t + 1] for k in range(K)])
+            # the daemon's path: one packed push and one pull for all N streams
+            errors = codecrt.push_many(ss, n_levels, lengths, np.ascontiguousarray(codes[:, :, t]).ravel())
+            if errors:
+                raise RuntimeError(f"tick {t}: push failed: {next(iter(errors.values()))}")
             t1 = time.perf_counter()
             advanced = sum(ctx.step(g) for g in groups)
             t2 = time.perf_counter()
-            for s in ss:
-                if s.pull().shape[0] != FRAME_SAMPLES:
-                    raise RuntimeError(f"tick {t}: a stream gave other than {FRAME_SAMPLES} samples")
+            counts, _ = codecrt.pull_many(ss, pcm)
+            if (counts != FRAME_SAMPLES).any():
+                raise RuntimeError(f"tick {t}: a stream gave other than {FRAME_SAMPLES} samples")
             t3 = time.perf_counter()
             if advanced != n:
                 raise RuntimeError(f"tick {t}: {advanced} of {n} streams advanced")
@@ -336,7 +340,7 @@ def main() -> int:
         n_ticks = max(10, round(args.seconds * 1000 / PERIOD_MS))
         print(f"\n## capacity: N streams stepped together, one frame each per tick ({PERIOD_MS:.0f} ms of audio), "
               f"up to {n_ticks} ticks after {WARMUP_TICKS} warm-up")
-        print("tick = push N frames + the ctx.step calls + pull N frames (Python bindings); step = the ctx.step calls "
+        print("tick = push N frames (one push_many) + the ctx.step calls + pull N frames (one pull_many), as the daemon's worker does; step = the ctx.step calls "
               f"(one graph each of at most {args.max_batch} streams)")
         print("| streams | graphs per tick (batch) | ticks | tick median (ms) | tick p99 (ms) | step median (ms) | step p99 (ms) | "
               "push+pull median (ms) | CPU ms per tick (mean) | real time (tick p99 < 80 ms) | x real time (median) | "

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "daemon"))
 
 PERIOD_FRAMES = 4  # SNAC 24 kHz: 4 frames = one tick = 85.3 ms
+PULL_SAMPLES = 4096  # per stream per pull: a tick's audio (SNAC 2,048, Mimi and Qwen3 1,920)
 HOST = ("ingest", "collect", "flush")  # the worker's phases that are not the runtime's step
 ANATOMY = ("total", "launch", "acquire", "inputs", "enqueue", "overlap", "wait", "collect", "gc")
 
@@ -155,12 +156,13 @@ def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rn
 def run_runtime_alone(path: str, n: int, ticks: int, device: str, threads: int, rng,
                       max_batch: int = 0, batch_bucket: bool = True, chunk_frames: int = 0,
                       feed: Callable[[int, list], None] | None = None) -> list[float]:
-    """codecrt.step over N streams with a pull per stream, as ``python -m bench gpu`` times it
-    (``max_batch``: the daemon's, which decides the tick graph's batch bucket, default N;
+    """codecrt.step over N streams and one ``pull_many`` of all N, as the daemon's worker
+    pulls (``max_batch``: the daemon's, which decides the tick graph's batch bucket, default N;
     with more streams than it, a tick is one step per ``max_batch`` of them). Tick times after
     4 warm-up ticks. SNAC's codes for every tick are pushed before the first; ``feed(t,
     streams)`` instead pushes tick t's codes inside the timed tick (a levels model's frame per
-    stream, ``bench.fronts.levels_feed``), with ``chunk_frames`` the context's tick."""
+    stream in one ``push_many``, ``bench.fronts.levels_feed``), with ``chunk_frames`` the
+    context's tick."""
     import codecrt
 
     with codecrt.Model(path) as model, codecrt.Context(
@@ -173,14 +175,15 @@ def run_runtime_alone(path: str, n: int, ticks: int, device: str, threads: int, 
                         for st in (4, 2, 1)])
         times = []
         mb = max_batch or n  # more streams than a graph holds: one graph per max_batch of them
+        pcm = np.empty(n * PULL_SAMPLES, dtype=np.float32)  # a tick's audio of all N, reused
         for t in range(4 + ticks):
             t0 = time.perf_counter()
             if feed is not None:
                 feed(t, ss)
             for i in range(0, n, mb):
                 ctx.step(ss[i:i + mb])
-            for s in ss:
-                s.pull()
+            while (codecrt.pull_many(ss, pcm)[1] & codecrt.PULL_MORE).any():
+                pass  # the buffer ran out before every stream's tick fitted: pull the rest
             if t >= 4:
                 times.append(time.perf_counter() - t0)
         for s in ss:
