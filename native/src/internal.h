@@ -23,6 +23,7 @@
  *     ops_avx512_core.c        CPU feature checks, panel products, BF16 packing
  *     ops_avx512_attention.c   attention, plain and relative-position
  *     ops_avx512_linear.c      linear layers and stride-1 convolutions
+ *     ops_amx.c                BF16 products on AMX tiles (packed weights, attention)
  *   One folder per codec, registered in arch.c:
  *     snac/    SNAC (snac.h maps its files)
  *     s3gen/   Chatterbox S3Gen (s3gen.h maps its files; its public calls
@@ -378,6 +379,11 @@ struct ggml_tensor *cr_relpos_attention_cpu(struct ggml_context *ctx, struct ggm
  * weights do: they are the model's, loaded before any graph).
  */
 bool cr_bf16_cpu_available(void);
+
+/* Whether the BF16 products of packed weights (ops->packs) and of the fused attention
+   run on AMX tiles (ops/ops_amx.c) instead of vdpbf16ps: an x86-64 CPU with AMX-BF16, Linux granting
+   the tile state, CODECRT_NO_AMX unset or 0. Probed once per process. */
+bool cr_amx_cpu_available(void);
 
 /*
  * y = W x (+ b) for F32 x [K, ...] contiguous, W [K, M] F32 contiguous with M a

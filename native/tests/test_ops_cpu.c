@@ -316,6 +316,54 @@ static void check_f32_packed_bitwise(int64_t K, int64_t M, int64_t N, int64_t C,
     ggml_free(ctx);
 }
 
+/* BF16 from packed weights (the AMX tiles where the CPU has them, blocks of 16 rows):
+   a row's product is the same bits alone as among N rows, a sequence's convolution
+   the same alone as in a batch of B (batched streams == streams decoded alone). */
+static void check_bf16_packed_rows(int64_t K, int64_t M, int64_t N, int64_t C, int64_t T, int64_t B, int64_t taps) {
+    struct ggml_init_params ip = {(size_t)(8 * (K * N + K * M + M * N + C * T * B + taps * C * M + M * T * B)) +
+                                      (1u << 22),
+                                  NULL, false};
+    struct ggml_context *ctx = ggml_init(ip);
+    unsigned seed = (unsigned)(K + M + N + C);
+    struct ggml_tensor *x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, N);
+    struct ggml_tensor *w = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, K, M);
+    struct ggml_tensor *bias = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, M);
+    struct ggml_tensor *xc = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, C, T, B);
+    struct ggml_tensor *wc = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, taps, C, M);
+    fill_operands(x, w, bias, &seed);
+    fill_operands(xc, wc, NULL, &seed);
+    cr_cpu_ops packed = {true, cr_packs_new()};
+    struct ggml_tensor *all = cr_linear_cpu(ctx, x, w, bias, &packed);
+    struct ggml_tensor *call = cr_conv1d_cpu(ctx, xc, wc, NULL, 2, (int)(2 * (taps - 1)), 0, &packed);
+    CHECK(all && call, "bf16 packed products built");
+    if (!all || !call) {
+        cr_packs_free(packed.packs);
+        ggml_free(ctx);
+        return;
+    }
+    compute(ctx, all, 2);
+    compute(ctx, call, 2);
+    const int64_t rows[] = {0, N / 2, N - 1};
+    for (size_t i = 0; i < 3; i++) {
+        struct ggml_tensor *xr = ggml_view_2d(ctx, x, K, 1, x->nb[1], (size_t)rows[i] * x->nb[1]);
+        struct ggml_tensor *one = cr_linear_cpu(ctx, ggml_cont(ctx, xr), w, bias, &packed);
+        compute(ctx, one, 1);
+        CHECK(memcmp(one->data, (const float *)all->data + rows[i] * M, (size_t)M * sizeof(float)) == 0,
+              "bf16 packed linear K=%lld M=%lld: row %lld alone != among %lld", (long long)K, (long long)M,
+              (long long)rows[i], (long long)N);
+    }
+    for (int64_t b = 0; b < B; b++) {
+        struct ggml_tensor *xs = ggml_view_3d(ctx, xc, C, T, 1, xc->nb[1], xc->nb[2], (size_t)b * xc->nb[2]);
+        struct ggml_tensor *one = cr_conv1d_cpu(ctx, ggml_cont(ctx, xs), wc, NULL, 2, (int)(2 * (taps - 1)), 0, &packed);
+        compute(ctx, one, 1);
+        CHECK(memcmp(one->data, (const char *)call->data + b * call->nb[2], ggml_nbytes(one)) == 0,
+              "bf16 packed conv C=%lld T=%lld: sequence %lld alone != in a batch of %lld", (long long)C, (long long)T,
+              (long long)b, (long long)B);
+    }
+    cr_packs_free(packed.packs);
+    ggml_free(ctx);
+}
+
 /* Every shape class of the kernels, in F32 (ops NULL) or in the BF16 mode
    (with weights packed per call, or once into ops->packs). */
 static void check_all(const cr_cpu_ops *bf16) {
@@ -410,6 +458,10 @@ int main(void) {
         check_all(&per_call);
         check_all(&packed);
         cr_packs_free(packed.packs);
+        check_bf16_packed_rows(250, 80, 97, 33, 50, 3, 3);
+        check_bf16_packed_rows(1024, 256, 40, 256, 120, 2, 7);
+        printf("test_ops_cpu: BF16 products of packed weights %s\n",
+               cr_amx_cpu_available() ? "and the BF16 attention on AMX tiles" : "and the BF16 attention on AVX512-BF16 (no AMX, or CODECRT_NO_AMX)");
     } else {
         printf("test_ops_cpu: no AVX512-BF16 on this CPU, the BF16 mode is not checked\n");
     }

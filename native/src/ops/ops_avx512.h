@@ -8,6 +8,7 @@
  *                           and packing, the weight packs
  *   ops_avx512_attention.c  attention, plain and relative-position, F32 and BF16
  *   ops_avx512_linear.c     linear layers and stride-1 convolutions, F32 and BF16
+ *   ops_amx.c               the BF16 panel product on AMX tiles (packed weights)
  *
  * Without AVX-512 (other architectures, or CODECRT_NO_AVX512) the files
  * compile to the availability checks returning false and the ops returning
@@ -25,6 +26,10 @@
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(CODECRT_NO_AVX512)
 #define CR_OPS_AVX512 1
 #include <immintrin.h>
+/* AMX's tile state is granted by Linux's arch_prctl; amx-tile intrinsics since gcc 11, clang 12 */
+#if defined(__linux__) && ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+#define CR_OPS_AMX 1
+#endif
 #endif
 
 #define AT_D 64  /* head dim */
@@ -32,6 +37,9 @@
 #define AT_R 6   /* rows per register tile: 6 x 4 accumulators of 16 floats */
 #define LN_PANEL 64 /* linear: output columns per packed weight panel */
 #define LN_NB 96    /* linear: rows of x per work item (16 register tiles) */
+/* AMX reads x in blocks of 16 rows: a linear's block of LN_NB rows and the attention's
+   AT_QB queries hold whole blocks, so no read passes their buffers */
+_Static_assert(LN_NB % 16 == 0 && AT_QB % 16 == 0, "AMX reads 16-row blocks");
 /* An F32 product of fewer rows than this (a linear's rows of x, a convolution's output
    steps times sequences) reads its weight panels from a copy packed once per context
    instead of packing each panel per call, which a few rows do not pay back: a one-frame
@@ -43,16 +51,21 @@
 #define LN_MIN_ROWS 128
 
 /* One weight packed for the product kernels: w [M][C][taps] (a linear layer's
-   [M][K] is one tap) as panels [P][taps][C2][64] of BF16 pairs (f32: false) or
+   [M][K] is one tap) as panels [P][taps][K2p][64] of BF16 pairs (f32: false) or
    [P][taps][C][64] floats (f32: true, the panels the F32 kernels otherwise pack per
-   call), P = M/64 rounded up. Keyed by the weight's data and shape, the
-   convolution's dilation and left pad and the type, so views of one weight share it. */
+   call), P = M/64 rounded up. K2p is C2 = C/2 rounded up, and for the AMX kernel
+   (amx: ops_amx.c) rounded up again to 16 with zero pairs, so that a tap is whole
+   tiles; the x rows it multiplies are K2p pairs apart, zero past C. Keyed by the
+   weight's data and shape, the convolution's dilation and left pad and the type, so
+   views of one weight share it. */
 typedef struct cr_packed {
     const void *data;
     int64_t C, taps, M;
     int32_t dilation, pad_left;
     bool f32;
-    uint32_t *panels; /* BF16 pairs, or floats when f32 */
+    bool amx;           /* BF16 products on AMX tiles */
+    int64_t K2p;        /* BF16: pair rows per tap */
+    uint32_t *panels;   /* BF16 pairs, or floats when f32 */
 } cr_packed;
 
 /* The packed form of w (data in host memory), packed now if new; NULL if w is
@@ -204,14 +217,28 @@ BF_INLINE void bf_tile(int R, int NC, const uint32_t *a, int64_t lda, int64_t at
 
 /* n floats -> ceil(n/2) pairs, the odd tail padded with a zero (ops_avx512_core.c). */
 BF_AVX512 void bf_convert_row(uint32_t *dst, const float *src, int64_t n);
-/* at_panel_rows for pair-packed x and panel wp [taps][K2][64]. */
-BF_AVX512 void bf_panel_rows(const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *wp, int64_t K2,
+/* at_panel_rows for pair-packed x and panel wp [taps][K2][64], on AMX tiles with amx
+   (amx_rows' conditions) (ops_avx512_core.c). */
+BF_AVX512 void bf_panel_rows(bool amx, const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *wp, int64_t K2,
                              int64_t taps, const float *bias, float *y, int64_t ldc, int nc, int64_t n);
-/* The panel of output columns m0 .. m0+width of w [M][C][taps] in pairs; row: scratch of C*taps + 32 halves. */
 /* the F32 panel [taps][C][64] of output columns m0 .. m0+width (ops_avx512_linear.c) */
 void at_pack_panel(float *wp, const float *w, int64_t m0, int64_t width, int64_t C, int64_t taps);
+/* The panel [taps][K2p][64] of output columns m0 .. m0+width of w [M][C][taps] in pairs
+   (K2p >= C2 pair rows a tap; the rows past C2 are left as they are); row: scratch of
+   C*taps + 32 halves. */
 BF_AVX512 void bf_pack_panel(uint32_t *wp, uint16_t *row, const float *w, int64_t m0, int64_t width, int64_t C,
-                             int64_t taps);
+                             int64_t taps, int64_t K2p);
+
+#ifdef CR_OPS_AMX
+/* y[r][c] = scale * sum over taps t, pairs k < K2p of x[r*lda + t*atap + k] . w[t*btap +
+   k*ldb + c] + bias[c] (bias may be NULL) for r < n, c < ncols, on AMX tiles
+   (ops_amx.c): K2p and ncols multiples of 16, w's rows of pairs ldb apart. x's rows are
+   read in blocks of 16, so up to 15 rows past the n-th (and past each tap's shift) must
+   be readable; what they hold only reaches the rows not written. */
+void amx_rows(const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *w, int64_t ldb, int64_t btap,
+              int64_t K2p, int64_t taps, float scale, const float *bias, float *y, int64_t ldc, int64_t ncols,
+              int64_t n);
+#endif
 
 #endif /* CR_OPS_AVX512 */
 

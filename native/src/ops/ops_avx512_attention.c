@@ -87,7 +87,9 @@ typedef struct at_scratch {
     uint32_t *vp;   /* BF16: values [Tp/2, 64] in pairs */
     float *s, *bd;  /* scores [48, Tp]; the position band's [48, Tp + 64] */
     float *qa, *qb; /* q + u, q + bv [48, 64] */
-    uint32_t *qs, *qs2, *ps; /* BF16: those (or q) [48, 32] in pairs; P [48, Tp/2] */
+    uint32_t *qs, *qs2, *ps; /* BF16: those (or q) [48, 32] in pairs; P [48, T2s] */
+    bool amx;                /* BF16: both products on AMX tiles (ops_amx.c) */
+    int64_t t2s;             /* BF16: pairs of keys in a row of P and rows of V: Tp/2, for AMX to 16 */
 } at_scratch;
 
 static inline int64_t at_round16(int64_t n) { return (n + 15) & ~(int64_t)15; }
@@ -333,6 +335,19 @@ BF_AVX512 static void bf_scores(const uint32_t *a, int64_t lda, const uint32_t *
     }
 }
 
+/* bf_scores for queries [nq, 32] pairs (48 rows readable), on AMX tiles where the scratch says. */
+BF_AVX512 static void bf_scores_any(const at_scratch *w, const uint32_t *a, const uint32_t *b, int64_t ldb,
+                                    int64_t ncols, int64_t nq, float *s, int64_t lds, float scale) {
+#ifdef CR_OPS_AMX
+    if (w->amx) {
+        amx_rows(a, AT_D / 2, 0, b, ldb, 0, AT_D / 2, 1, scale, NULL, s, lds, ncols, nq);
+        return;
+    }
+#endif
+    (void)w;
+    bf_scores(a, AT_D / 2, b, ldb, ncols, nq, s, lds, scale);
+}
+
 /*
  * at_block with BF16 products. The softmax is normalized before P is rounded,
  * so that P V needs no per-row scale; q (or q + u, q + bv) is rounded after
@@ -340,7 +355,7 @@ BF_AVX512 static void bf_scores(const uint32_t *a, int64_t lda, const uint32_t *
  */
 BF_AVX512 static void bf_block(const at_head *h, int64_t i0, int64_t nq, float scale, const at_scratch *w,
                                int pack) {
-    const int64_t ld = h->ld, T = h->T, Tp = at_round16(T), T2 = Tp / 2;
+    const int64_t ld = h->ld, T = h->T, Tp = at_round16(T), T2 = w->t2s;
     uint32_t *kt = (uint32_t *)w->kt, *pt = (uint32_t *)w->pt;
     if (pack) {
         bf_pack_t(kt, h->k, ld, T, Tp);
@@ -353,7 +368,7 @@ BF_AVX512 static void bf_block(const at_head *h, int64_t i0, int64_t nq, float s
         for (int64_t r = 0; r < nq; r++) {
             bf_convert_row(w->qs + r * (AT_D / 2), h->q + (i0 + r) * ld, AT_D);
         }
-        bf_scores(w->qs, AT_D / 2, kt, Tp, Tp, nq, w->s, Tp, scale);
+        bf_scores_any(w, w->qs, kt, Tp, Tp, nq, w->s, Tp, scale);
     } else {
         const int64_t Lp = at_pos_cols(T), Wp = at_round16(T + nq - 1), m0 = T - i0 - nq;
         at_biased_queries(h, i0, nq, w->qa, w->qb);
@@ -361,8 +376,8 @@ BF_AVX512 static void bf_block(const at_head *h, int64_t i0, int64_t nq, float s
             bf_convert_row(w->qs + r * (AT_D / 2), w->qa + r * AT_D, AT_D);
             bf_convert_row(w->qs2 + r * (AT_D / 2), w->qb + r * AT_D, AT_D);
         }
-        bf_scores(w->qs, AT_D / 2, kt, Tp, Tp, nq, w->s, Tp, scale);
-        bf_scores(w->qs2, AT_D / 2, pt + m0, Lp, Wp, nq, w->bd, Wp, scale);
+        bf_scores_any(w, w->qs, kt, Tp, Tp, nq, w->s, Tp, scale);
+        bf_scores_any(w, w->qs2, pt + m0, Lp, Wp, nq, w->bd, Wp, scale);
         at_add_band(w->s, Tp, w->bd, Wp, T, nq);
     }
     float inv[AT_QB];
@@ -375,6 +390,12 @@ BF_AVX512 static void bf_block(const at_head *h, int64_t i0, int64_t nq, float s
         }
         bf_convert_row(w->ps + r * T2, sr, Tp);
     }
+#ifdef CR_OPS_AMX
+    if (w->amx) { /* P's 48 rows [T2s] pairs and V's T2s rows are zero past the keys */
+        amx_rows(w->ps, T2, 0, w->vp, AT_D, 0, T2, 1, 1.0f, NULL, h->o + i0 * ld, ld, AT_D, nq);
+        return;
+    }
+#endif
 #define BF_PV_ROWS(R) bf_tile(R, 4, pr, T2, 0, w->vp, AT_D, 0, T2, 1, orow, ld, 1.0f, NULL)
     for (int64_t r0 = 0; r0 < nq; r0 += AT_R) {
         const uint32_t *pr = w->ps + r0 * T2;
@@ -404,11 +425,13 @@ static void cr_attention_run(float *od, const float *qd, const float *kd, const 
        [48, 64]. BF16: KT and PT in pairs (half), V [Tp/2, 64] pairs, the same S,
        BD, QA and QB, their pairs [48, 32] twice, P [48, Tp/2] pairs. */
     const int64_t Tp = at_round16(T), Lp = pd ? at_pos_cols(T) : 0, kd_rows = bf16 ? AT_D / 2 : AT_D;
-    const size_t sizes[] = {(size_t)(kd_rows * Tp), (size_t)(kd_rows * Lp), bf16 ? (size_t)(Tp / 2 * AT_D) : 0,
+    w.amx = bf16 && cr_amx_cpu_available();
+    w.t2s = w.amx ? at_round16(Tp / 2) : Tp / 2; /* AMX sums whole tiles of 16 pairs */
+    const size_t sizes[] = {(size_t)(kd_rows * Tp), (size_t)(kd_rows * Lp), bf16 ? (size_t)(w.t2s * AT_D) : 0,
                             (size_t)(AT_QB * Tp), pd ? (size_t)(AT_QB * (Tp + 64)) : 0,
                             pd ? (size_t)(AT_QB * AT_D) : 0, pd ? (size_t)(AT_QB * AT_D) : 0,
                             bf16 ? (size_t)(AT_QB * AT_D / 2) : 0, bf16 && pd ? (size_t)(AT_QB * AT_D / 2) : 0,
-                            bf16 ? (size_t)(AT_QB * Tp / 2) : 0};
+                            bf16 ? (size_t)(AT_QB * w.t2s) : 0};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         total += (sizes[i] + 15) & ~(size_t)15; /* each part 64-byte aligned */
@@ -421,6 +444,14 @@ static void cr_attention_run(float *od, const float *qd, const float *kd, const 
         for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
             *parts[i] = cur;
             cur += (sizes[i] + 15) & ~(size_t)15;
+        }
+        if (w.amx) { /* V's rows and P's pairs past Tp/2 are never written: zero, for AMX's whole tiles */
+            memset(w.vp, 0, sizes[2] * sizeof(float));
+            memset(w.ps, 0, sizes[9] * sizeof(float));
+            memset(w.qs, 0, sizes[7] * sizeof(float)); /* rows past a block's queries: read, never used */
+            if (w.qs2) {
+                memset(w.qs2, 0, sizes[8] * sizeof(float));
+            }
         }
     }
 #endif

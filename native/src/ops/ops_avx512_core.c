@@ -58,9 +58,17 @@ BF_AVX512 void bf_convert_row(uint32_t *dst, const float *src, int64_t n) {
         }                                                                                                            \
     } while (0)
 
-/* at_panel_rows for pair-packed x (rows lda pairs apart) and panel wp [taps][K2][64]. */
-BF_AVX512 void bf_panel_rows(const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *wp, int64_t K2,
+/* at_panel_rows for pair-packed x (rows lda pairs apart) and panel wp [taps][K2][64]; on
+   AMX tiles with amx (a pack's panels: K2 padded to 16, x's rows readable in blocks of 16). */
+BF_AVX512 void bf_panel_rows(bool amx, const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *wp, int64_t K2,
                              int64_t taps, const float *bias, float *y, int64_t ldc, int nc, int64_t n) {
+#ifdef CR_OPS_AMX
+    if (amx) {
+        amx_rows(x, lda, atap, wp, LN_PANEL, K2 * LN_PANEL, K2, taps, 1.0f, bias, y, ldc, 16 * nc, n);
+        return;
+    }
+#endif
+    (void)amx;
     for (int64_t r0 = 0; r0 < n; r0 += AT_R) {
         const uint32_t *a = x + r0 * lda;
         float *c = y + r0 * ldc;
@@ -68,11 +76,11 @@ BF_AVX512 void bf_panel_rows(const uint32_t *x, int64_t lda, int64_t atap, const
     }
 }
 
-/* wp[t][c2][j] = pair(w[m0+j][2c2][t], w[m0+j][2c2+1][t]) for j < width:
-   at_pack_panel in pairs. Each output channel's C*taps weights are rounded by
-   the vector converter into row (C*taps + 1 halves), then paired. */
+/* wp[t][c2][j] = pair(w[m0+j][2c2][t], w[m0+j][2c2+1][t]) for j < width, a tap's
+   rows K2p apart: at_pack_panel in pairs. Each output channel's C*taps weights are
+   rounded by the vector converter into row (C*taps + 1 halves), then paired. */
 BF_AVX512 void bf_pack_panel(uint32_t *wp, uint16_t *row, const float *w, int64_t m0, int64_t width, int64_t C,
-                             int64_t taps) {
+                             int64_t taps, int64_t K2p) {
     const int64_t C2 = (C + 1) / 2, n = C * taps;
     for (int64_t j = 0; j < width; j++) {
         bf_convert_row((uint32_t *)row, w + (m0 + j) * n, n);
@@ -87,7 +95,7 @@ BF_AVX512 void bf_pack_panel(uint32_t *wp, uint16_t *row, const float *w, int64_
             const uint16_t *lo = row + 2 * c2 * taps, *hi = lo + taps;
             const bool has_hi = 2 * c2 + 1 < C;
             for (int64_t t = 0; t < taps; t++) {
-                wp[(t * C2 + c2) * LN_PANEL + j] = (uint32_t)lo[t] | (has_hi ? (uint32_t)hi[t] << 16 : 0u);
+                wp[(t * K2p + c2) * LN_PANEL + j] = (uint32_t)lo[t] | (has_hi ? (uint32_t)hi[t] << 16 : 0u);
             }
         }
     }
@@ -162,8 +170,11 @@ const cr_packed *cr_packs_get(cr_packs *packs, const struct ggml_tensor *w, int6
         packs->items = items;
         packs->cap = cap;
     }
-    /* a panel in 32-bit words: BF16 pairs along C, or floats */
-    const int64_t C2 = (C + 1) / 2, P = (M + LN_PANEL - 1) / LN_PANEL, panel = taps * (f32 ? C : C2) * LN_PANEL;
+    /* a panel in 32-bit words: BF16 pairs along C (for AMX, a tap's pair rows padded with
+       zeros to whole tiles), or floats */
+    const bool amx = !f32 && cr_amx_cpu_available();
+    const int64_t C2 = (C + 1) / 2, K2p = amx ? (C2 + 15) / 16 * 16 : C2, P = (M + LN_PANEL - 1) / LN_PANEL;
+    const int64_t panel = taps * (f32 ? C : K2p) * LN_PANEL;
     cr_packed *e = (cr_packed *)calloc(1, sizeof(*e));
     uint16_t *row = (uint16_t *)malloc((size_t)(C * taps + 32) * sizeof(uint16_t));
     uint32_t *panels = (uint32_t *)aligned_alloc(64, ((size_t)(P * panel) * sizeof(uint32_t) + 63) & ~(size_t)63);
@@ -175,17 +186,17 @@ const cr_packed *cr_packs_get(cr_packs *packs, const struct ggml_tensor *w, int6
     }
     for (int64_t p = 0; p < P; p++) {
         const int64_t m0 = p * LN_PANEL, width = M - m0 < LN_PANEL ? M - m0 : LN_PANEL;
-        if (width < LN_PANEL) {
+        if (width < LN_PANEL || K2p > C2) { /* columns past M, pair rows past C2: zero */
             memset(panels + p * panel, 0, (size_t)panel * sizeof(uint32_t));
         }
         if (f32) {
             at_pack_panel((float *)(panels + p * panel), (const float *)w->data, m0, width, C, taps);
         } else {
-            bf_pack_panel(panels + p * panel, row, (const float *)w->data, m0, width, C, taps);
+            bf_pack_panel(panels + p * panel, row, (const float *)w->data, m0, width, C, taps, K2p);
         }
     }
     free(row);
-    *e = (cr_packed){w->data, C, taps, M, dilation, pad_left, f32, panels};
+    *e = (cr_packed){w->data, C, taps, M, dilation, pad_left, f32, amx, K2p, panels};
     packs->items[packs->n++] = e;
     packs->bytes += (size_t)(P * panel) * sizeof(uint32_t);
     return e;

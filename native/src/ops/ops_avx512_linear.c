@@ -58,10 +58,14 @@ static void cr_linear_run(struct ggml_tensor *dst, int ith, int nth, bool bf16, 
 #ifdef CR_OPS_AVX512
     /* F32: the panel [K, 64]. BF16: the block's rows [96, K2] in pairs, and
        unless packed, the panel [K2, 64] and one weight row rounded. */
+    const int64_t K2s = pk && bf16 ? pk->K2p : K2; /* pairs from one row of x to the next */
     const size_t words = !bf16 ? (pk ? 16 : (size_t)(K * LN_PANEL)) /* F32 packed: none needed */
-                         : pk  ? (size_t)(K2 * LN_NB)
+                         : pk  ? (size_t)(K2s * LN_NB)
                                : (size_t)(K2 * (LN_PANEL + LN_NB + 1) + 16);
     wp = (float *)aligned_alloc(64, (words * sizeof(float) + 63) & ~(size_t)63);
+    if (wp && pk && pk->amx) {
+        memset(wp, 0, words * sizeof(float)); /* the rows' pairs past K2 (AMX's padding) stay zero */
+    }
 #endif
     int64_t packed = -1, converted = -1;
 #ifndef CR_OPS_AVX512
@@ -72,19 +76,20 @@ static void cr_linear_run(struct ggml_tensor *dst, int ith, int nth, bool bf16, 
         const int64_t width = M - m0 < LN_PANEL ? M - m0 : LN_PANEL, n1 = N - n0 < LN_NB ? N : n0 + LN_NB;
 #ifdef CR_OPS_AVX512
         if (wp && bf16) {
-            uint32_t *px = (uint32_t *)wp, *pw = pk ? pk->panels + p * K2 * LN_PANEL : px + K2 * LN_NB;
+            uint32_t *px = (uint32_t *)wp, *pw = pk ? pk->panels + p * K2s * LN_PANEL : px + K2 * LN_NB;
             if (!pk && packed != p) {
-                bf_pack_panel(pw, (uint16_t *)(pw + K2 * LN_PANEL), wd, m0, width, K, 1);
+                bf_pack_panel(pw, (uint16_t *)(pw + K2 * LN_PANEL), wd, m0, width, K, 1, K2);
                 packed = p;
             }
             if (converted != n0) {
                 for (int64_t r = n0; r < n1; r++) {
-                    bf_convert_row(px + (r - n0) * K2, xd + r * K, K);
+                    bf_convert_row(px + (r - n0) * K2s, xd + r * K, K);
                 }
                 converted = n0;
             }
-            bf_panel_rows(px, K2, 0, pw, K2, 1, bd ? bd + m0 : NULL, yd + n0 * M + m0, M, (int)(width / 16),
-                          n1 - n0);
+            /* AMX: px holds LN_NB rows, whole blocks of 16 */
+            bf_panel_rows(pk && pk->amx, px, K2s, 0, pw, K2s, 1, bd ? bd + m0 : NULL, yd + n0 * M + m0, M,
+                          (int)(width / 16), n1 - n0);
             continue;
         }
         if (wp) {
@@ -170,10 +175,15 @@ static void cr_conv1d_run(struct ggml_tensor *dst, int ith, int nth, int64_t d, 
 #ifdef CR_OPS_AVX512
     /* the panel [taps, C, 64] (none if packed) and the input window [96 + span, C];
        in pairs for BF16, with the packer's rounded weight row */
+    const int64_t C2s = pk && bf16 ? pk->K2p : C2; /* pairs from one frame of x to the next */
     const size_t wfl = pk ? 0 : (size_t)(taps * (bf16 ? C2 : C) * LN_PANEL);
-    const size_t xfl = (size_t)((LN_NB + span) * (bf16 ? C2 : C));
+    /* AMX reads the window in blocks of 16 frames: at most LN_NB (a multiple of 16) + span */
+    const size_t xfl = (size_t)((LN_NB + span) * (bf16 ? C2s : C));
     const size_t rfl = bf16 && !pk ? (size_t)((C * taps + 1) / 2 + 16) : 0;
     wp = (float *)aligned_alloc(64, ((wfl + xfl + rfl) * sizeof(float) + 63) & ~(size_t)63);
+    if (wp && pk && pk->amx) {
+        memset(wp + wfl, 0, xfl * sizeof(float)); /* the frames' pairs past C2 (AMX's padding) stay zero */
+    }
 #endif
     int64_t packed = -1, window = -1;
 #ifndef CR_OPS_AVX512
@@ -190,24 +200,24 @@ static void cr_conv1d_run(struct ggml_tensor *dst, int ith, int nth, int64_t d, 
 #ifdef CR_OPS_AVX512
         if (wp && bf16) {
             uint32_t *xs = (uint32_t *)wp + wfl;
-            const uint32_t *pw = pk ? pk->panels + p * taps * C2 * LN_PANEL : (const uint32_t *)wp;
+            const uint32_t *pw = pk ? pk->panels + p * taps * C2s * LN_PANEL : (const uint32_t *)wp;
             if (!pk && packed != p) {
-                bf_pack_panel((uint32_t *)wp, (uint16_t *)(xs + xfl), wd, m0, width, C, taps);
+                bf_pack_panel((uint32_t *)wp, (uint16_t *)(xs + xfl), wd, m0, width, C, taps, C2);
                 packed = p;
             }
             if (window != bb * NB + tb) {
                 for (int64_t i = 0; i < nrow + span; i++) {
                     const int64_t sf = t0 + i - pl;
                     if (sf >= 0 && sf < T) {
-                        bf_convert_row(xs + i * C2, xb + sf * C, C);
+                        bf_convert_row(xs + i * C2s, xb + sf * C, C);
                     } else {
-                        memset(xs + i * C2, 0, (size_t)C2 * sizeof(uint32_t));
+                        memset(xs + i * C2s, 0, (size_t)C2 * sizeof(uint32_t));
                     }
                 }
                 window = bb * NB + tb;
             }
-            bf_panel_rows(xs, C2, d * C2, pw, C2, taps, bd ? bd + m0 : NULL, yb + t0 * M + m0, M, (int)(width / 16),
-                          nrow);
+            bf_panel_rows(pk && pk->amx, xs, C2s, d * C2s, pw, C2s, taps, bd ? bd + m0 : NULL, yb + t0 * M + m0, M,
+                          (int)(width / 16), nrow);
             continue;
         }
         if (wp) {
