@@ -367,9 +367,10 @@ struct ggml_tensor *vc_istft_head(vc_graph *g, struct ggml_tensor *x, int32_t n_
         spec = ggml_mul(ctx, spec, ggml_reshape_2d(ctx, g->mask_bt, 1, B * T));
     }
     /* the fused product on the CPU: ggml's F32 GEMM leaves its fast path when the summed dimension
-       (n_fft + 2) is not a multiple of 16. F32 in every precision: magnitudes up to 100 summed over
-       n_fft bins, a few percent of the decode's products */
-    struct ggml_tensor *frames = vc_product(g, spec, vc_w(g, "head.basis"), NULL, NULL); /* [n_fft, B*T] */
+       (n_fft + 2) is not a multiple of 16. In the context's precision like every product: F32 here
+       was a third of a BF16 WavTokenizer 40 decode once the rest ran on AMX, and BF16 moves its
+       relative L2 to the F32 decode from 7.2e-3 to 7.6e-3 (docs/benchmarks.md) */
+    struct ggml_tensor *frames = vc_product(g, spec, vc_w(g, "head.basis"), NULL, g->ops); /* [n_fft, B*T] */
     frames = ggml_reshape_2d(ctx, frames, (int64_t)n_fft * B, T);
     struct ggml_tensor *pcm = ggml_col2im_1d(ctx, frames, hop, (int)B, (n_fft - hop) / 2); /* [T*hop, B] */
     struct ggml_tensor *env = g->mask ? vc_input(g, VC_IO_ENV, GGML_TYPE_F32, T * hop, B, 1, 1, "env")
