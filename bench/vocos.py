@@ -8,13 +8,16 @@ not change the work; parity is the tests' job (tests/codecs/test_wavtokenizer.py
 
     python -m bench vocos [--device cpu|cuda:0] [--threads 1,2] [--seconds 10] [--batch 1,8]
                           [--kinds wavtokenizer-75,neucodec] [--repeat 3] [--no-torch]
-                          [--precision f32,bf16]
+                          [--precision f32,bf16] [--reference-bf16]
 
 Prints a markdown table per thread count: wall seconds per decode (and the process's CPU
 seconds, the steadier figure on a shared machine) and x real time for each side, the
 speed-up in wall and in CPU time, and for each codecrt precision after the first its relative
 L2 distance to the first's output (``--precision f32,bf16``: BF16 products against F32, which
 the tests hold within 1e-4 of the reference). The reference is timed once per row group.
+``--reference-bf16`` adds a row per codec: the reference under ``torch.autocast(bfloat16)``
+(PyTorch's own BF16) against codecrt's BF16, with the autocast output's relative L2 to the
+reference's F32 output.
 """
 
 from __future__ import annotations
@@ -57,8 +60,10 @@ def best(f: Callable[[], Any], repeat: int, sync: Callable[[], None]) -> tuple[f
     return min(times)
 
 
-def torch_decoder(kind: str, device: str, threads: int):
-    """(decode(codes [B, T]) callable, sync) for the reference on device, or None if unavailable."""
+def torch_decoder(kind: str, device: str, threads: int, bf16: bool = False):
+    """(decode(codes [B, T]) callable, sync) for the reference on device, or None if unavailable;
+    ``bf16``: the decode under ``torch.autocast(device, bfloat16)``, PyTorch's own reduced
+    precision (oneDNN's BF16 kernels on a CPU, AMX where it has them)."""
     mod_name, cfg_name, package = REFERENCES[kind]
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec(package) is None:
         return None
@@ -71,7 +76,7 @@ def torch_decoder(kind: str, device: str, threads: int):
 
     def decode(codes: np.ndarray):
         t = torch.as_tensor(codes.astype(np.int64), device=dev)
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
             if kind.startswith("dac"):  # codes [B, n_q, T]
                 return model.decode(model.quantizer.from_codes(t)[0])
             if kind.startswith("wavtokenizer"):
@@ -96,6 +101,7 @@ def bench_rows(codecrt, m, kind: str, B: int, T: int, args, threads: int, precis
     audio = B * args.seconds
     torch_t = None
     first = None
+    codecrt_bf16 = None
     for prec in precisions:
         head = f"| {kind} | {B} | {T} | {prec} |"
         try:
@@ -117,6 +123,8 @@ def bench_rows(codecrt, m, kind: str, B: int, T: int, args, threads: int, precis
             torch_t = best(lambda c=codes, f=decode: f(c), args.repeat, sync)
         err = "-" if first is None else f"{np.linalg.norm(out - first) / np.linalg.norm(first):.1e}"
         first = out if first is None else first
+        if prec == "bf16":
+            codecrt_bf16 = (tc, cc)
         row = f"{head} {tc:.3f} ({cc:.2f}) | {audio / tc:.1f} |"
         if torch_t is not None:
             tr, cr = torch_t
@@ -124,6 +132,16 @@ def bench_rows(codecrt, m, kind: str, B: int, T: int, args, threads: int, precis
         else:
             row += f" - | - | - | {err} |"
         print(row, flush=True)
+    if ref is not None and args.reference_bf16 and codecrt_bf16 is not None:
+        decode, sync = torch_decoder(kind, args.device, threads, bf16=True)
+        want = ref[0](codes).float().cpu().numpy()
+        got = decode(codes).float().cpu().numpy()
+        tr, cr = best(lambda c=codes, f=decode: f(c), args.repeat, sync)
+        tc, cc = codecrt_bf16
+        err = np.linalg.norm(got - want) / np.linalg.norm(want)
+        print(f"| {kind} | {B} | {T} | PyTorch autocast bf16 vs codecrt bf16 | {tc:.3f} ({cc:.2f}) | {audio / tc:.1f} |"
+              f" {tr:.3f} ({cr:.2f}) | {audio / tr:.1f} | {tr / tc:.2f}x ({cr / cc:.2f}x) | {err:.1e} to PyTorch F32 |",
+              flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--precision", default="f32", help="codecrt precisions, comma-separated: f32, bf16")
+    ap.add_argument("--reference-bf16", action="store_true",
+                    help="with bf16 among --precision: also time the reference under torch.autocast(bfloat16) "
+                    "and print it against codecrt's BF16, with its error to the reference's F32 output")
     args = ap.parse_args(argv)
 
     import codecrt

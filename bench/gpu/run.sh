@@ -12,7 +12,9 @@
 #
 # Stages, in the order given; each suite's arguments come from an environment
 # variable (its defaults in brackets):
-#   build    CUDA build for sm_90 into /tmp/codecd-site ($OUT/build.log)
+#   build    CUDA build for sm_90 into /tmp/codecd-site ($OUT/build.log); $BUILD_CMAKE_EXTRA is
+#            appended to CMAKE_ARGS (-DGGML_CUDA_FA=OFF shortens a short lease's build: only
+#            S3Gen's estimator uses flash attention, which then runs on the CPU backend)
 #   test     every opt-in GPU test, TF32 on then off (tests/native/test_gpu.py)
 #   bench    python -m bench gpu $BENCH_ARGS          SNAC stream capacity [the suite's]
 #   offline  python -m bench offline $OFFLINE_ARGS    offline SNAC, codecrt per layout against PyTorch,
@@ -46,7 +48,7 @@
 #            --precisions f32 --capacity 1,10,30,60,100,150 --models orig,turbo --max-row-s 30]
 #   check    python -m bench check, TF32 off, with ggml's CUDA fusion on and off
 #   sweep    python -m bench sweep $SWEEP_ARGS        every graph kind up to 300 s [the suite's]
-#   mimi     Mimi GPU tests (TF32 on, off) and python -m bench mimi --device cuda:0 --no-moshi
+#   mimi     Mimi GPU tests (TF32 on, off; MIMI_TESTS=0 skips them) and python -m bench mimi --device cuda:0 --no-moshi
 #            $MIMI_ARGS [--streams 256,512,1000,1500 --seconds 3]
 #   soak     python bench/soak.py --spawn demo on cuda:0 $SOAK_ARGS [--minutes 8 --kill-every 2
 #            --report-every 30 --finishers 64 --slow 4] (issue 18's GPU run)
@@ -58,7 +60,8 @@
 #            codecrt beside the PyTorch references on cuda:0: python -m bench vocos (offline,
 #            batches $VOCOS_BATCH [1,16,64]) and python -m bench windowed --torch (S streams with
 #            batched windows, S in $VOCOS_STREAMS [16,64,256])
-#   qwen3    Qwen3-TTS 12 Hz tokenizer GPU tests (TF32 on, off: tests/codecs/test_qwen3_gpu.py) and
+#   qwen3    Qwen3-TTS 12 Hz tokenizer GPU tests (TF32 on, off: tests/codecs/test_qwen3_gpu.py;
+#            QWEN3_TESTS=0 skips them) and
 #            python -m bench qwen3 --device cuda:0 $QWEN3_ARGS [--streams 1,64,256,512 --seconds 3]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -98,7 +101,7 @@ deps() {
 build() {
     stage "build (CUDA, sm_90)"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$OUT/report.txt"
-    CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" \
+    CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 ${BUILD_CMAKE_EXTRA:-}" \
     CODECD_GGML_SDIST="$PWD/.ggml/ggml_python-0.0.45.tar.gz" CODECD_CACHE_DIR=/tmp/codecd-cache \
     CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
         python3 -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir \
@@ -253,8 +256,9 @@ references() {
 }
 
 mimi() {
-    # the released size with random weights (numpy only: no moshi or torch needed there)
-    for tf32 in on off; do
+    # the released size with random weights (numpy only: no moshi or torch needed there);
+    # MIMI_TESTS=0 skips the tests (a short device lease: the bench alone)
+    [ "${MIMI_TESTS:-1}" = 0 ] || for tf32 in on off; do
         stage "Mimi GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/codecs/test_mimi_gpu.py"
         if [ $tf32 = off ]; then export NVIDIA_TF32_OVERRIDE=0; else unset NVIDIA_TF32_OVERRIDE; fi
         CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/codecs/test_mimi_gpu.py 2>&1 \
@@ -280,8 +284,9 @@ soak() {
 }
 
 qwen3() {
-    # the released-size decoder with random weights (no torch needed), CUDA against the CPU
-    for tf32 in on off; do
+    # the released-size decoder with random weights (no torch needed), CUDA against the CPU;
+    # QWEN3_TESTS=0 skips the tests
+    [ "${QWEN3_TESTS:-1}" = 0 ] || for tf32 in on off; do
         stage "qwen3 GPU tests, TF32 $tf32: CODECD_TEST_GPU=1 pytest -m gpu tests/codecs/test_qwen3_gpu.py"
         if [ $tf32 = off ]; then export NVIDIA_TF32_OVERRIDE=0; else unset NVIDIA_TF32_OVERRIDE; fi
         CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu tests/codecs/test_qwen3_gpu.py 2>&1 \
