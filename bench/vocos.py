@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=",".join(REFERENCES))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-torch", action="store_true")
-    ap.add_argument("--precision", default="f32", help="codecrt precisions, comma-separated: f32, bf16")
+    ap.add_argument("--precision", default="f32", help="codecrt precisions, comma-separated: f32, bf16, bf16x3")
     ap.add_argument("--reference-bf16", action="store_true",
                     help="with bf16 among --precision: also time the reference under torch.autocast(bfloat16) "
                     "and print it against codecrt's BF16, with its error to the reference's F32 output")

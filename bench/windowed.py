@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gguf", nargs="+", default=[], help="converted models to measure instead")
     ap.add_argument("--codes", help="a .npy file of codes to decode instead of random ones")
-    ap.add_argument("--precision", default="f32", choices=("f32", "bf16"),
+    ap.add_argument("--precision", default="f32", choices=("f32", "bf16", "bf16x3"),
                     help="codecrt's products (bf16: AVX512-BF16 CPUs only)")
     ap.add_argument("--torch", action="store_true",
                     help="with --streams: the PyTorch reference's windowed streams beside codecrt's")

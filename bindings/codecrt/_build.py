@@ -23,7 +23,7 @@ ffi.set_source(
     "codecrt._native",
     '#include "codecrt.h"\n'
     '#include "codecrt_s3gen.h"\n'
-    "_Static_assert(CODECRT_API_VERSION == 8, \"_cdef.h mirrors API version 8\");\n"
+    "_Static_assert(CODECRT_API_VERSION == 9, \"_cdef.h mirrors API version 9\");\n"
     "_Static_assert(CODECRT_MAX_LEVELS == 32, \"_cdef.h: CODECRT_MAX_LEVELS\");\n"
     "_Static_assert(CODECRT_MAX_BACKENDS == 4, \"_cdef.h: CODECRT_MAX_BACKENDS\");\n",
 )

@@ -10,7 +10,7 @@
  * exactly as in the headers, in the same order.
  */
 
-#define CODECRT_API_VERSION 8
+#define CODECRT_API_VERSION 9
 #define CODECRT_MAX_LEVELS 32
 #define CODECRT_MAX_BACKENDS 4
 
@@ -54,7 +54,8 @@ typedef enum codecrt_weight_type {
 
 typedef enum codecrt_precision {
     CODECRT_PRECISION_F32 = 0,
-    CODECRT_PRECISION_BF16 = 1
+    CODECRT_PRECISION_BF16 = 1,
+    CODECRT_PRECISION_BF16X3 = 2
 } codecrt_precision;
 
 typedef struct codecrt_model codecrt_model;

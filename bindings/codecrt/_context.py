@@ -38,9 +38,11 @@ _GRAPH_KINDS: dict[str, int] = {
     "vocode": int(lib.CODECRT_GRAPH_VOCODE),
 }
 
-# codecrt_precision by value: products in F32, or with bfloat16 operands
-PRECISIONS: tuple[str, ...] = ("f32", "bf16")
+# codecrt_precision by value: products in F32, with bfloat16 operands, or as three
+# bfloat16 products of split operands (F32-grade)
+PRECISIONS: tuple[str, ...] = ("f32", "bf16", "bf16x3")
 assert PRECISIONS.index("bf16") == int(lib.CODECRT_PRECISION_BF16)
+assert PRECISIONS.index("bf16x3") == int(lib.CODECRT_PRECISION_BF16X3)
 
 GraphKind = Literal["decode", "stream", "stream_edge", "encode", "flow_step", "f0", "vocode"] | int
 

@@ -60,8 +60,8 @@ def _verify_binding() -> None:
         if int(getattr(lib, name)) != value:
             raise ImportError(f"codecrt: {name} is {getattr(lib, name)} in the runtime, "
                               f"{value} in codecrt._errors")
-    if int(lib.CODECRT_API_VERSION) != 8:
-        raise ImportError(f"codecrt: runtime API version {lib.CODECRT_API_VERSION}, bindings 8")
+    if int(lib.CODECRT_API_VERSION) != 9:
+        raise ImportError(f"codecrt: runtime API version {lib.CODECRT_API_VERSION}, bindings 9")
 
 
 _verify_binding()

@@ -6,8 +6,9 @@ text; the environment variable is ``CODECD_<NAME>`` and the flag ``--<name>``
 flags. Models are ``NAME=SOURCE`` or ``NAME:PRECISION=SOURCE`` (``--model`` may be
 repeated; ``CODECD_MODELS`` is a comma-separated list; TOML: ``[[models]]`` tables
 with ``name``, ``source`` and optionally ``precision``). A model's precision is that
-of its products, ``f32`` (the default) or ``bf16`` (asked of its family in the worker,
-refused at start where it cannot be had). A source is a GGUF path, ``hf:ORG/NAME``
+of its products, ``f32`` (the default), ``bf16`` or ``bf16x3`` (three BF16 products of
+split operands, F32-grade; asked of its family in the worker, refused at start where it
+cannot be had). A source is a GGUF path, ``hf:ORG/NAME``
 (downloaded with ``huggingface_hub`` and converted once into ``cache_dir``) or
 ``demo`` (random SNAC 24 kHz weights: the audio is noise).
 
@@ -47,7 +48,7 @@ ENV_PREFIX = "CODECD_"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 METRICS_ACCESS = ("auto", "token", "loopback", "open")
-PRECISIONS = ("f32", "bf16")  # codecrt.Context(precision=...)
+PRECISIONS = ("f32", "bf16", "bf16x3")  # codecrt.Context(precision=...)
 BATCH_SHAPES = ("auto", "pow2", "exact")  # codecrt.Context(batch_bucket=False / True / False)
 
 
@@ -90,9 +91,10 @@ class Config:
                      metavar="HOST:PORT")
     models: list[ModelSource] = _f(list, "models to load, NAME=SOURCE; SOURCE is a GGUF path, "
                                    "hf:ORG/NAME or demo (random weights: noise); "
-                                   "NAME:bf16=SOURCE serves it with BF16 products (where its "
-                                   "family has them, on CPU workers with AVX512-BF16; refused "
-                                   "at start otherwise)",
+                                   "NAME:bf16=SOURCE serves it with BF16 products, "
+                                   "NAME:bf16x3=SOURCE with split BF16 products of F32's grade "
+                                   "(where its family has them, on CPU workers with AVX512-BF16; "
+                                   "refused at start otherwise)",
                                    factory=True, metavar="NAME[:PRECISION]=SOURCE")
     devices: list[str] = _f(lambda: ["auto"], "decode devices, one worker process each "
                             "(cpu, cuda:0, ...)", factory=True, metavar="DEV,...")
@@ -164,9 +166,10 @@ class Config:
     upstream_model: str = _f("orpheus", "model name sent to the upstream")
     upstream_timeout_s: float = _f(30.0, "upstream connect timeout and longest silence within "
                                    "its stream")
-    flow_precision: str = _f("f32", "S3Gen models: precision of their products, f32 or bf16 "
-                             "(bf16: CPU workers on x86-64 with AVX512-BF16 only; 1.5-1.9x "
-                             "faster, relative error below 1e-2; see docs/runtime.md)")
+    flow_precision: str = _f("f32", "S3Gen models: precision of their products, f32, bf16 or bf16x3 "
+                             "(CPU workers on x86-64 with AVX512-BF16 only; bf16 about 2x faster "
+                             "at a relative error of 1e-2, bf16x3 F32-grade, faster only on AMX "
+                             "CPUs; see docs/runtime.md)")
 
     # ------------------------------------------------------------- derived
 
@@ -267,8 +270,8 @@ def _precision_problem(what: str, precision: str, devices: list[str]) -> str | N
     is caught here rather than by each worker at load ("auto" may be a GPU)."""
     if precision not in PRECISIONS:
         return f"{what}: one of {', '.join(PRECISIONS)}, got {precision!r}"
-    if precision == "bf16" and any(d != "cpu" for d in devices):
-        return (f"{what} bf16 runs on CPU workers only: devices must all be cpu, got "
+    if precision != "f32" and any(d != "cpu" for d in devices):
+        return (f"{what} {precision} runs on CPU workers only: devices must all be cpu, got "
                 f"{','.join(devices)}")
     return None
 

@@ -110,7 +110,7 @@ class _StatsCollector(Collector):
         wbytes = GaugeMetricFamily("codecd_weight_bytes", "model weight memory", labels=lab)
         sbytes = GaugeMetricFamily("codecd_state_bytes", "stream state memory", labels=lab)
         prec = GaugeMetricFamily("codecd_model_precision", "1 for the precision of a model's "
-                                 "products (f32, bf16)", labels=lab + ["precision"])
+                                 "products (f32, bf16, bf16x3)", labels=lab + ["precision"])
         for w in st["workers"]:
             wi = str(w["index"])
             restarts.add_metric([wi], w["restarts"])

@@ -49,11 +49,12 @@
 extern "C" {
 #endif
 
-#define CODECRT_API_VERSION 8 /* 3: codecrt_context_params.precision; 4: CODECRT_MAX_LEVELS 32 (DAC 24 kHz, Mimi);
+#define CODECRT_API_VERSION 9 /* 3: codecrt_context_params.precision; 4: CODECRT_MAX_LEVELS 32 (DAC 24 kHz, Mimi);
                                   5: codecrt_streams_push, codecrt_streams_pull;
                                   6: codecrt_context_step_begin, codecrt_context_step_end;
                                   7: codecrt_stats.last_acquire_ms, _inputs_ms, _enqueue_ms;
-                                  8: codecrt_stats.last_threads */
+                                  8: codecrt_stats.last_threads;
+                                  9: CODECRT_PRECISION_BF16X3 */
 #define CODECRT_MAX_LEVELS 32
 #define CODECRT_MAX_BACKENDS 4
 
@@ -148,16 +149,24 @@ int64_t codecrt_model_samples_for_frames(const codecrt_model *model, int64_t n_f
 /*
  * Precision of a context's products (linear layers, convolutions, attention).
  * BF16 rounds both operands of each product to bfloat16 (8 bits of mantissa,
- * round to nearest even) and sums in F32: about twice the F32 product rate on
- * CPUs with AVX512-BF16, at a relative error below 1e-2 on S3Gen's mel
- * (docs/runtime.md gives the measured figures). It is implemented for S3Gen
- * on the CPU backend of x86-64 CPUs with AVX512-BF16; elsewhere (another
- * model, a GPU, a CPU without the instructions) codecrt_context_init fails
- * with CODECRT_E_UNSUPPORTED, never silently falls back.
+ * round to nearest even) and sums in F32: on CPUs with AVX512-BF16 about twice
+ * the F32 product rate, on CPUs with AMX (TDPBF16PS) far more, at a relative
+ * error of the decode's output of about 1e-2 (docs/runtime.md gives the measured
+ * figures per codec). BF16X3 splits each operand of a weight's product into two
+ * bfloat16 terms, x = x_hi + x_lo, and sums x_hi w_hi + x_hi w_lo + x_lo w_hi in
+ * F32: three BF16 products for one F32-grade product (about 2^-16 relative; the
+ * decode's output within about 1e-5 of F32's), worth it where BF16 products are
+ * much faster than F32 ones (AMX); attention and activation-by-activation
+ * products stay F32 in it. Both are implemented for the models whose
+ * architecture has a BF16 product mode (S3Gen, DAC, WavTokenizer, NeuCodec,
+ * XCodec2) on the CPU backend of x86-64 CPUs with AVX512-BF16; elsewhere
+ * (another model, a GPU, a CPU without the instructions) codecrt_context_init
+ * fails with CODECRT_E_UNSUPPORTED, never silently falls back.
  */
 typedef enum codecrt_precision {
     CODECRT_PRECISION_F32 = 0, /* the default: F32 throughout */
-    CODECRT_PRECISION_BF16 = 1
+    CODECRT_PRECISION_BF16 = 1,
+    CODECRT_PRECISION_BF16X3 = 2
 } codecrt_precision;
 
 typedef struct codecrt_context_params {

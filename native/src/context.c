@@ -166,7 +166,8 @@ static codecrt_status cr_check_params(const codecrt_context_params *p, cr_err *e
         return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "stream_chunk_frames = %d, max_streams = %d out of range",
                        p->stream_chunk_frames, p->max_streams);
     }
-    if (p->precision != CODECRT_PRECISION_F32 && p->precision != CODECRT_PRECISION_BF16) {
+    if (p->precision != CODECRT_PRECISION_F32 && p->precision != CODECRT_PRECISION_BF16 &&
+        p->precision != CODECRT_PRECISION_BF16X3) {
         return cr_fail(err, CODECRT_E_INVALID_ARGUMENT, "precision = %d is not a codecrt_precision", p->precision);
     }
     return CODECRT_OK;
@@ -216,25 +217,26 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
                             "split (steady and edge streams in a graph each) or one", &graphs, err)) != CODECRT_OK) {
         return st;
     }
-    if (params->precision == CODECRT_PRECISION_BF16) {
+    if (params->precision != CODECRT_PRECISION_F32) {
         /* refused rather than ignored (a caller asking for the speed of BF16
            must not get F32's silently, nor BF16's rounding where it is
            untested), and before any weight is uploaded */
+        const char *name = params->precision == CODECRT_PRECISION_BF16 ? "bf16" : "bf16x3";
         if (!model->arch->bf16_products) {
-            return cr_fail(err, CODECRT_E_UNSUPPORTED, "precision bf16 is not implemented for %s models",
+            return cr_fail(err, CODECRT_E_UNSUPPORTED, "precision %s is not implemented for %s models", name,
                            model->arch->name);
         }
         if (ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
-            return cr_fail(err, CODECRT_E_UNSUPPORTED, "precision bf16 is implemented for the CPU only, not %s",
+            return cr_fail(err, CODECRT_E_UNSUPPORTED, "precision %s is implemented for the CPU only, not %s", name,
                            ggml_backend_dev_name(dev));
         }
         if (portable_ops) {
             return cr_fail(err, CODECRT_E_UNSUPPORTED,
-                           "precision bf16 needs the fused CPU kernels, which CODECRT_PORTABLE_OPS turns off");
+                           "precision %s needs the fused CPU kernels, which CODECRT_PORTABLE_OPS turns off", name);
         }
         if (!cr_bf16_cpu_available()) {
             return cr_fail(err, CODECRT_E_UNSUPPORTED,
-                           "precision bf16 needs an x86-64 CPU with AVX512-BF16, which this one lacks");
+                           "precision %s needs an x86-64 CPU with AVX512-BF16, which this one lacks", name);
         }
     }
     snprintf(ctx->device_name, sizeof(ctx->device_name), "%s", ggml_backend_dev_name(dev));
@@ -278,7 +280,8 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
     ctx->one_stream_graph = graphs >= 0 ? graphs == 1 : ctx->backend != ctx->cpu;
     /* weights packed once per context for the fused kernels: every BF16 product's, and
        in F32 those of products on few rows (ops/ops_avx512.h, LN_MIN_ROWS) */
-    ctx->fused.bf16 = params->precision == CODECRT_PRECISION_BF16;
+    ctx->fused.bf16 = params->precision != CODECRT_PRECISION_F32;
+    ctx->fused.x3 = params->precision == CODECRT_PRECISION_BF16X3;
     if (ctx->cpu_ops && !(ctx->fused.packs = cr_packs_new())) {
         return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
     }

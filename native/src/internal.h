@@ -201,10 +201,14 @@ size_t cr_packs_bytes(const cr_packs *packs); /* 0 for NULL */
 /* The fused CPU kernels a graph may use, passed as a pointer: NULL for none
    (another backend, or CODECRT_PORTABLE_OPS). bf16: the BF16 product mode
    (CODECRT_PRECISION_BF16), with its weights packed into packs (NULL: packed
-   per call). */
+   per call). x3 (with bf16): CODECRT_PRECISION_BF16X3, the products of packed
+   weights as three BF16 products of split operands (ops/ops_avx512.h, cr_packed);
+   every other product (attention, activations by activations, a weight without a
+   pack) in F32. */
 typedef struct cr_cpu_ops {
     bool bf16;
     cr_packs *packs;
+    bool x3;
 } cr_cpu_ops;
 
 /* Streaming graph shape. */

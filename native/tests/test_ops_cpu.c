@@ -67,7 +67,8 @@ static void fill_operands(struct ggml_tensor *x, struct ggml_tensor *w, struct g
    the weight's address, which the next check's context may reuse with other
    values; a context's weights never change while its packs live). */
 static cr_cpu_ops check_ops(const cr_cpu_ops *ops) {
-    cr_cpu_ops o = {ops && ops->bf16, ops && ops->packs ? cr_packs_new() : NULL};
+    cr_cpu_ops o = {.bf16 = ops && ops->bf16, .packs = ops && ops->packs ? cr_packs_new() : NULL,
+                    .x3 = ops && ops->x3};
     return o;
 }
 
@@ -127,7 +128,7 @@ static double attention_error(const float *q, const float *k, const float *v, co
 }
 
 static void check_attention(int64_t H, int64_t T, int64_t B, int threads, const cr_cpu_ops *ops) {
-    const bool bf16 = ops && ops->bf16;
+    const bool bf16 = ops && ops->bf16 && !ops->x3; /* BF16x3: attention in F32 */
     struct ggml_init_params ip = {(size_t)(3 * H * 64 * T * B * 2 * sizeof(float)) + (16u << 20), NULL, false};
     struct ggml_context *ctx = ggml_init(ip);
     unsigned seed = (unsigned)(H * 1000 + T * 10 + B);
@@ -162,7 +163,7 @@ static void check_attention(int64_t H, int64_t T, int64_t B, int threads, const 
 
 /* cr_relpos_attention_cpu against attention_error's reference with positions. */
 static void check_relpos(int64_t H, int64_t T, int64_t B, int64_t extra, int threads, const cr_cpu_ops *ops) {
-    const bool bf16 = ops && ops->bf16;
+    const bool bf16 = ops && ops->bf16 && !ops->x3; /* BF16x3: attention in F32 */
     const int64_t D = H * 64, L = 2 * T - 1 + extra;
     struct ggml_init_params ip = {(size_t)((4 * D * T * B + D * L + 2 * D) * sizeof(float)) + (16u << 20), NULL,
                                   false};
@@ -196,7 +197,7 @@ static void check_relpos(int64_t H, int64_t T, int64_t B, int64_t extra, int thr
 /* cr_linear_cpu against x W^T + b in double, x [K, N1, N2]. */
 static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias, int threads,
                          const cr_cpu_ops *ops) {
-    const bool bf16 = ops && ops->bf16;
+    const bool bf16 = ops && ops->bf16 && !ops->x3, x3 = ops && ops->bf16 && ops->x3; /* x3: F32-grade */
     cr_cpu_ops own = check_ops(ops);
     struct ggml_init_params ip = {(size_t)((K * N1 * N2 + K * M + M + M * N1 * N2) * sizeof(float)) + (1u << 20),
                                   NULL, false};
@@ -228,7 +229,10 @@ static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias
         }
     }
     const double e = rel_value(&r), ex = rel_value(&rx);
-    CHECK(e < 1e-6, "linear%s K=%lld M=%lld N=%lldx%lld bias=%d threads=%d: relative L2 %.3g", bf16 ? " bf16" : "",
+    /* BF16x3: three BF16 products of split operands, about 2^-16 relative (packed weights;
+       per call, F32) */
+    CHECK(e < (x3 ? 2e-5 : 1e-6), "linear%s K=%lld M=%lld N=%lldx%lld bias=%d threads=%d: relative L2 %.3g",
+          x3 ? " bf16x3" : bf16 ? " bf16" : "",
           (long long)K, (long long)M, (long long)N1, (long long)N2, (int)bias, threads, e);
     CHECK(!bf16 || K < 16 || (ex > 3e-4 && ex < 2e-2), "linear bf16 K=%lld M=%lld: relative L2 to the exact %.3g",
           (long long)K, (long long)M, ex);
@@ -239,7 +243,7 @@ static void check_linear(int64_t K, int64_t M, int64_t N1, int64_t N2, bool bias
 /* cr_conv1d_cpu against the direct sum in double, x [C, T, B], w [K, C, M]. */
 static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, int d, int pl, int pr, bool bias,
                        int threads, const cr_cpu_ops *ops) {
-    const bool bf16 = ops && ops->bf16;
+    const bool bf16 = ops && ops->bf16 && !ops->x3, x3 = ops && ops->bf16 && ops->x3; /* x3: F32-grade */
     cr_cpu_ops own = check_ops(ops);
     struct ggml_init_params ip = {(size_t)((C * T * B + K * C * M + M + M * (T + pl + pr) * B) * sizeof(float)) +
                                       (1u << 20),
@@ -276,7 +280,8 @@ static void check_conv(int64_t C, int64_t T, int64_t B, int64_t K, int64_t M, in
         }
     }
     const double e = rel_value(&r);
-    CHECK(e < 1e-6, "conv%s C=%lld T=%lld B=%lld K=%lld M=%lld d=%d pad %d/%d: relative L2 %.3g", bf16 ? " bf16" : "", (long long)C,
+    CHECK(e < (x3 ? 2e-5 : 1e-6), "conv%s C=%lld T=%lld B=%lld K=%lld M=%lld d=%d pad %d/%d: relative L2 %.3g",
+          x3 ? " bf16x3" : bf16 ? " bf16" : "", (long long)C,
           (long long)T, (long long)B, (long long)K, (long long)M, d, pl, pr, e);
     cr_packs_free(own.packs);
     ggml_free(ctx);
@@ -296,7 +301,7 @@ static void check_f32_packed_bitwise(int64_t K, int64_t M, int64_t N, int64_t C,
     struct ggml_tensor *wc = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, taps, C, M);
     fill_operands(x, w, NULL, &seed);
     fill_operands(xc, wc, NULL, &seed);
-    cr_cpu_ops packed = {false, cr_packs_new()};
+    cr_cpu_ops packed = {.bf16 = false, .packs = cr_packs_new()};
     struct ggml_tensor *a = cr_linear_cpu(ctx, x, w, NULL, &packed), *b = cr_linear_cpu(ctx, x, w, NULL, NULL);
     struct ggml_tensor *ca = cr_conv1d_cpu(ctx, xc, wc, NULL, 1, (int)taps - 1, 0, &packed);
     struct ggml_tensor *cb = cr_conv1d_cpu(ctx, xc, wc, NULL, 1, (int)taps - 1, 0, NULL);
@@ -319,7 +324,8 @@ static void check_f32_packed_bitwise(int64_t K, int64_t M, int64_t N, int64_t C,
 /* BF16 from packed weights (the AMX tiles where the CPU has them, blocks of 16 rows):
    a row's product is the same bits alone as among N rows, a sequence's convolution
    the same alone as in a batch of B (batched streams == streams decoded alone). */
-static void check_bf16_packed_rows(int64_t K, int64_t M, int64_t N, int64_t C, int64_t T, int64_t B, int64_t taps) {
+static void check_bf16_packed_rows(int64_t K, int64_t M, int64_t N, int64_t C, int64_t T, int64_t B, int64_t taps,
+                                   bool x3) {
     struct ggml_init_params ip = {(size_t)(8 * (K * N + K * M + M * N + C * T * B + taps * C * M + M * T * B)) +
                                       (1u << 22),
                                   NULL, false};
@@ -332,7 +338,7 @@ static void check_bf16_packed_rows(int64_t K, int64_t M, int64_t N, int64_t C, i
     struct ggml_tensor *wc = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, taps, C, M);
     fill_operands(x, w, bias, &seed);
     fill_operands(xc, wc, NULL, &seed);
-    cr_cpu_ops packed = {true, cr_packs_new()};
+    cr_cpu_ops packed = {.bf16 = true, .packs = cr_packs_new(), .x3 = x3};
     struct ggml_tensor *all = cr_linear_cpu(ctx, x, w, bias, &packed);
     struct ggml_tensor *call = cr_conv1d_cpu(ctx, xc, wc, NULL, 2, (int)(2 * (taps - 1)), 0, &packed);
     CHECK(all && call, "bf16 packed products built");
@@ -447,19 +453,24 @@ int main(void) {
         return g_failures ? 1 : 0;
     }
     check_all(NULL);
-    cr_cpu_ops f32_packed = {false, cr_packs_new()}; /* products of few rows from packed panels */
+    cr_cpu_ops f32_packed = {.bf16 = false, .packs = cr_packs_new()}; /* products of few rows from packed panels */
     check_all(&f32_packed);
     cr_packs_free(f32_packed.packs);
     check_f32_packed_bitwise(512, 2048, 2, 64, 9, 7);
     check_f32_packed_bitwise(250, 80, 97, 16, 50, 3);
     if (cr_bf16_cpu_available()) {
-        const cr_cpu_ops per_call = {true, NULL};
-        cr_cpu_ops packed = {true, cr_packs_new()};
+        const cr_cpu_ops per_call = {.bf16 = true};
+        cr_cpu_ops packed = {.bf16 = true, .packs = cr_packs_new()};
+        cr_cpu_ops x3 = {.bf16 = true, .packs = cr_packs_new(), .x3 = true}; /* BF16x3 */
         check_all(&per_call);
         check_all(&packed);
+        check_all(&x3);
         cr_packs_free(packed.packs);
-        check_bf16_packed_rows(250, 80, 97, 33, 50, 3, 3);
-        check_bf16_packed_rows(1024, 256, 40, 256, 120, 2, 7);
+        cr_packs_free(x3.packs);
+        for (int i = 0; i < 2; i++) {
+            check_bf16_packed_rows(250, 80, 97, 33, 50, 3, 3, i == 1);
+            check_bf16_packed_rows(1024, 256, 40, 256, 120, 2, 7, i == 1);
+        }
         printf("test_ops_cpu: BF16 products of packed weights %s\n",
                cr_amx_cpu_available() ? "and the BF16 attention on AMX tiles" : "and the BF16 attention on AVX512-BF16 (no AMX, or CODECRT_NO_AMX)");
     } else {

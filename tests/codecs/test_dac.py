@@ -291,25 +291,29 @@ def test_f16_weights(codecrt, cases, tmp_path):
 
 
 BF16_TOL = 3e-2
+# (lower, upper) bounds per opt-in precision, as tests/codecs/test_wavtokenizer.py's
+BOUNDS = {"bf16": (F32_TOL, BF16_TOL), "bf16x3": (1e-6, F32_TOL)}
 
 
-def test_bf16_products(codecrt, cases):
-    """precision="bf16" (opt-in, AVX512-BF16 CPUs): the convolutions, 1x1 convs and transposed
-    convs as BF16 products summed in F32 stay within BF16_TOL of dac itself (and are not
-    F32-close, so the mode is really on); its streams equal its offline decode."""
+@pytest.mark.parametrize("precision", list(BOUNDS))
+def test_bf16_products(codecrt, cases, precision):
+    """precision="bf16" or "bf16x3" (opt-in, AVX512-BF16 CPUs): the convolutions, 1x1 convs
+    and transposed convs as BF16 products summed in F32 (BF16x3: three of split operands) stay
+    within the precision's BOUNDS of dac itself; its streams equal its offline decode."""
     case = cases("tiny")
     bf16_or_skip(codecrt, case.gguf)
     codes = ref.random_codes(case.config, 37, np.random.default_rng(8), batch=2)
     want = ref.reference_decode(case.model, codes)
     with codecrt.Model(str(case.gguf)) as m, \
-            codecrt.Context(m, device="cpu", precision="bf16", stream_chunk_frames=3) as ctx:
+            codecrt.Context(m, device="cpu", precision=precision, stream_chunk_frames=3) as ctx:
         got = ctx.decode(levels(codes))
         lv = levels(codes[0])
         streamed, _ = run_stream(ctx, lv, [0, 5, 6, 30, 37])
         offline = ctx.decode(lv)
     err = check_against_reference(got, want, 37, case.hop)
-    print(f"\nDAC tiny, BF16 products: relative L2 {err:.2e}")
-    assert F32_TOL < err < BF16_TOL
+    print(f"\nDAC tiny, {precision} products: relative L2 {err:.2e}")
+    lo, hi = BOUNDS[precision]
+    assert lo < err < hi
     assert np.abs(streamed - offline).max() < 1e-6
 
 

@@ -260,22 +260,27 @@ def test_converter_folds_fsq_projections(cases):
 # ------------------------------------------------------------------ BF16 products
 
 BF16_TOL = 3e-2  # the opt-in mode's bound against the reference (docs/runtime.md, "BF16 products")
+# (lower, upper) bounds per opt-in precision, as tests/codecs/test_wavtokenizer.py's
+BOUNDS = {"bf16": (F32_TOL, BF16_TOL), "bf16x3": (1e-6, F32_TOL)}
 
 
+@pytest.mark.parametrize("precision", list(BOUNDS))
 @pytest.mark.parametrize("key", ["neucodec-tiny64", "xcodec2-tiny"])
-def test_bf16_products(codecrt, cases, key, record_property):
-    """precision="bf16" (opt-in, AVX512-BF16 CPUs): linear layers, convolutions and (64-channel
-    heads) attention as BF16 products summed in F32 stay within BF16_TOL of the reference and are
-    not F32-close (the mode is really on); a batch of 2 equals each sequence decoded alone."""
+def test_bf16_products(codecrt, cases, key, precision, record_property):
+    """precision="bf16" or "bf16x3" (opt-in, AVX512-BF16 CPUs): linear layers, convolutions and
+    (64-channel heads, BF16 only: BF16x3 keeps attention F32) attention as BF16 products summed
+    in F32 stay within the precision's BOUNDS of the reference; a batch of 2 equals each
+    sequence decoded alone."""
     case = cases(key)
     bf16_or_skip(codecrt, case.gguf)
     codes = case.ref.random_codes(case.config, 37, np.random.default_rng(1), batch=2)
     want = case.ref.reference_decode(case.model, codes)
-    with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu", precision="bf16") as ctx:
+    with codecrt.Model(str(case.gguf)) as m, codecrt.Context(m, device="cpu", precision=precision) as ctx:
         got = ctx.decode([codes])
         alone = ctx.decode([codes[1:]])
     err = rel_l2(got, want)
     record_property("rel_l2", err)
-    print(f"\n{key}, BF16 products: relative L2 {err:.2e}")
-    assert F32_TOL < err < BF16_TOL
+    print(f"\n{key}, {precision} products: relative L2 {err:.2e}")
+    lo, hi = BOUNDS[precision]
+    assert lo < err < hi
     assert np.array_equal(alone[0], got[1])

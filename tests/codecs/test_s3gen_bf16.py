@@ -63,8 +63,9 @@ def test_refused_where_it_cannot_run(snac_cases):
         model.close()
     snac = codecrt.Model(snac_cases("tiny").gguf)
     try:
-        with pytest.raises(codecrt.UnsupportedError, match="not implemented for snac models"):
-            codecrt.Context(snac, device="cpu", precision="bf16")
+        for precision in ("bf16", "bf16x3"):
+            with pytest.raises(codecrt.UnsupportedError, match=f"precision {precision} is not implemented for snac"):
+                codecrt.Context(snac, device="cpu", precision=precision)
     finally:
         snac.close()
 
@@ -94,6 +95,27 @@ def test_flow_and_decode_within_budget_of_reference(s3):
     print(f"\nbf16 vs reference ({steps} steps): mel rel L2 {e_mel:.2e}, PCM {e_pcm:.2e}")
     assert F32_LEVEL < e_mel < BF16_TOL
     assert F32_LEVEL < e_pcm < BF16_TOL
+
+
+@needs_bf16
+def test_bf16x3_is_f32_grade():
+    """precision="bf16x3": the flow's mel and the vocoder's PCM within F32's parity bound
+    (1e-4) of the F32 context's, and not bit-equal to them (the split products really ran);
+    a batch entry equals the same input alone."""
+    with codecrt.Model(s3ref.gguf(False)) as model, \
+            codecrt.Context(model, device="cpu", n_threads=2, precision="bf16x3") as x3, \
+            codecrt.Context(model, device="cpu", n_threads=2) as f32:
+        assert x3.precision == "bf16x3"
+        data, voice = _voice(model)
+        tokens = _tokens(2, 20)
+        mel, want_mel = x3.flow(tokens, voice, seed=5), f32.flow(tokens, voice, seed=5)
+        pcm, want_pcm = x3.vocode(want_mel, seed=5), f32.vocode(want_mel, seed=5)
+        e_mel, e_pcm = s3ref.rel_l2(mel, want_mel), s3ref.rel_l2(pcm, want_pcm)
+        print(f"\nbf16x3 vs f32: mel rel L2 {e_mel:.2e}, PCM {e_pcm:.2e}")
+        assert 1e-7 < e_mel < 1e-4 and 1e-7 < e_pcm < 1e-4
+        t = np.stack([_tokens(10, 9), _tokens(11, 9)])
+        both = x3.decode([t], voice=voice, seeds=[3, 4])
+        assert np.array_equal(both[1], x3.decode([t[1]], voice=voice, seed=4))
 
 
 @pytest.mark.slow

@@ -217,7 +217,9 @@ def test_precision_settings_and_bad_values(tmp_path: Path, small: Path) -> None:
     cfg = load_config(None, env={}, args={"models": [f"a:f32={small}", "h:bf16=hf:org/name"],
                                           "devices": "cpu"})
     assert cfg.models[1] == ModelSource("h", "hf:org/name", "bf16")
-    bad = {f"a:fp16={small}": "models: a: precision: one of f32, bf16, got 'fp16'",
+    cfg = load_config(None, env={}, args={"models": [f"a:bf16x3={small}"], "devices": "cpu"})
+    assert cfg.models[0].precision == "bf16x3"
+    bad = {f"a:fp16={small}": "models: a: precision: one of f32, bf16, bf16x3, got 'fp16'",
            f"a:={small}": "NAME:PRECISION=SOURCE"}
     for model, match in bad.items():
         with pytest.raises(ConfigError, match=match):

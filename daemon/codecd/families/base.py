@@ -105,7 +105,7 @@ class ModelSpec:
     low_latency_samples: int | None = None
     voices: tuple[str, ...] = ()
     needs_voice: bool = False
-    precision: str = "f32"  # of the model's products: "f32", or "bf16"
+    precision: str = "f32"  # of the model's products: "f32", "bf16" or "bf16x3"
     chunk_frames: int = 0  # frames a stream's decoder steps at once (it may hold one back)
 
     def __post_init__(self) -> None:
@@ -177,7 +177,7 @@ class Family(ABC):
     #: its streams take ``start.window`` (windowed decoders); others refuse it
     takes_window: ClassVar[bool] = False
     #: the precisions of products its models' contexts take (``codecrt.Context(precision=)``):
-    #: "bf16" only where the runtime has BF16 products for its architectures
+    #: "bf16" and "bf16x3" only where the runtime has BF16 products for its architectures
     precisions: ClassVar[tuple[str, ...]] = ("f32",)
 
     # ---------------------------------------------------------- front (daemon)

@@ -126,7 +126,7 @@ class DacFamily(Family):
     architectures = ("dac",)
     converter = "dac"
     layouts: ClassVar[tuple[Layout, ...]] = (DAC_FRAMES, LEVELS)
-    precisions: ClassVar[tuple[str, ...]] = ("f32", "bf16")
+    precisions: ClassVar[tuple[str, ...]] = ("f32", "bf16", "bf16x3")
 
     def load(self, name: str, model: Any, config: Any, device: str) -> LoadedModel:
         return ExactStreamModel(name, model, config, device,

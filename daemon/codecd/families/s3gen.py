@@ -44,7 +44,7 @@ class FlowOptions:
     first_chunk: int = 10  # tokens of a stream's first chunk (time to first audio)
     chunk: int = 25  # tokens of its later chunks
     steps: int = 0  # flow steps per chunk (0: the model's default)
-    precision: str = "f32"  # products of the context: "f32" or "bf16"
+    precision: str = "f32"  # products of the context: "f32", "bf16" or "bf16x3"
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> FlowOptions:
@@ -57,17 +57,17 @@ class S3GenFamily(Family):
     converter = "s3gen"
     layouts: ClassVar[tuple[Layout, ...]] = (LEVELS, CHATTERBOX_IDS)
     needs_voice = True
-    precisions: ClassVar[tuple[str, ...]] = ("f32", "bf16")
+    precisions: ClassVar[tuple[str, ...]] = ("f32", "bf16", "bf16x3")
 
     def engine_options(self, config: Any) -> dict[str, Any]:
         return {"first_chunk": config.flow_first_chunk, "chunk": config.flow_chunk,
                 "steps": config.flow_steps, "precision": config.flow_precision}
 
     def precision_of(self, name: str, config: Any) -> str:
-        """bf16 when the model's entry asks for it or ``flow_precision`` does (every S3Gen
-        model's, the setting that came first)."""
+        """``flow_precision`` when it is not f32 (every S3Gen model's, the setting that came
+        first), else the model entry's."""
         flow = FlowOptions.of(config.family_options.get(self.name, {})).precision
-        return "bf16" if flow == "bf16" else super().precision_of(name, config)
+        return flow if flow != "f32" else super().precision_of(name, config)
 
     def load(self, name: str, model: Any, config: Any, device: str) -> LoadedModel:
         options = FlowOptions.of(config.family_options.get(self.name, {}))

@@ -493,7 +493,7 @@ class WindowedFamily(Family):
     window: ClassVar[WindowParams] = DEFAULT_WINDOW
     low_window: ClassVar[WindowParams | None] = LOW_WINDOW
     takes_window: ClassVar[bool] = True
-    precisions: ClassVar[tuple[str, ...]] = ("f32", "bf16")  # the runtime's vocos BF16 products
+    precisions: ClassVar[tuple[str, ...]] = ("f32", "bf16", "bf16x3")  # the runtime's vocos BF16 products
 
     def presets(self) -> dict[str, WindowParams]:
         """The windows a start may name (``start.window.preset``)."""

@@ -50,21 +50,33 @@ _Static_assert(LN_NB % 16 == 0 && AT_QB % 16 == 0, "AMX reads 16-row blocks");
    many rows, which amortise the per-call packing, do without it. */
 #define LN_MIN_ROWS 128
 
+/* What a pack holds: F32 panels, BF16 pairs, or BF16x3's split pairs (below). */
+typedef enum cr_pack_kind { CR_PACK_F32, CR_PACK_BF16, CR_PACK_BF16X3 } cr_pack_kind;
+
 /* One weight packed for the product kernels: w [M][C][taps] (a linear layer's
-   [M][K] is one tap) as panels [P][taps][K2p][64] of BF16 pairs (f32: false) or
-   [P][taps][C][64] floats (f32: true, the panels the F32 kernels otherwise pack per
-   call), P = M/64 rounded up. K2p is C2 = C/2 rounded up, and for the AMX kernel
-   (amx: ops_amx.c) rounded up again to 16 with zero pairs, so that a tap is whole
-   tiles; the x rows it multiplies are K2p pairs apart, zero past C. Keyed by the
-   weight's data and shape, the convolution's dilation and left pad and the type, so
-   views of one weight share it. */
+   [M][K] is one tap) as panels [P][taps][K2p][64] of BF16 pairs or [P][taps][C][64]
+   floats (CR_PACK_F32: the panels the F32 kernels otherwise pack per call),
+   P = M/64 rounded up. For BF16, K2p is C2 = C/2 rounded up, and for the AMX
+   kernel (amx: ops_amx.c) rounded up again to 16 with zero pairs, so that a tap is
+   whole tiles; the x rows it multiplies are K2p pairs apart, zero past C.
+
+   BF16x3 (CODECRT_PRECISION_BF16X3): w = hi + lo with hi = bf16(w) and lo =
+   bf16(w - hi), 16 significant bits of w's 24; a tap's pair rows are three blocks
+   of K2p/3 each, [hi; lo; hi], and x's rows are converted the same way into
+   [hi | hi | lo] (bf_convert_row_x3), so that the one BF16 product over 3 blocks
+   sums x_hi w_hi + x_hi w_lo + x_lo w_hi: an F32 product to about 2^-16 relative
+   (x_lo w_lo, 2^-16 of it, is left out), in F32 sums, on the same kernels.
+
+   Keyed by the weight's data and shape, the convolution's dilation and left pad
+   and the kind, so views of one weight share it. */
 typedef struct cr_packed {
     const void *data;
     int64_t C, taps, M;
     int32_t dilation, pad_left;
-    bool f32;
+    cr_pack_kind kind;
+    bool f32;           /* kind == CR_PACK_F32 */
     bool amx;           /* BF16 products on AMX tiles */
-    int64_t K2p;        /* BF16: pair rows per tap */
+    int64_t K2p;        /* BF16: pair rows per tap (BF16x3: the three blocks) */
     uint32_t *panels;   /* BF16 pairs, or floats when f32 */
 } cr_packed;
 
@@ -72,7 +84,7 @@ typedef struct cr_packed {
    not in host memory, memory runs out, or without AVX-512 (the caller packs
    per call instead). */
 const cr_packed *cr_packs_get(cr_packs *packs, const struct ggml_tensor *w, int64_t C, int64_t taps, int64_t M,
-                              int dilation, int pad_left, bool f32);
+                              int dilation, int pad_left, cr_pack_kind kind);
 
 #ifdef CR_OPS_AVX512
 
@@ -217,6 +229,9 @@ BF_INLINE void bf_tile(int R, int NC, const uint32_t *a, int64_t lda, int64_t at
 
 /* n floats -> ceil(n/2) pairs, the odd tail padded with a zero (ops_avx512_core.c). */
 BF_AVX512 void bf_convert_row(uint32_t *dst, const float *src, int64_t n);
+/* BF16x3's row of x (cr_packed): n floats -> [hi | hi | lo] pairs, each block part
+   pairs long (part >= ceil(n/2); the pairs past ceil(n/2) in each block untouched). */
+BF_AVX512 void bf_convert_row_x3(uint32_t *dst, const float *src, int64_t n, int64_t part);
 /* at_panel_rows for pair-packed x and panel wp [taps][K2][64], on AMX tiles with amx
    (amx_rows' conditions) (ops_avx512_core.c). */
 BF_AVX512 void bf_panel_rows(bool amx, const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *wp, int64_t K2,
@@ -225,9 +240,10 @@ BF_AVX512 void bf_panel_rows(bool amx, const uint32_t *x, int64_t lda, int64_t a
 void at_pack_panel(float *wp, const float *w, int64_t m0, int64_t width, int64_t C, int64_t taps);
 /* The panel [taps][K2p][64] of output columns m0 .. m0+width of w [M][C][taps] in pairs
    (K2p >= C2 pair rows a tap; the rows past C2 are left as they are); row: scratch of
-   C*taps + 32 halves. */
+   C*taps + 32 halves. x3: BF16x3's [hi; lo; hi] blocks of K2p/3 pair rows (cr_packed), row
+   then scratch of 3 (C*taps + 32) halves. */
 BF_AVX512 void bf_pack_panel(uint32_t *wp, uint16_t *row, const float *w, int64_t m0, int64_t width, int64_t C,
-                             int64_t taps, int64_t K2p);
+                             int64_t taps, int64_t K2p, bool x3);
 
 #ifdef CR_OPS_AMX
 /* y[r][c] = scale * sum over taps t, pairs k < K2p of x[r*lda + t*atap + k] . w[t*btap +

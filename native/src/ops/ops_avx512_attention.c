@@ -505,7 +505,7 @@ static bool cr_attention_operands_ok(const struct ggml_tensor *q, const struct g
 
 struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
                                      struct ggml_tensor *v, const cr_cpu_ops *ops) {
-    const bool bf16 = ops && ops->bf16;
+    const bool bf16 = ops && ops->bf16 && !ops->x3; /* BF16x3: attention in F32 */
     if (!cr_attention_operands_ok(q, k, v, bf16)) {
         return NULL;
     }
@@ -515,7 +515,7 @@ struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tenso
 struct ggml_tensor *cr_relpos_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
                                             struct ggml_tensor *v, struct ggml_tensor *p, struct ggml_tensor *u,
                                             struct ggml_tensor *bv, const cr_cpu_ops *ops) {
-    const bool bf16 = ops && ops->bf16;
+    const bool bf16 = ops && ops->bf16 && !ops->x3; /* BF16x3: attention in F32 */
     const int64_t D = q->ne[0];
     const bool ok = cr_attention_operands_ok(q, k, v, bf16) && p->type == GGML_TYPE_F32 &&
                     u->type == GGML_TYPE_F32 && bv->type == GGML_TYPE_F32 && ggml_is_contiguous(p) &&

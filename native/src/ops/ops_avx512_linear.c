@@ -18,6 +18,12 @@
  */
 #include "ops_avx512.h"
 
+/* the pack a product of these ops reads: F32 panels for F32 products on few rows, else
+   the context's BF16 mode's */
+static cr_pack_kind cr_ops_pack_kind(const cr_cpu_ops *ops, bool f32_few) {
+    return f32_few || !ops || !ops->bf16 ? CR_PACK_F32 : ops->x3 ? CR_PACK_BF16X3 : CR_PACK_BF16;
+}
+
 #ifdef CR_OPS_AVX512
 
 /* wp[t][c][j] = w[m0 + j][c][t] for j < width: the panel of output columns
@@ -63,8 +69,8 @@ static void cr_linear_run(struct ggml_tensor *dst, int ith, int nth, bool bf16, 
                          : pk  ? (size_t)(K2s * LN_NB)
                                : (size_t)(K2 * (LN_PANEL + LN_NB + 1) + 16);
     wp = (float *)aligned_alloc(64, (words * sizeof(float) + 63) & ~(size_t)63);
-    if (wp && pk && pk->amx) {
-        memset(wp, 0, words * sizeof(float)); /* the rows' pairs past K2 (AMX's padding) stay zero */
+    if (wp && pk && !pk->f32) {
+        memset(wp, 0, words * sizeof(float)); /* the rows' pairs past K2 (AMX's padding, BF16x3's blocks) stay zero */
     }
 #endif
     int64_t packed = -1, converted = -1;
@@ -78,12 +84,16 @@ static void cr_linear_run(struct ggml_tensor *dst, int ith, int nth, bool bf16, 
         if (wp && bf16) {
             uint32_t *px = (uint32_t *)wp, *pw = pk ? pk->panels + p * K2s * LN_PANEL : px + K2 * LN_NB;
             if (!pk && packed != p) {
-                bf_pack_panel(pw, (uint16_t *)(pw + K2 * LN_PANEL), wd, m0, width, K, 1, K2);
+                bf_pack_panel(pw, (uint16_t *)(pw + K2 * LN_PANEL), wd, m0, width, K, 1, K2, false);
                 packed = p;
             }
             if (converted != n0) {
                 for (int64_t r = n0; r < n1; r++) {
-                    bf_convert_row(px + (r - n0) * K2s, xd + r * K, K);
+                    if (pk && pk->kind == CR_PACK_BF16X3) {
+                        bf_convert_row_x3(px + (r - n0) * K2s, xd + r * K, K, K2s / 3);
+                    } else {
+                        bf_convert_row(px + (r - n0) * K2s, xd + r * K, K);
+                    }
                 }
                 converted = n0;
             }
@@ -138,14 +148,16 @@ struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *
     }
     struct ggml_tensor *args[3] = {x, w, b};
     const bool f32_few = !bf16 && ggml_nrows(x) < LN_MIN_ROWS;
-    const cr_packed *pk =
-        bf16 || f32_few ? cr_packs_get(ops ? ops->packs : NULL, w, w->ne[0], 1, w->ne[1], 0, 0, f32_few) : NULL;
+    const cr_packed *pk = bf16 || f32_few ? cr_packs_get(ops ? ops->packs : NULL, w, w->ne[0], 1, w->ne[1], 0, 0,
+                                                         cr_ops_pack_kind(ops, f32_few))
+                                          : NULL;
     if (pk) {
         return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], x->ne[3], args, b ? 3 : 2,
                               cr_linear_packed_kernel, GGML_N_TASKS_MAX, (void *)pk);
     }
+    /* BF16x3 splits packed weights only: without a pack, F32 */
     return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], x->ne[3], args, b ? 3 : 2,
-                          cr_linear_kernel, GGML_N_TASKS_MAX, bf16 ? (void *)1 : NULL);
+                          cr_linear_kernel, GGML_N_TASKS_MAX, bf16 && !ops->x3 ? (void *)1 : NULL);
 }
 
 /* ------------------------------------------------------------ convolution */
@@ -181,8 +193,8 @@ static void cr_conv1d_run(struct ggml_tensor *dst, int ith, int nth, int64_t d, 
     const size_t xfl = (size_t)((LN_NB + span) * (bf16 ? C2s : C));
     const size_t rfl = bf16 && !pk ? (size_t)((C * taps + 1) / 2 + 16) : 0;
     wp = (float *)aligned_alloc(64, ((wfl + xfl + rfl) * sizeof(float) + 63) & ~(size_t)63);
-    if (wp && pk && pk->amx) {
-        memset(wp + wfl, 0, xfl * sizeof(float)); /* the frames' pairs past C2 (AMX's padding) stay zero */
+    if (wp && pk && !pk->f32) {
+        memset(wp + wfl, 0, xfl * sizeof(float)); /* the frames' pairs past C2 (AMX's padding, BF16x3's blocks) stay zero */
     }
 #endif
     int64_t packed = -1, window = -1;
@@ -202,16 +214,18 @@ static void cr_conv1d_run(struct ggml_tensor *dst, int ith, int nth, int64_t d, 
             uint32_t *xs = (uint32_t *)wp + wfl;
             const uint32_t *pw = pk ? pk->panels + p * taps * C2s * LN_PANEL : (const uint32_t *)wp;
             if (!pk && packed != p) {
-                bf_pack_panel((uint32_t *)wp, (uint16_t *)(xs + xfl), wd, m0, width, C, taps, C2);
+                bf_pack_panel((uint32_t *)wp, (uint16_t *)(xs + xfl), wd, m0, width, C, taps, C2, false);
                 packed = p;
             }
             if (window != bb * NB + tb) {
                 for (int64_t i = 0; i < nrow + span; i++) {
                     const int64_t sf = t0 + i - pl;
-                    if (sf >= 0 && sf < T) {
+                    if (sf >= 0 && sf < T && pk && pk->kind == CR_PACK_BF16X3) {
+                        bf_convert_row_x3(xs + i * C2s, xb + sf * C, C, C2s / 3);
+                    } else if (sf >= 0 && sf < T) {
                         bf_convert_row(xs + i * C2s, xb + sf * C, C);
                     } else {
-                        memset(xs + i * C2s, 0, (size_t)C2 * sizeof(uint32_t));
+                        memset(xs + i * C2s, 0, (size_t)C2s * sizeof(uint32_t));
                     }
                 }
                 window = bb * NB + tb;
@@ -287,13 +301,13 @@ struct ggml_tensor *cr_conv1d_cpu(struct ggml_context *ctx, struct ggml_tensor *
     struct ggml_tensor *args[3] = {x, w, b};
     const bool f32_few = !bf16 && To * x->ne[2] < LN_MIN_ROWS;
     const cr_packed *pk = bf16 || f32_few ? cr_packs_get(ops ? ops->packs : NULL, w, w->ne[1], w->ne[0], w->ne[2],
-                                                         dilation, pad_left, f32_few)
+                                                         dilation, pad_left, cr_ops_pack_kind(ops, f32_few))
                                           : NULL;
     if (pk) {
         return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[2], To, x->ne[2], 1, args, b ? 3 : 2, cr_conv1d_packed_kernel,
                               GGML_N_TASKS_MAX, (void *)pk);
     }
-    void *params = (void *)(((uintptr_t)pad_left << 16) | (bf16 ? 0x8000u : 0u) | (uintptr_t)dilation);
+    void *params = (void *)(((uintptr_t)pad_left << 16) | (bf16 && !ops->x3 ? 0x8000u : 0u) | (uintptr_t)dilation);
     return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[2], To, x->ne[2], 1, args, b ? 3 : 2, cr_conv1d_kernel,
                           GGML_N_TASKS_MAX, params);
 }

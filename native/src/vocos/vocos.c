@@ -277,7 +277,7 @@ static struct ggml_tensor *vc_attention_one_head(vc_graph *g, struct ggml_tensor
     struct ggml_context *ctx = g->ctx;
     const int64_t D = q->ne[0], T = q->ne[1], B = q->ne[2], T16 = (T + 15) / 16 * 16;
     static const cr_cpu_ops bf16 = {.bf16 = true, .packs = NULL}; /* activations are never in the packs */
-    const cr_cpu_ops *ops = g->ops && g->ops->bf16 ? &bf16 : NULL;
+    const cr_cpu_ops *ops = g->ops && g->ops->bf16 && !g->ops->x3 ? &bf16 : NULL; /* BF16x3: F32 */
     if (D % 16 != 0 || !ggml_is_contiguous(q) || !ggml_is_contiguous(k) || !ggml_is_contiguous(v)) {
         return NULL;
     }
