@@ -133,6 +133,28 @@ const cr_cpu_ops *dac_ops(bool cpu_ops, const cr_cpu_ops *ops) {
     return !cpu_ops ? NULL : ops ? ops : &f32;
 }
 
+/* t[0..n) side by side along dim 0, in a balanced tree of concatenations (log2 n copies of
+   each element instead of up to n) */
+static struct ggml_tensor *dac_concat0(struct ggml_context *ctx, struct ggml_tensor *const *t, int n) {
+    if (n == 1) {
+        return t[0];
+    }
+    return ggml_concat(ctx, dac_concat0(ctx, t, n / 2), dac_concat0(ctx, t + n / 2, n - n / 2), 0);
+}
+
+struct ggml_tensor *dac_quantize(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *const *codes,
+                                 int n_codebooks, const cr_cpu_ops *ops) {
+    struct ggml_tensor *e[CODECRT_MAX_LEVELS], *proj[CODECRT_MAX_LEVELS], *bias = NULL;
+    for (int q = 0; q < n_codebooks; q++) {
+        e[q] = ggml_get_rows(ctx, dac_w(w, "quantizer.%d.codebook", q), codes[q]); /* [H, N] */
+        proj[q] = dac_w(w, "quantizer.%d.out_proj.weight", q);                      /* [H, L] */
+        struct ggml_tensor *b = dac_w(w, "quantizer.%d.out_proj.bias", q);          /* [L] */
+        bias = bias ? ggml_add(ctx, bias, b) : b;
+    }
+    /* [H Q, N] by [H Q, L] -> [L, N] */
+    return cr_linear(ctx, dac_concat0(ctx, e, n_codebooks), dac_concat0(ctx, proj, n_codebooks), bias, ops);
+}
+
 struct ggml_tensor *dac_conv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
                              struct ggml_tensor *b, int dil, int pad, const cr_cpu_ops *ops) {
     if (!ggml_is_contiguous(x)) {

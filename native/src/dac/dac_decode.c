@@ -33,15 +33,11 @@ struct ggml_cgraph *dac_build_decode(const cr_model *model, struct ggml_context 
     }
 
     /* quantizer: sum over codebooks of out_proj(codebook[codes]) */
-    struct ggml_tensor *z = NULL;
     for (int q = 0; q < hp->n_codebooks; q++) {
         snprintf(name, sizeof(name), "codes.%d", q);
-        struct ggml_tensor *codes = io[DAC_IO_CODES + q] = cr_input(ctx, GGML_TYPE_I32, T * B, 1, 1, name);
-        struct ggml_tensor *e = ggml_get_rows(ctx, dac_w(w, "quantizer.%d.codebook", q), codes); /* [H, T*B] */
-        struct ggml_tensor *y = cr_pwconv(ctx, e, dac_w(w, "quantizer.%d.out_proj.weight", q),
-                                          dac_w(w, "quantizer.%d.out_proj.bias", q)); /* [L, T*B] */
-        z = z ? ggml_add(ctx, z, y) : y;
+        io[DAC_IO_CODES + q] = cr_input(ctx, GGML_TYPE_I32, T * B, 1, 1, name);
     }
+    struct ggml_tensor *z = dac_quantize(ctx, w, io + DAC_IO_CODES, hp->n_codebooks, ops); /* [L, T*B] */
     struct ggml_tensor *x = dac_mask(ctx, ggml_reshape_3d(ctx, z, L, T, B), masks[0]);
 
     x = dac_conv(ctx, x, dac_w(w, "decoder.in.weight"), dac_w(w, "decoder.in.bias"), 1, 3, ops); /* [D, T, B] */

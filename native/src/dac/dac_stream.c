@@ -40,15 +40,11 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
     cr_states_init(&st, ctx, gf, pool, n_pool, io, B, shape->masked, shape->cpu_ops);
 
-    struct ggml_tensor *z = NULL;
     for (int q = 0; q < hp->n_codebooks; q++) {
-        struct ggml_tensor *codes = io->codes[q] = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, N * B);
-        ggml_set_input(codes);
-        struct ggml_tensor *e = ggml_get_rows(ctx, dac_w(w, "quantizer.%d.codebook", q), codes); /* [H, N*B] */
-        struct ggml_tensor *y = cr_pwconv(ctx, e, dac_w(w, "quantizer.%d.out_proj.weight", q),
-                                          dac_w(w, "quantizer.%d.out_proj.bias", q));
-        z = z ? ggml_add(ctx, z, y) : y;
+        io->codes[q] = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, N * B);
+        ggml_set_input(io->codes[q]);
     }
+    struct ggml_tensor *z = dac_quantize(ctx, w, io->codes, hp->n_codebooks, ops); /* [L, N*B] */
     int32_t r = 1, d = 0;
     int64_t n = N;
     struct ggml_tensor *x = cr_states_mask(&st, ggml_reshape_3d(ctx, z, L, N, B), r, d);
