@@ -348,6 +348,20 @@ struct ggml_tensor *cr_elu_cpu(struct ggml_context *ctx, struct ggml_tensor *x);
 struct ggml_tensor *cr_snake_cpu(struct ggml_context *ctx, struct ggml_tensor *x,
                                  struct ggml_tensor *alpha, struct ggml_tensor *inv_alpha);
 
+/* GroupNorm of x [C, T, B] (channels fastest) in n_groups groups of adjacent channels,
+   statistics over each sequence's valid frames (mask [1, T, B] of ones and zeros, or
+   NULL: all), times w [C] plus b [C]; a padded frame gives b (ops/ops_group_norm.c).
+   CPU backend only; NULL where the shapes or types do not fit. */
+struct ggml_tensor *cr_group_norm_cpu(struct ggml_context *ctx, struct ggml_tensor *x, int n_groups,
+                                      struct ggml_tensor *w, struct ggml_tensor *b, struct ggml_tensor *mask,
+                                      float eps);
+
+/* Depthwise "same" convolution of x [C, T, B] by w ne [C, K] (K odd, zero padding
+   (K-1)/2 each side) plus b [C] (ops/ops_dwconv.c). CPU backend only; NULL where the
+   shapes or types do not fit. */
+struct ggml_tensor *cr_dwconv_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                  struct ggml_tensor *b);
+
 /*
  * Softmax attention with scale 1/8 over every key, per head of 64 channels:
  * q, k, v [H*64, T, B] contiguous F32 (head h in channels 64h .. 64h+63) ->

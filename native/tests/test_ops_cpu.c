@@ -445,8 +445,98 @@ static void check_elu(void) {
     ggml_free(ctx);
 }
 
+/* cr_group_norm_cpu and cr_dwconv_cpu against their definitions in double, x [C, T, B]
+   with an offset (GroupNorm's mean must matter), sequence 1 of 2 shorter than T (the
+   mask: its padded frames give b, and its statistics leave them out); each sequence
+   alone equals it in the batch, bitwise. */
+static void check_group_norm_dwconv(int64_t C, int64_t T, int G, int64_t K, int threads) {
+    const int64_t B = 2, len1 = T / 2 + 1, cg = C / G;
+    struct ggml_init_params ip = {(size_t)(8 * C * T * B + 4 * K * C + 4 * 4 * C + 4 * T * B) * sizeof(float) +
+                                      (1u << 20),
+                                  NULL, false};
+    struct ggml_context *ctx = ggml_init(ip);
+    unsigned seed = (unsigned)(C + T + G + K);
+    struct ggml_tensor *x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, C, T, B);
+    struct ggml_tensor *w = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, C), *b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, C);
+    struct ggml_tensor *k = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, C, K);
+    struct ggml_tensor *mask = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, T, B);
+    fill(x, 2.0f, &seed);
+    fill(w, 1.0f, &seed);
+    fill(b, 1.0f, &seed);
+    fill(k, 1.0f, &seed);
+    float *xd = x->data, *md = mask->data;
+    for (int64_t i = 0; i < C * T * B; i++) {
+        xd[i] += 3.0f;
+    }
+    for (int64_t t = 0; t < T; t++) {
+        md[t] = 1.0f;
+        md[T + t] = t < len1 ? 1.0f : 0.0f;
+    }
+    struct ggml_tensor *gn = cr_group_norm_cpu(ctx, x, G, w, b, mask, 1e-6f);
+    struct ggml_tensor *dw = cr_dwconv_cpu(ctx, x, k, b);
+    CHECK(gn && dw, "group norm and depthwise conv built");
+    if (!gn || !dw) {
+        ggml_free(ctx);
+        return;
+    }
+    compute(ctx, gn, threads);
+    compute(ctx, dw, threads);
+    rel_l2 rg = {0, 0}, rd = {0, 0};
+    const float *wd = w->data, *bd = b->data, *kd = k->data, *gd = gn->data, *dd = dw->data;
+    for (int64_t bb = 0; bb < B; bb++) {
+        const int64_t n = bb == 0 ? T : len1;
+        for (int g = 0; g < G; g++) {
+            double s = 0, v = 0;
+            for (int64_t t = 0; t < n; t++) {
+                for (int64_t c = g * cg; c < (g + 1) * cg; c++) {
+                    s += xd[(bb * T + t) * C + c];
+                }
+            }
+            const double mean = s / (double)(n * cg);
+            for (int64_t t = 0; t < n; t++) {
+                for (int64_t c = g * cg; c < (g + 1) * cg; c++) {
+                    v += (xd[(bb * T + t) * C + c] - mean) * (xd[(bb * T + t) * C + c] - mean);
+                }
+            }
+            const double inv = 1.0 / sqrt(v / (double)(n * cg) + 1e-6);
+            for (int64_t t = 0; t < T; t++) {
+                for (int64_t c = g * cg; c < (g + 1) * cg; c++) {
+                    const double ref = t < n ? (xd[(bb * T + t) * C + c] - mean) * inv * wd[c] + bd[c] : bd[c];
+                    rel_add(&rg, gd[(bb * T + t) * C + c], ref);
+                }
+            }
+        }
+        for (int64_t t = 0; t < T; t++) {
+            for (int64_t c = 0; c < C; c++) {
+                double ref = bd[c];
+                for (int64_t j = 0; j < K; j++) {
+                    const int64_t s = t + j - (K - 1) / 2;
+                    ref += s >= 0 && s < T ? (double)kd[j * C + c] * xd[(bb * T + s) * C + c] : 0.0;
+                }
+                rel_add(&rd, dd[(bb * T + t) * C + c], ref);
+            }
+        }
+    }
+    CHECK(rel_value(&rg) < 1e-6, "group norm C=%lld T=%lld G=%d: relative L2 %.3g", (long long)C, (long long)T, G,
+          rel_value(&rg));
+    CHECK(rel_value(&rd) < 1e-6, "depthwise conv C=%lld T=%lld K=%lld: relative L2 %.3g", (long long)C, (long long)T,
+          (long long)K, rel_value(&rd));
+    struct ggml_tensor *x1 = ggml_view_3d(ctx, x, C, T, 1, x->nb[1], x->nb[2], x->nb[2]);
+    struct ggml_tensor *m1 = ggml_view_3d(ctx, mask, 1, T, 1, mask->nb[1], mask->nb[2], mask->nb[2]);
+    struct ggml_tensor *gn1 = cr_group_norm_cpu(ctx, ggml_cont(ctx, x1), G, w, b, ggml_cont(ctx, m1), 1e-6f);
+    struct ggml_tensor *dw1 = cr_dwconv_cpu(ctx, ggml_cont(ctx, x1), k, b);
+    compute(ctx, gn1, 1);
+    compute(ctx, dw1, 1);
+    CHECK(memcmp(gn1->data, gd + T * C, (size_t)(T * C) * sizeof(float)) == 0, "group norm: sequence alone != batched");
+    CHECK(memcmp(dw1->data, dd + T * C, (size_t)(T * C) * sizeof(float)) == 0, "dwconv: sequence alone != batched");
+    ggml_free(ctx);
+}
+
 int main(void) {
     check_elu();
+    check_group_norm_dwconv(768, 57, 32, 7, 2);
+    check_group_norm_dwconv(64, 1, 4, 7, 1);
+    check_group_norm_dwconv(48, 9, 3, 3, 3);
     if (!cr_attention_cpu_available()) {
         printf("test_ops_cpu: no AVX-512 on this CPU, the fused kernels are not used; %d ELU checks, %d failures\n",
                g_checks, g_failures);

@@ -31,7 +31,6 @@ void vc_graph_begin(vc_graph *g, struct ggml_context *ctx, struct ggml_context *
         g->mask = vc_input(g, VC_IO_MASK, GGML_TYPE_F32, 1, T, B, 1, "mask");
         g->mask_bt = vc_input(g, VC_IO_MASK_BT, GGML_TYPE_F32, 1, B, T, 1, "mask_bt");
         g->kq_mask = vc_input(g, VC_IO_KQ, GGML_TYPE_F32, T, T, 1, B, "kq_mask");
-        g->count = vc_input(g, VC_IO_COUNT, GGML_TYPE_F32, 1, 1, 1, B, "count");
     }
 }
 
@@ -129,6 +128,10 @@ struct ggml_tensor *vc_dwconv(vc_graph *g, struct ggml_tensor *x, struct ggml_te
     struct ggml_context *ctx = g->ctx;
     x = cr_dense(ctx, vc_mask(g, x));
     const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], K = w->ne[1];
+    struct ggml_tensor *fused = g->cpu_ops ? cr_dwconv_cpu(ctx, x, w, b) : NULL; /* ops/ops_dwconv.c */
+    if (fused) {
+        return fused;
+    }
     if (T == 1) {
         /* one frame sees only the centre tap; and ggml tells the channels-last layout from the
            strides, which a one-frame view does not distinguish (it would read it channels-first) */
@@ -165,6 +168,14 @@ struct ggml_tensor *vc_group_norm(vc_graph *g, struct ggml_tensor *x, int n_grou
     struct ggml_context *ctx = g->ctx;
     const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], cg = C / n_groups;
     x = cr_dense(ctx, vc_mask(g, x));
+    /* the CPU's one-pass kernel (ops/ops_group_norm.c), the same definition */
+    struct ggml_tensor *fused = g->cpu_ops ? cr_group_norm_cpu(ctx, x, n_groups, w, b, g->mask, VC_EPS) : NULL;
+    if (fused) {
+        return fused;
+    }
+    if (g->mask && !g->count) { /* 1 / valid frames [1, 1, 1, B]: an input of the composed form only */
+        g->count = vc_input(g, VC_IO_COUNT, GGML_TYPE_F32, 1, 1, 1, B, "count");
+    }
     struct ggml_tensor *xs = ggml_reshape_4d(ctx, x, cg, n_groups, T, B);
     struct ggml_tensor *mean = vc_group_sum(g, xs); /* [1, G, 1, B] */
     mean = g->count ? ggml_scale(ctx, ggml_mul(ctx, mean, g->count), 1.0f / (float)cg)
@@ -449,10 +460,12 @@ void vc_set_common_inputs(const cr_graph_io *io, int64_t T, int64_t B, int64_t n
         }
     }
     ggml_backend_tensor_set(io->t[VC_IO_MASK_BT], f, 0, (size_t)(T * B) * sizeof(float));
-    for (int64_t b = 0; b < B; b++) {
-        f[b] = 1.0f / (float)VC_LEN(b);
+    if (io->t[VC_IO_COUNT]) { /* GroupNorm's composed form only (vc_group_norm) */
+        for (int64_t b = 0; b < B; b++) {
+            f[b] = 1.0f / (float)VC_LEN(b);
+        }
+        ggml_backend_tensor_set(io->t[VC_IO_COUNT], f, 0, (size_t)B * sizeof(float));
     }
-    ggml_backend_tensor_set(io->t[VC_IO_COUNT], f, 0, (size_t)B * sizeof(float));
     for (int64_t b = 0; b < B; b++) {
         float *row = f + b * T * T;
         for (int64_t k = 0; k < T; k++) {
