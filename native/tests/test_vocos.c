@@ -101,6 +101,24 @@ static void check_gelu(void) {
     CHECK(worst < 5e-7, "fused GELU: relative error / (1 + x^2/2) %.2e at x = %g", worst, at);
 }
 
+/* The head's sine and cosine against double over [-2000, 2000] (phases out of a linear layer):
+   absolute error below 3e-7 (a float's rounding of sin near 1 is 6e-8). */
+static void check_sincos(void) {
+    double worst = 0.0, at = 0.0;
+    for (int i = -2000 * 1024; i <= 2000 * 1024; i += 7) {
+        const float x = (float)i / 1024.0f;
+        float s, c;
+        vc_sincos_ref(x, &s, &c);
+        const double e = fmax(fabs((double)s - sin((double)x)), fabs((double)c - cos((double)x)));
+        if (e > worst) {
+            worst = e;
+            at = x;
+        }
+    }
+    printf("fused sincos: worst absolute error %.2e at x = %.4f\n", worst, at);
+    CHECK(worst < 3e-7, "fused sincos: absolute error %.2e at x = %g", worst, at);
+}
+
 static struct ggml_context *graph_ctx(void) {
     struct ggml_init_params ip = {
         .mem_size = ggml_tensor_overhead() * CR_GRAPH_SIZE + ggml_graph_overhead_custom(CR_GRAPH_SIZE, false),
@@ -254,6 +272,7 @@ static void check_model(const char *dir, const char *arch, const char *label, co
 
 int main(void) {
     check_gelu();
+    check_sincos();
     char dir[] = "/tmp/codecrt-vocos-XXXXXX";
     if (!mkdtemp(dir)) {
         perror("mkdtemp");

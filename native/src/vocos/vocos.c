@@ -261,6 +261,55 @@ struct ggml_tensor *vc_gelu(vc_graph *g, struct ggml_tensor *x) {
 
 float vc_gelu_ref(float x) { return vc_gelu_erf(x); }
 
+/* ------------------------------------------------- the iSTFT head's spectrum */
+
+/*
+ * sin and cos of x: Cody-Waite reduction by pi/2 (three-part constant, exact products for
+ * |x| up to about 1e4), Taylor polynomials on [-pi/4, pi/4] (truncation below 2e-9), the
+ * quadrant chosen by selects: branch-free, so the loop that calls it vectorizes. ggml's CPU
+ * SIN and COS call libm per element.
+ */
+static inline void vc_sincosf(float x, float *s, float *c) {
+    const float k = rintf(x * 0.63661977236758134f);
+    float r = fmaf(-k, 1.5703125f, x);
+    r = fmaf(-k, 4.837512969970703125e-4f, r);
+    r = fmaf(-k, 7.54978995489188216e-8f, r);
+    const float r2 = r * r;
+    float ps = 2.7557319224e-6f;
+    ps = fmaf(ps, r2, -1.9841269841e-4f);
+    ps = fmaf(ps, r2, 8.3333333333e-3f);
+    ps = fmaf(ps, r2, -1.6666666667e-1f);
+    const float sr = fmaf(r * r2, ps, r);
+    float pc = -2.7557319224e-7f;
+    pc = fmaf(pc, r2, 2.4801587302e-5f);
+    pc = fmaf(pc, r2, -1.3888888889e-3f);
+    pc = fmaf(pc, r2, 4.1666666667e-2f);
+    const float cr = fmaf(r2 * r2, pc, fmaf(-0.5f, r2, 1.0f));
+    const int q = (int)k & 3; /* x = k pi/2 + r: quadrant k mod 4 */
+    const float ss = (q & 1) ? cr : sr, cc = (q & 1) ? sr : cr;
+    *s = (q & 2) ? -ss : ss;
+    *c = ((q + 1) & 2) ? -cc : cc;
+}
+
+/* rows of y [2F] = [log-magnitudes | phases] -> [m cos p | m sin p], m = min(exp, 100) */
+static void vc_spectrum_kernel(struct ggml_tensor *dst, const struct ggml_tensor *y, int ith, int nth, void *user) {
+    (void)user;
+    const int64_t F = y->ne[0] / 2, rows = ggml_nrows(y), r0 = rows * ith / nth, r1 = rows * (ith + 1) / nth;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *yr = (const float *)y->data + r * 2 * F;
+        float *out = (float *)dst->data + r * 2 * F;
+        for (int64_t f = 0; f < F; f++) {
+            const float m = fminf(vc_expf(yr[f]), 100.0f);
+            float s, c;
+            vc_sincosf(yr[F + f], &s, &c);
+            out[f] = m * c;
+            out[F + f] = m * s;
+        }
+    }
+}
+
+void vc_sincos_ref(float x, float *s, float *c) { vc_sincosf(x, s, c); }
+
 struct ggml_tensor *vc_layer_norm(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
     struct ggml_tensor *y = ggml_mul(g->ctx, ggml_norm(g->ctx, x, VC_EPS), w);
     return b ? ggml_add(g->ctx, y, b) : y;
@@ -366,14 +415,19 @@ struct ggml_tensor *vc_istft_head(vc_graph *g, struct ggml_tensor *x, int32_t n_
     }
     struct ggml_tensor *y = vc_linear(g, x, vc_w(g, "head.out.weight"), vc_w(g, "head.out.bias")); /* [n_fft+2, B, T] */
     y = ggml_reshape_2d(ctx, y, n_fft + 2, B * T);
-    /* unary ops over all rows (their CUDA kernels want contiguous rows), then the halves as views */
-    struct ggml_tensor *mag = ggml_clamp(ctx, ggml_exp(ctx, y), 0.0f, 100.0f);
-    struct ggml_tensor *c = ggml_cos(ctx, y), *s = ggml_sin(ctx, y);
-    const size_t half = (size_t)F * sizeof(float);
-    struct ggml_tensor *m = ggml_view_2d(ctx, mag, F, B * T, mag->nb[1], 0);
-    struct ggml_tensor *re = ggml_mul(ctx, m, ggml_view_2d(ctx, c, F, B * T, c->nb[1], half));
-    struct ggml_tensor *im = ggml_mul(ctx, m, ggml_view_2d(ctx, s, F, B * T, s->nb[1], half));
-    struct ggml_tensor *spec = ggml_concat(ctx, re, im, 0); /* [n_fft+2, B*T] */
+    struct ggml_tensor *spec; /* [n_fft+2, B*T]: [m cos p | m sin p] */
+    if (g->cpu_ops) { /* one pass (vc_spectrum_kernel) where the composed form below makes seven */
+        spec = ggml_map_custom1(ctx, y, vc_spectrum_kernel, GGML_N_TASKS_MAX, NULL);
+    } else {
+        /* unary ops over all rows (their CUDA kernels want contiguous rows), then the halves as views */
+        struct ggml_tensor *mag = ggml_clamp(ctx, ggml_exp(ctx, y), 0.0f, 100.0f);
+        struct ggml_tensor *c = ggml_cos(ctx, y), *s = ggml_sin(ctx, y);
+        const size_t half = (size_t)F * sizeof(float);
+        struct ggml_tensor *m = ggml_view_2d(ctx, mag, F, B * T, mag->nb[1], 0);
+        struct ggml_tensor *re = ggml_mul(ctx, m, ggml_view_2d(ctx, c, F, B * T, c->nb[1], half));
+        struct ggml_tensor *im = ggml_mul(ctx, m, ggml_view_2d(ctx, s, F, B * T, s->nb[1], half));
+        spec = ggml_concat(ctx, re, im, 0);
+    }
     if (g->mask_bt) { /* padded frames add nothing to the overlap-add */
         spec = ggml_mul(ctx, spec, ggml_reshape_2d(ctx, g->mask_bt, 1, B * T));
     }

@@ -94,6 +94,8 @@ struct ggml_tensor *vc_group_norm(vc_graph *g, struct ggml_tensor *x, int n_grou
 struct ggml_tensor *vc_gelu(vc_graph *g, struct ggml_tensor *x);
 /* The fused kernel's scalar function, for tests. */
 float vc_gelu_ref(float x);
+/* The iSTFT head's fused spectrum kernel's sine and cosine (CPU), for tests. */
+void vc_sincos_ref(float x, float *s, float *c);
 
 /* LayerNorm over channels (eps VC_EPS) with affine w, b [C] (b may be NULL). */
 struct ggml_tensor *vc_layer_norm(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b);
