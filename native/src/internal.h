@@ -356,6 +356,12 @@ struct ggml_tensor *cr_group_norm_cpu(struct ggml_context *ctx, struct ggml_tens
                                       struct ggml_tensor *w, struct ggml_tensor *b, struct ggml_tensor *mask,
                                       float eps);
 
+/* LayerNorm (rms false) or RMSNorm (rms) over each row of x [C, ...], times w [C] plus b
+   [C] (b may be NULL), in one pass per row (ops/ops_norm.c). CPU backend only; NULL
+   where the shapes or types do not fit. */
+struct ggml_tensor *cr_norm_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                struct ggml_tensor *b, float eps, bool rms);
+
 /* Depthwise "same" convolution of x [C, T, B] by w ne [C, K] (K odd, zero padding
    (K-1)/2 each side) plus b [C] (ops/ops_dwconv.c). CPU backend only; NULL where the
    shapes or types do not fit. */

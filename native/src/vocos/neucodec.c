@@ -143,14 +143,14 @@ static void nc_tensor_specs(const void *hp_, cr_spec_list *s) {
 
 static struct ggml_tensor *nc_transformer(vc_graph *g, struct ggml_tensor *x, const nc_hparams *hp, int i) {
     struct ggml_context *ctx = g->ctx;
-    struct ggml_tensor *h = ggml_mul(ctx, ggml_rms_norm(ctx, x, VC_EPS), vc_w(g, "blk.%d.att_norm.weight", i));
+    struct ggml_tensor *h = vc_rms_norm(g, x, vc_w(g, "blk.%d.att_norm.weight", i));
     struct ggml_tensor *q = vc_linear(g, h, vc_w(g, "blk.%d.attn.q.weight", i), NULL);
     struct ggml_tensor *k = vc_linear(g, h, vc_w(g, "blk.%d.attn.k.weight", i), NULL);
     struct ggml_tensor *v = vc_linear(g, h, vc_w(g, "blk.%d.attn.v.weight", i), NULL);
     const int64_t hd = hp->dim / hp->n_heads;
     struct ggml_tensor *o = vc_attention(g, q, k, v, hp->n_heads, 1.0f / sqrtf((float)hd));
     x = ggml_add(ctx, x, vc_linear(g, o, vc_w(g, "blk.%d.attn.out.weight", i), NULL));
-    h = ggml_mul(ctx, ggml_rms_norm(ctx, x, VC_EPS), vc_w(g, "blk.%d.ffn_norm.weight", i));
+    h = vc_rms_norm(g, x, vc_w(g, "blk.%d.ffn_norm.weight", i));
     h = ggml_silu(ctx, vc_linear(g, h, vc_w(g, "blk.%d.fc1.weight", i), NULL));
     return ggml_add(ctx, x, vc_linear(g, h, vc_w(g, "blk.%d.fc2.weight", i), NULL));
 }

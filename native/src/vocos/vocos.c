@@ -311,8 +311,17 @@ static void vc_spectrum_kernel(struct ggml_tensor *dst, const struct ggml_tensor
 void vc_sincos_ref(float x, float *s, float *c) { vc_sincosf(x, s, c); }
 
 struct ggml_tensor *vc_layer_norm(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
+    struct ggml_tensor *fused = g->cpu_ops ? cr_norm_cpu(g->ctx, x, w, b, VC_EPS, false) : NULL; /* ops/ops_norm.c */
+    if (fused) {
+        return fused;
+    }
     struct ggml_tensor *y = ggml_mul(g->ctx, ggml_norm(g->ctx, x, VC_EPS), w);
     return b ? ggml_add(g->ctx, y, b) : y;
+}
+
+struct ggml_tensor *vc_rms_norm(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w) {
+    struct ggml_tensor *fused = g->cpu_ops ? cr_norm_cpu(g->ctx, x, w, NULL, VC_EPS, true) : NULL; /* ops/ops_norm.c */
+    return fused ? fused : ggml_mul(g->ctx, ggml_rms_norm(g->ctx, x, VC_EPS), w);
 }
 
 struct ggml_tensor *vc_resnet_block(vc_graph *g, struct ggml_tensor *x, int n_groups, const char *p) {

@@ -97,7 +97,10 @@ float vc_gelu_ref(float x);
 /* The iSTFT head's fused spectrum kernel's sine and cosine (CPU), for tests. */
 void vc_sincos_ref(float x, float *s, float *c);
 
-/* LayerNorm over channels (eps VC_EPS) with affine w, b [C] (b may be NULL). */
+/* RMSNorm over channels (eps VC_EPS) times w [C]; one fused pass on the CPU. */
+struct ggml_tensor *vc_rms_norm(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w);
+
+/* LayerNorm over channels (eps VC_EPS) with affine w, b [C] (b may be NULL); one fused pass on the CPU. */
 struct ggml_tensor *vc_layer_norm(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b);
 
 /* ResnetBlock of the Vocos decoders, prefix "<p>": x + conv2(silu(GN2(conv1(silu(GN1(x)))))), convs k3. */
