@@ -532,8 +532,58 @@ static void check_group_norm_dwconv(int64_t C, int64_t T, int G, int64_t K, int 
     ggml_free(ctx);
 }
 
+/* cr_norm_cpu, LayerNorm (with and without a bias) and RMSNorm, against double over rows
+   with an offset; a row alone equals it among the others, bitwise. */
+static void check_norm(int64_t C, int64_t rows, bool rms, bool bias, int threads) {
+    struct ggml_init_params ip = {(size_t)(4 * C * rows + 4 * C) * sizeof(float) + (1u << 20), NULL, false};
+    struct ggml_context *ctx = ggml_init(ip);
+    unsigned seed = (unsigned)(C + rows + rms);
+    struct ggml_tensor *x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, C, rows);
+    struct ggml_tensor *w = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, C), *b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, C);
+    fill(x, 2.0f, &seed);
+    fill(w, 1.0f, &seed);
+    fill(b, 1.0f, &seed);
+    float *xd = x->data;
+    for (int64_t i = 0; i < C * rows; i++) {
+        xd[i] += 0.5f;
+    }
+    struct ggml_tensor *y = cr_norm_cpu(ctx, x, w, bias ? b : NULL, 1e-6f, rms);
+    CHECK(y != NULL, "norm built");
+    if (!y) {
+        ggml_free(ctx);
+        return;
+    }
+    compute(ctx, y, threads);
+    rel_l2 r = {0, 0};
+    const float *wd = w->data, *bd = b->data, *yd = y->data;
+    for (int64_t i = 0; i < rows; i++) {
+        double s = 0, q = 0;
+        for (int64_t c = 0; c < C; c++) {
+            s += xd[i * C + c];
+        }
+        const double mean = rms ? 0.0 : s / (double)C;
+        for (int64_t c = 0; c < C; c++) {
+            q += (xd[i * C + c] - mean) * (xd[i * C + c] - mean);
+        }
+        const double inv = 1.0 / sqrt(q / (double)C + 1e-6);
+        for (int64_t c = 0; c < C; c++) {
+            rel_add(&r, yd[i * C + c], (xd[i * C + c] - mean) * inv * wd[c] + (bias ? bd[c] : 0.0));
+        }
+    }
+    CHECK(rel_value(&r) < 1e-6, "%s C=%lld rows=%lld: relative L2 %.3g", rms ? "RMSNorm" : "LayerNorm", (long long)C,
+          (long long)rows, rel_value(&r));
+    struct ggml_tensor *one = cr_norm_cpu(ctx, ggml_cont(ctx, ggml_view_2d(ctx, x, C, 1, x->nb[1], x->nb[1] * (rows - 1))),
+                                          w, bias ? b : NULL, 1e-6f, rms);
+    compute(ctx, one, 1);
+    CHECK(memcmp(one->data, yd + (rows - 1) * C, (size_t)C * sizeof(float)) == 0, "norm: a row alone != among others");
+    ggml_free(ctx);
+}
+
 int main(void) {
     check_elu();
+    check_norm(768, 37, false, true, 2);
+    check_norm(1024, 5, true, false, 3);
+    check_norm(17, 1, false, false, 1);
     check_group_norm_dwconv(768, 57, 32, 7, 2);
     check_group_norm_dwconv(64, 1, 4, 7, 1);
     check_group_norm_dwconv(48, 9, 3, 3, 3);
