@@ -60,8 +60,8 @@ class ConfigError(ValueError):
 class ModelSource:
     name: str
     source: str  # GGUF path, "hf:ORG/NAME" or "demo"
-    #: of the model's products (codecrt.Context(precision=...)): "f32", or "bf16" where its
-    #: family has BF16 products, on CPU workers (the worker refuses it otherwise)
+    #: of the model's products (codecrt.Context(precision=...)): "f32", or "bf16" or "bf16x3"
+    #: where its family has BF16 products, on CPU workers (the worker refuses it otherwise)
     precision: str = "f32"
 
 
