@@ -128,7 +128,7 @@ static void bf_scatter_column(uint32_t *wp, const uint16_t *row, int64_t j, int6
 BF_AVX512 void bf_pack_panel(uint32_t *wp, uint16_t *row, const float *w, int64_t m0, int64_t width, int64_t C,
                              int64_t taps, int64_t K2p, bool x3) {
     const int64_t n = C * taps, part = x3 ? K2p / 3 : K2p;
-    uint16_t *lo = row + n + 32;
+    uint16_t *lo = row + ((n + 1) & ~(int64_t)1) + 32; /* whole pairs: read as uint32_t, 4-byte aligned */
     for (int64_t j = 0; j < width; j++) {
         if (!x3) {
             bf_convert_row((uint32_t *)row, w + (m0 + j) * n, n);

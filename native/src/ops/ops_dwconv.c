@@ -6,7 +6,6 @@
  * 15 ms of them on 2 cores); the loop below runs along the channels, which are
  * contiguous, so it vectorizes. GPU graphs keep ggml's op.
  */
-#include <math.h>
 
 #include "internal.h"
 
@@ -35,7 +34,7 @@ static void cr_dwconv_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
             }
             const float *xs = xd + (bb * T + s) * C, *wk = wd + k * C;
             for (int64_t c = 0; c < C; c++) {
-                y[c] = fmaf(wk[c], xs[c], y[c]);
+                y[c] += wk[c] * xs[c]; /* a product and a sum: fmaf is a libm call where the build has no FMA */
             }
         }
     }

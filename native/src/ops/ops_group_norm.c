@@ -63,7 +63,7 @@ static void cr_group_norm_kernel(struct ggml_tensor *dst, int ith, int nth, void
         for (int64_t t = 0; t < T; t++) {
             const float keep = ms ? ms[t] : 1.0f;
             for (int64_t c = 0; c < cg; c++) {
-                ys[t * C + c] = fmaf((xs[t * C + c] - mean) * inv * keep, wd[c0 + c], bd[c0 + c]);
+                ys[t * C + c] = (xs[t * C + c] - mean) * inv * keep * wd[c0 + c] + bd[c0 + c];
             }
         }
     }
@@ -79,7 +79,7 @@ struct ggml_tensor *cr_group_norm_cpu(struct ggml_context *ctx, struct ggml_tens
                     ggml_nelements(b) == C &&
                     (!mask || (mask->type == GGML_TYPE_F32 && ggml_is_contiguous(mask) &&
                                ggml_nelements(mask) == x->ne[1] * x->ne[2]));
-    if (!ok) {
+    if (!ok || sizeof(void *) < 8) { /* the settings ride in the user pointer's 64 bits */
         return NULL;
     }
     uint32_t eps_bits;

@@ -44,7 +44,7 @@ static void cr_norm_kernel(struct ggml_tensor *dst, int ith, int nth, void *user
         const float inv = 1.0f / sqrtf((float)(sq / (double)C) + eps);
         if (bd) {
             for (int64_t c = 0; c < C; c++) {
-                yr[c] = fmaf((xr[c] - mean) * inv, wd[c], bd[c]);
+                yr[c] = (xr[c] - mean) * inv * wd[c] + bd[c];
             }
         } else {
             for (int64_t c = 0; c < C; c++) {
@@ -60,7 +60,7 @@ struct ggml_tensor *cr_norm_cpu(struct ggml_context *ctx, struct ggml_tensor *x,
     const bool ok = x->type == GGML_TYPE_F32 && ggml_is_contiguous(x) && w->type == GGML_TYPE_F32 &&
                     ggml_is_contiguous(w) && ggml_nelements(w) == C &&
                     (!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == C));
-    if (!ok) {
+    if (!ok || sizeof(void *) < 8) { /* the settings ride in the user pointer's 64 bits */
         return NULL;
     }
     uint32_t eps_bits;

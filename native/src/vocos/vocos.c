@@ -269,7 +269,11 @@ float vc_gelu_ref(float x) { return vc_gelu_erf(x); }
  * quadrant chosen by selects: branch-free, so the loop that calls it vectorizes. ggml's CPU
  * SIN and COS call libm per element.
  */
-static inline void vc_sincosf(float x, float *s, float *c) {
+typedef struct vc_sincos {
+    float s, c;
+} vc_sincos;
+
+static inline vc_sincos vc_sincosf(float x) {
     const float k = rintf(x * 0.63661977236758134f);
     float r = fmaf(-k, 1.5703125f, x);
     r = fmaf(-k, 4.837512969970703125e-4f, r);
@@ -287,8 +291,7 @@ static inline void vc_sincosf(float x, float *s, float *c) {
     const float cr = fmaf(r2 * r2, pc, fmaf(-0.5f, r2, 1.0f));
     const int q = (int)k & 3; /* x = k pi/2 + r: quadrant k mod 4 */
     const float ss = (q & 1) ? cr : sr, cc = (q & 1) ? sr : cr;
-    *s = (q & 2) ? -ss : ss;
-    *c = ((q + 1) & 2) ? -cc : cc;
+    return (vc_sincos){(q & 2) ? -ss : ss, ((q + 1) & 2) ? -cc : cc};
 }
 
 /* rows of y [2F] = [log-magnitudes | phases] -> [m cos p | m sin p], m = min(exp, 100) */
@@ -299,16 +302,20 @@ static void vc_spectrum_kernel(struct ggml_tensor *dst, const struct ggml_tensor
         const float *yr = (const float *)y->data + r * 2 * F;
         float *out = (float *)dst->data + r * 2 * F;
         for (int64_t f = 0; f < F; f++) {
-            const float m = fminf(vc_expf(yr[f]), 100.0f);
-            float s, c;
-            vc_sincosf(yr[F + f], &s, &c);
-            out[f] = m * c;
-            out[F + f] = m * s;
+            const float e = vc_expf(yr[f]);
+            const float m = e > 100.0f ? 100.0f : e; /* not fminf, whose NaN rule keeps the loop scalar */
+            const vc_sincos sc = vc_sincosf(yr[F + f]);
+            out[f] = m * sc.c;
+            out[F + f] = m * sc.s;
         }
     }
 }
 
-void vc_sincos_ref(float x, float *s, float *c) { vc_sincosf(x, s, c); }
+void vc_sincos_ref(float x, float *s, float *c) {
+    const vc_sincos sc = vc_sincosf(x);
+    *s = sc.s;
+    *c = sc.c;
+}
 
 struct ggml_tensor *vc_layer_norm(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
     struct ggml_tensor *fused = g->cpu_ops ? cr_norm_cpu(g->ctx, x, w, b, VC_EPS, false) : NULL; /* ops/ops_norm.c */
