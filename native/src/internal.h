@@ -362,11 +362,11 @@ struct ggml_tensor *cr_group_norm_cpu(struct ggml_context *ctx, struct ggml_tens
 struct ggml_tensor *cr_norm_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
                                 struct ggml_tensor *b, float eps, bool rms);
 
-/* Depthwise "same" convolution of x [C, T, B] by w ne [C, K] (K odd, zero padding
-   (K-1)/2 each side) plus b [C] (ops/ops_dwconv.c). CPU backend only; NULL where the
-   shapes or types do not fit. */
+/* Depthwise convolution, stride 1, of x [C, T, B] by w ne [C, K], dilation d, zero
+   padding pl and pr frames, plus b [C] or NULL -> [C, T + pl + pr - d (K-1), B]
+   (ops/ops_dwconv.c). CPU backend only; NULL where the shapes or types do not fit. */
 struct ggml_tensor *cr_dwconv_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                  struct ggml_tensor *b);
+                                  struct ggml_tensor *b, int dilation, int pl, int pr);
 
 /*
  * Softmax attention with scale 1/8 over every key, per head of 64 channels:

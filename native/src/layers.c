@@ -176,7 +176,11 @@ struct ggml_tensor *cr_group_norm(struct ggml_context *ctx, struct ggml_tensor *
 /* ------------------------------------------------------------ convolutions */
 
 struct ggml_tensor *cr_dwconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                              struct ggml_tensor *b, int dilation, int pl, int pr) {
+                              struct ggml_tensor *b, int dilation, int pl, int pr, bool cpu_ops) {
+    struct ggml_tensor *fused = cpu_ops ? cr_dwconv_cpu(ctx, x, w, b, dilation, pl, pr) : NULL; /* ops/ops_dwconv.c */
+    if (fused) {
+        return fused;
+    }
     int pad = pl;
     if (pl != pr) { /* the conv pads symmetrically: pad asymmetric frames first */
         x = cr_pad_frames(ctx, x, pl, pr, false);
@@ -272,7 +276,7 @@ struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *
     struct ggml_tensor *y;
     if (cpu_ops) {
         y = cr_snake_cpu(ctx, buf, u->alpha1, u->inv_alpha1);
-        y = cr_dwconv(ctx, y, u->dw_w, u->dw_b, dil, pad, pad);
+        y = cr_dwconv(ctx, y, u->dw_w, u->dw_b, dil, pad, pad, true);
         y = cr_snake_cpu(ctx, y, u->alpha2, u->inv_alpha2);
     } else {
         const int64_t C = buf->ne[0], L = buf->ne[1], B = buf->ne[2];

@@ -150,12 +150,13 @@ struct ggml_tensor *cr_group_norm(struct ggml_context *ctx, struct ggml_tensor *
  * Depthwise conv1d, stride 1, of x [C, T, B] (contiguous) with w [C, K] (tap
  * k of channel c at w[c + k*C]), b [C] or NULL, dilation d, zero padding pl
  * and pr frames -> [C, T + pl + pr - d (K-1), B]. "Same": pl = pr = d(K-1)/2;
- * valid: 0, 0; causal: d(K-1), 0. Runs as ggml's direct depthwise 2-D conv
- * (F32, CPU and CUDA kernels) on a channels-last view; a symmetric pad is the
- * conv's own, an asymmetric one cr_pad_frames first.
+ * valid: 0, 0; causal: d(K-1), 0. With cpu_ops (a CPU graph) the loop along the
+ * channels of ops/ops_dwconv.c; otherwise ggml's direct depthwise 2-D conv (F32,
+ * CPU and CUDA kernels) on a channels-last view, a symmetric pad the conv's own,
+ * an asymmetric one cr_pad_frames first.
  */
 struct ggml_tensor *cr_dwconv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                              struct ggml_tensor *b, int dilation, int pl, int pr);
+                              struct ggml_tensor *b, int dilation, int pl, int pr, bool cpu_ops);
 
 /*
  * The same conv on a time-fastest t [L, B, C] (any tensor of L*B*C elements,

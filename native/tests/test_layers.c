@@ -332,7 +332,8 @@ static void test_dwconv(void) {
                 if (To < 1) {
                     continue;
                 }
-                for (int layout = 0; layout < 2; layout++) { /* channels fastest, time fastest */
+                /* channels fastest (ggml's op), time fastest, channels fastest on the CPU's loop */
+                for (int layout = 0; layout < 3; layout++) {
                     if (layout == 1 && pl != pr) {
                         continue; /* the time-fastest conv pads symmetrically */
                     }
@@ -340,8 +341,8 @@ static void test_dwconv(void) {
                     struct ggml_tensor *x = rnd(ctx, C, T, B, 1.0f, -1.0f), *w = rnd(ctx, C, K, 1, 1.0f, -1.0f);
                     struct ggml_tensor *b = rnd1(ctx, C);
                     struct ggml_tensor *y;
-                    if (layout == 0) {
-                        y = cr_dwconv(ctx, x, w, b, d, pl, pr);
+                    if (layout != 1) {
+                        y = cr_dwconv(ctx, x, w, b, d, pl, pr, layout == 2);
                     } else {
                         struct ggml_tensor *t = cr_dwconv_tf(ctx, cr_to_tf(ctx, x), T, B, w, b, d, pl);
                         y = cr_to_cf(ctx, ggml_reshape_2d(ctx, t, To * B, C), To, B);

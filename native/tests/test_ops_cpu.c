@@ -473,7 +473,7 @@ static void check_group_norm_dwconv(int64_t C, int64_t T, int G, int64_t K, int 
         md[T + t] = t < len1 ? 1.0f : 0.0f;
     }
     struct ggml_tensor *gn = cr_group_norm_cpu(ctx, x, G, w, b, mask, 1e-6f);
-    struct ggml_tensor *dw = cr_dwconv_cpu(ctx, x, k, b);
+    struct ggml_tensor *dw = cr_dwconv_cpu(ctx, x, k, b, 1, (int)((K - 1) / 2), (int)((K - 1) / 2));
     CHECK(gn && dw, "group norm and depthwise conv built");
     if (!gn || !dw) {
         ggml_free(ctx);
@@ -524,7 +524,7 @@ static void check_group_norm_dwconv(int64_t C, int64_t T, int G, int64_t K, int 
     struct ggml_tensor *x1 = ggml_view_3d(ctx, x, C, T, 1, x->nb[1], x->nb[2], x->nb[2]);
     struct ggml_tensor *m1 = ggml_view_3d(ctx, mask, 1, T, 1, mask->nb[1], mask->nb[2], mask->nb[2]);
     struct ggml_tensor *gn1 = cr_group_norm_cpu(ctx, ggml_cont(ctx, x1), G, w, b, ggml_cont(ctx, m1), 1e-6f);
-    struct ggml_tensor *dw1 = cr_dwconv_cpu(ctx, ggml_cont(ctx, x1), k, b);
+    struct ggml_tensor *dw1 = cr_dwconv_cpu(ctx, ggml_cont(ctx, x1), k, b, 1, (int)((K - 1) / 2), (int)((K - 1) / 2));
     compute(ctx, gn1, 1);
     compute(ctx, dw1, 1);
     CHECK(memcmp(gn1->data, gd + T * C, (size_t)(T * C) * sizeof(float)) == 0, "group norm: sequence alone != batched");

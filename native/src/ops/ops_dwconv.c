@@ -1,34 +1,38 @@
 /*
- * ops_dwconv.c: the depthwise "same" convolution of the Vocos codecs' ConvNeXt
- * blocks on the channels-fastest layout [C, T, B] for the CPU backend. ggml's
- * conv_2d_dw_direct on this layout ran at about 6 GFLOP/s here (a 7-tap, 768-
- * channel conv over 750 frames took 1.3 ms of a 12-block WavTokenizer decode's
- * 15 ms of them on 2 cores); the loop below runs along the channels, which are
- * contiguous, so it vectorizes. GPU graphs keep ggml's op.
+ * ops_dwconv.c: the depthwise convolution on the channels-fastest layout
+ * [C, T, B] for the CPU backend (SNAC's residual units and input conv, Qwen3's
+ * upsample blocks, the Vocos codecs' ConvNeXt blocks). ggml's conv_2d_dw_direct
+ * on a channels-last view of this layout ran at about 6 GFLOP/s here (a 7-tap,
+ * 768-channel conv over 750 frames: 1.3 ms), 17 % of a SNAC decode; the loop
+ * below runs along the channels, which are contiguous, so it vectorizes, and it
+ * pads by skipping taps instead of copying. GPU graphs keep ggml's op.
  */
-
 #include "internal.h"
 
 /*
- * dst [C, T, B] = b + sum over taps k of w[k][c] x[t + k - (K-1)/2][c] (zero outside
- * the sequence); w ne [C, K] (PyTorch's (C, 1, K) transposed), b [C]. One task per
- * range of output frames, a frame's sums in tap order whatever the batch or threads.
+ * dst [C, T_out, B] = b + sum over taps k of w[k][c] x[t + k d - pl][c], zero outside
+ * the sequence (T_out = T + pl + pr - d (K-1)); w ne [C, K] (PyTorch's (C, 1, K)
+ * transposed), b [C] or absent. One task per range of output frames; a frame's sums in
+ * tap order whatever the batch or threads, and a tap that reads padding adds nothing
+ * (the same bits as adding the zero it would read). user: dilation, pl, pr in 21 bits each.
  */
 static void cr_dwconv_kernel(struct ggml_tensor *dst, int ith, int nth, void *user) {
-    (void)user;
     const struct ggml_tensor *x = dst->src[0], *w = dst->src[1], *b = dst->src[2];
-    const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], K = w->ne[1], pad = (K - 1) / 2;
-    const int64_t rows = T * B, r0 = rows * ith / nth, r1 = rows * (ith + 1) / nth;
-    const float *xd = (const float *)x->data, *wd = (const float *)w->data, *bd = (const float *)b->data;
+    const uint64_t u = (uint64_t)(uintptr_t)user;
+    const int64_t d = (int64_t)(u & 0x1fffff), pl = (int64_t)((u >> 21) & 0x1fffff);
+    const int64_t C = x->ne[0], T = x->ne[1], K = w->ne[1], To = dst->ne[1], B = dst->ne[2];
+    const int64_t rows = To * B, r0 = rows * ith / nth, r1 = rows * (ith + 1) / nth;
+    const float *xd = (const float *)x->data, *wd = (const float *)w->data;
+    const float *bd = b ? (const float *)b->data : NULL;
     float *yd = (float *)dst->data;
     for (int64_t r = r0; r < r1; r++) {
-        const int64_t bb = r / T, t = r % T;
+        const int64_t bb = r / To, t = r % To;
         float *y = yd + r * C;
         for (int64_t c = 0; c < C; c++) {
-            y[c] = bd[c];
+            y[c] = bd ? bd[c] : 0.0f;
         }
         for (int64_t k = 0; k < K; k++) {
-            const int64_t s = t + k - pad;
+            const int64_t s = t + k * d - pl;
             if (s < 0 || s >= T) {
                 continue;
             }
@@ -41,15 +45,18 @@ static void cr_dwconv_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
 }
 
 struct ggml_tensor *cr_dwconv_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                  struct ggml_tensor *b) {
-    const bool ok = x->type == GGML_TYPE_F32 && w->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 &&
-                    ggml_is_contiguous(x) && ggml_is_contiguous(w) && ggml_is_contiguous(b) && x->ne[3] == 1 &&
-                    w->ne[0] == x->ne[0] && w->ne[1] % 2 == 1 && w->ne[2] == 1 && w->ne[3] == 1 &&
-                    ggml_nelements(b) == x->ne[0];
+                                  struct ggml_tensor *b, int dilation, int pl, int pr) {
+    const int64_t To = x->ne[1] + pl + pr - (int64_t)dilation * (w->ne[1] - 1);
+    const bool ok = x->type == GGML_TYPE_F32 && w->type == GGML_TYPE_F32 && ggml_is_contiguous(x) &&
+                    ggml_is_contiguous(w) && x->ne[3] == 1 && w->ne[0] == x->ne[0] && w->ne[2] == 1 &&
+                    w->ne[3] == 1 && dilation >= 1 && dilation < (1 << 21) && pl >= 0 && pl < (1 << 21) &&
+                    pr >= 0 && pr < (1 << 21) && To >= 1 && sizeof(void *) >= 8 &&
+                    (!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == x->ne[0]));
     if (!ok) {
         return NULL;
     }
     struct ggml_tensor *args[3] = {x, w, b};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], x->ne[1], x->ne[2], 1, args, 3, cr_dwconv_kernel,
-                          GGML_N_TASKS_MAX, NULL);
+    void *user = (void *)(uintptr_t)((uint64_t)dilation | (uint64_t)pl << 21 | (uint64_t)pr << 42);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], To, x->ne[2], 1, args, b ? 3 : 2, cr_dwconv_kernel,
+                          GGML_N_TASKS_MAX, user);
 }

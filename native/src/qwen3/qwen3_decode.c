@@ -65,7 +65,8 @@ struct ggml_cgraph *qwen3_build_decode(const cr_model *model, struct ggml_contex
     for (int i = 0; i < hp->n_up; i++) {
         x = qwen3_upsample(ctx, w, hp, x, i, ops);
         struct ggml_tensor *dw =
-            cr_dwconv(ctx, x, cr_weight(w, "up%d.dw.weight", i), cr_weight(w, "up%d.dw.bias", i), 1, QWEN3_K - 1, 0);
+            cr_dwconv(ctx, x, cr_weight(w, "up%d.dw.weight", i), cr_weight(w, "up%d.dw.bias", i), 1, QWEN3_K - 1, 0,
+                      cpu);
         x = qwen3_convnext(ctx, w, x, dw, i, ops);
     }
     x = qwen3_decoder(ctx, w, gf, hp, x, cpu, ops); /* [1, T*hop, B] */

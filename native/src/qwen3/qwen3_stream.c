@@ -93,7 +93,7 @@ struct ggml_cgraph *qwen3_build_stream(const cr_model *model, struct ggml_contex
     for (int i = 0; i < hp->n_up; i++) {
         x = qwen3_upsample(ctx, w, hp, x, i, ops);
         struct ggml_tensor *dw = cr_dwconv(ctx, cr_states_append(st, x, QWEN3_K - 1), cr_weight(w, "up%d.dw.weight", i),
-                                           cr_weight(w, "up%d.dw.bias", i), 1, 0, 0);
+                                           cr_weight(w, "up%d.dw.bias", i), 1, 0, 0, cpu);
         x = qwen3_convnext(ctx, w, x, dw, i, ops);
     }
 

@@ -49,7 +49,8 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
     }
     struct ggml_tensor *x = snac_mask(ctx, z, masks[0]);
 
-    x = cr_dwconv(ctx, x, snac_w(w, "decoder.in_dw.weight"), snac_w(w, "decoder.in_dw.bias"), 1, 3, 3); /* k7 "same" */
+    x = cr_dwconv(ctx, x, snac_w(w, "decoder.in_dw.weight"), snac_w(w, "decoder.in_dw.bias"), 1, 3, 3,
+                  shape->cpu_ops); /* k7 "same" */
     x = cr_pwconv(ctx, x, snac_w(w, "decoder.in_pw.weight"), snac_w(w, "decoder.in_pw.bias"));
     if (hp->window > 0) {
         struct ggml_tensor *pos = io[SNAC_IO_POS] = cr_input(ctx, GGML_TYPE_I32, T * B, 1, 1, "pos");

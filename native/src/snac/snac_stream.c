@@ -60,7 +60,8 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
     struct ggml_tensor *x = cr_states_mask(st, z, r, d);
 
     struct ggml_tensor *buf = cr_states_append(st, x, 2 * 3);
-    x = cr_dwconv(ctx, buf, snac_w(w, "decoder.in_dw.weight"), snac_w(w, "decoder.in_dw.bias"), 1, 0, 0); /* valid */
+    x = cr_dwconv(ctx, buf, snac_w(w, "decoder.in_dw.weight"), snac_w(w, "decoder.in_dw.bias"), 1, 0, 0,
+                  shape->cpu_ops); /* valid */
     d += 3;
     x = cr_pwconv(ctx, x, snac_w(w, "decoder.in_pw.weight"), snac_w(w, "decoder.in_pw.bias"));
     x = cr_states_mask(st, x, r, d);

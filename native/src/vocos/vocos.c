@@ -128,7 +128,8 @@ struct ggml_tensor *vc_dwconv(vc_graph *g, struct ggml_tensor *x, struct ggml_te
     struct ggml_context *ctx = g->ctx;
     x = cr_dense(ctx, vc_mask(g, x));
     const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], K = w->ne[1];
-    struct ggml_tensor *fused = g->cpu_ops ? cr_dwconv_cpu(ctx, x, w, b) : NULL; /* ops/ops_dwconv.c */
+    struct ggml_tensor *fused = /* ops/ops_dwconv.c */
+        g->cpu_ops ? cr_dwconv_cpu(ctx, x, w, b, 1, (int)((K - 1) / 2), (int)((K - 1) / 2)) : NULL;
     if (fused) {
         return fused;
     }
