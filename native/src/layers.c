@@ -271,7 +271,7 @@ struct ggml_tensor *cr_upconv_step(struct ggml_context *ctx, struct ggml_tensor 
 /* ---------------------------------------------------------- residual units */
 
 struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
-                                  const cr_res_unit *u, int dil, bool same, bool cpu_ops) {
+                                  const cr_res_unit *u, int dil, bool same, bool cpu_ops, const cr_cpu_ops *ops) {
     const int pad = same ? (int)(dil * (u->dw_w->ne[1] - 1) / 2) : 0;
     struct ggml_tensor *y;
     if (cpu_ops) {
@@ -286,7 +286,7 @@ struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *
         t = cr_snake_tf(ctx, gf, ggml_reshape_2d(ctx, t, n * B, C), u->alpha2, u->inv_alpha2);
         y = cr_to_cf(ctx, t, n, B);
     }
-    return cr_pwconv(ctx, y, u->pw_w, u->pw_b);
+    return cr_linear(ctx, y, u->pw_w, u->pw_b, cpu_ops ? ops : NULL); /* the fused product on the CPU */
 }
 
 struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,

@@ -235,7 +235,8 @@ typedef struct cr_res_unit {
 } cr_res_unit;
 
 /*
- * The unit's branch pw(Snake2(dw_dil(Snake1(buf)))) on buf [C, L, B],
+ * The unit's branch pw(Snake2(dw_dil(Snake1(buf)))) on buf [C, L, B] (pw through
+ * cr_linear with ops on the CPU: the fused product),
  * channels fastest. same: the conv pads P = dil (K-1)/2 on each side (L = n,
  * an offline decode); otherwise it is valid and buf holds 2P frames of left
  * context (a stream's state) before the n new ones (L = n + 2P). Returns
@@ -244,7 +245,7 @@ typedef struct cr_res_unit {
  * in fusable form.
  */
 struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
-                                  const cr_res_unit *u, int dil, bool same, bool cpu_ops);
+                                  const cr_res_unit *u, int dil, bool same, bool cpu_ops, const cr_cpu_ops *ops);
 
 /*
  * The whole unit on a time-fastest buf [L, B, C] (contiguous), off the CPU:

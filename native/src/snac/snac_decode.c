@@ -18,6 +18,9 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
     const snac_hparams *hp = model->hparams;
     const int64_t T = shape->n_frames, B = shape->n_batch, L = hp->latent_dim;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
+    /* the fused CPU products (the 1x1 convs, the transposed convs' products) on the CPU */
+    static const cr_cpu_ops f32 = {.bf16 = false, .packs = NULL};
+    const cr_cpu_ops *ops = !shape->cpu_ops ? NULL : shape->ops ? shape->ops : &f32;
     char name[32];
 
     struct ggml_tensor *masks[SNAC_MAX_BLOCKS + 1] = {0};
@@ -76,7 +79,7 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
         t *= s;
         /* ConvTranspose1d(k 2s, stride s, padding ceil(s/2), output_padding s % 2): T*s samples */
         x = cr_upconv(ctx, x, snac_w(w, "decoder.block.%d.up.weight", i), snac_w(w, "decoder.block.%d.up.bias", i), s,
-                      (s + 1) / 2, t, NULL, shape->cpu_ops);
+                      (s + 1) / 2, t, ops, shape->cpu_ops);
         if (shape->noise && hp->noise) {
             snprintf(name, sizeof(name), "noise.%d", i);
             struct ggml_tensor *n = io[SNAC_IO_NOISE + i] = cr_input(ctx, GGML_TYPE_F32, 1, t, B, name);
@@ -96,7 +99,7 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
                 xt = snac_mask(ctx, cr_res_unit_tf(ctx, gf, xt, &u, dil, true), mt);
                 continue;
             }
-            struct ggml_tensor *y = cr_res_branch(ctx, gf, x, &u, dil, true, shape->cpu_ops);
+            struct ggml_tensor *y = cr_res_branch(ctx, gf, x, &u, dil, true, shape->cpu_ops, ops);
             x = snac_mask(ctx, ggml_add(ctx, x, y), masks[i + 1]);
         }
     }
