@@ -22,14 +22,15 @@ static struct ggml_tensor *mimi_seanet(struct ggml_context *ctx, struct ggml_con
         t *= r;
         x = mimi_elu(ctx, ops != NULL, x);
         /* ConvTranspose1d(k 2r, stride r) with its last r samples trimmed: T*r samples */
-        x = cr_upconv(ctx, x, mimi_w(w, "dec.up%d.weight", i), mimi_w(w, "dec.up%d.bias", i), r, 0, t, NULL, ops != NULL);
+        x = cr_upconv(ctx, x, mimi_w(w, "dec.up%d.weight", i), mimi_w(w, "dec.up%d.bias", i), r, 0, t, ops, ops != NULL);
         for (int j = 0; j < hp->n_res; j++) { /* one block (dilation 1), checked at load */
             struct ggml_tensor *y = mimi_elu(ctx, ops != NULL, x);
             /* C -> C/compress, k3, as K shifted products: never a [C*K, T] column matrix */
             y = cr_conv_narrow(ctx, y, mimi_w(w, "dec.res%d.%d.conv1.weight", i, j),
                                mimi_w(w, "dec.res%d.%d.conv1.bias", i, j), hp->res_kernel, hp->res_kernel - 1, 0);
             y = mimi_elu(ctx, ops != NULL, y);
-            y = cr_pwconv(ctx, y, mimi_w(w, "dec.res%d.%d.conv2.weight", i, j), mimi_w(w, "dec.res%d.%d.conv2.bias", i, j));
+            y = cr_linear(ctx, y, mimi_w(w, "dec.res%d.%d.conv2.weight", i, j), mimi_w(w, "dec.res%d.%d.conv2.bias", i, j),
+                          ops); /* the fused product on the CPU, as the stream's */
             x = ggml_add(ctx, x, y);
         }
     }

@@ -115,14 +115,15 @@ struct ggml_cgraph *mimi_build_stream(const cr_model *model, struct ggml_context
         const int r = hp->ratios[i];
         x = mimi_elu(ctx, ops != NULL, x);
         x = cr_upconv_step(ctx, cr_states_append(st, x, 1), mimi_w(w, "dec.up%d.weight", i),
-                           mimi_w(w, "dec.up%d.bias", i), r, NULL); /* [C/2, n*r, B] */
+                           mimi_w(w, "dec.up%d.bias", i), r, ops); /* [C/2, n*r, B] */
         n *= r;
         for (int j = 0; j < hp->n_res; j++) {
             struct ggml_tensor *y = cr_states_append(st, mimi_elu(ctx, ops != NULL, x), hp->res_kernel - 1);
             y = cr_conv_narrow(ctx, y, mimi_w(w, "dec.res%d.%d.conv1.weight", i, j),
                                mimi_w(w, "dec.res%d.%d.conv1.bias", i, j), hp->res_kernel, 0, 0);
             y = mimi_elu(ctx, ops != NULL, y);
-            y = cr_pwconv(ctx, y, mimi_w(w, "dec.res%d.%d.conv2.weight", i, j), mimi_w(w, "dec.res%d.%d.conv2.bias", i, j));
+            y = cr_linear(ctx, y, mimi_w(w, "dec.res%d.%d.conv2.weight", i, j), mimi_w(w, "dec.res%d.%d.conv2.bias", i, j),
+                          ops); /* the fused product on the CPU: the offline graph's kernel */
             x = ggml_add(ctx, x, y);
         }
     }
