@@ -67,6 +67,11 @@ struct ggml_tensor *cr_pwconv(struct ggml_context *ctx, struct ggml_tensor *x, s
     return b ? ggml_add(ctx, y, b) : y;
 }
 
+const cr_cpu_ops *cr_graph_ops(bool cpu_ops, const cr_cpu_ops *shape_ops) {
+    static const cr_cpu_ops f32 = {.bf16 = false, .packs = NULL};
+    return !cpu_ops ? NULL : shape_ops ? shape_ops : &f32;
+}
+
 struct ggml_tensor *cr_linear(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
                               struct ggml_tensor *b, const cr_cpu_ops *ops) {
     struct ggml_tensor *y = ops ? cr_linear_cpu(ctx, x, w, b, ops) : NULL; /* AVX-512 CPUs */
@@ -271,10 +276,10 @@ struct ggml_tensor *cr_upconv_step(struct ggml_context *ctx, struct ggml_tensor 
 /* ---------------------------------------------------------- residual units */
 
 struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
-                                  const cr_res_unit *u, int dil, bool same, bool cpu_ops, const cr_cpu_ops *ops) {
+                                  const cr_res_unit *u, int dil, bool same, const cr_cpu_ops *ops) {
     const int pad = same ? (int)(dil * (u->dw_w->ne[1] - 1) / 2) : 0;
     struct ggml_tensor *y;
-    if (cpu_ops) {
+    if (ops) {
         y = cr_snake_cpu(ctx, buf, u->alpha1, u->inv_alpha1);
         y = cr_dwconv(ctx, y, u->dw_w, u->dw_b, dil, pad, pad, true);
         y = cr_snake_cpu(ctx, y, u->alpha2, u->inv_alpha2);
@@ -286,7 +291,7 @@ struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *
         t = cr_snake_tf(ctx, gf, ggml_reshape_2d(ctx, t, n * B, C), u->alpha2, u->inv_alpha2);
         y = cr_to_cf(ctx, t, n, B);
     }
-    return cr_linear(ctx, y, u->pw_w, u->pw_b, cpu_ops ? ops : NULL); /* the fused product on the CPU */
+    return cr_linear(ctx, y, u->pw_w, u->pw_b, ops); /* the fused product on the CPU */
 }
 
 struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,

@@ -69,6 +69,13 @@ struct ggml_tensor *cr_pwconv(struct ggml_context *ctx, struct ggml_tensor *x, s
                               struct ggml_tensor *b);
 
 /*
+ * The fused CPU kernels a graph of this shape uses: NULL off the CPU (cpu_ops false),
+ * else the context's (shape_ops: its precision and packs) or, for a graph built without
+ * a context (tests), F32 without packs.
+ */
+const cr_cpu_ops *cr_graph_ops(bool cpu_ops, const cr_cpu_ops *shape_ops);
+
+/*
  * Linear layer y = W x + b: x [K, ...], w [K, M] (PyTorch Linear (M, K)),
  * b [M] or NULL -> [M, ...]. With ops (a CPU graph) the fused kernel of
  * ops_avx512_linear.c where it applies (AVX-512, F32, M a multiple of 16; bias in
@@ -235,8 +242,8 @@ typedef struct cr_res_unit {
 } cr_res_unit;
 
 /*
- * The unit's branch pw(Snake2(dw_dil(Snake1(buf)))) on buf [C, L, B] (pw through
- * cr_linear with ops on the CPU: the fused product),
+ * The unit's branch pw(Snake2(dw_dil(Snake1(buf)))) on buf [C, L, B]; ops: a CPU
+ * graph's (cr_graph_ops), whose fused Snake, depthwise loop and product it takes, or NULL,
  * channels fastest. same: the conv pads P = dil (K-1)/2 on each side (L = n,
  * an offline decode); otherwise it is valid and buf holds 2P frames of left
  * context (a stream's state) before the n new ones (L = n + 2P). Returns
@@ -245,7 +252,7 @@ typedef struct cr_res_unit {
  * in fusable form.
  */
 struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
-                                  const cr_res_unit *u, int dil, bool same, bool cpu_ops, const cr_cpu_ops *ops);
+                                  const cr_res_unit *u, int dil, bool same, const cr_cpu_ops *ops);
 
 /*
  * The whole unit on a time-fastest buf [L, B, C] (contiguous), off the CPU:

@@ -559,8 +559,7 @@ static void test_res_unit(void) {
             struct ggml_cgraph *gf = graph(ctx);
             struct ggml_tensor *y;
             if (mode < 4) {
-                static const cr_cpu_ops f32 = {.bf16 = false, .packs = NULL}; /* the fused product where it runs */
-                y = cr_res_branch(ctx, gf, buf, &u, d, same, cpu_ops, cpu_ops ? &f32 : NULL);
+                y = cr_res_branch(ctx, gf, buf, &u, d, same, cr_graph_ops(cpu_ops, NULL));
             } else { /* the whole unit time fastest, back to channels fastest to compare */
                 struct ggml_tensor *t = ggml_reshape_3d(ctx, cr_to_tf(ctx, buf), L, B, C);
                 t = cr_res_unit_tf(ctx, gf, t, &u, d, same);

@@ -128,11 +128,6 @@ struct ggml_tensor *dac_snake(struct ggml_context *ctx, struct ggml_context *w, 
     return cr_snake(ctx, gf, x, dac_w(w, "%s.alpha", prefix), dac_w(w, "%s.inv_alpha", prefix), cpu_ops);
 }
 
-const cr_cpu_ops *dac_ops(bool cpu_ops, const cr_cpu_ops *ops) {
-    static const cr_cpu_ops f32 = {.bf16 = false, .packs = NULL};
-    return !cpu_ops ? NULL : ops ? ops : &f32;
-}
-
 /* t[0..n) side by side along dim 0, in a balanced tree of concatenations (log2 n copies of
    each element instead of up to n) */
 static struct ggml_tensor *dac_concat0(struct ggml_context *ctx, struct ggml_tensor *const *t, int n) {

@@ -82,10 +82,6 @@ struct ggml_tensor *dac_snake(struct ggml_context *ctx, struct ggml_context *w, 
 struct ggml_tensor *dac_res_branch(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
                                    struct ggml_tensor *buf, int i, int j, bool same, const cr_cpu_ops *ops);
 
-/* The fused kernels a graph's products use: the context's (F32, or BF16 products with
-   CODECRT_PRECISION_BF16) on the CPU backend, NULL (ggml's ops) elsewhere. */
-const cr_cpu_ops *dac_ops(bool cpu_ops, const cr_cpu_ops *ops);
-
 /*
  * The quantizer's latent: sum over codebooks q of out_proj_q(codebook_q[codes[q]]), codes[q]
  * [N] -> [L, N], as ONE product: the codebook vectors side by side [H Q, N] times the

@@ -17,7 +17,7 @@ struct ggml_cgraph *dac_build_decode(const cr_model *model, struct ggml_context 
     const dac_hparams *hp = model->hparams;
     const int64_t T = shape->n_frames, B = shape->n_batch, L = hp->latent_dim;
     const bool cpu = shape->cpu_ops;
-    const cr_cpu_ops *ops = dac_ops(cpu, shape->ops);
+    const cr_cpu_ops *ops = cr_graph_ops(cpu, shape->ops);
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
     char name[32];
 

@@ -35,7 +35,7 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
     const dac_hparams *hp = model->hparams;
     const int64_t N = shape->chunk, B = shape->n_batch, L = hp->latent_dim;
     const bool cpu = shape->cpu_ops;
-    const cr_cpu_ops *ops = dac_ops(cpu, shape->ops);
+    const cr_cpu_ops *ops = cr_graph_ops(cpu, shape->ops);
     cr_states st;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
     cr_states_init(&st, ctx, gf, pool, n_pool, io, B, shape->masked, shape->cpu_ops);

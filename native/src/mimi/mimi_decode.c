@@ -9,7 +9,6 @@
 
 #include "mimi.h"
 
-static const cr_cpu_ops k_f32_ops = {0};
 
 /* The SEANet decoder on x [D, S, B] (S transformer steps) -> PCM [1, S*hop, B], all convs causal. */
 static struct ggml_tensor *mimi_seanet(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,
@@ -44,7 +43,7 @@ struct ggml_cgraph *mimi_build_decode(const cr_model *model, struct ggml_context
     struct ggml_tensor **io = gio->t;
     const mimi_hparams *hp = model->hparams;
     const int64_t T = shape->n_frames, B = shape->n_batch, S = T * hp->up_stride, D = hp->dim;
-    const cr_cpu_ops *ops = shape->cpu_ops ? (shape->ops ? shape->ops : &k_f32_ops) : NULL; /* packs */
+    const cr_cpu_ops *ops = cr_graph_ops(shape->cpu_ops, shape->ops); /* packs */
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, CR_GRAPH_SIZE, false);
 
     mimi_new_inputs(ctx, io, hp->n_q, T, B, hp->up_stride);

@@ -32,7 +32,6 @@
 
 #include "mimi.h"
 
-static const cr_cpu_ops k_f32_ops = {0};
 
 #define MIMI_POS_SITE (1 << 30) /* positions are absolute: "t mod site" never wraps in practice */
 
@@ -76,7 +75,7 @@ struct ggml_cgraph *mimi_build_stream(const cr_model *model, struct ggml_context
     const mimi_hparams *hp = model->hparams;
     const int64_t N = shape->chunk, B = shape->n_batch, D = hp->dim, n2 = N * hp->up_stride;
     const int64_t S = hp->context - 1, hd = mimi_head_dim(hp), H = hp->n_heads;
-    const cr_cpu_ops *ops = shape->cpu_ops ? (shape->ops ? shape->ops : &k_f32_ops) : NULL; /* packs */
+    const cr_cpu_ops *ops = cr_graph_ops(shape->cpu_ops, shape->ops); /* packs */
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, CR_GRAPH_SIZE, false);
     cr_states sts;
     cr_states *st = &sts;

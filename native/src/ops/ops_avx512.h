@@ -74,7 +74,6 @@ typedef struct cr_packed {
     int64_t C, taps, M;
     int32_t dilation, pad_left;
     cr_pack_kind kind;
-    bool f32;           /* kind == CR_PACK_F32 */
     bool amx;           /* BF16 products on AMX tiles */
     int64_t K2p;        /* BF16: pair rows per tap (BF16x3: the three blocks) */
     uint32_t *panels;   /* BF16 pairs, or floats when f32 */
@@ -232,6 +231,9 @@ BF_AVX512 void bf_convert_row(uint32_t *dst, const float *src, int64_t n);
 /* BF16x3's row of x (cr_packed): n floats -> [hi | hi | lo] pairs, each block part
    pairs long (part >= ceil(n/2); the pairs past ceil(n/2) in each block untouched). */
 BF_AVX512 void bf_convert_row_x3(uint32_t *dst, const float *src, int64_t n, int64_t part);
+/* A row of x as the product with packed weight pk (or, pk NULL, with per-call panels)
+   reads it: bf_convert_row_x3 into pk's three blocks for BF16x3, else bf_convert_row. */
+BF_AVX512 void bf_convert_row_for(const cr_packed *pk, uint32_t *dst, const float *src, int64_t n);
 /* at_panel_rows for pair-packed x and panel wp [taps][K2][64], on AMX tiles with amx
    (amx_rows' conditions) (ops_avx512_core.c). */
 BF_AVX512 void bf_panel_rows(bool amx, const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *wp, int64_t K2,

@@ -71,6 +71,14 @@ BF_AVX512 void bf_convert_row_x3(uint32_t *dst, const float *src, int64_t n, int
     memcpy(dst + part, dst, (size_t)((n + 1) / 2) * sizeof(uint32_t));
 }
 
+BF_AVX512 void bf_convert_row_for(const cr_packed *pk, uint32_t *dst, const float *src, int64_t n) {
+    if (pk && pk->kind == CR_PACK_BF16X3) {
+        bf_convert_row_x3(dst, src, n, pk->K2p / 3);
+    } else {
+        bf_convert_row(dst, src, n);
+    }
+}
+
 #define BF_COLS(R)                                                                                                   \
     do {                                                                                                             \
         switch (nc) {                                                                                                \
@@ -239,7 +247,7 @@ const cr_packed *cr_packs_get(cr_packs *packs, const struct ggml_tensor *w, int6
         }
     }
     free(row);
-    *e = (cr_packed){w->data, C, taps, M, dilation, pad_left, kind, f32, amx, K2p, panels};
+    *e = (cr_packed){w->data, C, taps, M, dilation, pad_left, kind, amx, K2p, panels};
     packs->items[packs->n++] = e;
     packs->bytes += (size_t)(P * panel) * sizeof(uint32_t);
     return e;

@@ -69,7 +69,7 @@ static void cr_linear_run(struct ggml_tensor *dst, int ith, int nth, bool bf16, 
                          : pk  ? (size_t)(K2s * LN_NB)
                                : (size_t)(K2 * (LN_PANEL + LN_NB + 1) + 16);
     wp = (float *)aligned_alloc(64, (words * sizeof(float) + 63) & ~(size_t)63);
-    if (wp && pk && !pk->f32) {
+    if (wp && pk && pk->kind != CR_PACK_F32) {
         memset(wp, 0, words * sizeof(float)); /* the rows' pairs past K2 (AMX's padding, BF16x3's blocks) stay zero */
     }
 #endif
@@ -89,11 +89,7 @@ static void cr_linear_run(struct ggml_tensor *dst, int ith, int nth, bool bf16, 
             }
             if (converted != n0) {
                 for (int64_t r = n0; r < n1; r++) {
-                    if (pk && pk->kind == CR_PACK_BF16X3) {
-                        bf_convert_row_x3(px + (r - n0) * K2s, xd + r * K, K, K2s / 3);
-                    } else {
-                        bf_convert_row(px + (r - n0) * K2s, xd + r * K, K);
-                    }
+                    bf_convert_row_for(pk, px + (r - n0) * K2s, xd + r * K, K);
                 }
                 converted = n0;
             }
@@ -132,7 +128,7 @@ static void cr_linear_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
 
 static void cr_linear_packed_kernel(struct ggml_tensor *dst, int ith, int nth, void *user) {
     const cr_packed *pk = (const cr_packed *)user;
-    cr_linear_run(dst, ith, nth, !pk->f32, pk);
+    cr_linear_run(dst, ith, nth, pk->kind != CR_PACK_F32, pk);
 }
 
 struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
@@ -193,7 +189,7 @@ static void cr_conv1d_run(struct ggml_tensor *dst, int ith, int nth, int64_t d, 
     const size_t xfl = (size_t)((LN_NB + span) * (bf16 ? C2s : C));
     const size_t rfl = bf16 && !pk ? (size_t)((C * taps + 1) / 2 + 16) : 0;
     wp = (float *)aligned_alloc(64, ((wfl + xfl + rfl) * sizeof(float) + 63) & ~(size_t)63);
-    if (wp && pk && !pk->f32) {
+    if (wp && pk && pk->kind != CR_PACK_F32) {
         memset(wp + wfl, 0, xfl * sizeof(float)); /* the frames' pairs past C2 (AMX's padding, BF16x3's blocks) stay zero */
     }
 #endif
@@ -220,10 +216,8 @@ static void cr_conv1d_run(struct ggml_tensor *dst, int ith, int nth, int64_t d, 
             if (window != bb * NB + tb) {
                 for (int64_t i = 0; i < nrow + span; i++) {
                     const int64_t sf = t0 + i - pl;
-                    if (sf >= 0 && sf < T && pk && pk->kind == CR_PACK_BF16X3) {
-                        bf_convert_row_x3(xs + i * C2s, xb + sf * C, C, C2s / 3);
-                    } else if (sf >= 0 && sf < T) {
-                        bf_convert_row(xs + i * C2s, xb + sf * C, C);
+                    if (sf >= 0 && sf < T) {
+                        bf_convert_row_for(pk, xs + i * C2s, xb + sf * C, C);
                     } else {
                         memset(xs + i * C2s, 0, (size_t)C2s * sizeof(uint32_t));
                     }
@@ -281,7 +275,7 @@ static void cr_conv1d_kernel(struct ggml_tensor *dst, int ith, int nth, void *us
 
 static void cr_conv1d_packed_kernel(struct ggml_tensor *dst, int ith, int nth, void *user) {
     const cr_packed *pk = (const cr_packed *)user;
-    cr_conv1d_run(dst, ith, nth, pk->dilation, pk->pad_left, !pk->f32, pk);
+    cr_conv1d_run(dst, ith, nth, pk->dilation, pk->pad_left, pk->kind != CR_PACK_F32, pk);
 }
 
 struct ggml_tensor *cr_conv1d_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,

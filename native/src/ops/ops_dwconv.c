@@ -14,12 +14,13 @@
  * the sequence (T_out = T + pl + pr - d (K-1)); w ne [C, K] (PyTorch's (C, 1, K)
  * transposed), b [C] or absent. One task per range of output frames; a frame's sums in
  * tap order whatever the batch or threads, and a tap that reads padding adds nothing
- * (the same bits as adding the zero it would read). user: dilation, pl, pr in 21 bits each.
+ * (the same bits as adding the zero it would read). user: dilation (10 bits), pl and pr
+ * (11 bits each), so that it fits a 32-bit pointer too.
  */
 static void cr_dwconv_kernel(struct ggml_tensor *dst, int ith, int nth, void *user) {
     const struct ggml_tensor *x = dst->src[0], *w = dst->src[1], *b = dst->src[2];
     const uint64_t u = (uint64_t)(uintptr_t)user;
-    const int64_t d = (int64_t)(u & 0x1fffff), pl = (int64_t)((u >> 21) & 0x1fffff);
+    const int64_t d = (int64_t)(u & 0x3ff), pl = (int64_t)((u >> 10) & 0x7ff);
     const int64_t C = x->ne[0], T = x->ne[1], K = w->ne[1], To = dst->ne[1], B = dst->ne[2];
     const int64_t rows = To * B, r0 = rows * ith / nth, r1 = rows * (ith + 1) / nth;
     const float *xd = (const float *)x->data, *wd = (const float *)w->data;
@@ -49,14 +50,14 @@ struct ggml_tensor *cr_dwconv_cpu(struct ggml_context *ctx, struct ggml_tensor *
     const int64_t To = x->ne[1] + pl + pr - (int64_t)dilation * (w->ne[1] - 1);
     const bool ok = x->type == GGML_TYPE_F32 && w->type == GGML_TYPE_F32 && ggml_is_contiguous(x) &&
                     ggml_is_contiguous(w) && x->ne[3] == 1 && w->ne[0] == x->ne[0] && w->ne[2] == 1 &&
-                    w->ne[3] == 1 && dilation >= 1 && dilation < (1 << 21) && pl >= 0 && pl < (1 << 21) &&
-                    pr >= 0 && pr < (1 << 21) && To >= 1 && sizeof(void *) >= 8 &&
+                    w->ne[3] == 1 && dilation >= 1 && dilation < (1 << 10) && pl >= 0 && pl < (1 << 11) &&
+                    pr >= 0 && pr < (1 << 11) && To >= 1 &&
                     (!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == x->ne[0]));
     if (!ok) {
         return NULL;
     }
     struct ggml_tensor *args[3] = {x, w, b};
-    void *user = (void *)(uintptr_t)((uint64_t)dilation | (uint64_t)pl << 21 | (uint64_t)pr << 42);
+    void *user = (void *)(uintptr_t)((uint32_t)dilation | (uint32_t)pl << 10 | (uint32_t)pr << 21);
     return ggml_custom_4d(ctx, GGML_TYPE_F32, x->ne[0], To, x->ne[2], 1, args, b ? 3 : 2, cr_dwconv_kernel,
                           GGML_N_TASKS_MAX, user);
 }

@@ -11,7 +11,6 @@
 
 #include "mimi/mimi.h"
 
-static const cr_cpu_ops k_f32_ops = {0};
 
 /* The decoder after the upsampling stack: x [L, S, B] -> PCM [1, S * prod(rates), B], every conv causal. */
 static struct ggml_tensor *qwen3_decoder(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
@@ -41,7 +40,7 @@ struct ggml_cgraph *qwen3_build_decode(const cr_model *model, struct ggml_contex
     const qwen3_hparams *hp = model->hparams;
     const int64_t T = shape->n_frames, B = shape->n_batch, hd = hp->head_dim, H = hp->n_heads, A = H * hd;
     const bool cpu = shape->cpu_ops;
-    const cr_cpu_ops *ops = cpu ? (shape->ops ? shape->ops : &k_f32_ops) : NULL;
+    const cr_cpu_ops *ops = cr_graph_ops(cpu, shape->ops);
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, CR_GRAPH_SIZE, false);
 
     mimi_new_inputs(ctx, io, hp->n_q, T, B, 1);

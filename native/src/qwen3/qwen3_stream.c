@@ -27,7 +27,6 @@
 
 #include "mimi/mimi.h"
 
-static const cr_cpu_ops k_f32_ops = {0};
 
 #define QWEN3_POS_SITE (1 << 30) /* positions are absolute: "t mod site" never wraps in practice */
 
@@ -60,7 +59,7 @@ struct ggml_cgraph *qwen3_build_stream(const cr_model *model, struct ggml_contex
     const int64_t N = shape->chunk, B = shape->n_batch;
     const int64_t S = hp->context - 1, hd = hp->head_dim, H = hp->n_heads, A = H * hd;
     const bool cpu = shape->cpu_ops;
-    const cr_cpu_ops *ops = cpu ? (shape->ops ? shape->ops : &k_f32_ops) : NULL;
+    const cr_cpu_ops *ops = cr_graph_ops(cpu, shape->ops);
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, CR_GRAPH_SIZE, false);
     cr_states sts;
     cr_states *st = &sts;

@@ -19,8 +19,7 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
     const int64_t T = shape->n_frames, B = shape->n_batch, L = hp->latent_dim;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
     /* the fused CPU products (the 1x1 convs, the transposed convs' products) on the CPU */
-    static const cr_cpu_ops f32 = {.bf16 = false, .packs = NULL};
-    const cr_cpu_ops *ops = !shape->cpu_ops ? NULL : shape->ops ? shape->ops : &f32;
+    const cr_cpu_ops *ops = cr_graph_ops(shape->cpu_ops, shape->ops);
     char name[32];
 
     struct ggml_tensor *masks[SNAC_MAX_BLOCKS + 1] = {0};
@@ -99,7 +98,7 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
                 xt = snac_mask(ctx, cr_res_unit_tf(ctx, gf, xt, &u, dil, true), mt);
                 continue;
             }
-            struct ggml_tensor *y = cr_res_branch(ctx, gf, x, &u, dil, true, shape->cpu_ops, ops);
+            struct ggml_tensor *y = cr_res_branch(ctx, gf, x, &u, dil, true, ops);
             x = snac_mask(ctx, ggml_add(ctx, x, y), masks[i + 1]);
         }
     }

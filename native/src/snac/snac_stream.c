@@ -42,8 +42,7 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
     cr_states_init(st, ctx, gf, pool, n_pool, io, B, shape->masked, shape->cpu_ops);
     /* the fused CPU products (the 1x1 convs, the transposed convs' products) on the CPU: the
        offline graph's kernel, so the same bits at any number of frames */
-    static const cr_cpu_ops f32 = {.bf16 = false, .packs = NULL};
-    const cr_cpu_ops *ops = !shape->cpu_ops ? NULL : shape->ops ? shape->ops : &f32;
+    const cr_cpu_ops *ops = cr_graph_ops(shape->cpu_ops, shape->ops);
 
     struct ggml_tensor *z = NULL;
     for (int l = 0; l < hp->n_levels; l++) {
@@ -96,7 +95,7 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
             buf = snac_snake(ctx, w, gf, buf, p, true);
         }
         x = cr_upconv_step(ctx, buf, snac_w(w, "decoder.block.%d.up.weight", i), snac_w(w, "decoder.block.%d.up.bias", i),
-                           s, tf ? NULL : ops); /* [Cout, n*s, B] */
+                           s, ops); /* [Cout, n*s, B] */
         n *= s;
         r *= s;
         d = d * s + (s + 1) / 2;
@@ -120,7 +119,7 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
                 continue;
             }
             buf = cr_states_append(st, x, 2 * P); /* [C, 2P+n, B] */
-            struct ggml_tensor *y = cr_res_branch(ctx, gf, buf, &u, dil, false, true, ops);
+            struct ggml_tensor *y = cr_res_branch(ctx, gf, buf, &u, dil, false, ops);
             struct ggml_tensor *xd = ggml_view_3d(ctx, buf, buf->ne[0], n, B, buf->nb[1], buf->nb[2],
                                                   (size_t)P * buf->nb[1]);
             x = cr_states_mask(st, ggml_add(ctx, xd, y), r, d);

@@ -16,7 +16,6 @@
 
 void vc_graph_begin(vc_graph *g, struct ggml_context *ctx, struct ggml_context *w, cr_graph_io *io,
                     const cr_decode_shape *shape) {
-    static const cr_cpu_ops f32 = {.bf16 = false, .packs = NULL};
     const int64_t T = shape->n_frames, B = shape->n_batch;
     memset(g, 0, sizeof(*g));
     g->ctx = ctx;
@@ -25,7 +24,7 @@ void vc_graph_begin(vc_graph *g, struct ggml_context *ctx, struct ggml_context *
     g->T = T;
     g->B = B;
     g->cpu_ops = shape->cpu_ops;
-    g->ops = !shape->cpu_ops ? NULL : shape->ops ? shape->ops : &f32;
+    g->ops = cr_graph_ops(shape->cpu_ops, shape->ops);
     g->gf = ggml_new_graph_custom(ctx, 4096, false);
     if (shape->frames_masked) {
         g->mask = vc_input(g, VC_IO_MASK, GGML_TYPE_F32, 1, T, B, 1, "mask");
@@ -120,32 +119,20 @@ struct ggml_tensor *vc_conv(vc_graph *g, struct ggml_tensor *x, struct ggml_tens
 }
 
 /*
- * Depthwise conv as ggml's direct depthwise 2-D conv on a channels-last view
- * (CPU and CUDA both have a kernel for that layout), so the padding is
- * implicit and the product stays F32 (as snac.c's offline graph on the CPU).
+ * The ConvNeXt blocks' "same" depthwise conv: cr_dwconv (the CPU's loop along the
+ * channels, ggml's direct depthwise conv on a channels-last view elsewhere), F32.
  */
 struct ggml_tensor *vc_dwconv(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
     struct ggml_context *ctx = g->ctx;
     x = cr_dense(ctx, vc_mask(g, x));
-    const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2], K = w->ne[1];
-    struct ggml_tensor *fused = /* ops/ops_dwconv.c */
-        g->cpu_ops ? cr_dwconv_cpu(ctx, x, w, b, 1, (int)((K - 1) / 2), (int)((K - 1) / 2)) : NULL;
-    if (fused) {
-        return fused;
-    }
-    if (T == 1) {
+    const int64_t C = x->ne[0], T = x->ne[1], K = w->ne[1];
+    if (T == 1 && !g->cpu_ops) {
         /* one frame sees only the centre tap; and ggml tells the channels-last layout from the
            strides, which a one-frame view does not distinguish (it would read it channels-first) */
         struct ggml_tensor *tap = ggml_view_1d(ctx, w, C, (size_t)((K - 1) / 2) * w->nb[1]);
         return ggml_add(ctx, ggml_mul(ctx, x, tap), b);
     }
-    /* input as ne [T, 1, C, B] with nb [4C, 4CT, 4, 4CT]; kernel as ne [K, 1, 1, C] channels fastest */
-    struct ggml_tensor *xv = ggml_permute(ctx, ggml_reshape_4d(ctx, x, C, T, 1, B), 2, 0, 1, 3);
-    struct ggml_tensor *wv = ggml_permute(ctx, ggml_reshape_4d(ctx, w, C, 1, K, 1), 3, 2, 0, 1);
-    struct ggml_tensor *y = ggml_conv_2d_dw_direct(ctx, wv, xv, 1, 1, (int)((K - 1) / 2), 0, 1, 1);
-    /* ne [T, 1, C, B] laid out as [C, T, B] */
-    y = ggml_reshape_3d(ctx, ggml_permute(ctx, y, 1, 2, 0, 3), C, T, B);
-    return ggml_add(ctx, y, b);
+    return cr_dwconv(ctx, x, w, b, 1, (int)((K - 1) / 2), (int)((K - 1) / 2), g->cpu_ops); /* "same" */
 }
 
 /* Sum of x [cg, G, T, B] over its group channels and frames: [1, G, 1, B]. */
