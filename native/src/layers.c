@@ -6,6 +6,8 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* ---------------------------------------------------------------- products */
 
@@ -215,21 +217,73 @@ struct ggml_tensor *cr_dwconv_tf(struct ggml_context *ctx, struct ggml_tensor *t
     return b ? ggml_add(ctx, y, ggml_reshape_4d(ctx, b, 1, 1, C, 1)) : y; /* [L_out, B, C, 1] */
 }
 
-struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                              struct ggml_tensor *b, int dilation, int pl, int pr, const cr_cpu_ops *ops) {
+enum { CR_CONV_MAX_TAPS = 16 }; /* the shifted products' view table; wider kernels take im2col */
+
+/* CODECRT_CONV_IM2COL=1: off the fused CPU kernels, every full conv through im2col, as
+   before the shifted products (an A/B switch for a device's benchmarks, read when a
+   graph is built) */
+static bool cr_conv_im2col(void) {
+    const char *e = getenv("CODECRT_CONV_IM2COL");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+/* x [Cin, T', B] (padded) through ggml's F32 im2col: x transposed to time fastest,
+   padded, unrolled to a column matrix [Cin*K, T', B] whose rows ic*K + k match the
+   kernel's memory order, and multiplied. */
+static struct ggml_tensor *cr_conv1d_im2col(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                            struct ggml_tensor *b, int dilation, int pl, int pr) {
+    const int64_t K = w->ne[0], Cin = w->ne[1], Cout = w->ne[2];
+    struct ggml_tensor *xt = ggml_cont(ctx, ggml_transpose(ctx, x)); /* [T, Cin, B] */
+    if (pl || pr) {
+        xt = ggml_pad_ext(ctx, xt, pl, pr, 0, 0, 0, 0, 0, 0);
+    }
+    struct ggml_tensor *col = ggml_im2col(ctx, w, xt, 1, 0, 0, 0, dilation, 0, false, GGML_TYPE_F32);
+    return cr_linear(ctx, col, ggml_reshape_2d(ctx, w, K * Cin, Cout), b, NULL); /* [Cout, T', B] */
+}
+
+struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *x,
+                              struct ggml_tensor *w, struct ggml_tensor *b, int dilation, int pl, int pr,
+                              const cr_cpu_ops *ops) {
     struct ggml_tensor *y = ops ? cr_conv1d_cpu(ctx, x, w, b, dilation, pl, pr, ops) : NULL;
     if (y) { /* AVX-512 CPUs: the fused convolution, no transpose, pad or column matrix */
         return y;
     }
+    x = cr_dense(ctx, x);
     const int64_t K = w->ne[0], Cin = w->ne[1], Cout = w->ne[2];
-    /* ggml's F32 im2col reads time-fastest rows: [T, Cin, B], padded in ne0 */
-    struct ggml_tensor *xt = ggml_cont(ctx, ggml_transpose(ctx, x));
-    if (pl || pr) {
-        xt = ggml_pad_ext(ctx, xt, pl, pr, 0, 0, 0, 0, 0, 0);
+    if (cr_conv_im2col() || K > CR_CONV_MAX_TAPS) {
+        return cr_conv1d_im2col(ctx, x, w, b, dilation, pl, pr);
     }
-    /* its columns (row ic*K + k) match the kernel's memory order ne [K, Cin, Cout] */
-    struct ggml_tensor *col = ggml_im2col(ctx, w, xt, 1, 0, 0, 0, dilation, 0, false, GGML_TYPE_F32);
-    return cr_linear(ctx, col, ggml_reshape_2d(ctx, w, K * Cin, Cout), b, ops); /* [Cout, T', B] */
+    if (pl || pr) {
+        x = cr_pad_frames(ctx, x, pl, pr, false); /* [Cin, Tp, B], padded along ne0 of [Cin*T, B] */
+    }
+    const int64_t Tp = x->ne[1], B = x->ne[2], To = Tp - (int64_t)dilation * (K - 1);
+    /* the taps side by side: wk [Cin, K*Cout], row k*Cout + oc is tap k of output oc (a copy
+       of the weight per compute: K Cin Cout floats, 66 MB for DAC's widest, against the
+       column matrix's K Cin T B) */
+    struct ggml_tensor *wk = ggml_reshape_2d(ctx, ggml_cont(ctx, ggml_permute(ctx, w, 2, 0, 1, 3)), Cin, K * Cout);
+    const int64_t cols = Tp * B;
+    struct ggml_tensor *z; /* [K*Cout, Tp, B] */
+    if (ops) {
+        z = cr_linear(ctx, x, wk, NULL, ops); /* a CPU graph whose fused conv did not apply */
+    } else if (cols >= CR_MMF_MIN_COLS && cols <= CR_MMF_MAX_COLS && cr_on_device(w)) {
+        z = cr_mm_padded(ctx, wk, x); /* as cr_mm pads a device weight's product (wk has no buffer yet) */
+    } else {
+        z = cr_mm(ctx, wk, x);
+    }
+    /* y[:, t] = sum_k z[k*Cout : (k+1)*Cout, t + k*dil]: K views of one layout. Their view
+       nodes go into gf first, so that the K-1 adds are consecutive nodes, each reading the
+       last: ggml's CUDA backend fuses such a chain into one kernel (K reads, one write). */
+    struct ggml_tensor *v[CR_CONV_MAX_TAPS] = {0};
+    for (int64_t k = 0; k < K; k++) {
+        v[k] = ggml_view_3d(ctx, z, Cout, To, B, z->nb[1], z->nb[2],
+                            (size_t)(k * Cout) * sizeof(float) + (size_t)(k * dilation) * z->nb[1]);
+        ggml_build_forward_expand(gf, v[k]);
+    }
+    y = K > 1 ? ggml_add(ctx, v[0], v[1]) : ggml_cont(ctx, v[0]);
+    for (int64_t k = 2; k < K; k++) {
+        y = ggml_add(ctx, y, v[k]);
+    }
+    return b ? ggml_add(ctx, y, b) : y; /* [Cout, To, B] */
 }
 
 struct ggml_tensor *cr_conv_narrow(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,

@@ -363,6 +363,41 @@ static void test_dwconv(void) {
     }
 }
 
+/*
+ * The longest run of ADD nodes in gf that ggml's CUDA backend fuses into one kernel
+ * (ggml-cuda.cu, multi-add): consecutive nodes, each reading the last as src[0], their
+ * src[1] all of one layout, each intermediate read once. cr_conv1d's tap sum must be one.
+ */
+static bool same_layout(const struct ggml_tensor *a, const struct ggml_tensor *b) {
+    for (int d = 0; d < GGML_MAX_DIMS; d++) {
+        if (a->ne[d] != b->ne[d] || a->nb[d] != b->nb[d]) {
+            return false;
+        }
+    }
+    return a->type == b->type;
+}
+
+static int fusable_add_chain(struct ggml_cgraph *gf) {
+    int best = 0;
+    const int n = ggml_graph_n_nodes(gf);
+    for (int i = 0; i < n; i++) {
+        int len = 1;
+        struct ggml_tensor *a = ggml_graph_node(gf, i);
+        if (a->op != GGML_OP_ADD) {
+            continue;
+        }
+        while (i + len < n) {
+            struct ggml_tensor *prev = ggml_graph_node(gf, i + len - 1), *next = ggml_graph_node(gf, i + len);
+            if (next->op != GGML_OP_ADD || next->src[0] != prev || !same_layout(prev->src[1], next->src[1])) {
+                break;
+            }
+            len++;
+        }
+        best = len > best ? len : best;
+    }
+    return best;
+}
+
 static void test_conv1d(void) {
     const int64_t Cin = 6, T = 11, B = 3;
     const int Ks[] = {7, 3, 1};
@@ -373,7 +408,9 @@ static void test_conv1d(void) {
             const int pads[][2] = {{P, P}, {0, 0}, {2 * P, 0}, {0, 3}};
             for (int p = 0; p < 4; p++) {
                 for (int Cout = 5; Cout <= 16; Cout += 11) {
-                    for (int fused = 0; fused < 2; fused++) {
+                    /* path 0: the shifted products (GPUs), 1: im2col (CODECRT_CONV_IM2COL), 2: the fused CPU conv */
+                    for (int path = 0; path < 3; path++) {
+                        const int fused = path == 2;
                         const int pl = pads[p][0], pr = pads[p][1];
                         const int64_t To = T + pl + pr - d * (K - 1);
                         if (To < 1) {
@@ -383,9 +420,20 @@ static void test_conv1d(void) {
                         struct ggml_tensor *x = rnd(ctx, Cin, T, B, 1.0f, -1.0f);
                         struct ggml_tensor *w = rnd(ctx, K, Cin, Cout, 1.0f, -1.0f), *b = rnd1(ctx, Cout);
                         const cr_cpu_ops ops = {.bf16 = false, .packs = NULL};
-                        struct ggml_tensor *y = cr_conv1d(ctx, x, w, p == 1 ? NULL : b, d, pl, pr, fused ? &ops : NULL);
+                        struct ggml_cgraph *gf = graph(ctx);
+                        if (path == 1) {
+                            setenv("CODECRT_CONV_IM2COL", "1", 1);
+                        }
+                        struct ggml_tensor *y =
+                            cr_conv1d(ctx, gf, x, w, p == 1 ? NULL : b, d, pl, pr, fused ? &ops : NULL);
+                        unsetenv("CODECRT_CONV_IM2COL");
                         check_shape("conv1d", y, Cout, To, B);
-                        const float *got = compute(ctx, graph(ctx), &y);
+                        if (path == 0 && K > 1) {
+                            ggml_build_forward_expand(gf, y);
+                            CHECK(fusable_add_chain(gf) == K - 1, "conv1d K %lld: %d adds in a fusable chain, want %lld",
+                                  (long long)K, fusable_add_chain(gf), (long long)(K - 1));
+                        }
+                        const float *got = compute(ctx, gf, &y);
                         double *ref = malloc(sizeof(double) * (size_t)(Cout * To * B));
                         for (int64_t bb = 0; bb < B; bb++) {
                             for (int64_t t = 0; t < To; t++) {
@@ -402,8 +450,8 @@ static void test_conv1d(void) {
                             }
                         }
                         char what[96];
-                        snprintf(what, sizeof(what), "conv1d K %lld d %d pad %d,%d Cout %d fused %d", (long long)K, d,
-                                 pl, pr, Cout, fused);
+                        snprintf(what, sizeof(what), "conv1d K %lld d %d pad %d,%d Cout %d path %d", (long long)K, d,
+                                 pl, pr, Cout, path);
                         compare(what, got, ref, Cout * To * B);
                         free(ref);
                         ggml_free(ctx);

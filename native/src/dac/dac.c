@@ -150,12 +150,9 @@ struct ggml_tensor *dac_quantize(struct ggml_context *ctx, struct ggml_context *
     return cr_linear(ctx, dac_concat0(ctx, e, n_codebooks), dac_concat0(ctx, proj, n_codebooks), bias, ops);
 }
 
-struct ggml_tensor *dac_conv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                             struct ggml_tensor *b, int dil, int pad, const cr_cpu_ops *ops) {
-    if (!ggml_is_contiguous(x)) {
-        x = ggml_cont(ctx, x);
-    }
-    return cr_conv1d(ctx, x, w, b, dil, pad, pad, ops);
+struct ggml_tensor *dac_conv(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *x,
+                             struct ggml_tensor *w, struct ggml_tensor *b, int dil, int pad, const cr_cpu_ops *ops) {
+    return cr_conv1d(ctx, gf, cr_dense(ctx, x), w, b, dil, pad, pad, ops);
 }
 
 struct ggml_tensor *dac_res_branch(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
@@ -168,7 +165,7 @@ struct ggml_tensor *dac_res_branch(struct ggml_context *ctx, struct ggml_context
     char p[64];
     snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake1", i, j);
     struct ggml_tensor *y = dac_snake(ctx, w, gf, buf, p, cpu_ops);
-    y = dac_conv(ctx, y, dac_w(w, "decoder.block.%d.res.%d.conv.weight", i, j),
+    y = dac_conv(ctx, gf, y, dac_w(w, "decoder.block.%d.res.%d.conv.weight", i, j),
                  dac_w(w, "decoder.block.%d.res.%d.conv.bias", i, j), dil, same ? 3 * dil : 0, ops);
     snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake2", i, j);
     y = dac_snake(ctx, w, gf, y, p, cpu_ops);

@@ -93,8 +93,8 @@ struct ggml_tensor *dac_quantize(struct ggml_context *ctx, struct ggml_context *
                                  int n_codebooks, const cr_cpu_ops *ops);
 
 /* The k7 convolutions (input, residual units): the fused CPU convolution where ops applies. */
-struct ggml_tensor *dac_conv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                             struct ggml_tensor *b, int dil, int pad, const cr_cpu_ops *ops);
+struct ggml_tensor *dac_conv(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *x,
+                             struct ggml_tensor *w, struct ggml_tensor *b, int dil, int pad, const cr_cpu_ops *ops);
 
 /* ------------------------------------------------- offline (dac_decode.c) */
 

@@ -22,8 +22,9 @@
  * valid sample (the silence appended offline).
  *
  * Activations stay channels fastest on every backend; off the CPU each Snake
- * runs time fastest between two transposes and each k7 conv through im2col
- * (layers.h). A time-fastest path for GPUs, as SNAC has, is not written yet.
+ * runs time fastest between two transposes and each k7 conv as seven shifted
+ * products summed (cr_conv1d, layers.h). A time-fastest path for GPUs, as SNAC
+ * has, is not written yet.
  */
 #include <stdio.h>
 
@@ -50,7 +51,7 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
     struct ggml_tensor *x = cr_states_mask(&st, ggml_reshape_3d(ctx, z, L, N, B), r, d);
 
     struct ggml_tensor *buf = cr_states_append(&st, x, 6); /* [L, 6+N, B] */
-    x = dac_conv(ctx, buf, dac_w(w, "decoder.in.weight"), dac_w(w, "decoder.in.bias"), 1, 0, ops); /* valid */
+    x = dac_conv(ctx, gf, buf, dac_w(w, "decoder.in.weight"), dac_w(w, "decoder.in.bias"), 1, 0, ops); /* valid */
     d += 3;
     x = cr_states_mask(&st, x, r, d);
 

@@ -11,10 +11,10 @@
 
 
 /* The SEANet decoder on x [D, S, B] (S transformer steps) -> PCM [1, S*hop, B], all convs causal. */
-static struct ggml_tensor *mimi_seanet(struct ggml_context *ctx, struct ggml_context *w, const mimi_hparams *hp,
-                                       struct ggml_tensor *x, const cr_cpu_ops *ops) {
+static struct ggml_tensor *mimi_seanet(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
+                                       const mimi_hparams *hp, struct ggml_tensor *x, const cr_cpu_ops *ops) {
     const int64_t S = x->ne[1];
-    x = cr_conv1d(ctx, x, mimi_w(w, "dec.in.weight"), mimi_w(w, "dec.in.bias"), 1, hp->kernel - 1, 0, ops);
+    x = cr_conv1d(ctx, gf, x, mimi_w(w, "dec.in.weight"), mimi_w(w, "dec.in.bias"), 1, hp->kernel - 1, 0, ops);
     int64_t t = S;
     for (int i = 0; i < hp->n_ratios; i++) {
         const int r = hp->ratios[i];
@@ -67,7 +67,7 @@ struct ggml_cgraph *mimi_build_decode(const cr_model *model, struct ggml_context
         x = ggml_add(ctx, x, o);
         x = mimi_ff(ctx, w, hp, x, l, ops);
     }
-    x = mimi_seanet(ctx, w, hp, x, ops); /* [1, T*1920, B] */
+    x = mimi_seanet(ctx, w, gf, hp, x, ops); /* [1, T*1920, B] */
     ggml_set_name(x, "pcm");
     ggml_set_output(x);
     io[MIMI_IO_OUT] = x;
@@ -123,7 +123,12 @@ int64_t mimi_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, in
     for (int i = 0; i < hp->n_ratios; i++) {
         const int64_t r = hp->ratios[i], co = mimi_channels(hp, i + 1);
         const int64_t t_in = tf + context;
-        const int64_t in = i == 0 ? (int64_t)hp->dim * t_in * B * hp->kernel : 0; /* the first conv's im2col */
+        /* the first conv's tap products [K*C0, t_in + K-1, B] (or im2col's columns [K*D, ...]) */
+        const int64_t cin = hp->dim > mimi_channels(hp, 0) ? hp->dim : mimi_channels(hp, 0);
+        const int64_t in = i == 0 ? cin * (t_in + hp->kernel - 1) * B * hp->kernel : 0;
+        /* off the CPU its weight taps side by side, a copy per compute (cr_conv1d) */
+        const int64_t wk = i == 0 ? (int64_t)hp->kernel * hp->dim * mimi_channels(hp, 0) : 0;
+        best = wk > best ? wk : best;
         const int64_t cols = 2 * r * co * (t_in + 2) * B;
         tf *= r;
         const int64_t t = tf + context;

@@ -107,7 +107,7 @@ struct ggml_cgraph *mimi_build_stream(const cr_model *model, struct ggml_context
     }
 
     /* SEANet: each conv "valid" over concat(state, input) */
-    x = cr_conv1d(ctx, cr_states_append(st, x, hp->kernel - 1), mimi_w(w, "dec.in.weight"), mimi_w(w, "dec.in.bias"),
+    x = cr_conv1d(ctx, gf, cr_states_append(st, x, hp->kernel - 1), mimi_w(w, "dec.in.weight"), mimi_w(w, "dec.in.bias"),
                   1, 0, 0, ops);
     int64_t n = n2;
     for (int i = 0; i < hp->n_ratios; i++) {

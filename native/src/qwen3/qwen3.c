@@ -223,7 +223,7 @@ struct ggml_tensor *qwen3_res_branch(struct ggml_context *ctx, struct ggml_conte
     if (!ggml_is_contiguous(buf)) {
         buf = ggml_cont(ctx, buf);
     }
-    struct ggml_tensor *y = cr_conv1d(ctx, buf, cr_weight(w, "dec.%d.res.%d.conv.weight", i, j),
+    struct ggml_tensor *y = cr_conv1d(ctx, gf, buf, cr_weight(w, "dec.%d.res.%d.conv.weight", i, j),
                                       cr_weight(w, "dec.%d.res.%d.conv.bias", i, j), dil[j], pad, 0, ops);
     y = qwen3_snake(ctx, w, gf, y, cpu_ops, "dec.%d.res.%d.snake2", i, j);
     return cr_linear(ctx, y, cr_weight(w, "dec.%d.res.%d.pw.weight", i, j), cr_weight(w, "dec.%d.res.%d.pw.bias", i, j),

@@ -70,7 +70,7 @@ struct ggml_cgraph *qwen3_build_stream(const cr_model *model, struct ggml_contex
         ggml_set_input(io->codes[k]);
     }
     struct ggml_tensor *x = qwen3_quantizer(ctx, w, hp, io->codes, N, B); /* [Q, N, B] */
-    x = cr_conv1d(ctx, cr_states_append(st, x, QWEN3_PRE_K - 1), cr_weight(w, "pre_conv.weight"),
+    x = cr_conv1d(ctx, gf, cr_states_append(st, x, QWEN3_PRE_K - 1), cr_weight(w, "pre_conv.weight"),
                   cr_weight(w, "pre_conv.bias"), 1, 0, 0, ops);
     x = cr_linear(ctx, x, cr_weight(w, "tr.in.weight"), cr_weight(w, "tr.in.bias"), ops); /* [D, N, B] */
 
@@ -97,7 +97,7 @@ struct ggml_cgraph *qwen3_build_stream(const cr_model *model, struct ggml_contex
     }
 
     /* the decoder: each conv "valid" over concat(state, input) */
-    x = cr_conv1d(ctx, cr_states_append(st, x, QWEN3_K - 1), cr_weight(w, "dec.in.weight"), cr_weight(w, "dec.in.bias"),
+    x = cr_conv1d(ctx, gf, cr_states_append(st, x, QWEN3_K - 1), cr_weight(w, "dec.in.weight"), cr_weight(w, "dec.in.bias"),
                   1, 0, 0, ops);
     for (int i = 0; i < hp->n_rates; i++) {
         const int r = hp->rates[i];

@@ -186,8 +186,10 @@ static int64_t nc_max_tensor_elements(const cr_model *model, int64_t T, int64_t 
     const nc_hparams *hp = model->hparams;
     T += context;
     int64_t best = vc_max_elements(T, B, hp->n_heads, hp->n_fft, hp->hop_length);
-    const int64_t cols = 7 * (int64_t)hp->dim * T * B, hid = (int64_t)hp->ffn_dim * T * B;
+    const int64_t cols = 7 * (int64_t)hp->dim * (T + 6) * B, hid = (int64_t)hp->ffn_dim * T * B;
+    const int64_t wk = 7 * (int64_t)hp->dim * hp->dim; /* off the CPU, the embed conv's weight taps (cr_conv1d) */
     best = cols > best ? cols : best;
+    best = wk > best ? wk : best;
     return hid > best ? hid : best;
 }
 

@@ -97,25 +97,9 @@ struct ggml_tensor *vc_linear(vc_graph *g, struct ggml_tensor *x, struct ggml_te
 }
 
 struct ggml_tensor *vc_conv(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
-    const int64_t K = w->ne[0], C = w->ne[1], M = w->ne[2], T = x->ne[1], B = x->ne[2];
-    const int pad = (int)((K - 1) / 2);
-    x = vc_mask(g, x);
-    if (g->cpu_ops) {
-        /* the fused kernel reads its input window straight from [C, T, B], no im2col matrix */
-        struct ggml_tensor *y =
-            cr_conv1d_cpu(g->ctx, cr_dense(g->ctx, x), w, b, 1, pad, pad, g->ops);
-        if (y) {
-            return y;
-        }
-    }
-    /* im2col wants time fastest ([T, C, B]) and gives rows (c, k) for each output frame: [C*K, T, B],
-       matching the PyTorch kernel's (M, C, K) flattening */
-    struct ggml_tensor *xt = ggml_cont(g->ctx, ggml_transpose(g->ctx, x));
-    struct ggml_tensor *cols = ggml_im2col(g->ctx, w, xt, 1, 0, pad, 0, 1, 0, false, GGML_TYPE_F32);
-    struct ggml_tensor *y = ggml_mul_mat(g->ctx, ggml_reshape_2d(g->ctx, w, K * C, M),
-                                         ggml_reshape_2d(g->ctx, cols, C * K, T * B)); /* [M, T*B] */
-    y = ggml_reshape_3d(g->ctx, y, M, T, B);
-    return b ? ggml_add(g->ctx, y, b) : y;
+    const int pad = (int)((w->ne[0] - 1) / 2);
+    /* the fused CPU conv (no column matrix) or, off the CPU, the tap products (layers.h) */
+    return cr_conv1d(g->ctx, g->gf, cr_dense(g->ctx, vc_mask(g, x)), w, b, 1, pad, pad, g->cpu_ops ? g->ops : NULL);
 }
 
 /*
