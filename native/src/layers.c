@@ -19,10 +19,18 @@ enum { CR_MMF_MIN_COLS = 4, CR_MMF_MAX_COLS = 16 };
 
 /* w lives in a device (non-host) buffer: the scheduler runs its products there.
    A view (a conv's weight reshaped to [K*Cin, Cout]) has no buffer until the
-   graph is allocated: its source's is the one. */
+   graph is allocated: its source's is the one. A weight computed in the graph
+   (DAC's projections side by side, a conv's taps side by side) has none either:
+   it is computed where its first source lives, a weight a few nodes up. */
 static bool cr_on_device(const struct ggml_tensor *w) {
-    const struct ggml_tensor *t = w->view_src ? w->view_src : w;
-    return t->buffer != NULL && !ggml_backend_buffer_is_host(t->buffer);
+    for (int depth = 0; w != NULL && depth < 16; depth++) {
+        const struct ggml_tensor *t = w->view_src ? w->view_src : w;
+        if (t->buffer != NULL) {
+            return !ggml_backend_buffer_is_host(t->buffer);
+        }
+        w = t->src[0];
+    }
+    return false;
 }
 
 struct ggml_tensor *cr_mm_padded(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x) {
@@ -261,15 +269,8 @@ struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_cgraph *gf, 
        of the weight per compute: K Cin Cout floats, 66 MB for DAC's widest, against the
        column matrix's K Cin T B) */
     struct ggml_tensor *wk = ggml_reshape_2d(ctx, ggml_cont(ctx, ggml_permute(ctx, w, 2, 0, 1, 3)), Cin, K * Cout);
-    const int64_t cols = Tp * B;
-    struct ggml_tensor *z; /* [K*Cout, Tp, B] */
-    if (ops) {
-        z = cr_linear(ctx, x, wk, NULL, ops); /* a CPU graph whose fused conv did not apply */
-    } else if (cols >= CR_MMF_MIN_COLS && cols <= CR_MMF_MAX_COLS && cr_on_device(w)) {
-        z = cr_mm_padded(ctx, wk, x); /* as cr_mm pads a device weight's product (wk has no buffer yet) */
-    } else {
-        z = cr_mm(ctx, wk, x);
-    }
+    /* [K*Cout, Tp, B]; on a CPU graph whose fused conv did not apply, the fused product */
+    struct ggml_tensor *z = ops ? cr_linear(ctx, x, wk, NULL, ops) : cr_mm(ctx, wk, x);
     /* y[:, t] = sum_k z[k*Cout : (k+1)*Cout, t + k*dil]: K views of one layout. Their view
        nodes go into gf first, so that the K-1 adds are consecutive nodes, each reading the
        last: ggml's CUDA backend fuses such a chain into one kernel (K reads, one write). */
