@@ -49,7 +49,8 @@ struct ggml_tensor *cr_mm_padded(struct ggml_context *ctx, struct ggml_tensor *w
 
 struct ggml_tensor *cr_mm(struct ggml_context *ctx, struct ggml_tensor *w, struct ggml_tensor *x) {
     const int64_t cols = x->ne[1] * x->ne[2] * x->ne[3];
-    if (w->type == GGML_TYPE_F32 && cols >= CR_MMF_MIN_COLS && cols <= CR_MMF_MAX_COLS && cr_on_device(w)) {
+    if (w->type == GGML_TYPE_F32 && w->ne[2] == 1 && w->ne[3] == 1 && cols >= CR_MMF_MIN_COLS &&
+        cols <= CR_MMF_MAX_COLS && cr_on_device(w)) { /* a 2-D weight (never a batched operand) */
         return cr_mm_padded(ctx, w, x);
     }
     if (!ggml_is_contiguous(x) || x->ne[3] != 1) {
