@@ -228,12 +228,14 @@ struct ggml_tensor *cr_dwconv_tf(struct ggml_context *ctx, struct ggml_tensor *t
 
 enum { CR_CONV_MAX_TAPS = 16 }; /* the shifted products' view table; wider kernels take im2col */
 
-/* CODECRT_CONV_IM2COL=1: off the fused CPU kernels, every full conv through im2col, as
-   before the shifted products (an A/B switch for a device's benchmarks, read when a
-   graph is built) */
+/* Off the fused CPU kernels, a full conv runs through im2col unless CODECRT_CONV=taps
+   asks for the shifted products: those are checked on the CPU (the same graph, test_layers
+   and the codecs' portable tests) but have no GPU measurement yet, so the measured path
+   stays the default until a device run says otherwise (docs/benchmarks.md). Read when a
+   graph is built. */
 static bool cr_conv_im2col(void) {
-    const char *e = getenv("CODECRT_CONV_IM2COL");
-    return e && *e && strcmp(e, "0") != 0;
+    const char *e = getenv("CODECRT_CONV");
+    return !(e && strcmp(e, "taps") == 0);
 }
 
 /* x [Cin, T', B] (padded) through ggml's F32 im2col: x transposed to time fastest,

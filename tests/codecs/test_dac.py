@@ -333,3 +333,21 @@ def test_gpu_launch_limits_hold_for_long_decodes(codecrt, cases):
             streamed, _ = run_stream(ctx, [x[0] for x in lv], [0, 100, 300])
     assert rel_l2(got, want) <= 1e-5
     assert np.abs(streamed - want[0]).max() < 1e-5
+
+
+def test_conv_taps_decode_as_im2col(codecrt, cases):
+    """The portable graphs' two ways to run a full conv (cr_conv1d): ggml's im2col and a product
+    (the default off the CPU) and CODECRT_CONV=taps, one product with the 7 taps side by side
+    and its shifted views summed. Offline and streamed, the same samples to f32 rounding."""
+    case = cases("tiny")
+    rng = np.random.default_rng(13)
+    lv = [rng.integers(0, 1024, (2, 60)).astype(np.int32) for _ in range(4)]
+    out = {}
+    with codecrt.Model(str(case.gguf)) as m:
+        for conv in ("im2col", "taps"):
+            with runtime_env(CODECRT_PORTABLE_OPS="1", CODECRT_CONV=conv), \
+                    codecrt.Context(m, device="cpu", stream_chunk_frames=4) as ctx:
+                out[conv] = ctx.decode(lv), run_stream(ctx, [x[0] for x in lv], [0, 7, 33, 60])[0]
+    (im2col, _), (taps, taps_streamed) = out["im2col"], out["taps"]
+    assert rel_l2(taps, im2col) <= 1e-5
+    assert np.abs(taps_streamed - taps[0]).max() < 1e-5

@@ -82,7 +82,7 @@ size_t dac_scratch_floats(const cr_model *model, const cr_decode_shape *shape) {
 }
 
 /*
- * The largest tensor: a k7 conv's tap products [7 C, n, B] off the CPU (cr_conv1d), a transposed conv's product [2 s C_out, n + 2, B] or an
+ * The largest tensor: a k7 conv's column matrix [7 C, n, B] or tap products off the CPU (cr_conv1d), a transposed conv's product [2 s C_out, n + 2, B] or an
  * activation [C, n, B], with `context` extra frames at every point.
  */
 int64_t dac_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, int64_t context) {
