@@ -259,11 +259,11 @@ struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_cgraph *gf, 
     if (y) { /* AVX-512 CPUs: the fused convolution, no transpose, pad or column matrix */
         return y;
     }
-    x = cr_dense(ctx, x);
     const int64_t K = w->ne[0], Cin = w->ne[1], Cout = w->ne[2];
     if (cr_conv_im2col() || K > CR_CONV_MAX_TAPS) {
         return cr_conv1d_im2col(ctx, x, w, b, dilation, pl, pr);
     }
+    x = cr_dense(ctx, x);
     if (pl || pr) {
         x = cr_pad_frames(ctx, x, pl, pr, false); /* [Cin, Tp, B], padded along ne0 of [Cin*T, B] */
     }
@@ -283,11 +283,16 @@ struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_cgraph *gf, 
                             (size_t)(k * Cout) * sizeof(float) + (size_t)(k * dilation) * z->nb[1]);
         ggml_build_forward_expand(gf, v[k]);
     }
-    y = K > 1 ? ggml_add(ctx, v[0], v[1]) : ggml_cont(ctx, v[0]);
-    for (int64_t k = 2; k < K; k++) {
+    y = v[0]; /* K = 1: z itself, viewed */
+    for (int64_t k = 1; k < K; k++) {
         y = ggml_add(ctx, y, v[k]);
     }
     return b ? ggml_add(ctx, y, b) : y; /* [Cout, To, B] */
+}
+
+int64_t cr_conv1d_max_elements(int64_t K, int64_t Cin, int64_t Cout, int64_t T, int64_t B) {
+    const int64_t cols = K * (Cin > Cout ? Cin : Cout) * T * B, taps = K * Cin * Cout;
+    return cols > taps ? cols : taps;
 }
 
 struct ggml_tensor *cr_conv_narrow(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,

@@ -195,6 +195,12 @@ struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_cgraph *gf, 
                               struct ggml_tensor *w, struct ggml_tensor *b, int dilation, int pl, int pr,
                               const cr_cpu_ops *ops);
 
+/* The largest tensor cr_conv1d makes off the CPU for a conv of K taps, Cin -> Cout, over T
+   input frames (padding included) of B sequences, on either path: im2col's columns
+   [K*Cin, T, B], the tap products [K*Cout, T, B], or the weight's taps side by side
+   [Cin, K*Cout] (a copy per compute). For the architectures' max_tensor_elements. */
+int64_t cr_conv1d_max_elements(int64_t K, int64_t Cin, int64_t Cout, int64_t T, int64_t B);
+
 /*
  * Conv1d of K taps with few output channels (the decoders' last conv to PCM):
  * x [Cin, T, B], w [Cin, K*Cout] (row k*Cout + oc), b [Cout] or NULL, zero

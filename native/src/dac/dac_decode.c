@@ -82,28 +82,23 @@ size_t dac_scratch_floats(const cr_model *model, const cr_decode_shape *shape) {
 }
 
 /*
- * The largest tensor: a k7 conv's column matrix [7 C, n, B] or tap products off the CPU (cr_conv1d), a transposed conv's product [2 s C_out, n + 2, B] or an
- * activation [C, n, B], with `context` extra frames at every point.
+ * The largest tensor: a k7 conv's (cr_conv1d_max_elements), a transposed conv's
+ * product [2 s C_out, n + 2, B] or an activation [C, n, B], with `context` extra
+ * frames at every point.
  */
 int64_t dac_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, int64_t context) {
     const dac_hparams *hp = model->hparams;
     const int64_t t = T + context + 6;
-    /* the input conv's tap products [K*D, t, B] (or im2col's columns [K*L, ...]) */
-    int64_t best = (int64_t)DAC_K * (hp->latent_dim > hp->decoder_dim ? hp->latent_dim : hp->decoder_dim) * t * B;
-    best = best > (int64_t)hp->decoder_dim * t * B ? best : (int64_t)hp->decoder_dim * t * B;
-    /* off the CPU the input conv's weight taps side by side, a copy per compute (cr_conv1d) */
-    const int64_t wk = (int64_t)DAC_K * hp->latent_dim * hp->decoder_dim;
-    best = wk > best ? wk : best;
+    int64_t best = cr_conv1d_max_elements(DAC_K, hp->latent_dim, hp->decoder_dim, t, B); /* the input conv */
     int64_t tt = T;
     for (int i = 0; i < hp->n_blocks; i++) {
         const int64_t s = hp->rates[i], co = dac_channels(hp, i + 1);
         const int64_t cols = 2 * s * co * (tt + 2 + context) * B;
         tt *= s;
-        const int64_t conv = (int64_t)DAC_K * co * (tt + context + 54) * B; /* dilation 9: 54 frames of padding */
-        const int64_t wr = (int64_t)DAC_K * co * co; /* a residual conv's weight taps */
+        /* a residual conv; dilation 9: 54 frames of padding */
+        const int64_t conv = cr_conv1d_max_elements(DAC_K, co, co, tt + context + 54, B);
         best = cols > best ? cols : best;
         best = conv > best ? conv : best;
-        best = wr > best ? wr : best;
     }
     return best;
 }

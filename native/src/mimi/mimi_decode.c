@@ -120,20 +120,16 @@ int64_t mimi_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, in
     best = ff > best ? ff : best;
     best = kq > best ? kq : best;
     best = cb > best ? cb : best;
+    /* the first conv, causal: K-1 frames of padding */
+    const int64_t in = cr_conv1d_max_elements(hp->kernel, hp->dim, mimi_channels(hp, 0), S + hp->kernel - 1, B);
+    best = in > best ? in : best;
     for (int i = 0; i < hp->n_ratios; i++) {
         const int64_t r = hp->ratios[i], co = mimi_channels(hp, i + 1);
         const int64_t t_in = tf + context;
-        /* the first conv's tap products [K*C0, t_in + K-1, B] (or im2col's columns [K*D, ...]) */
-        const int64_t cin = hp->dim > mimi_channels(hp, 0) ? hp->dim : mimi_channels(hp, 0);
-        const int64_t in = i == 0 ? cin * (t_in + hp->kernel - 1) * B * hp->kernel : 0;
-        /* off the CPU its weight taps side by side, a copy per compute (cr_conv1d) */
-        const int64_t wk = i == 0 ? (int64_t)hp->kernel * hp->dim * mimi_channels(hp, 0) : 0;
-        best = wk > best ? wk : best;
         const int64_t cols = 2 * r * co * (t_in + 2) * B;
         tf *= r;
         const int64_t t = tf + context;
         const int64_t out = co * (t + hp->res_kernel) * B * hp->res_kernel / hp->compress + co * t * B;
-        best = in > best ? in : best;
         best = cols > best ? cols : best;
         best = out > best ? out : best;
     }

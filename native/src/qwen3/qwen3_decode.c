@@ -92,9 +92,7 @@ int64_t qwen3_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, i
     const int64_t keys = ring > S + hp->context ? ring : S + (context > 0 ? hp->context : 0);
     int64_t best = (int64_t)hp->n_q * hp->cdim * S * B;
     const int64_t cand[] = {3 * A * S * B, (int64_t)hp->ff * S * B, keys * S * hp->n_heads * B,
-                            /* pre_conv's tap products (or im2col's columns) */
-                            (int64_t)(hp->qdim > hp->latent ? hp->qdim : hp->latent) * QWEN3_PRE_K *
-                                (S + QWEN3_PRE_K - 1) * B};
+                            cr_conv1d_max_elements(QWEN3_PRE_K, hp->qdim, hp->latent, S + QWEN3_PRE_K - 1, B)};
     for (size_t i = 0; i < sizeof(cand) / sizeof(cand[0]); i++) {
         best = cand[i] > best ? cand[i] : best;
     }
@@ -104,23 +102,16 @@ int64_t qwen3_max_tensor_elements(const cr_model *model, int64_t T, int64_t B, i
         const int64_t pw = 4 * (int64_t)hp->latent * (tf + context) * B;
         best = pw > best ? pw : best;
     }
-    /* the first conv's tap products [K*C0, ...] or im2col's columns [K*latent, ...] */
-    const int64_t c0 = qwen3_channels(hp, 0), cin = hp->latent > c0 ? hp->latent : c0;
-    const int64_t in = cin * QWEN3_K * (tf + context + QWEN3_K - 1) * B;
+    /* the first conv, causal: K-1 frames of padding */
+    const int64_t in =
+        cr_conv1d_max_elements(QWEN3_K, hp->latent, qwen3_channels(hp, 0), tf + context + QWEN3_K - 1, B);
     best = in > best ? in : best;
-    /* off the CPU the convs' weight taps side by side, a copy per compute (cr_conv1d) */
-    const int64_t wk_in = (int64_t)QWEN3_K * hp->latent * c0, wk_pre = (int64_t)QWEN3_PRE_K * hp->qdim * hp->latent;
-    best = wk_in > best ? wk_in : best;
-    best = wk_pre > best ? wk_pre : best;
     for (int i = 0; i < hp->n_rates; i++) {
         const int64_t r = hp->rates[i], co = qwen3_channels(hp, i + 1);
         const int64_t cols = 2 * r * co * (tf + context + 2) * B;
         tf *= r;
-        /* a residual conv's tap products (or im2col): 7 taps of co channels over 6*9 frames of
-           context plus the new */
-        const int64_t col = co * QWEN3_K * (tf + context + (QWEN3_K - 1) * 9) * B;
-        const int64_t wr = (int64_t)QWEN3_K * co * co; /* its weight taps (cr_conv1d) */
-        best = wr > best ? wr : best;
+        /* a residual conv: 6*9 frames of context plus the new */
+        const int64_t col = cr_conv1d_max_elements(QWEN3_K, co, co, tf + context + (QWEN3_K - 1) * 9, B);
         best = cols > best ? cols : best;
         best = col > best ? col : best;
     }

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "layers.h"
 #include "vocos.h"
 
 #define NC_MAX_LAYERS 64
@@ -186,10 +187,9 @@ static int64_t nc_max_tensor_elements(const cr_model *model, int64_t T, int64_t 
     const nc_hparams *hp = model->hparams;
     T += context;
     int64_t best = vc_max_elements(T, B, hp->n_heads, hp->n_fft, hp->hop_length);
-    const int64_t cols = 7 * (int64_t)hp->dim * (T + 6) * B, hid = (int64_t)hp->ffn_dim * T * B;
-    const int64_t wk = 7 * (int64_t)hp->dim * hp->dim; /* off the CPU, the embed conv's weight taps (cr_conv1d) */
+    /* the embed conv (k7, "same" padded) */
+    const int64_t cols = cr_conv1d_max_elements(7, hp->dim, hp->dim, T + 6, B), hid = (int64_t)hp->ffn_dim * T * B;
     best = cols > best ? cols : best;
-    best = wk > best ? wk : best;
     return hid > best ? hid : best;
 }
 

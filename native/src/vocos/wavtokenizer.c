@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "layers.h"
 #include "vocos.h"
 
 #define WT_MAX_LAYERS 64
@@ -189,17 +190,12 @@ static int64_t wt_max_tensor_elements(const cr_model *model, int64_t T, int64_t 
     /* the CPU's one-head attention: scores over keys padded to a multiple of 16 (vocos.c) */
     const int64_t scores = (T + 15) / 16 * 16 * T * B;
     best = scores > best ? scores : best;
-    /* the embed conv's tap products (7 taps of the width, 6 frames of padding; cr_conv1d) or
-       im2col's columns (of the codebook width), and the ConvNeXt's hidden layer */
-    const int64_t cin = hp->input_dim > hp->dim ? hp->input_dim : hp->dim;
-    const int64_t cols = 7 * cin * (T + 6) * B, hid = (int64_t)hp->intermediate_dim * T * B;
-    const int64_t res = 3 * (int64_t)hp->dim * (T + 2) * B; /* a pos_net conv's tap products, 2 frames of padding */
-    /* off the CPU a conv's weight taps side by side, a copy per compute (cr_conv1d) */
-    const int64_t wk = 7 * (int64_t)hp->input_dim * hp->dim, wk3 = 3 * (int64_t)hp->dim * hp->dim;
+    /* the embed conv (k7) and a pos_net conv (k3), "same" padded, and the ConvNeXt's hidden layer */
+    const int64_t cols = cr_conv1d_max_elements(7, hp->input_dim, hp->dim, T + 6, B);
+    const int64_t res = cr_conv1d_max_elements(3, hp->dim, hp->dim, T + 2, B);
+    const int64_t hid = (int64_t)hp->intermediate_dim * T * B;
     best = cols > best ? cols : best;
     best = hid > best ? hid : best;
-    best = wk > best ? wk : best;
-    best = wk3 > best ? wk3 : best;
     return res > best ? res : best;
 }
 
