@@ -45,6 +45,7 @@ from bench.serve import (  # noqa: E402
     Load,
     RunResult,
     levels_load,
+    log_summary,
     run_load,
     spawn_server,
 )
@@ -350,6 +351,8 @@ def main() -> int:
     ap.add_argument("--per-conn", type=int, default=1)
     ap.add_argument("--client-procs", type=int, default=1)
     ap.add_argument("--startup-timeout", type=float, default=300.0)
+    ap.add_argument("--server-log", default="", metavar="PATH",
+                    help="the spawned daemon's log file (its port is added to the name; default: a temporary file); its warnings and errors are printed after the rows")
     ap.add_argument("--repeat", type=int, default=1, help="runs per (fronts, N)")
     ap.add_argument("--kill-worker", type=int, default=0, metavar="K",
                     help="after the load: SIGKILL the worker K times and time a new stream's "
@@ -377,6 +380,7 @@ def main() -> int:
     best: dict[int, int] = {}
     recov: list[str] = []
     anatomy: list[str] = []
+    logs: list[str] = []
     print(HEADER, file=sys.stderr, flush=True)
     for nf in (int(x) for x in args.fronts.split(",")):
         args.serve_arg = [*base_args, f"--fronts={nf}"]
@@ -429,6 +433,7 @@ def main() -> int:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+            logs.append(f"fronts {nf}: " + log_summary(proc))
     print(f"\n{args.seconds:g} s utterances of {load.describe()} at {args.speed:g}x real time, "
           f"{args.per_conn} stream(s) per connection, clients in {args.client_procs} "
           f"process(es); frame period {1e3 * period:.1f} ms; one daemon per row group\n")
@@ -445,6 +450,8 @@ def main() -> int:
     for nf, n in sorted(best.items()):
         print(f"fronts {nf}: largest N meeting the criterion (and 0 underruns at 200 ms): {n}")
     for line in recov:
+        print(line)
+    for line in logs:
         print(line)
     if args.runtime_ticks:
         ns = [int(x) for x in args.n.split(",")]

@@ -41,6 +41,7 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -319,18 +320,32 @@ def server_env() -> dict[str, str]:
 
 
 def spawn_server(source: str, args) -> tuple[subprocess.Popen, str]:
+    """Start ``codecd serve`` on a free loopback port and wait for ``/readyz``. Its log goes to
+    a file (``proc.log_path``; ``--server-log`` names it), never to a pipe: nobody reads a pipe
+    while the load runs, and a daemon whose log fills the pipe's 64 KiB (two lines per
+    connection: a few rows of a thousand streams) blocks in its logging on every front, which a
+    run would measure as the daemon's own stalls."""
     with socket.socket() as so:
         so.bind(("127.0.0.1", 0))
         port = so.getsockname()[1]
     env = server_env()
     cmd = [sys.executable, "-m", "codecd.cli", "serve", "--listen", f"127.0.0.1:{port}",
            "--model", f"{args.model}={source}", *args.serve_arg]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    named = getattr(args, "server_log", None)
+    if named:
+        log_path = Path(named).with_name(f"{Path(named).stem}-{port}{Path(named).suffix}")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "wb")  # noqa: SIM115 (the daemon's, closed below once handed over)
+    else:
+        fd, name = tempfile.mkstemp(prefix="codecd-bench-serve-", suffix=".log")
+        log, log_path = os.fdopen(fd, "wb"), Path(name)
+    with log:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    proc.log_path = log_path  # type: ignore[attr-defined]
     deadline = time.monotonic() + args.startup_timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"codecd serve exited {proc.returncode}: "
-                             f"{proc.stderr.read().decode()[-2000:]}")
+            raise SystemExit(f"codecd serve exited {proc.returncode}: {log_tail(log_path, 2000)}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
                 if r.status != 200:
@@ -339,7 +354,24 @@ def spawn_server(source: str, args) -> tuple[subprocess.Popen, str]:
         except OSError:
             time.sleep(0.2)
     proc.kill()
-    raise SystemExit("codecd serve did not listen in time")
+    raise SystemExit(f"codecd serve did not listen in time: {log_tail(log_path, 2000)}")
+
+
+def log_tail(path: Path, n_bytes: int) -> str:
+    with open(path, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - n_bytes))
+        return f.read().decode(errors="replace")
+
+
+def log_summary(proc: subprocess.Popen, most: int = 12) -> str:
+    """A spawned daemon's log after its rows: its size, and its warnings and errors (the
+    last ``most`` of them), so that a run says whether the daemon complained."""
+    path: Path = proc.log_path  # type: ignore[attr-defined]
+    lines = path.read_text(errors="replace").splitlines()
+    bad = [ln for ln in lines if any(w in ln for w in ("WARNING", "ERROR", "CRITICAL", "Traceback",
+                                                       '"warning"', '"error"', '"critical"'))]
+    out = f"daemon log {path}: {len(lines)} lines, {len(bad)} warnings or errors"
+    return out + "".join(f"\n    {ln[:300]}" for ln in bad[-most:])
 
 
 def row(r: RunResult) -> str:
@@ -376,6 +408,8 @@ def main() -> int:
     ap.add_argument("--per-conn", type=int, default=1, help="streams per connection")
     ap.add_argument("--token", default=os.environ.get("CODECD_TOKEN"))
     ap.add_argument("--startup-timeout", type=float, default=120.0)
+    ap.add_argument("--server-log", default="", metavar="PATH",
+                    help="the spawned daemon's log file (its port is added to the name; default: a temporary file); its warnings and errors are printed after the rows")
     ap.add_argument("--daemons", type=int, default=1, help="with --spawn: servers to start (one port each)")
     ap.add_argument("--client-procs", type=int, default=1, help="processes the clients are spread over")
     args = ap.parse_args()
@@ -434,6 +468,8 @@ def main() -> int:
     if best is not None:
         print(f"\nlargest N with p99 inter-chunk gap - period < {1000 * PERIOD:.1f} ms, no refusals: "
               f"{best}{' (search hit --max-n/--max-runs)' if best >= args.max_n else ''}")
+    for i, proc in enumerate(procs):
+        print(f"daemon {i}: " + log_summary(proc))
     return 0
 
 
