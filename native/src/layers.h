@@ -179,17 +179,17 @@ struct ggml_tensor *cr_dwconv_tf(struct ggml_context *ctx, struct ggml_tensor *t
  * b [Cout] or NULL, dilation d, zero padding pl, pr -> [Cout, T + pl + pr -
  * d (K-1), B]. "Same", valid and causal as for cr_dwconv. With ops (a CPU
  * graph) the fused convolution of ops_avx512_linear.c where it applies (no column
- * matrix). Otherwise (GPUs), K <= 16: K shifted products, channels fastest, no
- * transpose and no column matrix: x padded along time (in ne0), ONE product with
- * the taps side by side (w copied to [Cin, K*Cout]) -> z [K*Cout, T', B], and
- * y[:, t] = sum_k z[k Cout : (k+1) Cout, t + k d], K views of one layout summed
- * by K-1 consecutive adds (in gf: its views go in first), which ggml's CUDA
- * backend runs as one fused kernel. Wider kernels, or CODECRT_CONV=im2col (read
- * when a graph is built): x transposed to time fastest, padded, unrolled by
- * ggml's F32 im2col to [Cin*K, T', B] and multiplied (never the F16 im2col of
- * ggml_conv_1d); ggml's CUDA im2col gathers each column across channels, 48 % of
- * a DAC decode's kernel time on an H200, and the products made DAC decodes 1.5
- * to 1.7x and Qwen3 ticks 1.5x faster there (docs/benchmarks.md).
+ * matrix). Otherwise (GPUs), by default, x is transposed to time fastest, padded,
+ * unrolled by ggml's F32 im2col to [Cin*K, T', B] and multiplied (never the F16
+ * im2col of ggml_conv_1d). ggml's CUDA im2col gathers each column across channels:
+ * 48 % of a DAC decode's kernel time on an H200 (docs/benchmarks.md). With
+ * CODECRT_CONV=taps (read when a graph is built), K shifted products instead,
+ * channels fastest, no transpose and no column matrix: x padded along time (in
+ * ne0), ONE product with the taps side by side (w copied to [Cin, K*Cout]) -> z
+ * [K*Cout, T', B], and y[:, t] = sum_k z[k Cout : (k+1) Cout, t + k d], K views
+ * of one layout summed by K-1 consecutive adds (in gf: its views go in first),
+ * which ggml's CUDA backend runs as one fused kernel. Checked on the CPU against
+ * double and against im2col; not yet timed on a GPU, so not yet the default.
  */
 struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *x,
                               struct ggml_tensor *w, struct ggml_tensor *b, int dilation, int pl, int pr,

@@ -408,7 +408,7 @@ static void test_conv1d(void) {
             const int pads[][2] = {{P, P}, {0, 0}, {2 * P, 0}, {0, 3}};
             for (int p = 0; p < 4; p++) {
                 for (int Cout = 5; Cout <= 16; Cout += 11) {
-                    /* path 0: the shifted products (the GPUs' default), 1: im2col (CODECRT_CONV=im2col), 2: the fused CPU conv */
+                    /* path 0: the shifted products (CODECRT_CONV=taps), 1: im2col (the GPUs' default), 2: the fused CPU conv */
                     for (int path = 0; path < 3; path++) {
                         const int fused = path == 2;
                         const int pl = pads[p][0], pr = pads[p][1];
@@ -421,8 +421,8 @@ static void test_conv1d(void) {
                         struct ggml_tensor *w = rnd(ctx, K, Cin, Cout, 1.0f, -1.0f), *b = rnd1(ctx, Cout);
                         const cr_cpu_ops ops = {.bf16 = false, .packs = NULL};
                         struct ggml_cgraph *gf = graph(ctx);
-                        if (path == 1) {
-                            setenv("CODECRT_CONV", "im2col", 1);
+                        if (path == 0) {
+                            setenv("CODECRT_CONV", "taps", 1);
                         }
                         struct ggml_tensor *y =
                             cr_conv1d(ctx, gf, x, w, p == 1 ? NULL : b, d, pl, pr, fused ? &ops : NULL);

@@ -336,9 +336,9 @@ def test_gpu_launch_limits_hold_for_long_decodes(codecrt, cases):
 
 
 def test_conv_taps_decode_as_im2col(codecrt, cases):
-    """The portable graphs' two ways to run a full conv (cr_conv1d): one product with the 7 taps
-    side by side and its shifted views summed (the default off the CPU), and CODECRT_CONV=im2col,
-    ggml's im2col and a product. Offline and streamed, the same samples to f32 rounding."""
+    """The portable graphs' two ways to run a full conv (cr_conv1d): ggml's im2col and a product
+    (the default off the CPU) and CODECRT_CONV=taps, one product with the 7 taps side by side
+    and its shifted views summed. Offline and streamed, the same samples to f32 rounding."""
     case = cases("tiny")
     rng = np.random.default_rng(13)
     lv = [rng.integers(0, 1024, (2, 60)).astype(np.int32) for _ in range(4)]

@@ -22,8 +22,8 @@
  * valid sample (the silence appended offline).
  *
  * Activations stay channels fastest on every backend; off the CPU each Snake
- * runs time fastest between two transposes and each k7 conv as seven shifted
- * products summed (or through im2col with CODECRT_CONV=im2col; cr_conv1d, layers.h). A
+ * runs time fastest between two transposes and each k7 conv through im2col, or
+ * as seven shifted products summed (CODECRT_CONV=taps; cr_conv1d, layers.h). A
  * time-fastest path for GPUs, as SNAC has, is not written yet.
  */
 #include <stdio.h>
