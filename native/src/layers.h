@@ -189,7 +189,9 @@ struct ggml_tensor *cr_dwconv_tf(struct ggml_context *ctx, struct ggml_tensor *t
  * [K*Cout, T', B], and y[:, t] = sum_k z[k Cout : (k+1) Cout, t + k d], K views
  * of one layout summed by K-1 consecutive adds (in gf: its views go in first),
  * which ggml's CUDA backend runs as one fused kernel. Checked on the CPU against
- * double and against im2col; not yet timed on a GPU, so not yet the default.
+ * double and against im2col; on the GPUs 1.5 to 1.7x faster than im2col for DAC
+ * and Qwen3, but not the default while one GPU check fails with it now and then
+ * (docs/benchmarks.md).
  */
 struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *x,
                               struct ggml_tensor *w, struct ggml_tensor *b, int dilation, int pl, int pr,
