@@ -63,6 +63,7 @@ from .engine import (
 from .engine.events import BackpressureError
 from .engine.streams import CodesError, StreamRecord, StreamTable, int32_levels
 from .families import model_spec
+from .logs import flush_logs
 from .metrics import render_totals
 from .server import Server, _Conn
 from .web.tickets import offered_credentials
@@ -525,6 +526,7 @@ class FrontServer(Server):
 
     def _on_ctl_eof(self) -> None:
         logger.error("front %d: the daemon's main process has gone; exiting", self.index)
+        flush_logs(1.0)  # os._exit skips atexit: write the line above first
         os._exit(1)
 
     def _set_specs(self) -> None:
