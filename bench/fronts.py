@@ -51,6 +51,7 @@ from bench.serve import (  # noqa: E402
 )
 
 PRIME_S = 0.2
+UNANSWERED: list[str] = []  # /metrics requests the daemon did not answer, printed after the rows
 
 
 def light_model() -> Path:
@@ -151,26 +152,32 @@ def _metrics(url: str) -> dict[str, float]:
     """What the rows use of /metrics: tick p99 (ms), mean batch, and the counters whose
     differences over a run give the worker's time per phase, its ticks and its graphs."""
     out: dict[str, float] = {}
-    with urllib.request.urlopen(url.replace("ws://", "http://") + "/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            name, _, value = line.rpartition(" ")
-            v = float(value) if value and not line.startswith("#") else 0.0
-            if name.startswith("codecd_tick_seconds_p99{"):
-                out["tick_p99_ms"] = max(out.get("tick_p99_ms", 0.0), 1e3 * v)
-            elif name.startswith("codecd_batch_size_recent{"):
-                out["batch"] = max(out.get("batch", 0.0), v)
-            elif name.startswith("codecd_worker_phase_seconds_total{"):
-                phase = name.split('phase="')[1].split('"')[0]
-                out[phase] = out.get(phase, 0.0) + v
-            elif name.startswith(("codecd_tick_part_seconds{", "codecd_tick_part_mean{")):
-                which = name.split('ticks="')[1].split('"')[0]
-                part = name.split('part="')[1].split('"')[0]
-                scale = 1e3 if name.startswith("codecd_tick_part_seconds") else 1.0
-                out[f"{which}.{part}"] = max(out.get(f"{which}.{part}", 0.0), scale * v)
-            elif name.startswith("codecd_ticks_total{"):
-                out["ticks"] = out.get("ticks", 0.0) + v
-            elif name.startswith("codecd_graph_total{") and 'counter="computes"' in name:
-                out["computes"] = out.get("computes", 0.0) + v
+    try:
+        with urllib.request.urlopen(url.replace("ws://", "http://") + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError as e:  # a row still prints, without the daemon's side, and says so
+        UNANSWERED.append(f"/metrics unanswered at {time.strftime('%H:%M:%S')}: {e}")
+        print(UNANSWERED[-1], file=sys.stderr, flush=True)
+        return out
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        v = float(value) if value and not line.startswith("#") else 0.0
+        if name.startswith("codecd_tick_seconds_p99{"):
+            out["tick_p99_ms"] = max(out.get("tick_p99_ms", 0.0), 1e3 * v)
+        elif name.startswith("codecd_batch_size_recent{"):
+            out["batch"] = max(out.get("batch", 0.0), v)
+        elif name.startswith("codecd_worker_phase_seconds_total{"):
+            phase = name.split('phase="')[1].split('"')[0]
+            out[phase] = out.get(phase, 0.0) + v
+        elif name.startswith(("codecd_tick_part_seconds{", "codecd_tick_part_mean{")):
+            which = name.split('ticks="')[1].split('"')[0]
+            part = name.split('part="')[1].split('"')[0]
+            scale = 1e3 if name.startswith("codecd_tick_part_seconds") else 1.0
+            out[f"{which}.{part}"] = max(out.get(f"{which}.{part}", 0.0), scale * v)
+        elif name.startswith("codecd_ticks_total{"):
+            out["ticks"] = out.get("ticks", 0.0) + v
+        elif name.startswith("codecd_graph_total{") and 'counter="computes"' in name:
+            out["computes"] = out.get("computes", 0.0) + v
     return out
 
 
@@ -452,6 +459,8 @@ def main() -> int:
     for line in recov:
         print(line)
     for line in logs:
+        print(line)
+    for line in UNANSWERED:
         print(line)
     if args.runtime_ticks:
         ns = [int(x) for x in args.n.split(",")]
