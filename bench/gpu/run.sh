@@ -63,6 +63,12 @@
 #   qwen3    Qwen3-TTS 12 Hz tokenizer GPU tests (TF32 on, off: tests/codecs/test_qwen3_gpu.py;
 #            QWEN3_TESTS=0 skips them) and
 #            python -m bench qwen3 --device cuda:0 $QWEN3_ARGS [--streams 1,64,256,512 --seconds 3]
+#   convcheck  the DAC 24 kHz check that fails now and then with cr_conv1d's shifted products
+#            (CODECRT_CONV=taps; docs/benchmarks.md): test_dac_gpu.py::test_cuda_matches_cpu[24khz],
+#            TF32 off, $CONVCHECK_RUNS [3] times each with the products, with them and
+#            GGML_CUDA_PDL=0 (no programmatic dependent launch) and with im2col, one line per run;
+#            then once under compute-sanitizer --tool initcheck and once --tool racecheck with
+#            the products, where the toolkit has it (errors only, into convcheck.txt)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/codecd-gpu-out}
@@ -301,6 +307,37 @@ qwen3() {
         | tee "$OUT/qwen3_bench.md" | tee -a "$OUT/report.txt"
 }
 
+convcheck() {
+    local t="tests/codecs/test_dac_gpu.py::test_cuda_matches_cpu[24khz]" runs=${CONVCHECK_RUNS:-3} i
+    export NVIDIA_TF32_OVERRIDE=0 CODECD_TEST_GPU=1
+    for mode in taps taps-nopdl im2col; do
+        stage "convcheck: $t, $mode, $runs runs"
+        for i in $(seq "$runs"); do
+            if [ $mode = taps-nopdl ]; then
+                GGML_CUDA_PDL=0 CODECRT_CONV=taps python3 -m pytest -q -s -p no:cacheprovider -m gpu "$t" 2>&1
+            else
+                CODECRT_CONV=${mode%%-*} python3 -m pytest -q -s -p no:cacheprovider -m gpu "$t" 2>&1
+            fi | grep -E "^DAC .*relative L2|^E +[A-Za-z]*Error|[0-9]+ (passed|failed)" | head -4 | tr '\n' ' ' | sed "s/^/$mode run $i: /" \
+                | tee -a "$OUT/report.txt"
+            echo | tee -a "$OUT/report.txt"
+        done
+    done
+    local san
+    san=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+    if [ -z "$san" ]; then
+        echo "convcheck: no compute-sanitizer in this toolkit" | tee -a "$OUT/report.txt"
+    else
+        for tool in initcheck racecheck; do
+            stage "convcheck: $san --tool $tool, the products"
+            CODECRT_CONV=taps "$san" --tool "$tool" --print-limit 20 python3 -m pytest -q -s \
+                -p no:cacheprovider -m gpu "$t" > "$OUT/convcheck_$tool.txt" 2>&1
+            grep -E "ERROR SUMMARY|^DAC .*relative L2|[0-9]+ (passed|failed)" "$OUT/convcheck_$tool.txt" \
+                | tee -a "$OUT/report.txt"
+        done
+    fi
+    unset NVIDIA_TF32_OVERRIDE CODECD_TEST_GPU
+}
+
 sweep() {
     stage "shape sweep: python3 -m bench sweep ${SWEEP_ARGS:-}"
     # shellcheck disable=SC2086
@@ -331,6 +368,7 @@ for what in "$@"; do
         mimi) mimi ;;
         soak) soak ;;
         qwen3) qwen3 ;;
+        convcheck) convcheck ;;
         all) build && tests; bench ;;
         *) echo "unknown stage $what" >&2; exit 2 ;;
     esac
