@@ -65,10 +65,11 @@ async def running(small: Path, **kw: Any) -> AsyncIterator[Server]:
 
 @contextlib.contextmanager
 def serve_process(small: Path, log: Path, *flags: str, env: dict[str, str] | None = None,
-                  buckets: str | None = "1", backlog: int = 64
+                  buckets: str | None = "1", backlog: int = 64, unread_stderr: bool = False
                   ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """``codecd serve`` in a child process, on a loopback socket passed as systemd passes one
-    (fd 3: the port is known before the child starts, with no race), stderr into ``log``.
+    (fd 3: the port is known before the child starts, with no race), stderr into ``log``, or
+    with ``unread_stderr`` into a pipe that nobody reads (``log`` stays empty).
     ``buckets``: its ``--batch-buckets`` (None: the daemon's default). Yields the process (the
     daemon itself: bash execs it) and the port. On exit a daemon still running gets SIGTERM,
     and SIGKILL after 20 s (its workers die with it: PR_SET_PDEATHSIG)."""
@@ -89,7 +90,8 @@ def serve_process(small: Path, log: Path, *flags: str, env: dict[str, str] | Non
            f'--model small={shlex.quote(str(small))} --threads 1 '
            f'--listen 127.0.0.1:1 {args} {redirect}')
     with open(log, "wb") as err:
-        p = subprocess.Popen(["bash", "-c", cmd], env=full_env, stderr=err, pass_fds=(fd,))
+        p = subprocess.Popen(["bash", "-c", cmd], env=full_env, pass_fds=(fd,),
+                             stderr=subprocess.PIPE if unread_stderr else err)
     lsock.close()
     try:
         yield p, port

@@ -55,29 +55,28 @@ class _Front(logging.Filter):
 
 
 class _Queued(QueueHandler):
-    """Formats here, queues without blocking; counts what a full queue drops."""
+    """Formats here, queues without blocking; counts what a full queue drops. ``enqueue``
+    runs under the handler's own lock (``Handler.handle``), so ``dropped`` needs no other."""
 
     def __init__(self, q: queue.Queue[logging.LogRecord]) -> None:
         super().__init__(q)
         self.dropped = 0
-        self._lock_dropped = threading.Lock()
 
     def enqueue(self, record: logging.LogRecord) -> None:
         q: queue.Queue[logging.LogRecord] = self.queue  # type: ignore[assignment]
-        with self._lock_dropped:
-            if self.dropped and q.qsize() < QUEUE_RECORDS // 2:
-                note = logging.LogRecord("codecd.logs", logging.WARNING, __file__, 0,
-                                         "%d log record(s) dropped: stderr did not keep up",
-                                         (self.dropped,), None)
-                self.dropped = 0
-                try:
-                    q.put_nowait(self.prepare(note))
-                except queue.Full:
-                    pass
+        if self.dropped and q.qsize() < QUEUE_RECORDS // 2:
+            note = logging.LogRecord("codecd.logs", logging.WARNING, __file__, 0,
+                                     "%d log record(s) dropped: stderr did not keep up",
+                                     (self.dropped,), None)
+            self.dropped = 0
             try:
-                q.put_nowait(record)
+                q.put_nowait(self.prepare(note))
             except queue.Full:
-                self.dropped += 1
+                pass
+        try:
+            q.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
 
 
 class _Writer(threading.Thread):

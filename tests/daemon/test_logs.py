@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
 
 import pytest
 
@@ -121,38 +118,25 @@ def test_a_daemon_with_an_unread_stderr_keeps_serving(tmp_path):
     """`codecd serve` whose stderr is a pipe that nobody reads (the bench's old
     spawn_server): 700 connections, two log lines each, fill 64 KiB many times over; the
     daemon keeps accepting and /metrics answers."""
+    import asyncio
+
     from conftest import codecrt_or_skip
+    from serverkit import http_get, serve_process, wait_ready
     from smallmodel import write_small_snac
     from websockets.sync.client import connect
 
     codecrt_or_skip()
     gguf = write_small_snac(tmp_path / "small.gguf")
-    with socket.socket() as so:
-        so.bind(("127.0.0.1", 0))
-        port = so.getsockname()[1]
-    p = subprocess.Popen([sys.executable, "-m", "codecd.cli", "serve", "--listen", f"127.0.0.1:{port}",
-                          "--model", f"small={gguf}", "--devices", "cpu", "--threads", "1",
-                          "--batch-buckets", "1", "--max-connections-per-ip", "5000"],
-                         env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert p.poll() is None and time.monotonic() < deadline, "codecd serve did not start"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.2)
+    log = tmp_path / "serve.log"
+    with serve_process(gguf, log, "--max-connections-per-ip", "5000", unread_stderr=True) as (p, port):
+        asyncio.run(wait_ready(port, p, log, timeout=90))
         for _ in range(700):
             with connect(f"ws://127.0.0.1:{port}", open_timeout=10) as ws:
                 assert json.loads(ws.recv(timeout=10))["type"] == "hello"
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-            assert r.status == 200 and b"codecd_" in r.read()
-    finally:
+        status, body = asyncio.run(asyncio.wait_for(http_get(port, "/metrics"), 10))
+        assert status == 200 and "codecd_" in body
         p.terminate()
         try:
             p.wait(30)
         except subprocess.TimeoutExpired:
-            p.kill()
             pytest.fail("codecd serve did not stop on SIGTERM with its stderr unread")
