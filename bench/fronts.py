@@ -123,23 +123,46 @@ def _children(pid: int) -> dict[str, list[int]]:
     return out
 
 
-def buffered_underruns(r: RunResult, prime_s: float = PRIME_S, sample_rate: int = ORPHEUS.sample_rate) -> int:
-    """Underruns of a player that starts ``prime_s`` after the first frame (and again after
-    each underrun): a frame that arrives after the audio before it has played out."""
-    n = 0
+def late_frames(r: RunResult, prime_s: float = PRIME_S,
+                sample_rate: int = ORPHEUS.sample_rate) -> list[tuple[float, int, int]]:
+    """The underruns of a player that starts ``prime_s`` after the first frame (and again
+    after each underrun): frames that arrive after the audio before them has played out.
+    One (arrival time.monotonic(), frame index, connection index) per underrun."""
+    out = []
     for s in r.streams:
         if not s.gaps:
             continue
         frame_s = s.samples / (len(s.gaps) + 1) / sample_rate
         t = 0.0
         start, played = prime_s, 0.0  # playout clock: starts at `start`, has `played` queued
-        for g in s.gaps:
+        for i, g in enumerate(s.gaps):
             t += g
             played += frame_s
             if t > start + played:  # the buffer ran dry before this frame came
-                n += 1
+                out.append((s.t_first + t, i + 1, s.conn))
                 start, played = t + prime_s, 0.0
-    return n
+    return out
+
+
+def late_summary(r: RunResult, late: list[tuple[float, int, int]], n_frames: int) -> str:
+    """Where a row's late frames (200 ms buffer) fall, to tell a stall of the whole daemon
+    (many streams late at one moment) from one connection's or one edge's: their arrival
+    in 100 ms bins from the row's first audio (the fullest bins), their frame index in the
+    stream (first, last, between) and how many connections they touch."""
+    if not late:
+        return "none"
+    t0 = min(s.t_first for s in r.streams if s.ttfa is not None)
+    bins: dict[int, int] = {}
+    for t, _, _ in late:
+        b = int((t - t0) * 10)
+        bins[b] = bins.get(b, 0) + 1
+    top = sorted(bins.items(), key=lambda kv: -kv[1])[:4]
+    first = sum(i <= 2 for _, i, _ in late)
+    last = sum(i >= n_frames - 2 for _, i, _ in late)
+    conns = len({c for _, _, c in late})
+    return (f"{len(late)} late at " + ", ".join(f"{b / 10:.1f}-{(b + 1) / 10:.1f} s: {k}" for b, k in top)
+            + f" (of {len(bins)} bins); frame index <= 2: {first}, within 2 of the end: {last}, "
+            f"between: {len(late) - first - last}; {conns} connection(s)")
 
 
 def tick_stats(url: str) -> tuple[float, float]:
@@ -388,6 +411,7 @@ def main() -> int:
     recov: list[str] = []
     anatomy: list[str] = []
     logs: list[str] = []
+    lates: list[str] = []  # where each row's late frames fall
     print(HEADER, file=sys.stderr, flush=True)
     for nf in (int(x) for x in args.fronts.split(",")):
         args.serve_arg = [*base_args, f"--fronts={nf}"]
@@ -412,7 +436,10 @@ def main() -> int:
                     phases, graphs = phase_cell(m0, m1)
                     msgs = sum(len(s.gaps) + 1 for s in r.streams if s.ttfa is not None)
                     msgs += n * max(1, int(round(args.seconds / period)))
-                    bu = buffered_underruns(r, sample_rate=load.sample_rate)
+                    late = late_frames(r, sample_rate=load.sample_rate)
+                    bu = len(late)
+                    lates.append(f"fronts {nf}, N {n}: " + late_summary(
+                        r, late, max(1, int(round(args.seconds / period)))))
                     ok = r.ok and bu == 0
                     if ok:
                         best[nf] = max(best.get(nf, 0), n)
@@ -427,6 +454,7 @@ def main() -> int:
                     rows.append(row)
                     anatomy.extend(anatomy_rows(nf, n, m1))
                     print(row, file=sys.stderr, flush=True)
+                    print(lates[-1], file=sys.stderr, flush=True)
                     time.sleep(1.0)
             if args.kill_worker:
                 ts = restart_times(url, proc.pid, args.model, args.kill_worker, args.kill_gap,
@@ -454,6 +482,10 @@ def main() -> int:
     print(ANATOMY_HEADER)
     for row in anatomy:
         print(row)
+    print("\nlate frames with the 200 ms buffer: arrival from the row's first audio (100 ms "
+          "bins, the fullest), frame index, connections\n")
+    for line in lates:
+        print(line)
     for nf, n in sorted(best.items()):
         print(f"fronts {nf}: largest N meeting the criterion (and 0 underruns at 200 ms): {n}")
     for line in recov:

@@ -95,6 +95,8 @@ class StreamResult:
     samples: int = 0
     refused: bool = False
     error: str | None = None
+    t_first: float = 0.0  # time.monotonic() of the first audio frame (system-wide clock)
+    conn: int = -1        # the load's connection index
 
 
 @dataclass
@@ -143,8 +145,8 @@ def ids_for(n_groups: int, rng: np.random.Generator) -> np.ndarray:
 
 
 async def one_stream(c: Client, model: str, n_groups: int, speed: float, delay: float,
-                     seed: int, load: Load = ORPHEUS) -> StreamResult:
-    r = StreamResult()
+                     seed: int, load: Load = ORPHEUS, conn: int = -1) -> StreamResult:
+    r = StreamResult(conn=conn)
     rng = np.random.default_rng(seed)
     if load.layout == "orpheus_ids":
         ids = ids_for(n_groups, rng)
@@ -184,6 +186,7 @@ async def one_stream(c: Client, model: str, n_groups: int, speed: float, delay: 
             t = ch.received_at
             if last is None:
                 r.ttfa = t - t_send[0] if t_send else 0.0
+                r.t_first = t
                 play_t0, played_base = t, 0
             else:
                 r.gaps.append(t - last)
@@ -238,7 +241,7 @@ async def load_part(urls: list[str], model: str, n: int, seconds: float, speed: 
             async with Client(url, token=token, queue_size=1024) as c:
                 return list(await asyncio.gather(*(
                     one_stream(c, model, n_groups, speed, rnd.uniform(0, load.period),
-                               ci * per_conn + j, load) for j in range(k))))
+                               ci * per_conn + j, load, ci) for j in range(k))))
         except ServerError as e:
             return [StreamResult(refused=True, error=e.code) for _ in range(k)]
         except Exception as e:  # noqa: BLE001 - HTTP 503 on the upgrade, resets
