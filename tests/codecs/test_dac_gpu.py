@@ -60,6 +60,15 @@ def test_cuda_matches_cpu(codecrt, model):
         masked = bucketed.decode(lv)
     err, err_masked = rel_l2(got, want), rel_l2(masked, want)
     print(f"\nDAC {name}: CUDA vs CPU relative L2 {err:.2e}, bucketed (masked) {err_masked:.2e}")
+    for label, out, e in (("plain", got, err), ("bucketed", masked, err_masked)):
+        if e > TOL:  # where it differs: per sequence, and the span of the samples that do
+            d = np.abs(out.astype(np.float64) - want)
+            bad = np.nonzero(d > 1e-3 * np.abs(want).max())
+            print(f"DAC {name} {label}: per sequence "
+                  + ", ".join(f"{rel_l2(out[i], want[i]):.2e}" for i in range(want.shape[0]))
+                  + f"; samples off by over 1e-3 of the peak: {bad[1].size}, "
+                  f"at {bad[1].min() if bad[1].size else '-'} to {bad[1].max() if bad[1].size else '-'} "
+                  f"of {want.shape[1]}")
     assert err <= TOL and err_masked <= TOL
     if name == "24khz":  # 320 T - 8 samples, then silence
         assert not np.any(want[:, -8:]) and not np.any(got[:, -8:])
