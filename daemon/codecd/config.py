@@ -111,9 +111,10 @@ class Config:
                            "device)")
     gather_ms: float = _f(2.0, "how long a worker waits to gather streams into a batch")
     tick_align_ms: float = _f(-1.0, "ticks on a cadence: a stream that becomes ready waits "
-                              "for the next multiple of this many ms (unless every open stream "
-                              "is ready), so streams spread over a frame period share one tick; "
-                              "at most one tick starts per period "
+                              "until this many ms after the last tick started (the next multiple "
+                              "of it after an idle period) unless every open stream is ready, so "
+                              "streams spread over a frame period share one tick; at most one "
+                              "tick starts per period "
                               "(0: off, gather_ms instead; e.g. 85.3, SNAC 24 kHz's period; -1: "
                               "auto, its models' shortest tick period, kept always on a worker "
                               "whose models run on a GPU and on the CPU only while the worker's "

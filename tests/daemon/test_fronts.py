@@ -516,6 +516,43 @@ def test_tick_align_puts_spread_streams_in_one_tick(small: Path, align_ms: float
         assert len(batches) >= 3, batches
 
 
+def test_a_tick_started_by_every_stream_being_ready_keeps_its_phase(small: Path) -> None:
+    """Two streams on a 400 ms cadence whose codes arrive 100 ms apart, the second's later in
+    the period: their first tick starts when both are ready, mid-period, and the next one a
+    period after it, with both again. Not at the cadence's multiple in between with the first
+    stream alone and then the second alone (3 ticks for 2 periods' codes; docs/server.md)."""
+    from codecd.engine import EngineConfig, EnginePool
+
+    P = 0.4
+
+    async def main() -> list[int]:
+        pool = EnginePool(EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4,
+                                       max_batch=4, warm_buckets=(1, 2), gather_ms=2.0,
+                                       tick_align_ms=1e3 * P), ["cpu"], on_event=lambda e: None)
+        await pool.start()
+        try:
+            for i in range(2):
+                pool.open(i, "small")
+            await pool.fetch_stats()
+            rng = np.random.default_rng(2)
+            while not 0.02 < time.monotonic() % P < 0.06:  # just after a multiple of P
+                await asyncio.sleep(0.005)
+            pool.push(0, small_codes(4, rng))
+            await asyncio.sleep(0.1)
+            pool.push(1, small_codes(4, rng))  # both ready: the first tick, mid-period
+            await asyncio.sleep(0.1)
+            pool.push(0, small_codes(4, rng))  # before the multiple of P that follows
+            await asyncio.sleep(0.25)
+            pool.push(1, small_codes(4, rng))  # after it, within a period of the first tick
+            await asyncio.sleep(0.6)
+            st = (await pool.fetch_stats())["workers"][0]["worker"]["models"]["small"]
+            return list(st["recent_batches"])
+        finally:
+            await pool.close()
+
+    assert asyncio.run(main()) == [2, 2]
+
+
 def test_browser_tickets_redeem_on_any_front(small: Path, tmp_path: Path) -> None:
     """A browser ticket from GET /auth/ticket (whichever front answers it) opens a websocket on
     whichever front the upgrade reaches, once: main keeps the tickets of every front."""
