@@ -232,8 +232,9 @@ enum { CR_CONV_MAX_TAPS = 16 }; /* the shifted products' view table; wider kerne
    asks for the shifted products. On an H200 and an H100 (2026-12-05) the products made
    DAC decodes 1.5 to 1.7x and Qwen3 ticks 1.5x faster, but one GPU check failed with them
    in two runs of five (DAC 24 kHz, bucketed and masked: 1.0e-3 from the CPU where every
-   other check is 4e-6; docs/benchmarks.md), cause unknown: until it is found they stay
-   opt-in. Read when a graph is built. */
+   other check is 4e-6; docs/benchmarks.md) and in none of twelve since (compute-sanitizer's
+   initcheck clean, also with PDL off), cause unknown: until it is found they stay opt-in.
+   Read when a graph is built. */
 static bool cr_conv_im2col(void) {
     const char *e = getenv("CODECRT_CONV");
     return !(e && strcmp(e, "taps") == 0);
