@@ -399,6 +399,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         else:
             shown = str(default)
         h = f"{fl.metadata['help']} [default: {shown}; env {ENV_PREFIX}{name.upper()}]"
+        h = h.replace("%", "%%")  # argparse formats help with %: "80 % of" was a conversion
         flag = "--" + name.replace("_", "-")
         if name == "models":
             p.add_argument("--model", "-m", dest="models", action="append", default=None,

@@ -170,3 +170,16 @@ def test_info_and_decode_end_to_end(snac_cases, tmp_path, capsys, layouts):
     assert rc == 0
     with wave.open(str(tmp_path / "b.wav")) as w:
         assert w.getnframes() == ref.size and w.getframerate() == 24000
+
+
+@pytest.mark.parametrize("argv", [[], ["info"], ["convert"], ["decode"], ["stream"], ["play"],
+                                  ["serve"], ["check-config"], ["voice"], ["voice", "add"],
+                                  ["voice", "list"], ["doctor"]])
+def test_every_help_prints(argv, capsys):
+    """``--help`` of every subcommand prints and exits 0: the settings' help is formatted by
+    argparse, whose % conversions once made ``codecd serve --help`` raise (a "%" in a help
+    text)."""
+    with pytest.raises(SystemExit) as e:
+        cli.main([*argv, "--help"])
+    assert e.value.code == 0
+    assert "usage:" in capsys.readouterr().out
