@@ -69,6 +69,12 @@
 #            GGML_CUDA_PDL=0 (no programmatic dependent launch) and with im2col, one line per run;
 #            then once under compute-sanitizer --tool initcheck and once --tool racecheck with
 #            the products, where the toolkit has it (errors only, into convcheck.txt)
+#   cadence  one daemon (4 fronts, as fronts) at $CADENCE_N [1000,1100] SNAC streams three ways,
+#            each with its tick trace (CODECD_TICK_TRACE=$OUT/trace-WAY): the shipped cadence
+#            (and the runtime alone), with --tick-slack-ms $CADENCE_SLACK [5] (a tick waits that
+#            much past the period for streams whose codes are late), and with ticks every half
+#            period (--tick-align-ms 42.67: about half the streams a tick, half the wait for a
+#            first audio); docs/benchmarks.md, one tick a period
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/codecd-gpu-out}
@@ -338,6 +344,24 @@ convcheck() {
     unset NVIDIA_TF32_OVERRIDE CODECD_TEST_GPU
 }
 
+cadence() {
+    local n=${CADENCE_N:-1000,1100} way extra rt
+    local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=1200
+                  --serve-arg=--batch-buckets=64,256,1200 --serve-arg=--max-streams=1300
+                  --serve-arg=--max-connections=1300 --serve-arg=--max-connections-per-ip=1300)
+    for way in shipped slack half; do
+        case $way in
+            shipped) extra=(); rt=20 ;;
+            slack) extra=(--serve-arg=--tick-slack-ms=${CADENCE_SLACK:-5}); rt=0 ;;
+            half) extra=(--serve-arg=--tick-align-ms=42.67); rt=0 ;;
+        esac
+        stage "cadence, $way: python3 -m bench fronts --spawn demo --fronts 4 --n $n ${extra[*]:-}"
+        CODECD_TICK_TRACE="$OUT/trace-$way" python3 -m bench fronts --spawn demo --fronts 4 --n "$n" \
+            --seconds 3 --per-conn 8 --client-procs 8 --server-cpus 0-7 --runtime-ticks $rt \
+            "${extra[@]}" "${daemon[@]}" 2>&1 | tee "$OUT/cadence-$way.md" | tee -a "$OUT/report.txt"
+    done
+}
+
 sweep() {
     stage "shape sweep: python3 -m bench sweep ${SWEEP_ARGS:-}"
     # shellcheck disable=SC2086
@@ -369,6 +393,7 @@ for what in "$@"; do
         soak) soak ;;
         qwen3) qwen3 ;;
         convcheck) convcheck ;;
+        cadence) cadence ;;
         all) build && tests; bench ;;
         *) echo "unknown stage $what" >&2; exit 2 ;;
     esac

@@ -120,6 +120,9 @@ class Config:
                               "whose models run on a GPU and on the CPU only while the worker's "
                               "ticks fill 80 % of the last second, until they fill less than "
                               "40 %)")
+    tick_slack_ms: float = _f(0.0, "how long past the cadence's period an aligned tick waits "
+                              "for the streams whose codes are not in yet (0: none); a stream "
+                              "that misses its tick gets its audio a period later")
     max_streams: int = _f(64, "open streams server-wide (per model per worker in the engine); "
                           "over it a start gets 'busy'")
     max_streams_per_connection: int = _f(16, "open streams per connection "
@@ -234,7 +237,7 @@ class Config:
             v = getattr(self, k)
             if not (math.isfinite(v) and v > 0):
                 errs.append(f"{k}: must be > 0, got {v}")
-        for k in ("gather_ms", "max_ahead_s", "output_budget_s", "tick_align_ms"):
+        for k in ("gather_ms", "max_ahead_s", "output_budget_s", "tick_align_ms", "tick_slack_ms"):
             v = getattr(self, k)
             if k == "tick_align_ms" and v == -1:
                 continue  # auto

@@ -307,7 +307,10 @@ class Worker:
         self.gather_s = max(0.0, cfg.gather_ms) / 1e3
         #: the period ticks keep (tick_align_ms; < 0, auto: set by load())
         self.cadence = Cadence(fixed_s=max(0.0, cfg.tick_align_ms) / 1e3)
-        self._tick_t = 0.0  # monotonic start of the last tick round (the cadence gates the next)
+        #: how long past the period an aligned tick waits for streams whose codes are late
+        self.slack_s = max(0.0, cfg.tick_slack_ms) / 1e3
+        self._round_t = 0.0  # monotonic start of the current tick round
+        self._tick_t = 0.0  # ... and of the last one that stepped streams (the cadence gates the next)
         #: what started the next tick round (the tick trace's last column)
         self._trigger = "idle"
         self._trace = _tick_trace(index)
@@ -615,9 +618,9 @@ class Worker:
         t0 = t = self.phases.now()
         gc0 = self.gc.ms
         parts = TickParts(batch=len(cands))
-        align_s = self.cadence.period_s(self._tick_t)
+        align_s = self.cadence.period_s(self._round_t)
         if align_s:
-            parts.late = round((self._tick_t % align_s) * 1e3, 3)
+            parts.late = round((self._round_t % align_s) * 1e3, 3)
         native = all(type(st.stream) is codecrt.Stream for st in cands)
         ta = tb = None  # the clocks after the launch and after the overlap (a split tick)
         try:
@@ -779,14 +782,15 @@ class Worker:
     def run_ticks(self) -> None:
         """Tick rounds (one tick per model each) until nothing is ready or commands wait."""
         while True:
-            self._tick_t = time.monotonic()
+            self._round_t = time.monotonic()
             if self._trace is not None:
                 ready = sum(st.maybe_ready for m in self.models.values() for st in m.streams.values())
             stepped = 0
             for m in self.models.values():
                 stepped += self._tick(m)
             self.rounds += 1
-            if stepped:
+            if stepped:  # the cadence counts from rounds that stepped, not from idle passes
+                self._tick_t = self._round_t
                 self.cadence.round(self._tick_t, time.monotonic())
             self.flush()
             if self._trace is not None and stepped:
@@ -928,9 +932,9 @@ class Worker:
                 pass
             elif self.running and self._busy() and not self._all_waiting():
                 # streams made ready while the last tick was on the device (its pushes are read
-                # then) wait until a period after that tick's start: one tick a period, all of
-                # them in it (at once if the tick overran the period)
-                self._trigger = self._gather_until(self._tick_t + align_s)
+                # then) wait until a period after that tick's start (and the slack): one tick a
+                # period, all of them in it (at once if the tick overran the period)
+                self._trigger = self._gather_until(self._tick_t + align_s + self.slack_s)
             else:
                 self._trigger = "all-ready" if self._busy() else "idle"
             if self.running:
@@ -944,8 +948,10 @@ class Worker:
         a second one at that multiple, before the period is over, with the streams that came in
         between, and the rest of them in a third: on this CPU 24 streams aligned to 85.3 ms
         (the tick trace, 2026-12-05) ran as 3 ticks every 2 periods (24, 22, 2 streams) where 2
-        of 24 each do."""
-        due = self._tick_t + align_s
+        of 24 each do. Plus ``tick_slack_ms``: a tick that started when the last stream's codes
+        came is due a period later, just when that stream's next codes are; without slack, codes
+        a little late miss it and wait a period."""
+        due = self._tick_t + align_s + self.slack_s
         return due if due > now else (now // align_s + 1) * align_s
 
     def _gather_until(self, deadline: float) -> str:

@@ -553,6 +553,45 @@ def test_a_tick_started_by_every_stream_being_ready_keeps_its_phase(small: Path)
     assert asyncio.run(main()) == [2, 2]
 
 
+@pytest.mark.parametrize("slack_ms, want", [(0.0, [2, 1, 1]), (200.0, [2, 2])])
+def test_tick_slack_waits_for_late_codes(small: Path, slack_ms: float, want: list[int]) -> None:
+    """The second tick is due a period after the first started, when the stream whose codes
+    started the first should send again. Its codes 100 ms late (a 400 ms cadence) miss that
+    tick without slack (the first stream ticks alone, the late one a period later) and make
+    it with 200 ms of slack (tick_slack_ms)."""
+    from codecd.engine import EngineConfig, EnginePool
+
+    P = 0.4
+
+    async def main() -> list[int]:
+        pool = EnginePool(EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4,
+                                       max_batch=4, warm_buckets=(1, 2), gather_ms=2.0,
+                                       tick_align_ms=1e3 * P, tick_slack_ms=slack_ms), ["cpu"],
+                          on_event=lambda e: None)
+        await pool.start()
+        try:
+            for i in range(2):
+                pool.open(i, "small")
+            await pool.fetch_stats()
+            rng = np.random.default_rng(3)
+            while not 0.02 < time.monotonic() % P < 0.06:
+                await asyncio.sleep(0.005)
+            pool.push(0, small_codes(4, rng))
+            await asyncio.sleep(0.1)
+            pool.push(1, small_codes(4, rng))  # both ready: the first tick
+            await asyncio.sleep(0.1)
+            pool.push(0, small_codes(4, rng))
+            await asyncio.sleep(0.4)
+            pool.push(1, small_codes(4, rng))  # a period and 100 ms after the first tick
+            await asyncio.sleep(0.8)
+            st = (await pool.fetch_stats())["workers"][0]["worker"]["models"]["small"]
+            return list(st["recent_batches"])
+        finally:
+            await pool.close()
+
+    assert asyncio.run(main()) == want
+
+
 def test_browser_tickets_redeem_on_any_front(small: Path, tmp_path: Path) -> None:
     """A browser ticket from GET /auth/ticket (whichever front answers it) opens a websocket on
     whichever front the upgrade reaches, once: main keeps the tickets of every front."""

@@ -37,10 +37,13 @@ class EngineConfig:
     #: (codecd.families.native.default_buckets)
     warm_buckets: tuple[int, ...] | None = None
     gather_ms: float = 2.0
-    #: > 0: a stream that becomes ready waits for the next multiple of this on the monotonic
-    #: clock (unless every open stream is ready), instead of gather_ms; -1: the shortest tick
-    #: period of the worker's models when their contexts run on a GPU, else off
+    #: > 0: a stream that becomes ready waits until this long after the last tick started (the
+    #: next multiple of it on the monotonic clock after an idle spell) unless every open stream
+    #: is ready, instead of gather_ms; -1: the shortest tick period of the worker's models when
+    #: their contexts run on a GPU, else off
     tick_align_ms: float = 0.0
+    #: how much longer than the period an aligned tick waits for streams not ready yet
+    tick_slack_ms: float = 0.0
     #: when a worker warms only its smallest bucket before it reports ready and reserves the
     #: larger ones in the background, between ticks while it is idle: "restart" (a worker
     #: restarted after a crash serves again within a second or two; a first start warms all
