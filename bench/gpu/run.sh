@@ -69,12 +69,13 @@
 #            GGML_CUDA_PDL=0 (no programmatic dependent launch) and with im2col, one line per run;
 #            then once under compute-sanitizer --tool initcheck and once --tool racecheck with
 #            the products, where the toolkit has it (errors only, into convcheck.txt)
-#   cadence  one daemon (4 fronts, as fronts) at $CADENCE_N [1000,1100] SNAC streams three ways,
-#            each with its tick trace (CODECD_TICK_TRACE=$OUT/trace-WAY): the shipped cadence
-#            (and the runtime alone), with --tick-slack-ms $CADENCE_SLACK [5] (a tick waits that
-#            much past the period for streams whose codes are late), and with ticks every half
-#            period (--tick-align-ms 42.67: about half the streams a tick, half the wait for a
-#            first audio); docs/benchmarks.md, one tick a period
+#   cadence  one daemon (4 fronts, as fronts) at $CADENCE_N [1000,1100] SNAC streams four ways,
+#            each with its tick trace (CODECD_TICK_TRACE, all in $OUT/traces.tgz): the shipped
+#            cadence (and the runtime alone), with --tick-slack-ms $CADENCE_SLACK [5] (a tick
+#            waits that much past the period for streams whose codes are late), with
+#            --first-audio now (a new stream's chunks ticked at once until its first audio) and
+#            with ticks every half period (--tick-align-ms 42.67: about half the streams a
+#            tick, half the wait for a first audio); docs/benchmarks.md, one tick a period
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/codecd-gpu-out}
@@ -349,17 +350,22 @@ cadence() {
     local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=1200
                   --serve-arg=--batch-buckets=64,256,1200 --serve-arg=--max-streams=1300
                   --serve-arg=--max-connections=1300 --serve-arg=--max-connections-per-ip=1300)
-    for way in shipped slack half; do
+    local traces=/tmp/codecd-cadence-traces
+    rm -rf "$traces" && mkdir -p "$traces"
+    for way in shipped slack now half; do
         case $way in
             shipped) extra=(); rt=20 ;;
             slack) extra=(--serve-arg=--tick-slack-ms=${CADENCE_SLACK:-5}); rt=0 ;;
+            now) extra=(--serve-arg=--first-audio=now); rt=0 ;;
             half) extra=(--serve-arg=--tick-align-ms=42.67); rt=0 ;;
         esac
         stage "cadence, $way: python3 -m bench fronts --spawn demo --fronts 4 --n $n ${extra[*]:-}"
-        CODECD_TICK_TRACE="$OUT/trace-$way" python3 -m bench fronts --spawn demo --fronts 4 --n "$n" \
-            --seconds 3 --per-conn 8 --client-procs 8 --server-cpus 0-7 --runtime-ticks $rt \
-            "${extra[@]}" "${daemon[@]}" 2>&1 | tee "$OUT/cadence-$way.md" | tee -a "$OUT/report.txt"
+        CODECD_TICK_TRACE="$traces/trace-$way" python3 -m bench fronts --spawn demo --fronts 4 \
+            --n "$n" --seconds 3 --per-conn 8 --client-procs 8 --server-cpus 0-7 \
+            --runtime-ticks $rt "${extra[@]}" "${daemon[@]}" 2>&1 \
+            | tee "$OUT/cadence-$way.md" | tee -a "$OUT/report.txt"
     done
+    tar czf "$OUT/traces.tgz" -C "$traces" .
 }
 
 sweep() {

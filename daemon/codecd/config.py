@@ -50,6 +50,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 METRICS_ACCESS = ("auto", "token", "loopback", "open")
 PRECISIONS = ("f32", "bf16", "bf16x3")  # codecrt.Context(precision=...)
 BATCH_SHAPES = ("auto", "pow2", "exact")  # codecrt.Context(batch_bucket=False / True / False)
+FIRST_AUDIO = ("cadence", "now")  # the worker's Worker._express
 
 
 class ConfigError(ValueError):
@@ -120,6 +121,10 @@ class Config:
                               "whose models run on a GPU and on the CPU only while the worker's "
                               "ticks fill 80 % of the last second, until they fill less than "
                               "40 %)")
+    first_audio: str = _f("cadence", "a stream's ticks until its first audio: cadence (at the "
+                          "aligned ticks, with the other streams) or now (at once, in a small "
+                          "tick of the new streams alone between the aligned ones: earlier "
+                          "first audio for a graph more per new stream's chunk)")
     tick_slack_ms: float = _f(0.0, "how long past the cadence's period an aligned tick waits "
                               "for the streams whose codes are not in yet (0: none); a stream "
                               "that misses its tick gets its audio a period later")
@@ -197,6 +202,8 @@ class Config:
                         "each must be in 1..4096")
         if not 0 <= self.flow_steps <= 100:
             errs.append(f"flow_steps = {self.flow_steps}: must be in 0..100 (0: the model's default)")
+        if self.first_audio not in FIRST_AUDIO:
+            errs.append(f"first_audio: one of {', '.join(FIRST_AUDIO)}, got {self.first_audio!r}")
         if self.batch_shapes not in BATCH_SHAPES:
             errs.append(f"batch_shapes: one of {', '.join(BATCH_SHAPES)}, got {self.batch_shapes!r}")
         if problem := _precision_problem("flow_precision", self.flow_precision, self.devices):
@@ -359,7 +366,7 @@ def _coerce(name: str, v: Any, where: str) -> Any:
         if not isinstance(v, str):
             raise ValueError("expected a string")
         return v.lower() if name in ("log_format", "log_level", "flow_precision",
-                                     "metrics_access", "batch_shapes") else v
+                                     "metrics_access", "batch_shapes", "first_audio") else v
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {name}: {e} (got {v!r})") from None
 

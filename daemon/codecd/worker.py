@@ -122,6 +122,11 @@ def error_code_for(exc: BaseException) -> str:
     return "engine_error"
 
 
+#: express ticks (first_audio = "now") in a row before the worker reads commands again: a
+#: stream pushed far ahead still reaches its first audio in a few, and the rest wait a turn
+_EXPRESS_ROUNDS = 8
+
+
 def _tick_trace(index: int) -> Any:
     """CODECD_TICK_TRACE=PATH: worker ``index`` writes one line per tick round to
     ``PATH.worker<index>`` (Worker._trace_round), to see when ticks start and why: what
@@ -217,6 +222,7 @@ class _Stream:
     sid: int
     stream: Any  # a codecrt.CodecStream (exact, low-latency, flow, ...)
     maybe_ready: bool = False
+    fresh: bool = True  # no audio yet (first_audio = "now" ticks it at once)
 
 
 @dataclass(eq=False)
@@ -309,6 +315,9 @@ class Worker:
         self.cadence = Cadence(fixed_s=max(0.0, cfg.tick_align_ms) / 1e3)
         #: how long past the period an aligned tick waits for streams whose codes are late
         self.slack_s = max(0.0, cfg.tick_slack_ms) / 1e3
+        #: first_audio = "now": the fresh streams with codes waiting, ticked at once on their own
+        self.express = cfg.first_audio == "now"
+        self._fresh: dict[int, _Stream] = {}
         self._round_t = 0.0  # monotonic start of the current tick round
         self._tick_t = 0.0  # ... and of the last one that stepped streams (the cadence gates the next)
         #: what started the next tick round (the tick trace's last column)
@@ -454,6 +463,8 @@ class Worker:
             self._fail(sid, error_code_for(e), str(e))
             return
         st.maybe_ready = True
+        if self.express and st.fresh:
+            self._fresh[sid] = st
 
     def _finish(self, sid: int) -> None:
         import codecrt
@@ -468,6 +479,8 @@ class Worker:
             self._fail(sid, error_code_for(e), str(e))
             return
         st.maybe_ready = True
+        if self.express and st.fresh:
+            self._fresh[sid] = st
 
     def _close(self, sid: int) -> None:
         m = self.where.pop(sid, None)
@@ -576,6 +589,7 @@ class Worker:
             return
         errors = codecrt.push_many([x.stream if x is not None else None for x in sts],
                                    nlev, lengths, codes)
+        express = self.express
         for i, x in enumerate(sts):
             if x is None:
                 logger.debug("push for unknown stream %d dropped", base | int(sids[i]))
@@ -583,6 +597,8 @@ class Worker:
                 self._fail(x.sid, error_code_for(errors[i]), str(errors[i]))
             else:
                 x.maybe_ready = True
+                if express and x.fresh:
+                    self._fresh[x.sid] = x
 
     def _wait(self, timeout: float | None) -> bool:
         """Whether the pipe, the descriptor socket or a front's doorbell is readable within
@@ -603,12 +619,12 @@ class Worker:
 
     # ---------------------------------------------------------------- ticks
 
-    def _tick(self, m: _Model) -> int:
+    def _tick(self, m: _Model, only: list[_Stream] | None = None) -> int:
         """One step of one model's streams that may be ready (``codecrt.step``: one graph
-        for the streams that can share one); collects their output."""
+        for the streams that can share one), or of ``only`` those; collects their output."""
         import codecrt
 
-        cands = [st for st in m.streams.values() if st.maybe_ready]
+        cands = only if only is not None else [st for st in m.streams.values() if st.maybe_ready]
         if not cands:
             return 0
         cands.sort(key=_SID)  # each front's streams side by side: one AUDIO record per front
@@ -707,6 +723,7 @@ class Worker:
         pcm = s.pull()
         if pcm.size:
             self.out.append(wire.AudioOut(st.sid, pcm))
+            st.fresh = False
         stats = s.stats
         if stats.done:
             self.out.append(wire.StreamDone(st.sid, stats.total_samples))
@@ -727,6 +744,10 @@ class Worker:
         if m.pcm is None or m.pcm.size < n * per:
             m.pcm = np.empty(n * per, dtype=np.float32)
         counts, flags = codecrt.pull_many([st.stream for st in cands], m.pcm)
+        if self.express:  # a stream's first audio ends its express ticks
+            for st, got in zip(cands, (counts > 0).tolist()):
+                if got and st.fresh:
+                    st.fresh = False
         sids = np.fromiter((st.sid for st in cands), dtype=np.uint64, count=n)
         offs = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(counts, out=offs[1:])
@@ -794,20 +815,48 @@ class Worker:
                 self.cadence.round(self._tick_t, time.monotonic())
             self.flush()
             if self._trace is not None and stepped:
-                self._trace_round(ready, stepped)
+                self._trace_round(self._round_t, ready, stepped, self._trigger)
             if not stepped or self._align_s() or self._wait(0):  # aligned: the loop gates the next
                 return
             self._trigger = "again"
 
-    def _trace_round(self, ready: int, stepped: int) -> None:
+    def _trace_round(self, start: float, ready: int, stepped: int, trigger: str) -> None:
         """One line of the tick trace (CODECD_TICK_TRACE): the round's start (monotonic s),
         its phase in the cadence's period (ms; -1 unaligned), the streams ready and open at
         its start, those stepped, its wall time (ms) and what started it."""
         align_s = self._align_s()
-        phase = 1e3 * (self._tick_t % align_s) if align_s else -1.0
+        phase = 1e3 * (start % align_s) if align_s else -1.0
         n_open = sum(len(m.streams) for m in self.models.values())
-        self._trace.write(f"{self._tick_t:.4f} {phase:.1f} {ready} {n_open} {stepped} "
-                          f"{1e3 * (time.monotonic() - self._tick_t):.1f} {self._trigger}\n")
+        self._trace.write(f"{start:.4f} {phase:.1f} {ready} {n_open} {stepped} "
+                          f"{1e3 * (time.monotonic() - start):.1f} {trigger}\n")
+
+    def _express(self) -> None:
+        """first_audio = "now": the streams that have had no audio yet and have codes waiting,
+        stepped at once in a tick of their own instead of at the cadence's next tick. A SNAC
+        24 kHz stream's first audio needs its third 4-frame chunk (198 ms of lookahead), and on
+        a GPU at 1,000 streams that chunk waited up to a period for the tick and then computed
+        for 60 to 80 ms in a graph of every stream (docs/benchmarks.md: time to first audio p99
+        338 to 449 ms). Here a small graph of the new streams alone runs between the large ones;
+        the cost is that graph, three times per stream. Unaligned workers tick at once anyway."""
+        fresh, self._fresh = self._fresh, {}
+        if not self._align_s():
+            return
+        groups: dict[str, tuple[_Model, list[_Stream]]] = {}
+        for st in fresh.values():
+            m = self.where.get(st.sid)
+            if m is not None and st.maybe_ready and m.streams.get(st.sid) is st:
+                groups.setdefault(m.name, (m, []))[1].append(st)
+        for m, cands in groups.values():
+            cands.sort(key=_SID)
+            self._round_t = start = time.monotonic()
+            n = self._tick(m, cands)
+            if n and self._trace is not None:
+                self._trace_round(start, len(cands), n, "express")
+            for st in cands:  # codes pushed ahead: the next chunk at once too, until audio
+                if st.fresh and st.maybe_ready and m.streams.get(st.sid) is st:
+                    self._fresh[st.sid] = st
+        if groups:
+            self.flush()
 
     # ----------------------------------------------------------------- loop
 
@@ -960,11 +1009,17 @@ class Worker:
         "boundary", "boundary-passed" (on entry), "all ready" or "stopped"."""
         why = "stopped"
         while self.running:
+            for _ in range(_EXPRESS_ROUNDS):
+                if not self._fresh:
+                    break
+                self._express()
             left = deadline - time.monotonic()
             if left <= 0:
                 why = "boundary-passed"
                 break
-            if not self._wait(left):
+            if not self._wait(0 if self._fresh else left):
+                if self._fresh:  # more express ticks to run and no command waiting
+                    continue
                 why = "boundary"
                 break
             self.drain()

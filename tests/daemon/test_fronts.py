@@ -592,6 +592,49 @@ def test_tick_slack_waits_for_late_codes(small: Path, slack_ms: float, want: lis
     assert asyncio.run(main()) == want
 
 
+def test_first_audio_now_does_not_wait_for_the_cadence(small: Path) -> None:
+    """Two streams open on a 300 ms cadence, one silent (so that not every stream is ready);
+    the other's 4 chunks of codes pushed at once just after a multiple of the period, then its
+    end. With first_audio = "cadence" its first tick waits for the next multiple (most of a
+    period); with "now" its chunks are stepped at once, in ticks of their own, until its first
+    audio. Both give the same samples."""
+    from codecd.engine import Audio, Done, EngineConfig, EnginePool
+
+    P = 0.3
+
+    async def main(mode: str) -> tuple[float, np.ndarray]:
+        got: list[tuple[float, Any]] = []
+        pool = EnginePool(EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4,
+                                       max_batch=4, warm_buckets=(1,), gather_ms=2.0,
+                                       tick_align_ms=1e3 * P, first_audio=mode), ["cpu"],
+                          on_event=lambda e: got.append((time.monotonic(), e)))
+        await pool.start()
+        try:
+            pool.open(0, "small")
+            pool.open(1, "small")
+            await pool.fetch_stats()
+            while not 0.02 < time.monotonic() % P < 0.06:  # just after a multiple of P
+                await asyncio.sleep(0.005)
+            t0 = time.monotonic()
+            pool.push(0, small_codes(16, np.random.default_rng(4)))
+            pool.finish(0)
+            for _ in range(400):
+                if any(isinstance(e, Done) and e.key == 0 for _, e in got):
+                    break
+                await asyncio.sleep(0.01)
+            audio = [(t, e.pcm) for t, e in got
+                     if isinstance(e, Audio) and e.key == 0 and len(e.pcm)]
+            return audio[0][0] - t0, np.concatenate([a for _, a in audio])
+        finally:
+            await pool.close()
+
+    ttfa_cadence, pcm_cadence = asyncio.run(main("cadence"))
+    ttfa_now, pcm_now = asyncio.run(main("now"))
+    assert ttfa_cadence > 0.6 * P, ttfa_cadence
+    assert ttfa_now < 0.5 * P, ttfa_now
+    assert np.array_equal(pcm_now, pcm_cadence)
+
+
 def test_browser_tickets_redeem_on_any_front(small: Path, tmp_path: Path) -> None:
     """A browser ticket from GET /auth/ticket (whichever front answers it) opens a websocket on
     whichever front the upgrade reaches, once: main keeps the tickets of every front."""

@@ -44,6 +44,9 @@ class EngineConfig:
     tick_align_ms: float = 0.0
     #: how much longer than the period an aligned tick waits for streams not ready yet
     tick_slack_ms: float = 0.0
+    #: "now": a stream's ticks until its first audio run at once, in a tick of their own,
+    #: instead of at the aligned ticks ("cadence")
+    first_audio: str = "cadence"
     #: when a worker warms only its smallest bucket before it reports ready and reserves the
     #: larger ones in the background, between ticks while it is idle: "restart" (a worker
     #: restarted after a crash serves again within a second or two; a first start warms all
