@@ -635,6 +635,41 @@ def test_first_audio_now_does_not_wait_for_the_cadence(small: Path) -> None:
     assert np.array_equal(pcm_now, pcm_cadence)
 
 
+def test_tick_trace_writes_a_line_per_round(small: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """CODECD_TICK_TRACE=PATH: worker 0 writes PATH.worker0, a header and one line per round
+    that stepped streams (docs/server.md): two streams ready together on a 200 ms cadence make
+    one round of both, started because every stream was ready."""
+    from codecd.engine import EngineConfig, EnginePool
+
+    monkeypatch.setenv("CODECD_TICK_TRACE", str(tmp_path / "trace"))
+
+    async def main() -> None:
+        pool = EnginePool(EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4,
+                                       max_batch=4, warm_buckets=(1, 2), gather_ms=2.0,
+                                       tick_align_ms=200.0), ["cpu"], on_event=lambda e: None)
+        await pool.start()
+        try:
+            pool.open(0, "small")
+            pool.open(1, "small")
+            await pool.fetch_stats()
+            rng = np.random.default_rng(5)
+            pool.push(0, small_codes(4, rng))
+            pool.push(1, small_codes(4, rng))
+            await asyncio.sleep(0.6)
+        finally:
+            await pool.close()
+
+    asyncio.run(main())
+    lines = (tmp_path / "trace.worker0").read_text().splitlines()
+    assert lines[0] == "# start_s phase_ms ready open stepped wall_ms trigger"
+    rows = [line.split() for line in lines[1:]]
+    assert len(rows) == 1, rows
+    start, phase, ready, n_open, stepped, wall, trigger = rows[0]
+    assert (ready, n_open, stepped, trigger) == ("2", "2", "2", "all-ready")
+    assert 0.0 <= float(phase) < 200.0 and float(wall) > 0.0 and float(start) > 0.0
+
+
 def test_browser_tickets_redeem_on_any_front(small: Path, tmp_path: Path) -> None:
     """A browser ticket from GET /auth/ticket (whichever front answers it) opens a websocket on
     whichever front the upgrade reaches, once: main keeps the tickets of every front."""
