@@ -1006,7 +1006,7 @@ class Worker:
     def _gather_until(self, deadline: float) -> str:
         """Apply commands until ``deadline`` (monotonic seconds) or until every open stream
         may be ready (the batch cannot grow), then send what they produced. Which ended it:
-        "boundary", "boundary-passed" (on entry), "all ready" or "stopped"."""
+        "boundary", "boundary-passed" (on entry), "all-ready" or "stopped"."""
         why = "stopped"
         while self.running:
             for _ in range(_EXPRESS_ROUNDS):
