@@ -18,7 +18,11 @@ primes), busy refusals and errors, websocket messages per second (token messages
 in + audio messages out, counted at the clients), the worker's tick time p99 and
 mean batch (recent ticks, from ``/metrics``), and CPU (cores = CPU seconds / wall
 seconds) of main, of each front, and of the worker. A second table splits the worker's
-ticks into their parts (``codecd.anatomy``), for the mean tick and the slowest tenth. The criterion is the serve
+ticks into their parts (``codecd.anatomy``), for the mean tick and the slowest tenth. After
+the tables, per row: where the late frames of the 200 ms buffer fall (arrival time, frame
+index, connections), and, with ``CODECD_TICK_TRACE=PATH`` in the bench's environment (the
+daemon inherits it), the worker's rounds by what started them and the share of stream-steps
+that missed their round (``trace_summary``). The criterion is the serve
 suite's (p99 gap exceeds the period by less than one period, no refusals, no
 errors) plus zero underruns with the 200 ms buffer; the last lines name the
 largest N that meets it per F.
@@ -163,6 +167,33 @@ def late_summary(r: RunResult, late: list[tuple[float, int, int]], n_frames: int
     return (f"{len(late)} late at " + ", ".join(f"{b / 10:.1f}-{(b + 1) / 10:.1f} s: {k}" for b, k in top)
             + f" (of {len(bins)} bins); frame index <= 2: {first}, within 2 of the end: {last}, "
             f"between: {len(late) - first - last}; {conns} connection(s)")
+
+
+def trace_summary(prefix: str, t0: float, t1: float) -> str:
+    """The tick trace (CODECD_TICK_TRACE=prefix in the daemon's environment: docs/server.md)
+    of the rounds that started between t0 and t1 (time.monotonic(), the machine's clock):
+    rounds by what started them, and in the steady rounds (at least 90 % of the row's most
+    open streams, express rounds aside, less the first and last 3, where streams are still
+    starting or ending) the stream-steps missed: streams open but not in the round, whose audio
+    then comes a period later."""
+    rows = []
+    for path in sorted(Path(prefix).parent.glob(Path(prefix).name + ".worker*")):
+        for line in path.read_text().splitlines():
+            f = line.split()
+            if len(f) == 7 and not line.startswith("#") and t0 <= float(f[0]) <= t1:
+                rows.append((int(f[3]), int(f[4]), f[6]))
+    if not rows:
+        return "tick trace: no rounds"
+    by: dict[str, int] = {}
+    for _, _, trig in rows:
+        by[trig] = by.get(trig, 0) + 1
+    top = max(o for o, _, _ in rows)
+    steady = [(o, s) for o, s, trig in rows if trig != "express" and o >= 0.9 * top][3:-3]
+    opened = sum(o for o, _ in steady)
+    missed = sum(o - s for o, s in steady if o > s)
+    share = f"{100 * missed / opened:.1f} %" if opened else "-"
+    return (f"tick trace: {len(rows)} rounds (" + ", ".join(f"{k} {v}" for k, v in sorted(by.items()))
+            + f"); steady rounds {len(steady)}, stream-steps missed {missed} of {opened} ({share})")
 
 
 def tick_stats(url: str) -> tuple[float, float]:
@@ -427,6 +458,7 @@ def main() -> int:
                     pids = [proc.pid, *kids["front"], *kids["worker"]]
                     c0 = {p: _cpu(p) for p in pids}
                     m0 = _metrics(url)
+                    t_row = time.monotonic()
                     r = run_load([url], args.model, n, args.seconds, args.speed, args.per_conn,
                                  None, [], args.seconds / args.speed + 120.0, args.client_procs, load)
                     c1 = {p: _cpu(p) for p in pids}
@@ -440,6 +472,9 @@ def main() -> int:
                     bu = len(late)
                     lates.append(f"fronts {nf}, N {n}: " + late_summary(
                         r, late, max(1, int(round(args.seconds / period)))))
+                    if os.environ.get("CODECD_TICK_TRACE"):
+                        lates.append(f"fronts {nf}, N {n}: " + trace_summary(
+                            os.environ["CODECD_TICK_TRACE"], t_row, time.monotonic()))
                     ok = r.ok and bu == 0
                     if ok:
                         best[nf] = max(best.get(nf, 0), n)
@@ -454,7 +489,8 @@ def main() -> int:
                     rows.append(row)
                     anatomy.extend(anatomy_rows(nf, n, m1))
                     print(row, file=sys.stderr, flush=True)
-                    print(lates[-1], file=sys.stderr, flush=True)
+                    print("\n".join(lates[-2:] if os.environ.get("CODECD_TICK_TRACE") else lates[-1:]),
+                          file=sys.stderr, flush=True)
                     time.sleep(1.0)
             if args.kill_worker:
                 ts = restart_times(url, proc.pid, args.model, args.kill_worker, args.kill_gap,
