@@ -442,7 +442,8 @@ def main() -> int:
     recov: list[str] = []
     anatomy: list[str] = []
     logs: list[str] = []
-    lates: list[str] = []  # where each row's late frames fall
+    lates: list[str] = []  # where each row's late frames fall (and its tick trace's summary)
+    trace = os.environ.get("CODECD_TICK_TRACE")  # the daemon inherits it
     print(HEADER, file=sys.stderr, flush=True)
     for nf in (int(x) for x in args.fronts.split(",")):
         args.serve_arg = [*base_args, f"--fronts={nf}"]
@@ -470,11 +471,11 @@ def main() -> int:
                     msgs += n * max(1, int(round(args.seconds / period)))
                     late = late_frames(r, sample_rate=load.sample_rate)
                     bu = len(late)
-                    lates.append(f"fronts {nf}, N {n}: " + late_summary(
-                        r, late, max(1, int(round(args.seconds / period)))))
-                    if os.environ.get("CODECD_TICK_TRACE"):
-                        lates.append(f"fronts {nf}, N {n}: " + trace_summary(
-                            os.environ["CODECD_TICK_TRACE"], t_row, time.monotonic()))
+                    notes = [late_summary(r, late, max(1, int(round(args.seconds / period))))]
+                    if trace:
+                        notes.append(trace_summary(trace, t_row, time.monotonic()))
+                    notes = [f"fronts {nf}, N {n}: {x}" for x in notes]
+                    lates.extend(notes)
                     ok = r.ok and bu == 0
                     if ok:
                         best[nf] = max(best.get(nf, 0), n)
@@ -489,8 +490,7 @@ def main() -> int:
                     rows.append(row)
                     anatomy.extend(anatomy_rows(nf, n, m1))
                     print(row, file=sys.stderr, flush=True)
-                    print("\n".join(lates[-2:] if os.environ.get("CODECD_TICK_TRACE") else lates[-1:]),
-                          file=sys.stderr, flush=True)
+                    print("\n".join(notes), file=sys.stderr, flush=True)
                     time.sleep(1.0)
             if args.kill_worker:
                 ts = restart_times(url, proc.pid, args.model, args.kill_worker, args.kill_gap,

@@ -977,15 +977,14 @@ class Worker:
                 if not busy and self._background:
                     self._warm_step()
             align_s = self._align_s()
-            if gathered or not align_s:
-                pass
-            elif self.running and self._busy() and not self._all_waiting():
-                # streams made ready while the last tick was on the device (its pushes are read
-                # then) wait until a period after that tick's start (and the slack): one tick a
-                # period, all of them in it (at once if the tick overran the period)
-                self._trigger = self._gather_until(self._tick_t + align_s + self.slack_s)
-            else:
-                self._trigger = "all-ready" if self._busy() else "idle"
+            if align_s and not gathered:
+                if self.running and self._busy() and not self._all_waiting():
+                    # streams made ready while the last tick was on the device (its pushes are
+                    # read then) wait until a period after that tick's start (and the slack):
+                    # one tick a period, all of them in it (at once if the tick overran it)
+                    self._trigger = self._gather_until(self._tick_t + align_s + self.slack_s)
+                else:
+                    self._trigger = "all-ready" if self._busy() else "idle"
             if self.running:
                 self.run_ticks()
 

@@ -516,41 +516,52 @@ def test_tick_align_puts_spread_streams_in_one_tick(small: Path, align_ms: float
         assert len(batches) >= 3, batches
 
 
-def test_a_tick_started_by_every_stream_being_ready_keeps_its_phase(small: Path) -> None:
-    """Two streams on a 400 ms cadence whose codes arrive 100 ms apart, the second's later in
-    the period: their first tick starts when both are ready, mid-period, and the next one a
-    period after it, with both again. Not at the cadence's multiple in between with the first
-    stream alone and then the second alone (3 ticks for 2 periods' codes; docs/server.md)."""
+def aligned_pool(small: Path, align_ms: float, on_event: Any = None, **kw: Any) -> Any:
+    """An EnginePool of the small model on one CPU worker with ticks aligned to ``align_ms``
+    (``kw``: more EngineConfig settings)."""
     from codecd.engine import EngineConfig, EnginePool
 
-    P = 0.4
+    cfg = dict(models={"small": str(small)}, n_threads=1, max_streams=4, max_batch=4,
+               warm_buckets=(1, 2), gather_ms=2.0, tick_align_ms=align_ms)
+    return EnginePool(EngineConfig(**{**cfg, **kw}), ["cpu"],
+                      on_event=on_event or (lambda e: None))
+
+
+def two_stream_batches(small: Path, period: float, last_gap: float, seed: int,
+                       **kw: Any) -> list[int]:
+    """Two streams on a cadence of ``period`` s: codes of stream 0 just after a multiple of the
+    period, of stream 1 100 ms later (both ready: a tick), of stream 0 again 100 ms after
+    that, of stream 1 ``last_gap`` s after that; the batches of the ticks that followed."""
 
     async def main() -> list[int]:
-        pool = EnginePool(EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4,
-                                       max_batch=4, warm_buckets=(1, 2), gather_ms=2.0,
-                                       tick_align_ms=1e3 * P), ["cpu"], on_event=lambda e: None)
+        pool = aligned_pool(small, 1e3 * period, **kw)
         await pool.start()
         try:
             for i in range(2):
                 pool.open(i, "small")
             await pool.fetch_stats()
-            rng = np.random.default_rng(2)
-            while not 0.02 < time.monotonic() % P < 0.06:  # just after a multiple of P
+            rng = np.random.default_rng(seed)
+            while not 0.02 < time.monotonic() % period < 0.06:  # just after a multiple
                 await asyncio.sleep(0.005)
-            pool.push(0, small_codes(4, rng))
-            await asyncio.sleep(0.1)
-            pool.push(1, small_codes(4, rng))  # both ready: the first tick, mid-period
-            await asyncio.sleep(0.1)
-            pool.push(0, small_codes(4, rng))  # before the multiple of P that follows
-            await asyncio.sleep(0.25)
-            pool.push(1, small_codes(4, rng))  # after it, within a period of the first tick
-            await asyncio.sleep(0.6)
+            for sid, wait in ((0, 0.1), (1, 0.1), (0, last_gap), (1, 2 * period)):
+                pool.push(sid, small_codes(4, rng))
+                await asyncio.sleep(wait)
             st = (await pool.fetch_stats())["workers"][0]["worker"]["models"]["small"]
             return list(st["recent_batches"])
         finally:
             await pool.close()
 
-    assert asyncio.run(main()) == [2, 2]
+    return asyncio.run(main())
+
+
+def test_a_tick_started_by_every_stream_being_ready_keeps_its_phase(small: Path) -> None:
+    """Two streams on a 400 ms cadence whose codes arrive 100 ms apart, the second's later in
+    the period: their first tick starts when both are ready, mid-period, and the next one a
+    period after it, with both again. Not at the cadence's multiple in between with the first
+    stream alone and then the second alone (3 ticks for 2 periods' codes; docs/server.md).
+    The second round's codes: stream 0's before the multiple of the period that follows the
+    first tick, stream 1's after it, within a period of the first tick."""
+    assert two_stream_batches(small, 0.4, 0.25, seed=2) == [2, 2]
 
 
 @pytest.mark.parametrize("slack_ms, want", [(0.0, [2, 1, 1]), (200.0, [2, 2])])
@@ -559,37 +570,7 @@ def test_tick_slack_waits_for_late_codes(small: Path, slack_ms: float, want: lis
     started the first should send again. Its codes 100 ms late (a 400 ms cadence) miss that
     tick without slack (the first stream ticks alone, the late one a period later) and make
     it with 200 ms of slack (tick_slack_ms)."""
-    from codecd.engine import EngineConfig, EnginePool
-
-    P = 0.4
-
-    async def main() -> list[int]:
-        pool = EnginePool(EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4,
-                                       max_batch=4, warm_buckets=(1, 2), gather_ms=2.0,
-                                       tick_align_ms=1e3 * P, tick_slack_ms=slack_ms), ["cpu"],
-                          on_event=lambda e: None)
-        await pool.start()
-        try:
-            for i in range(2):
-                pool.open(i, "small")
-            await pool.fetch_stats()
-            rng = np.random.default_rng(3)
-            while not 0.02 < time.monotonic() % P < 0.06:
-                await asyncio.sleep(0.005)
-            pool.push(0, small_codes(4, rng))
-            await asyncio.sleep(0.1)
-            pool.push(1, small_codes(4, rng))  # both ready: the first tick
-            await asyncio.sleep(0.1)
-            pool.push(0, small_codes(4, rng))
-            await asyncio.sleep(0.4)
-            pool.push(1, small_codes(4, rng))  # a period and 100 ms after the first tick
-            await asyncio.sleep(0.8)
-            st = (await pool.fetch_stats())["workers"][0]["worker"]["models"]["small"]
-            return list(st["recent_batches"])
-        finally:
-            await pool.close()
-
-    assert asyncio.run(main()) == want
+    assert two_stream_batches(small, 0.4, 0.4, seed=3, tick_slack_ms=slack_ms) == want
 
 
 def test_first_audio_now_does_not_wait_for_the_cadence(small: Path) -> None:
@@ -598,16 +579,14 @@ def test_first_audio_now_does_not_wait_for_the_cadence(small: Path) -> None:
     end. With first_audio = "cadence" its first tick waits for the next multiple (most of a
     period); with "now" its chunks are stepped at once, in ticks of their own, until its first
     audio. Both give the same samples."""
-    from codecd.engine import Audio, Done, EngineConfig, EnginePool
+    from codecd.engine import Audio, Done
 
     P = 0.3
 
     async def main(mode: str) -> tuple[float, np.ndarray]:
         got: list[tuple[float, Any]] = []
-        pool = EnginePool(EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4,
-                                       max_batch=4, warm_buckets=(1,), gather_ms=2.0,
-                                       tick_align_ms=1e3 * P, first_audio=mode), ["cpu"],
-                          on_event=lambda e: got.append((time.monotonic(), e)))
+        pool = aligned_pool(small, 1e3 * P, lambda e: got.append((time.monotonic(), e)),
+                            warm_buckets=(1,), first_audio=mode)
         await pool.start()
         try:
             pool.open(0, "small")
@@ -640,14 +619,10 @@ def test_tick_trace_writes_a_line_per_round(small: Path, tmp_path: Path,
     """CODECD_TICK_TRACE=PATH: worker 0 writes PATH.worker0, a header and one line per round
     that stepped streams (docs/server.md): two streams ready together on a 200 ms cadence make
     one round of both, started because every stream was ready."""
-    from codecd.engine import EngineConfig, EnginePool
-
     monkeypatch.setenv("CODECD_TICK_TRACE", str(tmp_path / "trace"))
 
     async def main() -> None:
-        pool = EnginePool(EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4,
-                                       max_batch=4, warm_buckets=(1, 2), gather_ms=2.0,
-                                       tick_align_ms=200.0), ["cpu"], on_event=lambda e: None)
+        pool = aligned_pool(small, 200.0)
         await pool.start()
         try:
             pool.open(0, "small")
