@@ -75,7 +75,9 @@
 #            waits that much past the period for streams whose codes are late), with
 #            --first-audio now (a new stream's chunks ticked at once until its first audio) and
 #            with ticks every half period (--tick-align-ms 42.67: about half the streams a
-#            tick, half the wait for a first audio); docs/benchmarks.md, one tick a period
+#            tick, half the wait for a first audio); docs/benchmarks.md, one tick a period.
+#            $CADENCE_WAYS picks ways (one device call holds a build and about two of them),
+#            $CADENCE_REPEAT [1] runs each N that many times
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/codecd-gpu-out}
@@ -352,7 +354,7 @@ cadence() {
                   --serve-arg=--max-connections=1300 --serve-arg=--max-connections-per-ip=1300)
     local traces=/tmp/codecd-cadence-traces
     rm -rf "$traces" && mkdir -p "$traces"
-    for way in shipped slack now half; do
+    for way in ${CADENCE_WAYS:-shipped slack now half}; do
         case $way in
             shipped) extra=(); rt=20 ;;
             slack) extra=(--serve-arg=--tick-slack-ms=${CADENCE_SLACK:-5}); rt=0 ;;
@@ -361,8 +363,8 @@ cadence() {
         esac
         stage "cadence, $way: python3 -m bench fronts --spawn demo --fronts 4 --n $n ${extra[*]:-}"
         CODECD_TICK_TRACE="$traces/trace-$way" python3 -m bench fronts --spawn demo --fronts 4 \
-            --n "$n" --seconds 3 --per-conn 8 --client-procs 8 --server-cpus 0-7 \
-            --runtime-ticks $rt "${extra[@]}" "${daemon[@]}" 2>&1 \
+            --n "$n" --repeat "${CADENCE_REPEAT:-1}" --seconds 3 --per-conn 8 --client-procs 8 \
+            --server-cpus 0-7 --runtime-ticks $rt "${extra[@]}" "${daemon[@]}" 2>&1 \
             | tee "$OUT/cadence-$way.md" | tee -a "$OUT/report.txt"
     done
     tar czf "$OUT/traces.tgz" -C "$traces" .
