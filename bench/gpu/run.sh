@@ -71,13 +71,13 @@
 #            the products, where the toolkit has it (errors only, into convcheck.txt)
 #   cadence  one daemon (4 fronts, as fronts) at $CADENCE_N [1000,1100] SNAC streams four ways,
 #            each with its tick trace (CODECD_TICK_TRACE, all in $OUT/traces.tgz): the shipped
-#            cadence (and the runtime alone), with --tick-slack-ms $CADENCE_SLACK [5] (a tick
-#            waits that much past the period for streams whose codes are late), with
-#            --first-audio now (a new stream's chunks ticked at once until its first audio) and
-#            with ticks every half period (--tick-align-ms 42.67: about half the streams a
-#            tick, half the wait for a first audio); docs/benchmarks.md, one tick a period.
-#            $CADENCE_WAYS picks ways (one device call holds a build and about two of them),
-#            $CADENCE_REPEAT [1] runs each N that many times
+#            cadence (and the runtime alone), with --tick-slack-ms $CADENCE_SLACK [0] (the
+#            shipped 5 ms is how long a tick waits past the period for streams whose codes are
+#            late), with --first-audio now (a new stream's chunks ticked at once, as many as end
+#            before the aligned tick, until its first audio) and with ticks every half period
+#            (--tick-align-ms 42.67: about half the streams a tick, half the wait for a first
+#            audio); docs/benchmarks.md, one tick a period. $CADENCE_WAYS picks ways (one device
+#            call holds a build and all four), $CADENCE_REPEAT [1] runs each N that many times
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/codecd-gpu-out}
@@ -357,7 +357,7 @@ cadence() {
     for way in ${CADENCE_WAYS:-shipped slack now half}; do
         case $way in
             shipped) extra=(); rt=20 ;;
-            slack) extra=(--serve-arg=--tick-slack-ms=${CADENCE_SLACK:-5}); rt=0 ;;
+            slack) extra=(--serve-arg=--tick-slack-ms=${CADENCE_SLACK:-0}); rt=0 ;;
             now) extra=(--serve-arg=--first-audio=now); rt=0 ;;
             half) extra=(--serve-arg=--tick-align-ms=42.67); rt=0 ;;
         esac

@@ -125,7 +125,7 @@ class Config:
                           "aligned ticks, with the other streams) or now (at once, in a small "
                           "tick of the new streams alone between the aligned ones: earlier "
                           "first audio for a graph more per new stream's chunk)")
-    tick_slack_ms: float = _f(0.0, "how long past the cadence's period an aligned tick waits "
+    tick_slack_ms: float = _f(5.0, "how long past the cadence's period an aligned tick waits "
                               "for the streams whose codes are not in yet (0: none); a stream "
                               "that misses its tick gets its audio a period later")
     max_streams: int = _f(64, "open streams server-wide (per model per worker in the engine); "

@@ -42,7 +42,8 @@ class EngineConfig:
     #: is ready, instead of gather_ms; -1: the shortest tick period of the worker's models when
     #: their contexts run on a GPU, else off
     tick_align_ms: float = 0.0
-    #: how much longer than the period an aligned tick waits for streams not ready yet
+    #: how much longer than the period an aligned tick waits for streams not ready yet (the
+    #: daemon's default 5 ms, tuned on the H200: docs/benchmarks.md, one tick a period)
     tick_slack_ms: float = 0.0
     #: "now": a stream's ticks until its first audio run at once, in a tick of their own,
     #: instead of at the aligned ticks ("cadence")
