@@ -70,6 +70,7 @@ import numpy as np
 
 from .anatomy import GcClock, TickAnatomy, TickParts
 from .cadence import Cadence
+from .tickcost import TickCost
 from .channel import WorkerEnds, packets, recv_msg
 from .engine.config import EngineConfig
 from .families import LoadedModel, StreamRefused, load_model
@@ -125,6 +126,12 @@ def error_code_for(exc: BaseException) -> str:
 #: express ticks (first_audio = "now") in a row before the worker reads commands again: a
 #: stream pushed far ahead still reaches its first audio in a few, and the rest wait a turn
 _EXPRESS_ROUNDS = 8
+#: an express tick must be expected to end this long before the aligned tick is due (ms), and
+#: within this share of the time left: the estimate is a mean, a tick may take longer
+_EXPRESS_MARGIN_MS = 1.0
+_EXPRESS_SHARE = 0.9
+#: new streams in an express tick before the model has ticked once (its cost unknown)
+_EXPRESS_FIRST = 64
 
 
 def _tick_trace(index: int) -> Any:
@@ -247,6 +254,8 @@ class _Model:
     anatomy: TickAnatomy = field(default_factory=TickAnatomy)
     graphs_built: int = 0
     buffer_bytes: int = 0
+    #: its ticks' wall time against their batch (first_audio = "now" fits express ticks by it)
+    cost: TickCost = field(default_factory=TickCost)
 
 
 @dataclass(eq=False)
@@ -690,6 +699,7 @@ class Worker:
             parts.collect = (t2[0] - t1[0]) * 1e3
             parts.total = (t2[0] - t0[0]) * 1e3
             parts.gc = self.gc.ms - gc0
+            m.cost.add(parts.batch, parts.total)
             self._account_graphs(m, parts)
             m.anatomy.add(parts)
         return n
@@ -830,32 +840,43 @@ class Worker:
         self._trace.write(f"{start:.4f} {phase:.1f} {ready} {n_open} {stepped} "
                           f"{1e3 * (time.monotonic() - start):.1f} {trigger}\n")
 
-    def _express(self) -> None:
+    def _express(self, deadline: float) -> None:
         """first_audio = "now": the streams that have had no audio yet and have codes waiting,
         stepped at once in a tick of their own instead of at the cadence's next tick. A SNAC
         24 kHz stream's first audio needs its third 4-frame chunk (198 ms of lookahead), and on
         a GPU at 1,000 streams that chunk waited up to a period for the tick and then computed
         for 60 to 80 ms in a graph of every stream (docs/benchmarks.md: time to first audio p99
-        338 to 449 ms). Here a small graph of the new streams alone runs between the large ones;
-        the cost is that graph, three times per stream. Unaligned workers tick at once anyway."""
+        338 to 449 ms). Here a small graph of the new streams alone runs between the large ones,
+        as many of them as its model's tick cost (:class:`TickCost`) says end before
+        ``deadline`` (monotonic s), when the aligned tick is due; the rest wait for that tick
+        (they are express again at their next codes). Unaligned workers tick at once anyway."""
         fresh, self._fresh = self._fresh, {}
         if not self._align_s():
             return
         groups: dict[str, tuple[_Model, list[_Stream]]] = {}
-        for st in fresh.values():
+        for st in fresh.values():  # in the order their codes came
             m = self.where.get(st.sid)
             if m is not None and st.maybe_ready and m.streams.get(st.sid) is st:
                 groups.setdefault(m.name, (m, []))[1].append(st)
+        ran = False
         for m, cands in groups.values():
-            cands.sort(key=_SID)
+            budget_ms = _EXPRESS_SHARE * (deadline - time.monotonic()) * 1e3 - _EXPRESS_MARGIN_MS
+            k = (m.cost.most_within(budget_ms, len(cands)) if m.cost.known
+                 else min(len(cands), _EXPRESS_FIRST))
+            if not k:  # none fits: they tick with the others at the deadline
+                continue
+            for st in cands[k:]:  # the later ones: another express tick if time is left
+                self._fresh[st.sid] = st
+            cands = sorted(cands[:k], key=_SID)
             self._round_t = start = time.monotonic()
             n = self._tick(m, cands)
+            ran = True
             if n and self._trace is not None:
                 self._trace_round(start, len(cands), n, "express")
             for st in cands:  # codes pushed ahead: the next chunk at once too, until audio
                 if st.fresh and st.maybe_ready and m.streams.get(st.sid) is st:
                     self._fresh[st.sid] = st
-        if groups:
+        if ran:
             self.flush()
 
     # ----------------------------------------------------------------- loop
@@ -1011,7 +1032,7 @@ class Worker:
             for _ in range(_EXPRESS_ROUNDS):
                 if not self._fresh:
                     break
-                self._express()
+                self._express(deadline)
             left = deadline - time.monotonic()
             if left <= 0:
                 why = "boundary-passed"

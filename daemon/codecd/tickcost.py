@@ -1,0 +1,70 @@
+"""tickcost.py: what a tick of n streams costs on one model of a worker, learnt from its ticks.
+
+Sans-I/O: the worker reports each tick (its batch and its wall time) and asks how many
+streams a tick may hold to end within a budget.
+
+``first_audio = "now"`` runs small ticks of new streams between the aligned ones. One that
+is still computing when the aligned tick is due delays every stream's audio: on the H200 at
+1,000 streams (docs/gpu/h200-2026-12-05-cadence.md) express ticks run whenever new streams
+had codes, back to back through the start of a row, gave 632 late frames with the 200 ms
+buffer where the shipped cadence gave none. So the worker runs one only when it ends before
+the aligned tick is due, with as many of the new streams as fit. The estimate is a line,
+``a + b * n`` ms, fitted by least squares over the model's recent ticks with exponential
+forgetting: the large aligned ticks and the small express ones both inform it (on the H200,
+about 4.5 ms plus 0.06 ms a stream).
+"""
+
+from __future__ import annotations
+
+
+class TickCost:
+    """A tick's wall time (ms) as a line in its batch, from recent ticks."""
+
+    def __init__(self, half_life: float = 64.0) -> None:
+        #: each tick's weight halves after ``half_life`` more ticks
+        self.decay = 0.5 ** (1.0 / half_life)
+        self._w = self._n = self._nn = self._y = self._ny = 0.0
+
+    def add(self, n: int, ms: float) -> None:
+        """A tick of ``n`` streams took ``ms`` milliseconds."""
+        d = self.decay
+        self._w = self._w * d + 1.0
+        self._n = self._n * d + n
+        self._nn = self._nn * d + n * n
+        self._y = self._y * d + ms
+        self._ny = self._ny * d + n * ms
+
+    @property
+    def known(self) -> bool:
+        return self._w > 0.0
+
+    def predict(self, n: int) -> float:
+        """The expected wall time (ms) of a tick of ``n`` streams; 0 before any tick."""
+        if not self._w:
+            return 0.0
+        mn, my = self._n / self._w, self._y / self._w
+        var = self._nn / self._w - mn * mn
+        if var > 1e-6 * max(1.0, mn * mn):
+            b = (self._ny / self._w - mn * my) / var
+            if b >= 0.0:
+                # a negative intercept (noise) would promise small ticks for nothing
+                return max(0.0, my - b * mn) + b * n
+        # ticks of one size so far (or a slope that noise made negative): no cheaper than
+        # their mean, proportionally dearer above their size
+        return my * max(1.0, n / max(mn, 1.0))
+
+    def most_within(self, budget_ms: float, limit: int) -> int:
+        """The largest batch of at most ``limit`` streams whose tick is expected to end within
+        ``budget_ms``; 0 when not even one is."""
+        if budget_ms <= 0.0 or limit <= 0:
+            return 0
+        if self.predict(limit) <= budget_ms:
+            return limit
+        lo, hi = 0, limit  # predict(lo) fits (or lo == 0), predict(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.predict(mid) <= budget_ms:
+                lo = mid
+            else:
+                hi = mid
+        return lo
