@@ -99,6 +99,7 @@ _BACKGROUND_IDLE_S = 2.0
 #: event packets (one per tick) a front may leave unread before its channel is closed
 _MAX_FRONT_BACKLOG = 1024
 _SID = attrgetter("sid")
+_SILENT_STEPS = attrgetter("silent_steps")
 #: the loop's phases timed in ``Worker.phases`` (stats ``phase_s``, ``phase_cpu_s``; /metrics
 #: ``codecd_worker_phase_seconds``): where a tick's host time goes
 PHASES = ("ingest", "step", "collect", "flush")
@@ -230,6 +231,7 @@ class _Stream:
     stream: Any  # a codecrt.CodecStream (exact, low-latency, flow, ...)
     maybe_ready: bool = False
     fresh: bool = True  # no audio yet (first_audio = "now" ticks it at once)
+    silent_steps: int = 0  # its steps without audio so far (counted while fresh, under "now")
 
 
 @dataclass(eq=False)
@@ -734,6 +736,8 @@ class Worker:
         if pcm.size:
             self.out.append(wire.AudioOut(st.sid, pcm))
             st.fresh = False
+        elif st.fresh:
+            st.silent_steps += 1
         stats = s.stats
         if stats.done:
             self.out.append(wire.StreamDone(st.sid, stats.total_samples))
@@ -756,8 +760,11 @@ class Worker:
         counts, flags = codecrt.pull_many([st.stream for st in cands], m.pcm)
         if self.express:  # a stream's first audio ends its express ticks
             for st, got in zip(cands, (counts > 0).tolist()):
-                if got and st.fresh:
-                    st.fresh = False
+                if st.fresh:
+                    if got:
+                        st.fresh = False
+                    else:
+                        st.silent_steps += 1
         sids = np.fromiter((st.sid for st in cands), dtype=np.uint64, count=n)
         offs = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(counts, out=offs[1:])
@@ -849,7 +856,11 @@ class Worker:
         338 to 449 ms). Here a small graph of the new streams alone runs between the large ones,
         as many of them as its model's tick cost (:class:`TickCost`) says end before
         ``deadline`` (monotonic s), when the aligned tick is due; the rest wait for that tick
-        (they are express again at their next codes). Unaligned workers tick at once anyway."""
+        (they are express again at their next codes). The streams with the most silent steps
+        go first: they are nearest their first audio (a SNAC 24 kHz stream's third step gives
+        it, its first two give none), so when not all fit, the express ticks give first audio
+        rather than steps that the aligned ticks could take as well. Unaligned workers tick at
+        once anyway."""
         fresh, self._fresh = self._fresh, {}
         if not self._align_s():
             return
@@ -860,6 +871,7 @@ class Worker:
                 groups.setdefault(m.name, (m, []))[1].append(st)
         ran = False
         for m, cands in groups.values():
+            cands.sort(key=_SILENT_STEPS, reverse=True)  # stable: then in the order codes came
             budget_ms = _EXPRESS_SHARE * (deadline - time.monotonic()) * 1e3 - _EXPRESS_MARGIN_MS
             k = (m.cost.most_within(budget_ms, len(cands)) if m.cost.known
                  else min(len(cands), _EXPRESS_FIRST))

@@ -228,9 +228,10 @@ def test_pushes_read_during_a_tick_wait_for_the_next_aligned_tick(small: Path, o
 
 def test_express_ticks_only_what_ends_before_the_aligned_tick(small: Path) -> None:
     """first_audio = "now": new streams' codes are ticked at once, but only as many as the
-    model's tick cost says end before the aligned tick is due; the rest wait for another
-    express tick while time is left, and for the aligned tick once none fits (on the H200,
-    unguarded express ticks delayed the aligned ones: 632 late frames at 1,000 streams)."""
+    model's tick cost says end before the aligned tick is due, those with the most silent steps
+    (nearest their first audio) first; the rest wait for another express tick while time is
+    left, and for the aligned tick once none fits (on the H200, unguarded express ticks
+    delayed the aligned ones: 632 late frames at 1,000 streams)."""
     import time
 
     from codecd import wire
@@ -254,12 +255,14 @@ def test_express_ticks_only_what_ends_before_the_aligned_tick(small: Path) -> No
     front.commands.ring()
     w.drain()
     assert fresh() == [1, 2, 3, 4]  # in the order their codes came
+    for sid, st in w._fresh.items():  # streams 3 and 4 have stepped once without audio
+        st.silent_steps = int(sid & ((1 << _FID_SHIFT) - 1) >= 3)
     m = w.models["small"]
     m.cost.add(1, 25.0)  # ticks that cost 10 ms plus 15 ms a stream
     m.cost.add(8, 130.0)
     w._express(time.monotonic() + 0.06)  # 0.9 * 60 - 1 = 53 ms: two streams (40 ms), not three
     assert (m.ticks, list(m.batches)) == (1, [2])
-    assert fresh() == [3, 4]  # tried again while time is left
+    assert fresh() == [1, 2]  # tried again while time is left
     w._express(time.monotonic() + 0.005)  # 3.5 ms: not even one
     assert m.ticks == 1 and not w._fresh  # they wait for the aligned tick
     w.run_ticks()
