@@ -873,8 +873,10 @@ class Worker:
         for m, cands in groups.values():
             cands.sort(key=_SILENT_STEPS, reverse=True)  # stable: then in the order codes came
             budget_ms = _EXPRESS_SHARE * (deadline - time.monotonic()) * 1e3 - _EXPRESS_MARGIN_MS
-            k = (m.cost.most_within(budget_ms, len(cands)) if m.cost.known
-                 else min(len(cands), _EXPRESS_FIRST))
+            if m.cost.known:
+                k = m.cost.most_within(budget_ms, len(cands))
+            else:  # its first tick: a few, if any time is left
+                k = min(len(cands), _EXPRESS_FIRST) if budget_ms > 0 else 0
             if not k:  # none fits: they tick with the others at the deadline
                 continue
             for st in cands[k:]:  # the later ones: another express tick if time is left
