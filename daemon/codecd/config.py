@@ -50,7 +50,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 METRICS_ACCESS = ("auto", "token", "loopback", "open")
 PRECISIONS = ("f32", "bf16", "bf16x3")  # codecrt.Context(precision=...)
 BATCH_SHAPES = ("auto", "pow2", "exact")  # codecrt.Context(batch_bucket=False / True / False)
-FIRST_AUDIO = ("cadence", "now")  # the worker's Worker._express
+FIRST_AUDIO = ("auto", "cadence", "now")  # the worker's Worker._express
 
 
 class ConfigError(ValueError):
@@ -121,10 +121,12 @@ class Config:
                               "whose models run on a GPU and on the CPU only while the worker's "
                               "ticks fill 80 % of the last second, until they fill less than "
                               "40 %)")
-    first_audio: str = _f("cadence", "a stream's ticks until its first audio: cadence (at the "
-                          "aligned ticks, with the other streams) or now (at once, in a small "
-                          "tick of the new streams alone between the aligned ones: earlier "
-                          "first audio for a graph more per new stream's chunk)")
+    first_audio: str = _f("auto", "a stream's ticks until its first audio: cadence (at the "
+                          "aligned ticks, with the other streams), now (at once, in a small "
+                          "tick of the new streams alone between the aligned ones, as many as "
+                          "end before the next: earlier first audio for a graph more per new "
+                          "stream's chunk) or auto (now on a worker whose models run on the "
+                          "CPU, cadence on a GPU, where now is not measured yet)")
     tick_slack_ms: float = _f(5.0, "how long past the cadence's period an aligned tick waits "
                               "for the streams whose codes are not in yet (0: none); a stream "
                               "that misses its tick gets its audio a period later")

@@ -160,6 +160,48 @@ def test_tick_align_auto_on_the_cpu_waits_for_load(tmp_path: Path, small: Path) 
     b.close()
 
 
+def test_first_audio_auto_is_now_on_the_cpu(tmp_path: Path, small: Path) -> None:
+    """first_audio = "auto" (the daemon's default; the engine's is "cadence"): express ticks on
+    a worker whose models run on the CPU (docs/benchmarks.md: 12 of 12 runs at this machine's
+    capacity edge against 6 of 12); "cadence" and "now" as asked; another value is refused.
+    A closed stream leaves the fresh streams, also when no gather takes them."""
+    import pytest
+
+    from codecd import wire
+    from codecd.config import ConfigError, load_config
+    from codecd.engine.config import EngineConfig
+    from codecd.server import engine_config
+    from codecd.worker import Worker
+
+    toml = tmp_path / "c.toml"
+    toml.write_text(f'[[models]]\nname = "small"\nsource = "{small}"\n')
+    daemon = engine_config(load_config(str(toml), env={}), {"small": str(small)})
+    assert (daemon.first_audio, daemon.tick_slack_ms) == ("auto", 5.0)
+    with pytest.raises(ConfigError, match="first_audio"):
+        load_config(str(toml), env={"CODECD_FIRST_AUDIO": "soon"})
+    for mode, express in (("auto", True), ("cadence", False), ("now", True)):
+        cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4,
+                           max_batch=4, warm_buckets=(1,), first_audio=mode)
+        a, b = Pipe()
+        w = Worker(a, cfg, "cpu")
+        w.load()
+        assert w.express is express, mode
+        if mode == "auto":
+            ctl, front = attach_front(w, evt_bytes=1 << 20)
+            front.commands.write([wire.encode([
+                wire.OpenStream(1, "small"),
+                wire.PushCodes(1, small_codes(4, np.random.default_rng(7))),
+                wire.CancelStream(1)])])
+            front.commands.ring()
+            w.drain()
+            assert not w._fresh
+            front.close()
+            ctl.close()
+        w.close()
+        a.close()
+        b.close()
+
+
 def test_pushes_read_during_a_tick_wait_for_the_next_aligned_tick(small: Path, offline: Any
                                                                   ) -> None:
     """With ticks aligned to a cadence, a front's record that arrives while a tick is out is

@@ -46,7 +46,8 @@ class EngineConfig:
     #: daemon's default 5 ms, tuned on the H200: docs/benchmarks.md, one tick a period)
     tick_slack_ms: float = 0.0
     #: "now": a stream's ticks until its first audio run at once, in a tick of their own,
-    #: instead of at the aligned ticks ("cadence")
+    #: instead of at the aligned ticks ("cadence"); "auto" (the daemon's default): now where
+    #: every model runs on the CPU, else cadence
     first_audio: str = "cadence"
     #: when a worker warms only its smallest bucket before it reports ready and reserves the
     #: larger ones in the background, between ticks while it is idle: "restart" (a worker
