@@ -88,6 +88,11 @@ class _StatsCollector(Collector):
         rss.add_metric(["daemon"], _rss(int(getattr(s, "pid", 0) or os.getpid())))
         phase = CounterMetricFamily("codecd_worker_phase_seconds", "worker loop time by phase "
                                     "(ingest, step, collect, flush)", labels=["worker", "phase"])
+        period = GaugeMetricFamily("codecd_tick_period_seconds", "the period the worker's ticks "
+                                   "keep now (0: unaligned)", labels=["worker"])
+        first = GaugeMetricFamily("codecd_first_audio", "1 for how the worker ticks a new "
+                                  "stream until its first audio (cadence, now)",
+                                  labels=["worker", "mode"])
         lab = ["worker", "model"]
         pend = GaugeMetricFamily("codecd_pending_frames", "frames pushed, not yet decoded", labels=lab)
         bmax = GaugeMetricFamily("codecd_batch_size_max", "largest batch of one tick", labels=lab)
@@ -103,6 +108,11 @@ class _StatsCollector(Collector):
                                    "(all) or their slowest tenth (slowest): graphs built, buffer "
                                    "growths, batch", labels=lab + ["ticks", "part"])
         ticks = CounterMetricFamily("codecd_ticks", "decode ticks", labels=lab)
+        express = CounterMetricFamily("codecd_express_ticks", "ticks of new streams alone "
+                                      "(first_audio now)", labels=lab)
+        cost = GaugeMetricFamily("codecd_tick_cost_seconds", "the fitted tick cost express "
+                                 "ticks are sized by: per tick (fixed) and per stream",
+                                 labels=lab + ["term"])
         graph = CounterMetricFamily("codecd_graph", "runtime graph counters",
                                     labels=lab + ["counter"])
         cbuf = GaugeMetricFamily("codecd_compute_buffer_bytes", "compute buffer memory",
@@ -120,6 +130,10 @@ class _StatsCollector(Collector):
                 rss.add_metric([f"worker{wi}"], _rss(int(w["pid"])))
             for ph, sec in ((w.get("worker") or {}).get("phase_s") or {}).items():
                 phase.add_metric([wi, ph], sec)
+            cad = (w.get("worker") or {}).get("cadence")
+            if cad:
+                period.add_metric([wi], cad["period_ms"] / 1e3)
+                first.add_metric([wi, str(cad["first_audio"])], 1)
             for name, m in ((w.get("worker") or {}).get("models") or {}).items():
                 lv = [wi, name]
                 pend.add_metric(lv, m.get("pending_frames", 0))
@@ -130,6 +144,11 @@ class _StatsCollector(Collector):
                 tmax.add_metric(lv, (m.get("tick_ms_max") or 0.0) / 1e3)
                 tp99.add_metric(lv, (m.get("tick_ms_p99") or 0.0) / 1e3)
                 ticks.add_metric(lv, m.get("ticks", 0))
+                express.add_metric(lv, m.get("express_ticks", 0))
+                if m.get("tick_cost_ms"):
+                    fixed_ms, per_ms = m["tick_cost_ms"]
+                    cost.add_metric(lv + ["fixed"], fixed_ms / 1e3)
+                    cost.add_metric(lv + ["per_stream"], per_ms / 1e3)
                 an = m.get("tick_anatomy") or {}
                 for which in ("all", "slowest"):
                     for part, v in (an.get(which) or {}).items():
@@ -148,9 +167,9 @@ class _StatsCollector(Collector):
                 sbytes.add_metric(lv, c.get("state_bytes", 0))
                 if m.get("precision"):
                     prec.add_metric(lv + [str(m["precision"])], 1)
-        yield from (restarts, queued, up, rss, phase, pend, bmax, bmean, tmean, tmax, tp99, parts, counts,
-                    ticks, graph,
-                    cbuf, wbytes, sbytes, prec)
+        yield from (restarts, queued, up, rss, phase, period, first, pend, bmax, bmean, tmean,
+                    tmax, tp99, parts, counts, ticks, express, cost, graph, cbuf, wbytes, sbytes,
+                    prec)
 
 
 def _rss(pid: int) -> float:

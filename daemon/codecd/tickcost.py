@@ -38,19 +38,29 @@ class TickCost:
     def known(self) -> bool:
         return self._w > 0.0
 
+    def line(self) -> tuple[float, float] | None:
+        """The fit as (ms a tick, ms a stream), or None while the ticks do not make one (none
+        yet, all of one size, or a slope that noise made negative). A negative intercept
+        (noise) is taken as 0: it would promise small ticks for nothing."""
+        if not self._w:
+            return None
+        mn, my = self._n / self._w, self._y / self._w
+        var = self._nn / self._w - mn * mn
+        if var <= 1e-6 * max(1.0, mn * mn):
+            return None
+        b = (self._ny / self._w - mn * my) / var
+        return (max(0.0, my - b * mn), b) if b >= 0.0 else None
+
     def predict(self, n: int) -> float:
         """The expected wall time (ms) of a tick of ``n`` streams; 0 before any tick."""
         if not self._w:
             return 0.0
+        ab = self.line()
+        if ab is not None:
+            return ab[0] + ab[1] * n
+        # ticks of one size so far (or a negative slope): no cheaper than their mean,
+        # proportionally dearer above their size
         mn, my = self._n / self._w, self._y / self._w
-        var = self._nn / self._w - mn * mn
-        if var > 1e-6 * max(1.0, mn * mn):
-            b = (self._ny / self._w - mn * my) / var
-            if b >= 0.0:
-                # a negative intercept (noise) would promise small ticks for nothing
-                return max(0.0, my - b * mn) + b * n
-        # ticks of one size so far (or a slope that noise made negative): no cheaper than
-        # their mean, proportionally dearer above their size
         return my * max(1.0, n / max(mn, 1.0))
 
     def most_within(self, budget_ms: float, limit: int) -> int:

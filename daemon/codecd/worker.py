@@ -272,6 +272,7 @@ class _Model:
     buffer_bytes: int = 0
     #: its ticks' wall time against their batch (first_audio = "now" fits express ticks by it)
     cost: TickCost = field(default_factory=TickCost)
+    express_ticks: int = 0  # ticks of new streams alone (first_audio = "now")
 
 
 @dataclass(eq=False)
@@ -902,8 +903,10 @@ class Worker:
             self._round_t = start = time.monotonic()
             n = self._tick(m, cands)
             ran = True
-            if n and self._trace is not None:
-                self._trace_round(start, len(cands), n, "express")
+            if n:
+                m.express_ticks += 1
+                if self._trace is not None:
+                    self._trace_round(start, len(cands), n, "express")
             for st in cands:  # codes pushed ahead: the next chunk at once too, until audio
                 if st.fresh and st.maybe_ready and m.streams.get(st.sid) is st:
                     self._fresh[st.sid] = st
@@ -1155,6 +1158,9 @@ class Worker:
                 "latency_samples": m.lm.latency_samples,
                 "warm": dict(m.lm.warm_info),
                 "batched": True,  # flow streams: where their chunks' shapes agree
+                "express_ticks": m.express_ticks,
+                # the fit express ticks are sized by: ms a tick, ms a stream (None: no fit yet)
+                "tick_cost_ms": m.cost.line(),
             }
         return {"pid": os.getpid(), "index": self.index, "device": self.device,
                 "uptime_s": round(time.monotonic() - self.t_start, 3),
@@ -1163,6 +1169,10 @@ class Worker:
                                     "packets_out": l.packets_out, "backlog": len(l.backlog)}
                            for f, l in self.fronts.items()},
                 "load_ms": round(self.warmup_ms, 3), "models": models,
+                # the cadence as resolved (auto settings follow the device and the load)
+                "cadence": {"period_ms": round(self._align_s() * 1e3, 3),
+                            "slack_ms": round(self.slack_s * 1e3, 3),
+                            "first_audio": "now" if self.express else "cadence"},
                 "gc": {"ms": round(self.gc.ms, 3), "collections": self.gc.collections},
                 "phase_s": {k: round(v, 6) for k, v in self.phases.wall.items()},
                 "phase_cpu_s": {k: round(v, 6) for k, v in self.phases.cpu.items()}}

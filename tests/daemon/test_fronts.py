@@ -164,6 +164,8 @@ def test_fifty_streams_over_two_fronts_batch_in_one_worker(small: Path, offline:
             assert metric_value(m, "codecd_streams_total", outcome="done") == 50
             assert metric_value(m, "codecd_time_to_first_audio_seconds_count") == 50
             assert metric_value(m, "codecd_connections_active") == 25
+        # first_audio = "auto" resolved on this CPU worker (docs/server.md)
+        assert metric_value(m, "codecd_first_audio", worker="0", mode="now") == 1
         bmax = metric_value(m, "codecd_batch_size_max", worker="0", model="small")
         print(f"\nlargest batch {bmax:.0f}, streams per front {sorted(share.values())}")
         assert bmax > max(share.values()), (bmax, share)
