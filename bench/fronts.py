@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -156,11 +157,8 @@ def late_summary(r: RunResult, late: list[tuple[float, int, int]], n_frames: int
     if not late:
         return "none"
     t0 = min(s.t_first for s in r.streams if s.ttfa is not None)
-    bins: dict[int, int] = {}
-    for t, _, _ in late:
-        b = int((t - t0) * 10)
-        bins[b] = bins.get(b, 0) + 1
-    top = sorted(bins.items(), key=lambda kv: -kv[1])[:4]
+    bins = Counter(int((t - t0) * 10) for t, _, _ in late)
+    top = bins.most_common(4)
     first = sum(i <= 2 for _, i, _ in late)
     last = sum(i >= n_frames - 2 for _, i, _ in late)
     conns = len({c for _, _, c in late})
@@ -184,9 +182,7 @@ def trace_summary(prefix: str, t0: float, t1: float) -> str:
                 rows.append((int(f[3]), int(f[4]), f[6]))
     if not rows:
         return "tick trace: no rounds"
-    by: dict[str, int] = {}
-    for _, _, trig in rows:
-        by[trig] = by.get(trig, 0) + 1
+    by = Counter(trig for _, _, trig in rows)
     top = max(o for o, _, _ in rows)
     steady = [(o, s) for o, s, trig in rows if trig != "express" and o >= 0.9 * top][3:-3]
     opened = sum(o for o, _ in steady)
@@ -468,10 +464,11 @@ def main() -> int:
                     p99, batch = m1.get("tick_p99_ms", 0.0), m1.get("batch", 0.0)
                     phases, graphs = phase_cell(m0, m1)
                     msgs = sum(len(s.gaps) + 1 for s in r.streams if s.ttfa is not None)
-                    msgs += n * max(1, int(round(args.seconds / period)))
+                    n_frames = max(1, int(round(args.seconds / period)))  # per stream
+                    msgs += n * n_frames
                     late = late_frames(r, sample_rate=load.sample_rate)
                     bu = len(late)
-                    notes = [late_summary(r, late, max(1, int(round(args.seconds / period))))]
+                    notes = [late_summary(r, late, n_frames)]
                     if trace:
                         notes.append(trace_summary(trace, t_row, time.monotonic()))
                     notes = [f"fronts {nf}, N {n}: {x}" for x in notes]

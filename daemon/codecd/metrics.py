@@ -128,13 +128,13 @@ class _StatsCollector(Collector):
             up.add_metric([wi], 1 if w["state"] == "ready" else 0)
             if w.get("pid"):
                 rss.add_metric([f"worker{wi}"], _rss(int(w["pid"])))
-            for ph, sec in ((w.get("worker") or {}).get("phase_s") or {}).items():
+            ws = w.get("worker") or {}  # the worker's own stats (none while it restarts)
+            for ph, sec in (ws.get("phase_s") or {}).items():
                 phase.add_metric([wi, ph], sec)
-            cad = (w.get("worker") or {}).get("cadence")
-            if cad:
+            if cad := ws.get("cadence"):
                 period.add_metric([wi], cad["period_ms"] / 1e3)
                 first.add_metric([wi, str(cad["first_audio"])], 1)
-            for name, m in ((w.get("worker") or {}).get("models") or {}).items():
+            for name, m in (ws.get("models") or {}).items():
                 lv = [wi, name]
                 pend.add_metric(lv, m.get("pending_frames", 0))
                 bmax.add_metric(lv, m.get("max_batch_seen", 0))

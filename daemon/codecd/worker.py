@@ -490,9 +490,7 @@ class Worker:
         except codecrt.CodecrtError as e:
             self._fail(sid, error_code_for(e), str(e))
             return
-        st.maybe_ready = True
-        if self.express and st.fresh:
-            self._fresh[sid] = st
+        self._made_ready(st)
 
     def _finish(self, sid: int) -> None:
         import codecrt
@@ -506,9 +504,14 @@ class Worker:
         except codecrt.CodecrtError as e:
             self._fail(sid, error_code_for(e), str(e))
             return
+        self._made_ready(st)
+
+    def _made_ready(self, st: _Stream) -> None:
+        """A push or a finish gave ``st`` something to step (a new stream's too, for its
+        express tick; the batched push does the same inline)."""
         st.maybe_ready = True
         if self.express and st.fresh:
-            self._fresh[sid] = st
+            self._fresh[st.sid] = st
 
     def _close(self, sid: int) -> None:
         m = self.where.pop(sid, None)
@@ -899,7 +902,7 @@ class Worker:
                 continue
             for st in cands[k:]:  # the later ones: another express tick if time is left
                 self._fresh[st.sid] = st
-            cands = sorted(cands[:k], key=_SID)
+            cands = cands[:k]  # _tick sorts them by sid
             self._round_t = start = time.monotonic()
             n = self._tick(m, cands)
             ran = True
