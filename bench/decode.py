@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from bench import scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -53,7 +54,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     cfg = reference.SNAC_24KHZ
-    tmp = Path(tempfile.mkdtemp(prefix="codecd-bench-"))
+    tmp = scratch(prefix="codecd-bench-")
     ref = reference.build_reference_snac(cfg, seed=1)
     folder = reference.save_released_layout(ref, cfg, tmp / "snac24")
     ggufs = {dt: convert(folder, tmp / f"snac24-{dt}.gguf", dtype=dt, progress=False)

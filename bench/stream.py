@@ -18,11 +18,12 @@ import argparse
 import platform
 import resource
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from bench import scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -74,7 +75,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    tmp = Path(tempfile.mkdtemp(prefix="codecd-bench-"))
+    tmp = scratch(prefix="codecd-bench-")
     rng = np.random.default_rng(0)
 
     print(f"# exact streaming, SNAC random weights, {args.threads} threads, "

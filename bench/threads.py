@@ -20,12 +20,13 @@ import os
 import platform
 import resource
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bench import scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -106,7 +107,7 @@ def main() -> None:
 
     import codecrt
 
-    tmp = Path(tempfile.mkdtemp(prefix="codecd-bench-"))
+    tmp = scratch(prefix="codecd-bench-")
     cpu_name = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                      if line.startswith("model name")), platform.processor())
     print(f"# threads per graph, {cpu_name}, {os.cpu_count()} CPUs, codecrt {codecrt.version()}, "

@@ -26,12 +26,13 @@ import argparse
 import importlib
 import importlib.util
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from bench import scratch
 
 ROOT = Path(__file__).resolve().parent.parent
 for sub in ("daemon", "tests", "bindings"):
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     from codecd.convert.random_dac import write_random_dac
     from codecd.convert.random_vocos import write_random_vocos
 
-    tmp = Path(tempfile.mkdtemp(prefix="codecd-vocos-bench-"))
+    tmp = scratch(prefix="codecd-vocos-bench-")
     precisions = args.precision.split(",")
     for threads in (int(t) for t in args.threads.split(",")):
         print(f"\ndevice {args.device}, {threads} CPU threads, {args.seconds:g} s of codes, best of {args.repeat}\n")
@@ -190,8 +191,6 @@ def main(argv: list[str] | None = None) -> int:
                 T = int(round(args.seconds * m.info.sample_rate / m.info.hop_length))
                 for B in (int(b) for b in args.batch.split(",")):
                     bench_rows(codecrt, m, kind, B, T, args, threads, precisions, ref)
-    for p in tmp.glob("*.gguf"):
-        p.unlink()
     return 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,11 +44,14 @@ def ops_env(ops: str) -> dict[str, str]:
     return {"CODECRT_PORTABLE_OPS": "1"} if ops == "portable" else {}
 
 
+@contextlib.contextmanager
 def case_cache(tmp_path_factory: pytest.TempPathFactory, folder: str,
-               build: Callable[..., Case]) -> Callable[..., Case]:
+               build: Callable[..., Case]) -> Iterator[Callable[..., Case]]:
     """``get(*args)``: ``build(root, *args)`` on first use, then the same object for the same
     arguments, defaults filled in (a module's reference models and their conversions, built
-    once, under one temporary folder ``root``)."""
+    once, under one temporary folder ``root``). The folder goes when the block ends: a
+    module's released-size checkpoints and GGUFs are up to 3 GB, and they would otherwise stay
+    on disk until the session ends, every module's at once."""
     root: Path = tmp_path_factory.mktemp(folder)
     signature = inspect.signature(build)
     cache: dict[tuple[Any, ...], Case] = {}
@@ -60,7 +64,11 @@ def case_cache(tmp_path_factory: pytest.TempPathFactory, folder: str,
             cache[key] = build(*bound.args, **bound.kwargs)
         return cache[key]
 
-    return get
+    try:
+        yield get
+    finally:
+        cache.clear()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def decode(codecrt: Any, gguf: Path, code_levels: list[np.ndarray], **ctx_args: Any) -> np.ndarray:

@@ -46,7 +46,8 @@ class Case:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    return case_cache(tmp_path_factory, "dac", Case)
+    with case_cache(tmp_path_factory, "dac", Case) as get:
+        yield get
 
 
 def check_against_reference(got: np.ndarray, want: np.ndarray, n_frames: int, hop: int) -> float:

@@ -43,7 +43,8 @@ class Case:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    return case_cache(tmp_path_factory, "mimi", Case)
+    with case_cache(tmp_path_factory, "mimi", Case) as get:
+        yield get
 
 
 def test_layouts_convert_alike(cases):

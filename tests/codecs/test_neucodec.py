@@ -68,7 +68,8 @@ class Case:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    return case_cache(tmp_path_factory, "neucodec", Case)
+    with case_cache(tmp_path_factory, "neucodec", Case) as get:
+        yield get
 
 
 @pytest.mark.parametrize("ops", ["cpu", "portable"])

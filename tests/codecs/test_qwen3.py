@@ -46,7 +46,8 @@ class Case:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    return case_cache(tmp_path_factory, "qwen3", Case)
+    with case_cache(tmp_path_factory, "qwen3", Case) as get:
+        yield get
 
 
 def reference_first_k(model, codes: np.ndarray) -> np.ndarray:

@@ -41,7 +41,8 @@ class Case:
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
-    return case_cache(tmp_path_factory, "wavtokenizer", Case)
+    with case_cache(tmp_path_factory, "wavtokenizer", Case) as get:
+        yield get
 
 
 @pytest.mark.parametrize("ops", ["cpu", "portable"])

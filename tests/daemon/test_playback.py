@@ -176,13 +176,14 @@ PLAY_SCRIPT = textwrap.dedent("""
         import codecrt
         from smallmodel import write_small_snac, small_codes
         import tempfile, os
-        p = write_small_snac(os.path.join(tempfile.mkdtemp(), "s.gguf"))
-        m = codecrt.Model(str(p)); ctx = codecrt.Context(m, device="cpu", n_threads=1)
-        rng = np.random.default_rng(0)
-        levels = [rng.integers(0, 4096, n) for n in (3, 6, 12)]
-        audio = np.asarray(ctx.decode(levels), np.float32)  # hop 4: 48 samples, too short
-        audio = np.tile(audio, -(-cfg["samples"] // audio.size))[:cfg["samples"]]
-        ctx.close(); m.close()
+        with tempfile.TemporaryDirectory() as d:
+            p = write_small_snac(os.path.join(d, "s.gguf"))
+            m = codecrt.Model(str(p)); ctx = codecrt.Context(m, device="cpu", n_threads=1)
+            rng = np.random.default_rng(0)
+            levels = [rng.integers(0, 4096, n) for n in (3, 6, 12)]
+            audio = np.asarray(ctx.decode(levels), np.float32)  # hop 4: 48 samples, too short
+            audio = np.tile(audio, -(-cfg["samples"] // audio.size))[:cfg["samples"]]
+            ctx.close(); m.close()
     except ImportError:
         audio = (0.2 * np.sin(np.arange(cfg["samples"]) * 0.05)).astype(np.float32)
     audio = np.clip(audio / max(1e-6, float(np.abs(audio).max())) * 0.3, -1, 1)
