@@ -368,6 +368,31 @@ def test_bad_requests_get_400(small: Path) -> None:
     asyncio.run(main())
 
 
+def test_bodies_that_are_not_json_and_the_token(small: Path) -> None:
+    """A body that is not JSON (nested too deep for the parser, not UTF-8, under a charset that
+    does not exist) is a 400 ``bad_request``, never a 500; with ``auth_token`` set only
+    ``Bearer <token>`` (the scheme in any case, RFC 9110) is let in, and nothing reaches the LM."""
+    async def main() -> None:
+        async with speech_server(small, auth_token="s3cret") as (srv, lm):
+            url = base_url(srv) + "/audio/speech"
+            ok = {"Authorization": "Bearer s3cret"}
+            async with ClientSession() as s:
+                for data, ctype in ((b"[" * 60000, "application/json"),
+                                    (b"\xff\xfe{", "application/json"),
+                                    (b"nope", "application/json; charset=bogus")):
+                    async with s.post(url, data=data, headers={**ok, "Content-Type": ctype}) as r:
+                        assert r.status == 400, (data[:8], r.status, await r.text())
+                        assert (await r.json())["error"]["code"] == "bad_request"
+                for auth, status in ((None, 401), ("Bearer wrong", 401), ("Basic s3cret", 401),
+                                     ("Bearer s3cret", 400), ("bearer s3cret", 400)):
+                    headers = {"Authorization": auth} if auth else {}
+                    async with s.post(url, data=b"{}", headers=headers) as r:
+                        assert r.status == status, (auth, r.status)
+            assert lm.prompts == []
+            await assert_nothing_running(srv, lm)
+    asyncio.run(main())
+
+
 def test_upstream_failures(small: Path, offline: Any, caplog: pytest.LogCaptureFixture) -> None:
     """Each upstream failure before audio is its documented HTTP error; after audio, a clean
     end of the stream with the audio decoded so far; nothing is left running."""

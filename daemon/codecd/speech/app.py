@@ -40,6 +40,7 @@ from ..engine import Audio, Done, EngineError, EngineEvent, EnginePool, StreamEr
 from ..families import ModelSpec
 from ..families.layout import LayoutError
 from ..families.orpheus import ORPHEUS_IDS
+from ..responses import bearer_ok
 from .encode import CONTENT_TYPES, FORMATS, CodecsMissing, Encoder, make_encoder
 from .prompt import (
     DEFAULT_VOICE,
@@ -198,7 +199,7 @@ class SpeechFront:
 
     def _authorized(self, request: web.Request) -> bool:
         tok = self.settings.auth_token
-        return not tok or request.headers.get("Authorization", "") == f"Bearer {tok}"
+        return not tok or bearer_ok(request.headers.get("Authorization"), tok)
 
     async def list_models(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
@@ -263,9 +264,10 @@ class SpeechFront:
         log = {"request_id": rid}
         if not self._authorized(request):
             return _error(401, "unauthorized", "missing or wrong bearer token", rid)
-        try:
-            body = await request.json()
-        except (ValueError, UnicodeDecodeError):
+        try:  # the bytes, not request.json(): its charset comes from the client's header
+            # (an unknown one raises LookupError) and deep nesting raises RecursionError
+            body = json.loads(await request.read())
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return _error(400, "bad_request", "the body is not valid JSON", rid)
         parsed = self._parse(body)
         if isinstance(parsed, web.Response):
