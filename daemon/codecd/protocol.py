@@ -70,7 +70,9 @@ MULAW_DEFAULT_RATE = 8000
 #: the one output rate of ``opus`` streams (raw Opus packets of 20 ms)
 OPUS_SAMPLE_RATE = 48000
 #: ``bitrate`` of an ``opus`` start: libopus' range in b/s
-OPUS_BITRATE_RANGE = (6000, 510000)
+#: b/s: libopus takes up to 510000, but FFmpeg's libopus wrapper (what PyAV encodes with)
+#: refuses more than 256000 per channel, and the stream is mono
+OPUS_BITRATE_RANGE = (6000, 256000)
 
 _TOKEN_HDR = struct.Struct("<BBB")  # kind, level, id_len
 _AUDIO_TAIL = struct.Struct("<IQ")  # seq, sample_offset
@@ -548,7 +550,8 @@ def parse_text(data: str, limits: Limits = DEFAULT_LIMITS) -> ClientMessage:
     mtype = obj.get("type")
     if not isinstance(mtype, str):
         raise ProtocolError(ErrorCode.BAD_MESSAGE, "missing or non-string 'type'", sid)
-    f = _Fields(obj, mtype, sid)
+    # a hello belongs to the connection, whatever stream_id it carries
+    f = _Fields(obj, mtype, None if mtype == "hello" else sid)
 
     if mtype == "hello":
         version = f.int_("version", 0, _UINT32_MAX)

@@ -256,7 +256,7 @@ class Session:
         self._streams: dict[str, _Stream] = {}
         self._by_key: dict[StreamKey, _Stream] = {}
         self._closed_ids: OrderedDict[str, None] = OrderedDict()
-        self._drop_bare = False  # the bare-array stream was cancelled/failed: drop its tail
+        self._drop_bare = False  # the bare-array stream is gone (done, cancelled, failed): drop its tail
         self.budget = OutputBudget(limits.output_budget_s)
 
     # --------------------------------------------------------------- inspection
@@ -434,6 +434,8 @@ class Session:
         acts.append(SendText(encode_done(st.stream_id, st.samples_sent, st.out_rate)))
         self._free(st)
         self.metrics.streams_done += 1
+        if not self._streams:  # an LM's ids printed after its stop, still in flight
+            self._drop_bare = True
         return acts
 
     def on_engine_error(self, key: StreamKey, code: str, message: str) -> list[Action]:
@@ -556,11 +558,20 @@ class Session:
                 self.metrics.streams_cancelled += 1
         return acts
 
+    def _bare_targets(self) -> list[_Stream]:
+        """The streams a bare array may be meant for: the open ones or, when none is open, the
+        connection's only stream, ending (a stop id or ``end`` came first: its trailing ids are
+        that stream's ``bad_message``, not the connection's ``unknown_stream``)."""
+        opened = [s for s in self._streams.values() if s.state == _OPEN]
+        if not opened and len(self._streams) == 1:
+            return list(self._streams.values())
+        return opened
+
     def _protocol_error(self, e: ProtocolError) -> list[Action]:
         sid = e.stream_id
         if sid is None and e.bare:
             # a bad bare array belongs to the connection's only open stream, if any
-            opened = [s for s in self._streams.values() if s.state == _OPEN]
+            opened = self._bare_targets()
             if len(opened) == 1:
                 sid = opened[0].stream_id
             elif not opened and self._drop_bare:
@@ -706,7 +717,7 @@ class Session:
     def _resolve(self, stream_id: str | None) -> _Stream | list[Action]:
         """The target stream, or the actions that answer a message for no open stream."""
         if stream_id is None:  # bare array
-            opened = [s for s in self._streams.values() if s.state == _OPEN]
+            opened = self._bare_targets()
             if len(opened) == 1:
                 return opened[0]
             if not opened and self._drop_bare:

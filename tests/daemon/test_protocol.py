@@ -186,6 +186,7 @@ def test_bad_json(data):
     (obj(type="end", stream_id="a\nb"), False),
     (obj(type="end", stream_id=5), False),
     (obj(type="hello", version=2), False),
+    (obj(type="hello", version=2, stream_id="s"), False),  # a hello is the connection's
     (obj(type="hello", version="1"), False),
     ("[1, 2, \"3\"]", False),
 ])

@@ -517,6 +517,26 @@ def test_bare_array_after_cancel_is_dropped():
     assert h.s.receive_text("[128266]") == [] and not h.s.closed
 
 
+def test_bare_array_after_end_or_done():
+    """A bare array after the only stream's end is that stream's bad_message (tokens after
+    end), not the connection's; one after its done is dropped, as after cancel."""
+    h = Harness()
+    h.start("a")
+    h.text(type="end", stream_id="a")
+    acts = h.s.receive_text("[128266]")
+    e = only_error(acts)
+    assert (e["code"], e["stream_id"]) == ("bad_message", "a") and not h.s.closed
+    assert any(isinstance(x, EngineCancel) for x in acts)
+    h = Harness()
+    h.start("a")
+    h.text(type="end", stream_id="a")
+    h.s.on_done(h.key("a"), 0)
+    assert h.s.receive_text("[128266]") == [] and not h.s.closed
+    assert h.s.receive_text('[1, "x"]') == [] and not h.s.closed
+    h.start("b")  # a new stream takes bare arrays again
+    assert h.s.receive_text("[]") == [] and not h.s.closed
+
+
 def test_bare_array_bad_token_fails_its_stream():
     """A bad bare array (mistyped token) fails the only open stream, not the connection."""
     h = Harness()

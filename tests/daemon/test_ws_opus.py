@@ -26,7 +26,7 @@ av = pytest.importorskip("av")
 
 from codecd import session as session_mod  # noqa: E402
 from codecd.client import Client as CodecdClient  # noqa: E402
-from codecd.protocol import encode_token_frame  # noqa: E402
+from codecd.protocol import OPUS_BITRATE_RANGE, encode_token_frame  # noqa: E402
 from codecd.speech.encode import OpusPackets  # noqa: E402
 from serverkit import Client, running, start_msg  # noqa: E402
 
@@ -283,6 +283,11 @@ def test_opus_packets_bounded_and_counted() -> None:
         e.feed(np.zeros(10, np.float32))
     with pytest.raises(ValueError):
         OpusPackets(24000, 1000)
+    # the ends of the range the protocol admits both open an encoder
+    for bitrate in OPUS_BITRATE_RANGE:
+        e = OpusPackets(24000, bitrate)
+        got = e.feed(np.full(2400, 0.1, np.float32)) + e.flush()
+        assert len(got) == -(-(4800 + e.pre_skip) // FRAME), bitrate
 
 
 def test_opus_wire_fields() -> None:
@@ -300,7 +305,7 @@ def test_opus_wire_fields() -> None:
     assert P.parse_text(P.encode_client(m)) == m
     assert P.parse_text(start(format="opus", sample_rate=48000)).sample_rate == 48000
     for kw in ({"format": "opus", "sample_rate": 24000}, {"format": "opus", "bitrate": 5999},
-               {"format": "opus", "bitrate": 510001}, {"bitrate": 64000},
+               {"format": "opus", "bitrate": 256001}, {"bitrate": 64000},
                {"format": "mulaw", "bitrate": 64000}):
         with pytest.raises(P.ProtocolError) as ei:
             P.parse_text(start(**kw))

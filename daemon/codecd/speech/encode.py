@@ -204,9 +204,9 @@ def make_encoder(fmt: str, sample_rate: int) -> Encoder:
 OPUS_RATE = 48000
 OPUS_FRAME_MS = 20
 OPUS_DEFAULT_BITRATE = 64000
-#: libopus' bit rate range (b/s)
+#: the bit rate range (b/s): libopus' 6000..510000, less FFmpeg's cap of 256000 per channel
 OPUS_MIN_BITRATE = 6000
-OPUS_MAX_BITRATE = 510000
+OPUS_MAX_BITRATE = 256000
 #: libopus' ``application``: "audio" (music and speech fidelity; "voip" would favour
 #: intelligibility at low rates)
 OPUS_APPLICATION = "audio"
