@@ -165,6 +165,7 @@ class Server:
         self._pacer = Pacer()
         self._ttfa_t0: dict[Hashable, float] = {}
         self._gen: dict[Hashable, asyncio.Task[None]] = {}  # text streams' generations
+        self._room: dict[Hashable, asyncio.Event] = {}  # set by a text stream's audio
         self._ws_server: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._close_task: asyncio.Task[None] | None = None
@@ -474,6 +475,9 @@ class Server:
     def _forget(self, key: StreamKey) -> None:
         self._pacer.drop(key)
         self._ttfa_t0.pop(key, None)
+        room = self._room.pop(key, None)
+        if room is not None:
+            room.set()
         gen = self._gen.pop(key, None)
         if gen is not None:
             gen.cancel()
@@ -489,8 +493,16 @@ class Server:
             a.text, a.voice, f"ws-{a.key}",
             on_ids=lambda ids: self._apply(conn, sess.text_tokens(a.key, ids)),
             on_end=lambda: self._apply(conn, sess.text_end(a.key)),
-            on_fail=lambda code, msg: self._apply(conn, sess.text_failed(a.key, code, msg))),
+            on_fail=lambda code, msg: self._apply(conn, sess.text_failed(a.key, code, msg)),
+            room=lambda: self._text_room(sess, a.key)),
             name=f"codecd-text-{a.key}")
+
+    async def _text_room(self, sess: Session, key: StreamKey) -> None:
+        """Until the text stream takes more ids: woken by each of its audio events."""
+        while not sess.text_room(key) and key in self._gen:
+            ev = self._room.setdefault(key, asyncio.Event())
+            ev.clear()
+            await ev.wait()
 
     # ---------------------------------------------------------------- engine events
 
@@ -505,6 +517,9 @@ class Server:
             return
         sess = conn.session
         if isinstance(ev, Audio):
+            room = self._room.get(key)
+            if room is not None:
+                room.set()
             t0 = self._ttfa_t0.pop(key, None)
             if t0 is not None:
                 self.server_metrics.ttfa.observe(time.monotonic() - t0)

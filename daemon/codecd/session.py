@@ -179,6 +179,7 @@ class _Stream:
     offset0: int = 0
     marks: list[tuple[int, str | int]] = field(default_factory=list)  # (output offset, id)
     from_text: bool = False  # a start with ``text``: the tokens come from the upstream LM
+    hold_tokens: float = 0.0  # the tokens the decoder holds back by design (its look-ahead)
 
     @property
     def stream_id(self) -> str:
@@ -691,6 +692,7 @@ class Session:
         chunk = plan.chunk_frames or spec.chunk_frames
         hold = plan.latency_samples + (chunk + max(strides)) * spec.hop_length
         self.budget.open(key, hold / spec.sample_rate)
+        st.hold_tokens = hold / spec.hop_length * st.codes_per_frame
         self._closed_ids.pop(sid, None)
         self._drop_bare = False
         self.metrics.streams_started += 1
@@ -827,6 +829,15 @@ class Session:
             return self._accept_tokens(st, TokenChunk(st.stream_id, tokens=ids))
         except _Fail as f:
             return self._fail(st, f.code, f.message, f.details or None)
+
+    def text_room(self, key: StreamKey) -> bool:
+        """Whether a text stream takes more LM ids now: its undecoded tokens (held for pacing
+        or the output budget, or in the engine) beyond what its decoder holds back by design
+        under half of ``max_pending_tokens`` (a wait below the look-ahead would never end: no
+        audio comes until more ids do); a gone stream always (its generation is cancelled)."""
+        st = self._by_key.get(key)
+        return (st is None or
+                st.pending_tokens() - st.hold_tokens <= self.limits.max_pending_tokens / 2)
 
     def text_end(self, key: StreamKey) -> list[Action]:
         """The upstream LM has spoken the whole text: decode the rest, then ``done``."""

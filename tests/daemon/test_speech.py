@@ -9,6 +9,8 @@ import base64
 import contextlib
 import io
 import json
+import os
+import signal
 import time
 import zlib
 from collections.abc import AsyncIterator
@@ -724,4 +726,35 @@ def test_websocket_start_with_text(small: Path, offline: Any) -> None:
             t = await c.terminal("t")
             assert t["code"] == "upstream_error" and t["upstream_code"] == "no_upstream", t
             await c.close()
+    asyncio.run(main())
+
+
+def test_websocket_text_waits_for_its_audio(small: Path, offline: Any) -> None:
+    """An LM far faster than the decoder on a websocket text stream: the worker is stopped
+    (SIGSTOP) for a moment while the LM streams without a pause, and the stream's backlog limit
+    is small (200 frames, 350 tokens; the decoder's look-ahead holds 73 of them). The generation
+    waits for the stream's audio instead of overfilling its backlog (``backlog_exceeded`` before
+    the wait), and once the worker runs again the whole text is decoded."""
+    text = " ".join(f"Sentence number {i} of a long answer, spoken by a fast model."
+                    for i in range(12))
+
+    async def main() -> None:
+        async with speech_server(small, FakeLM(pace_s=0.0), max_queued_frames=200) as (srv, lm):
+            assert srv.session_limits.max_pending_tokens == 350
+            c = await Client.open(srv.port)
+            await c.send({"type": "start", "stream_id": "t", "model": "small", "text": "Hi."})
+            assert (await c.terminal("t"))["type"] == "done"  # the stream is warm
+            worker = srv.pool.engines[0].pid
+            os.kill(worker, signal.SIGSTOP)
+            try:
+                await c.send({"type": "start", "stream_id": "u", "model": "small", "text": text})
+                await asyncio.sleep(1.0)  # the LM would say it all meanwhile: ~2,000 tokens
+            finally:
+                os.kill(worker, signal.SIGCONT)
+            u = await c.terminal("u", timeout=30.0)
+            assert u["type"] == "done", u
+            want = want_pcm(offline, split_sentences(text, 240))
+            assert_same_audio(bytes(c.rec("u")["audio"]), want, "pcm_s16le")
+            await c.close()
+            await assert_nothing_running(srv, lm)
     asyncio.run(main())

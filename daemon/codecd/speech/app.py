@@ -345,12 +345,18 @@ class SpeechFront:
     async def feed_session(self, text: str, voice: str, rid: str,
                            on_ids: Callable[[npt.NDArray[np.int64]], None],
                            on_end: Callable[[], None],
-                           on_fail: Callable[[str, str], None]) -> None:
+                           on_fail: Callable[[str, str], None],
+                           room: Callable[[], Awaitable[None]] | None = None) -> None:
         """A websocket stream started with ``text``: the ids go to ``on_ids`` (the session
-        validates them), then ``on_end``; a failure goes to ``on_fail(code, message)``."""
+        validates them), then ``on_end``; a failure goes to ``on_fail(code, message)``.
+        ``room()`` returns once the stream can take more ids: an LM faster than real time
+        waits there (its HTTP stream back-pressured), as the HTTP path waits on ``drained``,
+        instead of filling the stream's backlog until ``backlog_exceeded``."""
         try:
             async for ids in self.generate_ids(text, voice, rid):
                 on_ids(ids)
+                if room is not None:
+                    await room()
         except asyncio.CancelledError:
             raise
         except (UpstreamError, _Fail) as e:
