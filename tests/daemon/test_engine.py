@@ -220,6 +220,20 @@ def test_streams_equal_offline_decode(small: Path, offline: Callable[..., np.nda
     run(main)
 
 
+def test_concurrent_stats_queries_share_one(small: Path) -> None:
+    """Stats queries while one is in flight share its answer (a /metrics flood costs the worker
+    one stats computation at a time); a query after it is answered is a new one."""
+    async def main() -> None:
+        async with started_pool(small) as (pool, col):
+            e = pool.engines[0]
+            got = await asyncio.gather(*(e.fetch_stats() for _ in range(20)))
+            assert all(g is got[0] for g in got) and "models" in got[0]
+            again = await e.fetch_stats()
+            assert again is not got[0] and again.keys() == got[0].keys()
+
+    run(main)
+
+
 def test_warmup_reserves_graphs(small: Path, offline: Callable[..., np.ndarray]) -> None:
     """After warm-up the first tick reuses the warmed graph and no tick reserves buffers again."""
     rng = np.random.default_rng(1)

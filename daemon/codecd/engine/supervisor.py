@@ -80,6 +80,7 @@ class Engine:
         self._failures = 0  # consecutive failed starts / short lives (backoff index)
         self.info: dict[str, Any] = {}
         self.worker_stats: dict[str, Any] = {}
+        self._stats_query: asyncio.Future[Any] | None = None  # the stats query in flight
         self._handlers: dict[type, Callable[[Any], None]] = {
             wire.AudioOut: self._on_audio, wire.StreamDone: self._on_done,
             wire.StreamFailed: self._on_failed, wire.StreamOpened: self._on_opened,
@@ -338,9 +339,18 @@ class Engine:
         return True
 
     async def fetch_stats(self, timeout: float = 2.0) -> dict[str, Any]:
-        """The worker's own stats (per model: codecrt stats, batches, tick times, queue)."""
+        """The worker's own stats (per model: codecrt stats, batches, tick times, queue).
+        Callers while a query is in flight share its answer: a flood of ``/metrics`` requests
+        costs the worker one stats computation at a time, between its ticks, not one each.
+        (A lone caller's query is answered after the commands sent before it, as ever.)"""
         h = self._check_serving()
-        self.worker_stats = await self._request(h, wire.StatsRequest, timeout)
+        q = self._stats_query
+        if q is None or q.done():
+            q = self._stats_query = asyncio.ensure_future(
+                self._request(h, wire.StatsRequest, timeout))
+            # retrieved here too, so that a failure that no caller awaits is not logged
+            q.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self.worker_stats = await asyncio.shield(q)
         return self.worker_stats
 
     async def _request(self, h: WorkerProcess, request: type[wire.Probe], timeout: float) -> Any:
