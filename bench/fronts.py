@@ -10,17 +10,19 @@
 
 For each F, one ``codecd serve --fronts F`` is started (``--spawn``: a GGUF path or
 ``demo``) and the load of ``python -m bench serve`` (real-time Orpheus-id streams,
-7 tokens per message, starts spread over a frame period) runs at each N through
+7 tokens per message, starts spread over a frame period, or ``--ramp S`` seconds) runs at each N through
 it (``--spawn mimi`` / ``qwen3``: the released-size decoder with random weights, streams of
 8 / 16 codebooks in the levels layout, one 80 ms frame a JSON message). One row per (F, N): time to first audio p50/p99, inter-chunk gap p99,
-underruns with no buffer and with a 200 ms jitter buffer (what ``codecd play``
-primes), busy refusals and errors, websocket messages per second (token messages
+underruns with no buffer and with a 200 ms jitter buffer (a player that starts 200 ms
+after the first frame: ``late_frames``), busy refusals and errors, websocket messages per second (token messages
 in + audio messages out, counted at the clients), the worker's tick time p99 and
 mean batch (recent ticks, from ``/metrics``), and CPU (cores = CPU seconds / wall
 seconds) of main, of each front, and of the worker. A second table splits the worker's
 ticks into their parts (``codecd.anatomy``), for the mean tick and the slowest tenth. After
 the tables, per row: where the late frames of the 200 ms buffer fall (arrival time, frame
-index, connections), and, with ``CODECD_TICK_TRACE=PATH`` in the bench's environment (the
+index, connections); ``codecd play``'s own player on the same arrivals (it starts once 200 ms
+of audio is buffered: ``primed_play``), when it starts playing after the first tokens and its
+late frames; and, with ``CODECD_TICK_TRACE=PATH`` in the bench's environment (the
 daemon inherits it), the worker's rounds by what started them and the share of stream-steps
 that missed their round (``trace_summary``). The criterion is the serve
 suite's (p99 gap exceeds the period by less than one period, no refusals, no
@@ -147,6 +149,39 @@ def late_frames(r: RunResult, prime_s: float = PRIME_S,
                 out.append((s.t_first + t, i + 1, s.conn))
                 start, played = t + prime_s, 0.0
     return out
+
+
+def primed_play(r: RunResult, prime_s: float = PRIME_S,
+                sample_rate: int = ORPHEUS.sample_rate) -> tuple[list[float], int]:
+    """codecd play's player (``JitterBuffer``: it starts once ``prime_s`` of audio is
+    buffered, and after an underrun it plays on as audio comes, without priming again), fed
+    each stream's frames as they arrived: (seconds from each stream's first tokens sent to
+    its playback start, the row's late frames). The bench's other model, ``late_frames``,
+    starts ``prime_s`` after the first frame, whatever its size: a stream whose first audio
+    is early and whose next frames keep the cadence plays with less in hand there."""
+    starts: list[float] = []
+    late = 0
+    for s in r.streams:
+        if s.ttfa is None or not s.sizes:
+            continue
+        arrivals = np.cumsum([0.0, *s.gaps])  # from the first frame
+        prime = prime_s * sample_rate
+        got = 0
+        start = None
+        played_to = 0.0  # samples of the stream that have played out by time `start`
+        for t, n in zip(arrivals, s.sizes):
+            if start is None:
+                got += n
+                if got >= prime or t == arrivals[-1]:
+                    start, played_to = t, 0.0
+                    starts.append(s.ttfa + t)
+                continue
+            due = start + (got - played_to) / sample_rate  # when the buffer runs dry
+            if t > due:  # it ran dry before this frame came: play on from here
+                late += 1
+                start, played_to = t, got
+            got += n
+    return starts, late
 
 
 def late_summary(r: RunResult, late: list[tuple[float, int, int]], n_frames: int) -> str:
@@ -406,6 +441,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--speed", type=float, default=1.0)
     ap.add_argument("--per-conn", type=int, default=1)
+    ap.add_argument("--ramp", type=float, default=0.0, metavar="S",
+                    help="start each row's streams over S seconds (default: over one frame period)")
     ap.add_argument("--client-procs", type=int, default=1)
     ap.add_argument("--startup-timeout", type=float, default=300.0)
     ap.add_argument("--server-log", default="", metavar="PATH",
@@ -457,7 +494,8 @@ def main() -> int:
                     m0 = _metrics(url)
                     t_row = time.monotonic()
                     r = run_load([url], args.model, n, args.seconds, args.speed, args.per_conn,
-                                 None, [], args.seconds / args.speed + 120.0, args.client_procs, load)
+                                 None, [], args.ramp + args.seconds / args.speed + 120.0,
+                                 args.client_procs, load, ramp=args.ramp)
                     c1 = {p: _cpu(p) for p in pids}
                     cores = {p: (c1[p] - c0[p]) / r.wall for p in pids}
                     m1 = _metrics(url)
@@ -469,6 +507,16 @@ def main() -> int:
                     late = late_frames(r, sample_rate=load.sample_rate)
                     bu = len(late)
                     notes = [late_summary(r, late, n_frames)]
+                    starts, play_late = primed_play(r, sample_rate=load.sample_rate)
+                    if starts:
+                        notes.append(f"codecd play's player ({1e3 * PRIME_S:.0f} ms of audio "
+                                     f"primed): plays from p50 {1e3 * np.percentile(starts, 50):.1f}"
+                                     f" ms, p99 {1e3 * np.percentile(starts, 99):.1f} ms after "
+                                     f"the first tokens; {play_late} late frames")
+                    if args.ramp > 0:
+                        notes.append(f"starts over {args.ramp:g} s; the later half's TTFA p50 "
+                                     f"{1e3 * r.ttfa_later_half(50):.1f} ms, p99 "
+                                     f"{1e3 * r.ttfa_later_half(99):.1f} ms")
                     if trace:
                         notes.append(trace_summary(trace, t_row, time.monotonic()))
                     notes = [f"fronts {nf}, N {n}: {x}" for x in notes]
@@ -504,7 +552,8 @@ def main() -> int:
             logs.append(f"fronts {nf}: " + log_summary(proc))
     print(f"\n{args.seconds:g} s utterances of {load.describe()} at {args.speed:g}x real time, "
           f"{args.per_conn} stream(s) per connection, clients in {args.client_procs} "
-          f"process(es); frame period {1e3 * period:.1f} ms; one daemon per row group\n")
+          f"process(es); frame period {1e3 * period:.1f} ms; starts over "
+          f"{max(period, args.ramp):g} s; one daemon per row group\n")
     print(HEADER)
     for row in rows:
         print(row)

@@ -7,7 +7,9 @@
 Each client opens one stream (``--per-conn`` streams share a connection) and
 sends raw Orpheus token ids, 7 tokens (one group = 2048 samples at 24 kHz) per
 message, paced at the codec's real rate (``--speed`` times it), for
-``--seconds`` of audio; starts are staggered over one frame period. Reported per N:
+``--seconds`` of audio; starts are staggered over one frame period (``--ramp S``: over S
+seconds, so that the streams that start late meet the load of those before them, as
+arrivals at a busy server do, rather than all starting at once). Reported per N:
 
 * time to first audio (first tokens sent -> first audio frame), p50 / p99;
 * inter-chunk gap p99 (arrival gaps of audio frames within a stream);
@@ -96,6 +98,7 @@ class StreamResult:
     refused: bool = False
     error: str | None = None
     t_first: float = 0.0  # time.monotonic() of the first audio frame (system-wide clock)
+    sizes: list[int] = field(default_factory=list)  # samples of each audio frame, in order
     conn: int = -1        # the load's connection index
 
 
@@ -116,6 +119,15 @@ class RunResult:
     def ttfa(self, q: float) -> float:
         v = self._all("ttfa")
         return float(np.percentile(v, q)) if v.size else float("nan")
+
+    def ttfa_later_half(self, q: float) -> float:
+        """TTFA percentile of the half of the streams that started last (first tokens sent at
+        or after the median start): with ``--ramp``, the arrivals that met most of the load."""
+        sent = [(s.t_first - s.ttfa, s.ttfa) for s in self.streams if s.ttfa is not None]
+        if not sent:
+            return float("nan")
+        sent.sort()
+        return float(np.percentile([t for _, t in sent[len(sent) // 2:]], q))
 
     def gap_p99(self) -> float:
         g = np.concatenate([np.array(s.gaps) for s in self.streams] or [np.zeros(0)])
@@ -195,6 +207,7 @@ async def one_stream(c: Client, model: str, n_groups: int, speed: float, delay: 
                     play_t0, played_base = t, r.samples
             last = t
             r.samples += len(ch)
+            r.sizes.append(len(ch))
         await task
     except ServerError as e:
         r.error = e.code
@@ -228,9 +241,11 @@ def _cpu_of_tree(pid: int) -> tuple[float, float]:
 
 async def load_part(urls: list[str], model: str, n: int, seconds: float, speed: float, per_conn: int,
                     token: str | None, timeout: float, part: int = 0, parts: int = 1,
-                    load: Load = ORPHEUS) -> list[StreamResult]:
-    """The streams of connections part, part + parts, ...: connection ci goes to urls[ci % len(urls)]."""
+                    load: Load = ORPHEUS, ramp: float = 0.0) -> list[StreamResult]:
+    """The streams of connections part, part + parts, ...: connection ci goes to urls[ci % len(urls)];
+    each stream starts at a uniform random time within one frame period, or within ``ramp`` seconds."""
     n_groups = max(1, int(round(seconds / load.period)))
+    spread = max(load.period, ramp)
     rnd = random.Random(n * 1000 + part)
     n_conn = -(-n // per_conn)
 
@@ -240,7 +255,7 @@ async def load_part(urls: list[str], model: str, n: int, seconds: float, speed: 
         try:
             async with Client(url, token=token, queue_size=1024) as c:
                 return list(await asyncio.gather(*(
-                    one_stream(c, model, n_groups, speed, rnd.uniform(0, load.period),
+                    one_stream(c, model, n_groups, speed, rnd.uniform(0, spread),
                                ci * per_conn + j, load, ci) for j in range(k))))
         except ServerError as e:
             return [StreamResult(refused=True, error=e.code) for _ in range(k)]
@@ -282,7 +297,7 @@ def scrape_ticks(urls: list[str], token: str | None) -> tuple[float, float, floa
 
 def run_load(urls: list[str], model: str, n: int, seconds: float, speed: float, per_conn: int,
              token: str | None, server_pids: list[int], timeout: float, procs: int = 1,
-             load: Load = ORPHEUS) -> RunResult:
+             load: Load = ORPHEUS, ramp: float = 0.0) -> RunResult:
     def cpu_now() -> tuple[float, float]:
         trees = [_cpu_of_tree(p) for p in server_pids]
         return sum(t for t, _ in trees), sum(w for _, w in trees)
@@ -291,7 +306,7 @@ def run_load(urls: list[str], model: str, n: int, seconds: float, speed: float, 
     tick0 = scrape_ticks(urls, token)
     t0 = time.monotonic()
     parts = max(1, min(procs, -(-n // per_conn)))
-    jobs = [(urls, model, n, seconds, speed, per_conn, token, timeout, i, parts, load)
+    jobs = [(urls, model, n, seconds, speed, per_conn, token, timeout, i, parts, load, ramp)
             for i in range(parts)]
     if parts == 1:
         streams = _load_part_proc(jobs[0])
@@ -409,6 +424,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=3.0, help="audio per utterance")
     ap.add_argument("--speed", type=float, default=1.0, help="token rate, times real time")
     ap.add_argument("--per-conn", type=int, default=1, help="streams per connection")
+    ap.add_argument("--ramp", type=float, default=0.0, metavar="S",
+                    help="start the streams over S seconds (default: over one frame period)")
     ap.add_argument("--token", default=os.environ.get("CODECD_TOKEN"))
     ap.add_argument("--startup-timeout", type=float, default=120.0)
     ap.add_argument("--server-log", default="", metavar="PATH",
@@ -419,12 +436,12 @@ def main() -> int:
 
     procs: list[subprocess.Popen] = []
     urls = [args.url] if args.url else []
-    timeout = args.seconds / args.speed + 60.0
+    timeout = args.ramp + args.seconds / args.speed + 60.0
     results: list[RunResult] = []
 
     def run(n: int) -> RunResult:
         r = run_load(urls, args.model, n, args.seconds, args.speed, args.per_conn, args.token,
-                     [p.pid for p in procs], timeout, args.client_procs)
+                     [p.pid for p in procs], timeout, args.client_procs, ramp=args.ramp)
         results.append(r)
         print(row(r), file=sys.stderr, flush=True)
         return r
@@ -464,6 +481,7 @@ def main() -> int:
                 proc.kill()
     print(f"\n{args.seconds:g} s utterances of Orpheus ids, 7 tokens per message at "
           f"{args.speed:g}x real time; frame period {1000 * PERIOD:.1f} ms; "
+          f"starts over {max(PERIOD, args.ramp):g} s; "
           f"{len(urls)} server(s), clients in {args.client_procs} process(es)\n")
     print(HEADER)
     for r in sorted(results, key=lambda r: r.n):

@@ -77,7 +77,9 @@
 #            before the aligned tick, until its first audio) and with ticks every half period
 #            (--tick-align-ms 42.67: about half the streams a tick, half the wait for a first
 #            audio); docs/benchmarks.md, one tick a period. $CADENCE_WAYS picks ways (one device
-#            call holds a build and all four), $CADENCE_REPEAT [1] runs each N that many times
+#            call holds a build and all four), $CADENCE_REPEAT [1] runs each N that many times;
+#            streams of $CADENCE_SECONDS [3] s of audio that start within one period, or over
+#            $CADENCE_RAMP seconds (arrivals at a busy daemon rather than one burst)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/codecd-gpu-out}
@@ -363,7 +365,8 @@ cadence() {
         esac
         stage "cadence, $way: python3 -m bench fronts --spawn demo --fronts 4 --n $n ${extra[*]:-}"
         CODECD_TICK_TRACE="$traces/trace-$way" python3 -m bench fronts --spawn demo --fronts 4 \
-            --n "$n" --repeat "${CADENCE_REPEAT:-1}" --seconds 3 --per-conn 8 --client-procs 8 \
+            --n "$n" --repeat "${CADENCE_REPEAT:-1}" --seconds "${CADENCE_SECONDS:-3}" \
+            --ramp "${CADENCE_RAMP:-0}" --per-conn 8 --client-procs 8 \
             --server-cpus 0-7 --runtime-ticks $rt "${extra[@]}" "${daemon[@]}" 2>&1 \
             | tee "$OUT/cadence-$way.md" | tee -a "$OUT/report.txt"
     done
