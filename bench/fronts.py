@@ -12,22 +12,22 @@ For each F, one ``codecd serve --fronts F`` is started (``--spawn``: a GGUF path
 ``demo``) and the load of ``python -m bench serve`` (real-time Orpheus-id streams,
 7 tokens per message, starts spread over a frame period, or ``--ramp S`` seconds) runs at each N through
 it (``--spawn mimi`` / ``qwen3``: the released-size decoder with random weights, streams of
-8 / 16 codebooks in the levels layout, one 80 ms frame a JSON message). One row per (F, N): time to first audio p50/p99, inter-chunk gap p99,
-underruns with no buffer and with a 200 ms jitter buffer (a player that starts 200 ms
-after the first frame: ``late_frames``), busy refusals and errors, websocket messages per second (token messages
-in + audio messages out, counted at the clients), the worker's tick time p99 and
-mean batch (recent ticks, from ``/metrics``), and CPU (cores = CPU seconds / wall
-seconds) of main, of each front, and of the worker. A second table splits the worker's
-ticks into their parts (``codecd.anatomy``), for the mean tick and the slowest tenth. After
-the tables, per row: where the late frames of the 200 ms buffer fall (arrival time, frame
-index, connections); ``codecd play``'s own player on the same arrivals (it starts once 200 ms
-of audio is buffered: ``primed_play``), when it starts playing after the first tokens and its
-late frames; and, with ``CODECD_TICK_TRACE=PATH`` in the bench's environment (the
-daemon inherits it), the worker's rounds by what started them and the share of stream-steps
-that missed their round (``trace_summary``). The criterion is the serve
-suite's (p99 gap exceeds the period by less than one period, no refusals, no
-errors) plus zero underruns with the 200 ms buffer; the last lines name the
-largest N that meets it per F.
+8 / 16 codebooks in the levels layout, one 80 ms frame a JSON message). One row per (F, N):
+time to first audio p50/p99, inter-chunk gap p99, underruns with no buffer and with
+``codecd play``'s 200 ms jitter buffer (``primed_play``: the player starts once 200 ms of
+audio is buffered and plays on after an underrun), busy
+refusals and errors, websocket messages per second (token messages in + audio messages out,
+counted at the clients), the worker's tick time p99 and mean batch (recent ticks, from
+``/metrics``), and CPU (cores = CPU seconds / wall seconds) of main, of each front, and of
+the worker. A second table splits the worker's ticks into their parts (``codecd.anatomy``),
+for the mean tick and the slowest tenth. After the tables, per row: where the late frames of
+the 200 ms buffer fall (arrival time, frame index, connections); when ``codecd play`` starts
+playing after the first tokens, and the late frames of the fixed-delay player on the same
+arrivals; and, with ``CODECD_TICK_TRACE=PATH`` in the bench's environment (the daemon
+inherits it), the worker's rounds by what started them and the share of stream-steps that
+missed their round (``trace_summary``). The criterion is the serve suite's (p99 gap exceeds
+the period by less than one period, no refusals, no errors) plus zero underruns with the
+200 ms buffer; the last lines name the largest N that meets it per F.
 """
 
 from __future__ import annotations
@@ -151,35 +151,37 @@ def late_frames(r: RunResult, prime_s: float = PRIME_S,
     return out
 
 
-def primed_play(r: RunResult, prime_s: float = PRIME_S,
-                sample_rate: int = ORPHEUS.sample_rate) -> tuple[list[float], int]:
-    """codecd play's player (``JitterBuffer``: it starts once ``prime_s`` of audio is
-    buffered, and after an underrun it plays on as audio comes, without priming again), fed
-    each stream's frames as they arrived: (seconds from each stream's first tokens sent to
-    its playback start, the row's late frames). The bench's other model, ``late_frames``,
-    starts ``prime_s`` after the first frame, whatever its size: a stream whose first audio
-    is early and whose next frames keep the cadence plays with less in hand there."""
+def primed_play(r: RunResult, prime_s: float = PRIME_S, sample_rate: int = ORPHEUS.sample_rate
+                ) -> tuple[list[float], list[tuple[float, int, int]]]:
+    """``codecd play``'s player (``JitterBuffer``: it starts once ``prime_s`` of audio is
+    buffered, and after an underrun plays on as audio comes, without priming again), fed each
+    stream's frames as they arrived: (seconds from each stream's first tokens sent to its
+    playback start; one (arrival time.monotonic(), frame index, connection) per frame that
+    came after the audio before it had played out). The criterion's 200 ms buffer.
+
+    ``late_frames`` is the other player: it starts ``prime_s`` after the first frame, however
+    little that frame holds. Where a stream's first audio comes early (an express tick) and
+    the frames after it keep the cadence, that player has up to a period less in hand for
+    the rest of the stream; this one waits for the audio instead."""
     starts: list[float] = []
-    late = 0
+    late: list[tuple[float, int, int]] = []
+    prime = prime_s * sample_rate
     for s in r.streams:
         if s.ttfa is None or not s.sizes:
             continue
         arrivals = np.cumsum([0.0, *s.gaps])  # from the first frame
-        prime = prime_s * sample_rate
-        got = 0
-        start = None
-        played_to = 0.0  # samples of the stream that have played out by time `start`
-        for t, n in zip(arrivals, s.sizes):
+        got = 0  # samples arrived
+        start = played = None  # playout from `start` (s), `played` samples out before it
+        for i, (t, n) in enumerate(zip(arrivals, s.sizes)):
             if start is None:
                 got += n
-                if got >= prime or t == arrivals[-1]:
-                    start, played_to = t, 0.0
-                    starts.append(s.ttfa + t)
+                if got >= prime or i == len(s.sizes) - 1:
+                    start, played = float(t), 0
+                    starts.append(s.ttfa + float(t))
                 continue
-            due = start + (got - played_to) / sample_rate  # when the buffer runs dry
-            if t > due:  # it ran dry before this frame came: play on from here
-                late += 1
-                start, played_to = t, got
+            if t > start + (got - played) / sample_rate:  # ran dry before this frame came
+                late.append((s.t_first + float(t), i, s.conn))
+                start, played = float(t), got  # plays on from here
             got += n
     return starts, late
 
@@ -504,15 +506,16 @@ def main() -> int:
                     msgs = sum(len(s.gaps) + 1 for s in r.streams if s.ttfa is not None)
                     n_frames = max(1, int(round(args.seconds / period)))  # per stream
                     msgs += n * n_frames
-                    late = late_frames(r, sample_rate=load.sample_rate)
+                    starts, late = primed_play(r, sample_rate=load.sample_rate)
                     bu = len(late)
                     notes = [late_summary(r, late, n_frames)]
-                    starts, play_late = primed_play(r, sample_rate=load.sample_rate)
                     if starts:
-                        notes.append(f"codecd play's player ({1e3 * PRIME_S:.0f} ms of audio "
-                                     f"primed): plays from p50 {1e3 * np.percentile(starts, 50):.1f}"
-                                     f" ms, p99 {1e3 * np.percentile(starts, 99):.1f} ms after "
-                                     f"the first tokens; {play_late} late frames")
+                        fixed = late_frames(r, sample_rate=load.sample_rate)
+                        notes.append(f"codecd play starts playing p50 "
+                                     f"{1e3 * np.percentile(starts, 50):.1f} ms, p99 "
+                                     f"{1e3 * np.percentile(starts, 99):.1f} ms after the first "
+                                     f"tokens; a player that starts {1e3 * PRIME_S:.0f} ms after "
+                                     f"the first frame would have {len(fixed)} late frames")
                     if args.ramp > 0:
                         notes.append(f"starts over {args.ramp:g} s; the later half's TTFA p50 "
                                      f"{1e3 * r.ttfa_later_half(50):.1f} ms, p99 "

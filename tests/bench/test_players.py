@@ -1,0 +1,46 @@
+"""The load benchmarks' player models (bench/fronts.py), on arrivals made up here: the
+criterion's 200 ms buffer counts what ``codecd play`` would do with a row's frames."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: bench/
+
+from bench.fronts import late_frames, primed_play  # noqa: E402
+from bench.serve import RunResult, StreamResult  # noqa: E402
+
+SR = 24000
+FRAME = 2048  # one SNAC 24 kHz 4-frame step: 85.3 ms
+P = FRAME / SR
+
+
+def row(ttfa: float, gaps: list[float]) -> RunResult:
+    n = len(gaps) + 1
+    s = StreamResult(ttfa=ttfa, gaps=gaps, samples=n * FRAME, t_first=100.0, sizes=[FRAME] * n)
+    return RunResult(1, [s], 1.0, None)
+
+
+def test_steady_cadence_plays_from_the_third_frame() -> None:
+    """200 ms of audio is buffered at the third 85.3 ms frame; nothing is late."""
+    starts, late = primed_play(row(0.2, [P] * 20))
+    assert abs(starts[0] - (0.2 + 2 * P)) < 1e-9 and late == []
+    assert late_frames(row(0.2, [P] * 20)) == []
+
+
+def test_an_early_first_frame_costs_only_the_fixed_delay_player() -> None:
+    """First audio a period early (an express tick), the rest on the cadence: codecd play waits
+    for its 200 ms and has its usual margin; a player that starts 200 ms after the first frame
+    is left 115 ms in hand, so a 140 ms stall later is late there and not for codecd play."""
+    gaps = [2 * P] + [P] * 10 + [P + 0.14] + [P] * 10
+    starts, late = primed_play(row(0.1, gaps))
+    assert abs(starts[0] - (0.1 + 3 * P)) < 1e-9 and late == []
+    assert [i for _, i, _ in late_frames(row(0.1, gaps))] == [12]
+
+
+def test_a_stall_longer_than_the_buffer_is_late_once() -> None:
+    """A 300 ms stall mid-stream: one late frame, then playback goes on without priming."""
+    gaps = [P] * 10 + [P + 0.3] + [P] * 10
+    starts, late = primed_play(row(0.2, gaps))
+    assert [(t - 100.0 > 0, i) for t, i, _ in late] == [(True, 11)]
