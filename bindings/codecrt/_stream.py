@@ -54,6 +54,8 @@ class StreamInfo:
 
 
 def _stream_ptrs(ctx: ContextLike, streams: Sequence[Stream]) -> Any:
+    """The streams' native handles: with ``ctx._lock`` held, so that no other thread's
+    :meth:`Stream.close` frees one between this and the call that uses it."""
     ptrs = ffi.new("codecrt_stream *[]", max(len(streams), 1))
     for i, s in enumerate(streams):
         if s._ctx is not ctx:
@@ -64,9 +66,9 @@ def _stream_ptrs(ctx: ContextLike, streams: Sequence[Stream]) -> Any:
 
 def step_native(ctx: ContextLike, streams: Sequence[Stream]) -> int:
     """One tick of the runtime over ``streams`` (all on ``ctx``), in one graph; how many advanced."""
-    ptrs = _stream_ptrs(ctx, streams)
     n = ffi.new("int32_t *")
     with ctx._lock:
+        ptrs = _stream_ptrs(ctx, streams)
         _check(lib.codecrt_context_step(ctx._handle(), ptrs, len(streams), n), ctx._last_error)
     return int(n[0])
 
@@ -76,8 +78,8 @@ def step_begin(ctx: ContextLike, streams: Sequence[Stream]) -> None:
     is launched and left on the device. Until :func:`step_end`, codes may be pushed
     (:meth:`Stream.push`, :func:`push_many`) and samples pulled; any other call on the context
     or its streams ends the tick first."""
-    ptrs = _stream_ptrs(ctx, streams)
     with ctx._lock:
+        ptrs = _stream_ptrs(ctx, streams)
         _check(lib.codecrt_context_step_begin(ctx._handle(), ptrs, len(streams)), ctx._last_error)
 
 
@@ -97,20 +99,24 @@ def step_exact(ctx: ContextLike, streams: Sequence[Any]) -> Tick:
     return Tick(n, {}, n)
 
 
-def _handles(streams: Sequence[Stream | None]) -> tuple[Any, Any]:
-    """(the one context of ``streams``, their native handles; None -> NULL)."""
+def _context_of(streams: Sequence[Stream | None]) -> ContextLike | None:
+    """The one context of ``streams`` (None entries aside), or None when all are None."""
     ctx = None
-    ptrs = []
     for i, s in enumerate(streams):
         if s is None:
-            ptrs.append(ffi.NULL)
             continue
         if ctx is None:
             ctx = s._ctx
         elif s._ctx is not ctx:
             _fail(E_INVALID_ARGUMENT, f"stream {i} belongs to another context")
-        ptrs.append(s._handle())
-    return ctx, ffi.new("codecrt_stream *[]", ptrs) if ptrs else ffi.NULL
+    return ctx
+
+
+def _handles(streams: Sequence[Stream | None]) -> Any:
+    """The streams' native handles, None -> NULL: with their context's lock held (as
+    :func:`_stream_ptrs`)."""
+    return ffi.new("codecrt_stream *[]", [ffi.NULL if s is None else s._handle()
+                                          for s in streams])
 
 
 def _u32(name: str, a: npt.NDArray[Any]) -> Any:
@@ -136,20 +142,21 @@ def push_many(streams: Sequence[Stream | None], n_levels: npt.NDArray[np.uint32]
         _fail(E_INVALID_ARGUMENT, "codes must be a 1-D C-contiguous native int32 array")
     if n == 0:
         return {}
-    ctx, ptrs = _handles(streams)
+    ctx = _context_of(streams)
     status = ffi.new("codecrt_status[]", n)
     nl, ln = _u32("n_levels", n_levels), _u32("lengths", lengths)
     cd = ffi.from_buffer("int32_t[]", codes)
     if ctx is None:
         return {}
     with ctx._lock:
+        ptrs = _handles(streams)
         _check(lib.codecrt_streams_push(ptrs, n, nl, ln, len(lengths), cd, len(codes), status),
                "bad packed batch: level counts, lengths and codes disagree")
-    errors: dict[int, CodecrtError] = {}
-    if any(status):
-        for i in range(n):
-            if status[i] and streams[i] is not None:
-                errors[i] = error_for(status[i], streams[i]._last_error())  # type: ignore[union-attr]
+        errors: dict[int, CodecrtError] = {}
+        if any(status):  # each stream's message, before another thread may close it
+            for i in range(n):
+                if status[i] and streams[i] is not None:
+                    errors[i] = error_for(status[i], streams[i]._last_error())  # type: ignore[union-attr]
     return errors
 
 
@@ -165,10 +172,11 @@ def pull_many(streams: Sequence[Stream | None], out: npt.NDArray[np.float32]
     if n == 0:
         return counts, flags
     out = check_out(out)
-    ctx, ptrs = _handles(streams)
+    ctx = _context_of(streams)
     if ctx is None:
         return counts, flags
     with ctx._lock:
+        ptrs = _handles(streams)
         _check(lib.codecrt_streams_pull(ptrs, n, ffi.from_buffer("float[]", out), out.size,
                                         ffi.from_buffer("int64_t[]", counts),
                                         ffi.from_buffer("int32_t[]", flags)))
