@@ -115,7 +115,7 @@ class Model:
         with self._lock:
             samples = int(lib.codecrt_model_samples_for_frames(self._handle(), n))
         if samples == 0 and n != 0:
-            _fail(E_INVALID_ARGUMENT, f"invalid n_frames={n}")
+            _fail(E_INVALID_ARGUMENT, f"invalid n_frames={n} (negative, or samples beyond int64)")
         return samples
 
     def close(self) -> None:

@@ -141,7 +141,8 @@ void codecrt_model_free(codecrt_model *model);
 
 codecrt_status codecrt_model_get_info(const codecrt_model *model, codecrt_model_info *info);
 
-/* Number of samples a decode of n_frames frames yields per sequence (0 on bad input). */
+/* Number of samples a decode of n_frames frames yields per sequence (0 on bad input: n_frames
+ * negative, or so large that the count overflows int64). */
 int64_t codecrt_model_samples_for_frames(const codecrt_model *model, int64_t n_frames);
 
 /* ---------------------------------------------------------------- context */

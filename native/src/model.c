@@ -290,8 +290,9 @@ codecrt_status codecrt_model_get_info(const codecrt_model *model, codecrt_model_
 }
 
 int64_t codecrt_model_samples_for_frames(const codecrt_model *model, int64_t n_frames) {
-    if (!model || n_frames < 0) {
-        return 0;
+    const int64_t hop = model ? ((const cr_model *)model)->info.hop_length : 0;
+    if (!model || n_frames < 0 || hop <= 0 || n_frames > INT64_MAX / hop) {
+        return 0; /* n_frames * hop would overflow int64 */
     }
-    return n_frames * ((const cr_model *)model)->info.hop_length;
+    return n_frames * hop;
 }

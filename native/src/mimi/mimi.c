@@ -47,9 +47,17 @@ static codecrt_status mimi_read_hparams(const struct gguf_context *g, void *hp_,
                        "mimi: dim %d, %d heads (even head size), %d layers (<= %d), %d residual blocks per ratio (1)",
                        hp->dim, hp->n_heads, hp->n_layers, MIMI_MAX_LAYERS, hp->n_res);
     }
-    if (hp->n_q > CODECRT_MAX_LEVELS || hp->n_q_sem >= hp->n_q) {
-        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "mimi: %d codebooks (at most %d), %d semantic (fewer)", hp->n_q,
-                       CODECRT_MAX_LEVELS, hp->n_q_sem);
+    /* the first codebook is the semantic one (its own projection): at least one of it and one acoustic */
+    if (hp->n_q > CODECRT_MAX_LEVELS || hp->n_q_sem < 1 || hp->n_q_sem >= hp->n_q) {
+        return cr_fail(err, CODECRT_E_BAD_HPARAMS, "mimi: %d codebooks (at most %d), %d semantic (1 to fewer)",
+                       hp->n_q, CODECRT_MAX_LEVELS, hp->n_q_sem);
+    }
+    if (hp->bins < 2 || hp->cdim < 1 || hp->ff < 1 || hp->n_filters < 1 || hp->compress < 1 || hp->hop < 1 ||
+        hp->n_ratios < 1) {
+        return cr_fail(err, CODECRT_E_BAD_HPARAMS,
+                       "mimi: codebook_size %d (>= 2), codebook_dim %d, ff_dim %d, n_filters %d, compress %d, hop %d, "
+                       "%d ratios (>= 1)",
+                       hp->bins, hp->cdim, hp->ff, hp->n_filters, hp->compress, hp->hop, hp->n_ratios);
     }
     if ((int64_t)hp->n_q * (hp->bins + 1) > INT32_MAX / 2 || hp->context < 2 || hp->context > 1 << 16 ||
         hp->kernel < 2 || hp->kernel > 64 || hp->last_kernel < 2 || hp->last_kernel > 64 || hp->res_kernel < 2 ||
@@ -58,6 +66,9 @@ static codecrt_status mimi_read_hparams(const struct gguf_context *g, void *hp_,
     }
     int64_t hop = 1;
     for (int i = 0; i < hp->n_ratios; i++) {
+        if (hp->ratios[i] < 1 || hp->ratios[i] > 64) {
+            return cr_fail(err, CODECRT_E_BAD_HPARAMS, "mimi.ratios[%d] = %d (1 to 64)", i, hp->ratios[i]);
+        }
         hop *= hp->ratios[i];
     }
     if (hop != hp->hop) {
