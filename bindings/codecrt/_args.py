@@ -14,11 +14,12 @@ import numpy.typing as npt
 
 from ._errors import E_INVALID_ARGUMENT, CodeRangeError, CodeTypeError, InputError, _fail
 
-__all__ = ["INT32_MIN", "INT32_MAX", "UINT64_MAX", "int_arg", "float_arg", "as_codes", "as_seeds",
+__all__ = ["INT32_MIN", "INT32_MAX", "UINT32_MAX", "UINT64_MAX", "int_arg", "float_arg", "as_codes", "as_seeds",
            "check_out"]
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
+UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
 
 

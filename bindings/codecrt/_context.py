@@ -106,7 +106,9 @@ class Context:
         if device is not None:
             if not isinstance(device, str):
                 _fail(E_INVALID_ARGUMENT, f"device must be a str, not {type(device).__name__}")
-            keep = ffi.new("char[]", device.encode("utf-8"))
+            if not device.isprintable() or not device.isascii():  # a NUL would cut it short
+                _fail(E_INVALID_ARGUMENT, f"device {device!r}: not a device name")
+            keep = ffi.new("char[]", device.encode("ascii"))
             params.device = keep
         else:
             params.device = ffi.NULL

@@ -58,6 +58,8 @@ def _stream_ptrs(ctx: ContextLike, streams: Sequence[Stream]) -> Any:
     :meth:`Stream.close` frees one between this and the call that uses it."""
     ptrs = ffi.new("codecrt_stream *[]", max(len(streams), 1))
     for i, s in enumerate(streams):
+        if not isinstance(s, Stream):
+            _fail(E_INVALID_ARGUMENT, f"streams[{i}] is a {type(s).__name__}, not a codecrt.Stream")
         if s._ctx is not ctx:
             _fail(E_INVALID_ARGUMENT, f"stream {i} belongs to another context")
         ptrs[i] = s._handle()
@@ -105,6 +107,8 @@ def _context_of(streams: Sequence[Stream | None]) -> ContextLike | None:
     for i, s in enumerate(streams):
         if s is None:
             continue
+        if not isinstance(s, Stream):
+            _fail(E_INVALID_ARGUMENT, f"streams[{i}] is a {type(s).__name__}, not a codecrt.Stream")
         if ctx is None:
             ctx = s._ctx
         elif s._ctx is not ctx:

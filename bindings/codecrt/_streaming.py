@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from ._errors import E_INVALID_ARGUMENT, _fail
+
 if TYPE_CHECKING:
     from ._errors import CodecrtError
 
@@ -97,6 +99,9 @@ def step(ctx: Any, streams: Sequence[CodecStream]) -> Tick:
     """
     if not streams:
         return Tick(0, {}, 0)
+    for i, s in enumerate(streams):
+        if not callable(getattr(s, "stepper", None)):
+            _fail(E_INVALID_ARGUMENT, f"streams[{i}] is a {type(s).__name__}, not a codecrt stream")
     first = streams[0].stepper
     if all(s.stepper is first for s in streams):
         return first(ctx, streams)

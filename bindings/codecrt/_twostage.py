@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._args import float_arg, int_arg
+from ._args import INT32_MAX, UINT32_MAX, UINT64_MAX, float_arg, int_arg
 from ._contextlike import ContextLike
 from ._errors import E_INVALID_ARGUMENT, CodeRangeError, _check, _fail
 from ._native import ffi, lib
@@ -144,9 +144,14 @@ def vocode_batch(ctx: ContextLike, mels: npt.ArrayLike, *, seeds: Sequence[int],
 
 
 def noise(seed: int, site: int, start: int, n: int, *, uniform: bool = False) -> npt.NDArray[np.float32]:
-    """The runtime's keyed noise: ``n`` draws for (seed, site, start + i)."""
-    out = np.empty(max(int(n), 0), dtype=np.float32)
-    lib.codecrt_noise(int(seed), int(site), int(start), out.size, 1 if uniform else 0,
+    """The runtime's keyed noise: ``n`` draws for (seed, site, start + i). Each argument
+    must fit its C field (InputError otherwise); at most 2**31 - 1 draws a call."""
+    seed = int_arg("seed", seed, 0, UINT64_MAX)
+    site = int_arg("site", site, 0, UINT32_MAX)
+    start = int_arg("start", start, 0, UINT64_MAX)
+    n = int_arg("n", n, 0, INT32_MAX)
+    out = np.empty(n, dtype=np.float32)
+    lib.codecrt_noise(seed, site, start, out.size, 1 if uniform else 0,
                       ffi.from_buffer("float[]", out, require_writable=True))
     return out
 

@@ -223,6 +223,9 @@ def test_unknown_device(codecrt, gguf24):
     with codecrt.Model(gguf24) as m:
         with pytest.raises(codecrt.InputError, match="unknown device"):
             codecrt.Context(m, device="tpu")
+        for name in ("cpu\x00x", "cpu\udcff", "cpu\n"):  # a NUL once cut the name to "cpu"
+            with pytest.raises(codecrt.InputError, match="not a device name"):
+                codecrt.Context(m, device=name)
         with pytest.raises(codecrt.BackendError, match="not available"):
             codecrt.Context(m, device="cuda:7")
 
@@ -236,3 +239,39 @@ def test_tensor_too_large_planned_before_ggml(codecrt, gguf24):
         with pytest.raises(codecrt.BufferTooSmallError, match="decode needs"):
             c.decode(lv, out=np.empty(1, np.float32))
         assert c.stats.computes == 0
+
+
+def test_samples_for_frames_never_wraps(codecrt, gguf24):
+    """A frame count whose samples pass int64 is an InputError, not a wrapped negative count."""
+    with codecrt.Model(gguf24) as m:
+        hop = m.info.hop_length
+        assert m.samples_for_frames(7) == 7 * hop
+        assert m.samples_for_frames((2**63 - 1) // hop) == (2**63 - 1) // hop * hop
+        for n in (2**63 - 1, 2**61, (2**63 - 1) // hop + 1, -1):
+            with pytest.raises(codecrt.InputError):
+                m.samples_for_frames(n)
+
+
+def test_noise_arguments(codecrt):
+    """codecrt.noise: each argument must fit its C field, at most 2**31 - 1 draws a call."""
+    a = codecrt.noise(1, 2, 3, 5)
+    assert a.shape == (5,) and np.array_equal(a, codecrt.noise(1, 2, 3, 5))
+    assert codecrt.noise(2**64 - 1, 2**32 - 1, 2**64 - 1, 1).shape == (1,)
+    for args in ((-1, 0, 0, 1), (2**64, 0, 0, 1), (0, -1, 0, 1), (0, 2**32, 0, 1),
+                 (0, 0, -1, 1), (0, 0, 0, -5), (0, 0, 0, 10**13), (0, 0, 0, 2.5)):
+        with pytest.raises(codecrt.InputError):
+            codecrt.noise(*args)
+
+
+def test_streams_of_another_type(codecrt, ctx):
+    """Something that is not a stream, where a batch call takes streams: an InputError naming it
+    (pull_many and push_many skip None entries: a packed batch's gaps)."""
+    out = np.empty(8, np.float32)
+    for x in (None, 1, object()):
+        with pytest.raises(codecrt.InputError, match="not a codecrt"):
+            ctx.step([x])
+        with pytest.raises(codecrt.InputError, match="not a codecrt"):
+            codecrt.step(ctx, [x])
+    for x in (1, object()):
+        with pytest.raises(codecrt.InputError, match="not a codecrt"):
+            codecrt.pull_many([x], out)
