@@ -1,7 +1,7 @@
 """Every integer hyperparameter of a small model of each family set to 0, to 3 and to the
 largest value its type holds: the load refuses it with a ModelError, or the model loads and a
 small decode returns audio or a typed error. Never a crash (the Mimi reader divided by a
-compress of 0, and decoded with 0 semantic codebooks from freed projections). Each family's
+compress of 0, and crashed in the first decode of a model with 0 semantic codebooks). Each family's
 mutations run in one child process, which prints each before trying it, so a crash names it."""
 
 from __future__ import annotations
