@@ -18,12 +18,14 @@ For ``--minutes`` a set of client loops run against one server (``--spawn``ed wi
 * a worker kill (SIGKILL) every ``--kill-every`` minutes (its streams: ``engine_error``).
 
 Every ``--report-every`` seconds one row: the resident memory of the daemon's main and
-front processes (where connections live) and of its workers, their open file descriptors, device memory (``nvidia-smi``, when
-there is one), open streams and connections (``/metrics``), and the client-side
-outcome counts. At the end, after the clients have gone: open streams and
-connections back to zero, file descriptors back to their idle count (+2), the
-main and fronts' resident memory within 10 % of its level at the end of the first period
-(after warm-up and the first churn), no unexpected outcome. Exit 1 when one fails.
+front processes (where connections live), and of it the private part (less the pages of the
+shared-memory rings to the workers, which count once touched, up to the rings' 20 MiB a
+worker, and start again with a restarted worker's new rings), of its workers, their open file
+descriptors, device memory (``nvidia-smi``, when there is one), open streams and connections
+(``/metrics``), and the client-side outcome counts. At the end, after the clients have gone:
+open streams and connections back to zero, file descriptors back to their idle count (+2),
+the main and fronts' private resident memory within 10 % of its level at the end of the first
+period (after warm-up and the first churn), no unexpected outcome. Exit 1 when one fails.
 Loopback only. Prints a markdown table.
 """
 
@@ -92,10 +94,12 @@ def _roles(pid: int) -> dict[str, list[int]]:
     return out
 
 
-def _rss(pid: int) -> int:
+def _rss(pid: int, field: str = "VmRSS") -> int:
+    """Bytes of a process's resident memory (``/proc/PID/status``: VmRSS, or a part of it such
+    as RssShmem, the shared-memory rings' pages it has touched)."""
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     return 0
 
@@ -354,9 +358,9 @@ async def soak(args: argparse.Namespace, port: int, pid: int) -> int:
     idle_fds = fds()
     print(f"soak: {args.minutes:g} min against pid {pid} on port {port}; jobs {jobs}; the "
           f"machine may be shared", flush=True)
-    print("| min | main + fronts RSS MiB | workers RSS MiB | fds (main + fronts) | GPU MiB | "
-          "streams | conns | outcomes |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| min | main + fronts RSS MiB | of it private MiB | workers RSS MiB | "
+          "fds (main + fronts) | GPU MiB | streams | conns | outcomes |")
+    print("|---|---|---|---|---|---|---|---|---|")
     tasks = [asyncio.create_task(s.loop(j)) for j in jobs]
     t0 = time.monotonic()
     next_kill = t0 + args.kill_every * 60
@@ -365,17 +369,22 @@ async def soak(args: argparse.Namespace, port: int, pid: int) -> int:
 
     def report(label: str) -> int:
         roles = _roles(pid)
-        rss = _rss(pid) + sum(_rss(p) for p in roles["front"])  # connections live in fronts
+        procs = [pid, *roles["front"]]  # connections live in fronts
+        rss = sum(_rss(p) for p in procs)
+        # the rings to the workers: their pages count once touched, up to the rings' size,
+        # and a restarted worker's rings are new ones; not what a leak would grow
+        shm = sum(_rss(p, "RssShmem") for p in procs)
         wrss = sum(_rss(p) for p in roles["worker"])
         m = _metrics(port, args.metrics_token or args.token)
         gpu = _gpu_mib()
         out = ", ".join(f"{k} {v}" for k, v in sorted(s.tally.outcomes.items()))
-        print(f"| {label} | {rss / 2**20:.1f} | {wrss / 2**20:.1f} | {fds()} | "
+        print(f"| {label} | {rss / 2**20:.1f} | {(rss - shm) / 2**20:.1f} | "
+              f"{wrss / 2**20:.1f} | {fds()} | "
               f"{'-' if gpu is None else f'{gpu:.0f}'} | "
               f"{m.get('codecd_streams_active', -1):.0f} | "
               f"{m.get('codecd_connections_active', -1):.0f} | {out}; kills {kills} |",
               flush=True)
-        return rss
+        return rss - shm
 
     end = t0 + args.minutes * 60
     next_report = t0 + args.report_every
@@ -405,7 +414,7 @@ async def soak(args: argparse.Namespace, port: int, pid: int) -> int:
     if fds() > idle_fds + 2:
         fails.append(f"file descriptors {fds()} (idle {idle_fds})")
     if rows and final_rss > rows[0][1] * 1.10:
-        fails.append(f"main + fronts RSS {final_rss / 2**20:.1f} MiB > 110 % of "
+        fails.append(f"main + fronts private RSS {final_rss / 2**20:.1f} MiB > 110 % of "
                      f"{rows[0][1] / 2**20:.1f} MiB after the first period")
     if s.tally.unexpected:
         fails.append("unexpected outcomes: " + "; ".join(s.tally.unexpected))
