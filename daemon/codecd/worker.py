@@ -507,8 +507,8 @@ class Worker:
         self._made_ready(st)
 
     def _made_ready(self, st: _Stream) -> None:
-        """A push or a finish gave ``st`` something to step (a new stream's too, for its
-        express tick; the batched push does the same inline)."""
+        """A push (one or a front's batch) or a finish gave ``st`` something to step (a new
+        stream's too, for its express tick)."""
         st.maybe_ready = True
         if self.express and st.fresh:
             self._fresh[st.sid] = st
@@ -621,16 +621,13 @@ class Worker:
             return
         errors = codecrt.push_many([x.stream if x is not None else None for x in sts],
                                    nlev, lengths, codes)
-        express = self.express
         for i, x in enumerate(sts):
             if x is None:
                 logger.debug("push for unknown stream %d dropped", base | int(sids[i]))
             elif i in errors:
                 self._fail(x.sid, error_code_for(errors[i]), str(errors[i]))
             else:
-                x.maybe_ready = True
-                if express and x.fresh:
-                    self._fresh[x.sid] = x
+                self._made_ready(x)
 
     def _wait(self, timeout: float | None) -> bool:
         """Whether the pipe, the descriptor socket or a front's doorbell is readable within
