@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cuda/cuda_ops.h"
 #include "ggml-cpu.h"
 #include "internal.h"
 
@@ -209,12 +210,16 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
     }
     const char *portable = getenv("CODECRT_PORTABLE_OPS");
     const bool portable_ops = portable && *portable && strcmp(portable, "0") != 0;
-    int layout = -1, graphs = -1; /* CODECRT_OFFLINE_LAYOUT: time 1, channels 0; CODECRT_STREAM_GRAPHS: one 1,
-                                     split 0; -1: auto (decided below, once the backend is known) */
+    int layout = -1, graphs = -1, fused_unit = -1; /* CODECRT_OFFLINE_LAYOUT: time 1, channels 0;
+                                     CODECRT_STREAM_GRAPHS: one 1, split 0; CODECRT_FUSED_UNIT: 1 or 0;
+                                     -1: auto (decided below, once the backend is known) */
     if ((st = cr_env_switch("CODECRT_OFFLINE_LAYOUT", "time", "channels",
                             "time (time fastest) or channels (channels fastest)", &layout, err)) != CODECRT_OK ||
         (st = cr_env_switch("CODECRT_STREAM_GRAPHS", "one", "split",
-                            "split (steady and edge streams in a graph each) or one", &graphs, err)) != CODECRT_OK) {
+                            "split (steady and edge streams in a graph each) or one", &graphs, err)) != CODECRT_OK ||
+        (st = cr_env_switch("CODECRT_FUSED_UNIT", "1", "0",
+                            "1 (residual units' cores as one op) or 0 (composed from ggml ops)", &fused_unit, err)) !=
+            CODECRT_OK) {
         return st;
     }
     if (params->precision != CODECRT_PRECISION_F32) {
@@ -251,7 +256,7 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
     }
     ggml_backend_cpu_set_n_threads(ctx->cpu, n_threads);
 
-    ggml_backend_t backends[2];
+    ggml_backend_t backends[3];
     int n_backends = 0;
     if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) {
         ctx->backend = ctx->cpu;
@@ -266,6 +271,12 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
             return st;
         }
         backends[n_backends++] = ctx->backend;
+        /* codecrt's own ops on the device, between it and the CPU: the scheduler gives a node to
+           the first backend that takes it, and the device backend takes none of them
+           (cuda/cuda_ops.h). NULL where the build or the device has none. */
+        if (fused_unit != 0 && (ctx->ops_backend = cr_cuda_ops_new(ctx->backend)) != NULL) {
+            backends[n_backends++] = ctx->ops_backend;
+        }
         backends[n_backends++] = ctx->cpu;
     }
     ctx->cpu_ops = ctx->backend == ctx->cpu && !portable_ops;
@@ -273,6 +284,10 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
        what the stream graphs run), channels fastest with the fused CPU kernels
        (their layout); CODECRT_OFFLINE_LAYOUT forces one (tests, benchmarks) */
     ctx->offline_tf = layout >= 0 ? layout == 1 : !ctx->cpu_ops;
+    /* the units' core as one op where a device backend runs it; CODECRT_FUSED_UNIT=1 also on the
+       CPU backend's portable graphs (its C function: how CI checks the op against the composed
+       ops), never in the fused CPU kernels' channels-fastest graphs, which have their own */
+    ctx->fused_unit = fused_unit == 1 ? !ctx->cpu_ops : fused_unit != 0 && ctx->ops_backend != NULL;
     /* one masked graph a tick off the CPU, where a second graph's fixed cost
        (its launches) outweighs the masks on every stream (H200, 1,000 SNAC
        streams: 61 against 73 ms a tick); split on the CPU, whose ticks are
@@ -336,6 +351,9 @@ void codecrt_context_free(codecrt_context *ctx) {
     if (ctx->dev_weights_ctx) {
         ggml_free(ctx->dev_weights_ctx);
     }
+    if (ctx->ops_backend) {
+        ggml_backend_free(ctx->ops_backend); /* records events on the device backend: freed first */
+    }
     if (ctx->backend && ctx->backend != ctx->cpu) {
         ggml_backend_free(ctx->backend);
     }
@@ -385,6 +403,7 @@ static struct ggml_cgraph *cr_build_decode(void *user, struct ggml_context *ctx0
         .cpu_ops = ctx->cpu_ops,
         .ops = ctx->cpu_ops ? &ctx->fused : NULL,
         .time_fastest = ctx->offline_tf,
+        .fused_unit = ctx->fused_unit,
         .frames_masked = (key->flags & CR_FLAG_MASKED) != 0 && ctx->params.frame_bucket > 0,
     };
     return ctx->model->arch->build_decode(ctx->model, ctx0, ctx->weights, &shape, io);
@@ -651,6 +670,7 @@ static codecrt_status cr_decode_graph(codecrt_context *ctx, const codecrt_decode
         .cpu_ops = ctx->cpu_ops,
         .ops = ctx->cpu_ops ? &ctx->fused : NULL,
         .time_fastest = ctx->offline_tf,
+        .fused_unit = ctx->fused_unit,
         .frames_masked = (key.flags & CR_FLAG_MASKED) != 0 && ctx->params.frame_bucket > 0,
     };
     if ((st = cr_grow((void **)&ctx->scratch, &ctx->scratch_cap, m->arch->scratch_floats(m, &shape),

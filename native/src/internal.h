@@ -46,6 +46,7 @@
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "gguf.h"
+#include "ops/res_unit.h"
 
 #define CR_ERR_SIZE 512
 #define CR_MAX_TENSOR_SPECS 2048
@@ -225,6 +226,7 @@ typedef struct cr_stream_shape {
        does a graph carry noise inputs and the layers that add them (SNAC's noise blocks
        add exactly 0 otherwise) */
     bool noise;
+    bool fused_unit; /* residual units' cores as one op (cr_unit_core): codecrt_context.fused_unit */
 } cr_stream_shape;
 
 /* Shape of a decode, after bucketing. */
@@ -240,6 +242,7 @@ typedef struct cr_decode_shape {
     bool frames_masked; /* masked, and frames are bucketed too (frame_bucket > 0): the valid frames may be
                            fewer than n_frames. Without it a masked graph pads the batch only; an
                            architecture whose sequences never mix can then ignore the padding */
+    bool fused_unit;    /* residual units' cores as one op (cr_unit_core): codecrt_context.fused_unit */
 } cr_decode_shape;
 
 /* Per-decode host inputs the architecture copies into its graph. */
@@ -367,6 +370,21 @@ struct ggml_tensor *cr_norm_cpu(struct ggml_context *ctx, struct ggml_tensor *x,
    (ops/ops_dwconv.c). CPU backend only; NULL where the shapes or types do not fit. */
 struct ggml_tensor *cr_dwconv_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
                                   struct ggml_tensor *b, int dilation, int pl, int pr);
+
+/* The core of a Snake residual unit as one op on the time-fastest layout:
+   Snake2(dwconv_d(Snake1(t)) + b) of t [L, B, C], transposed to [C, n, B] for the unit's
+   1x1 conv (ops/ops_res_unit.c, ops/res_unit.h): a "same" conv (n = L) or a valid one
+   (n = L - d (K-1)). Its CPU function runs on the CPU backend; the codecrt CUDA ops
+   backend runs it on a GPU (cuda/cuda_ops.cu). NULL where the shapes or types do not fit. */
+struct ggml_tensor *cr_unit_core(struct ggml_context *ctx, struct ggml_tensor *t, struct ggml_tensor *w,
+                                 struct ggml_tensor *b, struct ggml_tensor *alpha1, struct ggml_tensor *inv1,
+                                 struct ggml_tensor *alpha2, struct ggml_tensor *inv2, int dil, bool same);
+
+/* The unit's tail as one op: (y + b) + x, y [n*B, C] the 1x1 conv's product (time fastest),
+   b [C], x [n, B, C] the residual (time fastest, any strides: a view of the unit's input)
+   -> [n, B, C] contiguous (ops/ops_res_unit.c). NULL where the shapes or types do not fit. */
+struct ggml_tensor *cr_unit_tail(struct ggml_context *ctx, struct ggml_tensor *y, struct ggml_tensor *b,
+                                 struct ggml_tensor *x);
 
 /*
  * Softmax attention with scale 1/8 over every key, per head of 64 channels:
@@ -608,6 +626,11 @@ struct codecrt_context {
                                         CODECRT_PORTABLE_OPS is unset (tests set it to check, on the CPU,
                                         the graphs that GPUs run) */
     bool offline_tf;                 /* offline decode graphs time fastest (cr_decode_shape.time_fastest) */
+    bool fused_unit;                 /* time-fastest graphs run a residual unit's core as one op
+                                        (cr_unit_core): where a device backend runs it (CUDA, with
+                                        the codecrt ops backend), or everywhere off the fused CPU
+                                        kernels with CODECRT_FUSED_UNIT=1; CODECRT_FUSED_UNIT=0: never */
+    ggml_backend_t ops_backend;      /* the codecrt ops backend beside a CUDA backend, or NULL */
     bool one_stream_graph;           /* a tick with edge streams runs every stream in the masked graph,
                                         not steady and edge in one each (off the CPU by default;
                                         CODECRT_STREAM_GRAPHS=one or split forces either) */

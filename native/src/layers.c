@@ -360,17 +360,31 @@ struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *
 }
 
 struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
-                                   const cr_res_unit *u, int dil, bool same) {
+                                   const cr_res_unit *u, int dil, bool same, bool fused) {
     const int64_t Lb = buf->ne[0], B = buf->ne[1], C = buf->ne[2], K = u->dw_w->ne[1];
     const int64_t P = dil * (K - 1) / 2, n = same ? Lb : Lb - 2 * P;
-    struct ggml_tensor *t = cr_snake_tf(ctx, gf, ggml_reshape_2d(ctx, buf, Lb * B, C), u->alpha1,
-                                        u->inv_alpha1); /* [Lb*B, C] */
-    t = cr_dwconv_tf(ctx, t, Lb, B, u->dw_w, u->dw_b, dil, same ? (int)P : 0); /* [n, B, C, 1] */
-    t = cr_snake_tf(ctx, gf, ggml_reshape_2d(ctx, t, n * B, C), u->alpha2, u->inv_alpha2);
-    /* 1x1 conv as y^T w: y [C, n*B] (one transpose), w [C, Cout] -> [n*B, Cout] */
-    struct ggml_tensor *y = ggml_mul_mat(ctx, ggml_cont(ctx, ggml_transpose(ctx, t)), u->pw_w);
-    y = ggml_add(ctx, y, ggml_reshape_2d(ctx, u->pw_b, 1, u->pw_b->ne[0]));
+    /* y [C, n*B]: the branch before its 1x1 conv, channels fastest */
+    struct ggml_tensor *y = fused ? cr_unit_core(ctx, buf, u->dw_w, u->dw_b, u->alpha1, u->inv_alpha1, u->alpha2,
+                                                 u->inv_alpha2, dil, same)
+                                  : NULL;
+    if (y) {
+        y = ggml_reshape_2d(ctx, y, C, n * B);
+    } else {
+        struct ggml_tensor *t = cr_snake_tf(ctx, gf, ggml_reshape_2d(ctx, buf, Lb * B, C), u->alpha1,
+                                            u->inv_alpha1); /* [Lb*B, C] */
+        t = cr_dwconv_tf(ctx, t, Lb, B, u->dw_w, u->dw_b, dil, same ? (int)P : 0); /* [n, B, C, 1] */
+        t = cr_snake_tf(ctx, gf, ggml_reshape_2d(ctx, t, n * B, C), u->alpha2, u->inv_alpha2);
+        y = ggml_cont(ctx, ggml_transpose(ctx, t)); /* the one transpose */
+    }
+    /* 1x1 conv as y^T w: y [C, n*B], w [C, Cout] -> [n*B, Cout] */
+    y = ggml_mul_mat(ctx, y, u->pw_w);
     struct ggml_tensor *xd =
         same ? buf : ggml_view_3d(ctx, buf, n, B, C, buf->nb[1], buf->nb[2], (size_t)P * sizeof(float));
+    /* + bias + residual: one op where the core is one, else two adds */
+    struct ggml_tensor *out = fused ? cr_unit_tail(ctx, y, u->pw_b, xd) : NULL;
+    if (out) {
+        return out;
+    }
+    y = ggml_add(ctx, y, ggml_reshape_2d(ctx, u->pw_b, 1, u->pw_b->ne[0]));
     return ggml_add(ctx, ggml_reshape_3d(ctx, y, n, B, C), xd);
 }

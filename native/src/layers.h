@@ -278,9 +278,12 @@ struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *
  * it lands time fastest again. same (an offline decode): the conv pads P =
  * dil (K-1)/2 zero frames on each side, n = L, the residual is buf; otherwise
  * (a stream tick) buf holds 2P frames of state before the n = L - 2P new ones,
- * the conv is valid and the residual is buf[P : P+n].
+ * the conv is valid and the residual is buf[P : P+n]. fused: Snake1, the conv,
+ * Snake2 and the transpose as ONE op (cr_unit_core, ops/ops_res_unit.c; a device
+ * kernel on CUDA), and the product's bias and the residual as another (cr_unit_tail);
+ * else composed from ggml ops (seven passes over memory besides the product).
  */
 struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
-                                   const cr_res_unit *u, int dil, bool same);
+                                   const cr_res_unit *u, int dil, bool same, bool fused);
 
 #endif /* CODECRT_LAYERS_H */

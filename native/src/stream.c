@@ -484,6 +484,7 @@ static struct ggml_cgraph *cr_build_stream_graph(void *user, struct ggml_context
         .ops = ctx->cpu_ops ? &ctx->fused : NULL,
         .masked = key->kind == CODECRT_GRAPH_STREAM_EDGE,
         .noise = (key->flags & CR_FLAG_NOISE) != 0,
+        .fused_unit = ctx->fused_unit,
     };
     struct ggml_cgraph *gf = ctx->model->arch->build_stream(ctx->model, ctx0, ctx->weights, &shape,
                                                             ctx->pool.states, ctx->pool.n_states, io);

@@ -592,9 +592,10 @@ static void test_res_unit(void) {
     const int64_t C = 6, K = 7, B = 3, n = 9;
     for (int d = 1; d <= 9; d *= 3) {
         const int P = d * (int)(K - 1) / 2;
-        for (int mode = 0; mode < 6; mode++) { /* same fused/portable, valid fused/portable, time fastest
-                                                   valid (a stream tick) and same (an offline decode) */
-            const bool same = mode < 2 || mode == 5, cpu_ops = mode == 0 || mode == 2;
+        for (int mode = 0; mode < 8; mode++) { /* same fused/portable, valid fused/portable, time fastest
+                                                   valid (a stream tick) and same (an offline decode), the
+                                                   same two with the core as one op (cr_unit_core) */
+            const bool same = mode < 2 || mode == 5 || mode == 7, cpu_ops = mode == 0 || mode == 2;
             const int64_t L = same ? n : n + 2 * P;
             struct ggml_context *ctx = new_ctx();
             struct ggml_tensor *buf = rnd(ctx, C, L, B, 2.0f, -2.0f);
@@ -610,9 +611,15 @@ static void test_res_unit(void) {
                 y = cr_res_branch(ctx, gf, buf, &u, d, same, cr_graph_ops(cpu_ops, NULL));
             } else { /* the whole unit time fastest, back to channels fastest to compare */
                 struct ggml_tensor *t = ggml_reshape_3d(ctx, cr_to_tf(ctx, buf), L, B, C);
-                t = cr_res_unit_tf(ctx, gf, t, &u, d, same);
+                t = cr_res_unit_tf(ctx, gf, t, &u, d, same, mode >= 6);
                 CHECK(t->ne[0] == n && t->ne[1] == B && t->ne[2] == C, "res_unit_tf shape");
                 y = cr_to_cf(ctx, ggml_reshape_2d(ctx, t, n * B, C), n, B);
+                ggml_build_forward_expand(gf, y);
+                int cores = 0;
+                for (int i = 0; i < ggml_graph_n_nodes(gf); i++) {
+                    cores += ggml_graph_node(gf, i)->op == GGML_OP_CUSTOM;
+                }
+                CHECK(cores == (mode >= 6 ? 2 : 0), "res_unit_tf: the core and the tail are ops exactly when asked");
             }
             check_shape("res unit", y, C, n, B);
             const float *got = compute(ctx, gf, &y);

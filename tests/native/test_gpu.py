@@ -148,6 +148,56 @@ def test_streaming_on_gpu_equals_offline(codecrt, snac_cases, name):
         assert d < STREAM_TOL
 
 
+# ------------------------------------------- the unit core on CUDA (issue 19)
+
+
+def _context(codecrt, m, device, env, **kw):
+    """A context created under env (read when a context is created), as a context manager."""
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        return codecrt.Context(m, device=device, **kw)
+
+
+@pytest.mark.parametrize("name", ["24khz", "32khz", "44khz"])
+def test_unit_kernels_match_their_cpu_functions(codecrt, snac_cases, name):
+    """The residual unit's ops on CUDA (native/src/cuda/cuda_ops.cu: the core and the tail) against
+    the same ops' C functions on the CPU (portable graphs, CODECRT_FUSED_UNIT=1) and against the
+    composed ggml ops on the GPU (CODECRT_FUSED_UNIT=0), offline and streamed: as ggml's
+    test-backend-ops checks a backend's op against the CPU's. The ops backend is in the context's
+    list only when fused."""
+    case = snac_cases(name)
+    rng = np.random.default_rng(11)
+    with codecrt.Model(case.gguf) as m:
+        n = 2 * m.info.frame_multiple if m.info.frame_multiple > 4 else 48
+        levels = reference.random_codes(m.info, n, 3, rng)
+        with _context(codecrt, m, "cpu", {"CODECRT_PORTABLE_OPS": "1", "CODECRT_FUSED_UNIT": "1"}) as cpu:
+            want = cpu.decode(levels, noise=True, seed=3)
+        with _context(codecrt, m, GPU, {"CODECRT_FUSED_UNIT": "0"}) as composed:
+            assert not any(b.endswith("+codecrt") for b in composed.stats.backends)
+            base = composed.decode(levels, noise=True, seed=3)
+        with codecrt.Context(m, device=GPU, batch_bucket=True, max_batch=4) as gpu:
+            assert any(b.endswith("+codecrt") for b in gpu.stats.backends), gpu.stats.backends
+            got = gpu.decode(levels, noise=True, seed=3)
+            quiet = gpu.decode(levels)  # what the streams below must give (noise is seeded per stream)
+            ss = [gpu.stream() for _ in range(3)]
+            for b, s in enumerate(ss):
+                s.push([lv[b] for lv in levels])
+                s.finish()
+            while gpu.step(ss):
+                pass
+            streamed = np.stack([s.pull() for s in ss])
+            for s in ss:
+                s.close()
+            splits = gpu.stats.graph_splits
+    e_cpu, e_composed = rel_l2(got, want), rel_l2(got, base)
+    e_stream = float(np.abs(streamed - quiet).max())
+    print(f"\nSNAC {name} unit ops on CUDA: vs their CPU functions {e_cpu:.2e}, vs composed on CUDA {e_composed:.2e}, "
+          f"streamed vs offline max |diff| {e_stream:.2e}, graph splits {splits}, TF32 {'off' if TF32_OFF else 'on'}")
+    assert e_cpu <= TOL and e_composed <= TOL
+    assert e_stream < STREAM_TOL
+
+
 # ------------------------------------------------------ long decodes (issue 24)
 
 

@@ -12,21 +12,24 @@ F32_TOL = 1e-4
 F16_TOL = 1e-2
 
 
-# (CODECRT_PORTABLE_OPS, CODECRT_OFFLINE_LAYOUT): the fused CPU ops in their channels-fastest
-# graphs (the CPU's default), the same ops under the time-fastest offline graph, and the portable
-# graphs that GPUs run in both offline layouts (time fastest is their default)
+# (CODECRT_PORTABLE_OPS, CODECRT_OFFLINE_LAYOUT, CODECRT_FUSED_UNIT): the fused CPU ops in their
+# channels-fastest graphs (the CPU's default), the same ops under the time-fastest offline graph,
+# the portable graphs that GPUs run in both offline layouts (time fastest is their default), and
+# those with each residual unit's core as one op (what a CUDA device runs, here its C function)
 OPS = {
-    "cpu": (None, None),
-    "cpu-time": (None, "time"),
-    "portable": ("1", None),
-    "portable-channels": ("1", "channels"),
+    "cpu": (None, None, None),
+    "cpu-time": (None, "time", None),
+    "portable": ("1", None, "0"),
+    "portable-channels": ("1", "channels", "0"),
+    "portable-fused": ("1", None, "1"),
 }
+ENV = ("CODECRT_PORTABLE_OPS", "CODECRT_OFFLINE_LAYOUT", "CODECRT_FUSED_UNIT")
 
 
 def decode_with(codecrt, gguf, levels, ops):
     """Decode `levels` on the CPU with the environment of OPS[ops]: the samples and the context's stats."""
     with pytest.MonkeyPatch.context() as mp:
-        for var, value in zip(("CODECRT_PORTABLE_OPS", "CODECRT_OFFLINE_LAYOUT"), OPS[ops]):
+        for var, value in zip(ENV, OPS[ops]):
             if value is None:
                 mp.delenv(var, raising=False)
             else:
@@ -87,6 +90,12 @@ def test_parity_f32(f32_parity, name, ops, record_property):
         other, other_stats = decoded(name, "portable-channels")
         assert stats.compute_buffer_bytes[0] < other_stats.compute_buffer_bytes[0]
         assert float(np.abs(other - got).max()) <= 1e-6
+    if ops == "portable-fused":
+        # the unit core as one op replaces five composed ops and their tensors (a smaller compute
+        # buffer) with the same arithmetic in the same order
+        composed, composed_stats = decoded(name, "portable")
+        assert stats.compute_buffer_bytes[0] < composed_stats.compute_buffer_bytes[0]
+        assert float(np.abs(composed - got).max()) <= 1e-6
 
 
 def test_bad_offline_layout_is_refused(codecrt, snac_cases, monkeypatch):

@@ -105,12 +105,14 @@ def test_snac24_orpheus_groups_split_randomly_with_noise(codecrt, snac_cases):
 
 
 @pytest.mark.parametrize("name", ["24khz", "32khz", "44khz"])
-@pytest.mark.parametrize("noise,ops", [(False, "cpu"), (True, "cpu"), (True, "portable")])
+@pytest.mark.parametrize("noise,ops", [(False, "cpu"), (True, "cpu"), (True, "portable"), (True, "fused")])
 def test_random_large_chunks_equal_offline(codecrt, snac_cases, name, noise, ops, monkeypatch):
     """Every SNAC configuration: random large chunks, noise off and on, equal the offline decode;
-    also through the time-fastest graphs that GPUs run (CODECRT_PORTABLE_OPS)."""
-    if ops == "portable":
+    also through the time-fastest graphs that GPUs run (CODECRT_PORTABLE_OPS), composed and with
+    each residual unit's core as one op (CODECRT_FUSED_UNIT=1: the op's C function here)."""
+    if ops in ("portable", "fused"):
         monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
+        monkeypatch.setenv("CODECRT_FUSED_UNIT", "1" if ops == "fused" else "0")
     case = snac_cases(name)
     rng = np.random.default_rng(3)
     with codecrt.Model(case.gguf) as m, codecrt.Context(m, device="cpu") as ctx:
@@ -126,15 +128,17 @@ def test_random_large_chunks_equal_offline(codecrt, snac_cases, name, noise, ops
     assert err < 1e-5
 
 
-@pytest.mark.parametrize("ops", ["cpu", "portable", "one-graph"])
+@pytest.mark.parametrize("ops", ["cpu", "portable", "fused", "one-graph"])
 def test_batched_ticks_equal_alone_with_joins_and_leaves(codecrt, snac_cases, ops, monkeypatch):
     """N streams stepped together, joining and leaving at different ticks, each equal its own
-    offline decode; also with the portable graphs that GPUs run (CODECRT_PORTABLE_OPS), and with
+    offline decode; also with the portable graphs that GPUs run (CODECRT_PORTABLE_OPS), composed
+    and with the units' cores as one op (CODECRT_FUSED_UNIT=1), and with
     every stream of a tick that has edge streams in the masked graph (CODECRT_STREAM_GRAPHS=one).
     Two of them have noise on: the first ticks (stream 0 alone) and the last ones run graphs
     without noise inputs, the ticks between graphs with them."""
-    if ops == "portable":
+    if ops in ("portable", "fused"):
         monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
+        monkeypatch.setenv("CODECRT_FUSED_UNIT", "1" if ops == "fused" else "0")
     if ops == "one-graph":
         monkeypatch.setenv("CODECRT_STREAM_GRAPHS", "one")
     case = snac_cases("24khz")

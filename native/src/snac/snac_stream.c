@@ -115,7 +115,7 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
             d += P;
             if (tf) {
                 buf = cr_states_append_tf(st, xt, 2 * P); /* [2P+n, B, C] */
-                xt = cr_states_mask_tf(st, cr_res_unit_tf(ctx, gf, buf, &u, dil, false), r, d);
+                xt = cr_states_mask_tf(st, cr_res_unit_tf(ctx, gf, buf, &u, dil, false, shape->fused_unit), r, d);
                 continue;
             }
             buf = cr_states_append(st, x, 2 * P); /* [C, 2P+n, B] */

@@ -1,0 +1,441 @@
+/*
+ * cuda_ops.cu: codecrt's ops on a CUDA device, as a small ggml backend beside ggml's
+ * CUDA backend (cuda_ops.h says how the scheduler hands it the nodes and how the two
+ * streams are ordered). Compiled only in a CUDA build (-DGGML_CUDA=ON), with our
+ * flags (not ggml's -use_fast_math: the Snake's sine is the precise sinf, as on the CPU).
+ *
+ * The ops of a Snake residual unit (ops/ops_res_unit.c has their definitions and CPU
+ * implementations): the unit core (Snake1, a depthwise conv with its bias, Snake2 and a
+ * transpose, in one kernel that reads the time-fastest input once and writes the
+ * channels-fastest output once) and the unit tail (the 1x1 conv's bias and the residual
+ * added in one pass).
+ */
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "cuda_ops.h"
+#include "ggml-backend-impl.h"
+#include "ggml-cuda.h"
+#include "ggml.h"
+#include "ops/res_unit.h"
+
+namespace {
+
+/* ------------------------------------------------------------ the unit core */
+
+/* A block computes TILE_T outputs of TILE_C channels of one sequence: the lanes of a warp are
+   channels, so that each output row of the channels-fastest result is one 128-byte write;
+   its ROWS warps share the input tile, which the lanes load along time (coalesced), Snake1
+   applied once per input point. */
+constexpr int TILE_C = 32;
+constexpr int TILE_T = 64;
+constexpr int ROWS = 8;
+constexpr int MAX_GRID_Z = 65535;
+
+/* x + inv sin(a x)^2, in the composed ops' order (mul, sin, sqr, mul, add) */
+__device__ __forceinline__ float snake(float x, float a, float inv) {
+    const float s = sinf(x * a);
+    return x + (s * s) * inv;
+}
+
+/* The shared tile's row: the outputs' reach, odd so that the lanes (one row each) read
+   32 different banks. */
+__host__ __device__ inline int tile_stride(int span) {
+    return (TILE_T + span) | 1;
+}
+
+inline size_t tile_bytes(int span) {
+    return (size_t)TILE_C * (size_t)tile_stride(span) * sizeof(float);
+}
+
+/*
+ * t [L, B, C] (time fastest) -> y [C, n, B] (channels fastest):
+ *   y[c, i, b] = Snake2(bias[c] + sum_k w[c + k C] Snake1(t[i + k dil - lp, b, c])), zeros
+ *   outside [0, L). KT: the taps when known at compile time (SNAC's 7), else 0 (K_rt taps).
+ * Grid (ceil(n / TILE_T), ceil(C / TILE_C), min(B, 65535)); block (32, ROWS).
+ */
+template <int KT>
+__global__ void __launch_bounds__(32 * ROWS)
+    unit_core_kernel(const float *__restrict__ t, const float *__restrict__ w, const float *__restrict__ bias,
+                     const float *__restrict__ a1, const float *__restrict__ i1, const float *__restrict__ a2,
+                     const float *__restrict__ i2, float *__restrict__ y, int64_t L, int B, int C, int64_t n,
+                     int K_rt, int dil, int64_t lp) {
+    extern __shared__ float tile[]; /* [TILE_C][stride] */
+    const int K = KT > 0 ? KT : K_rt;
+    const int span = (K - 1) * dil, width = TILE_T + span, stride = tile_stride(span);
+    const int c0 = blockIdx.y * TILE_C, lane = threadIdx.x, row = threadIdx.y;
+    const int64_t t0 = (int64_t)blockIdx.x * TILE_T;
+    const int c = c0 + lane;
+
+    float wk[KT > 0 ? KT : CR_UNIT_CORE_MAX_TAPS];
+    float bc = 0.0f, a2c = 0.0f, i2c = 0.0f;
+    if (c < C) {
+#pragma unroll
+        for (int k = 0; k < (KT > 0 ? KT : CR_UNIT_CORE_MAX_TAPS); k++) {
+            wk[k] = k < K ? w[c + (int64_t)k * C] : 0.0f;
+        }
+        bc = bias[c];
+        a2c = a2[c];
+        i2c = i2[c];
+    }
+
+    for (int b = blockIdx.z; b < B; b += gridDim.z) {
+        /* the input tile: Snake1 of frames t0 - lp .. t0 - lp + width - 1 of 32 channels */
+        for (int ci = row; ci < TILE_C && c0 + ci < C; ci += ROWS) {
+            const int cc = c0 + ci;
+            const float *x = t + ((int64_t)cc * B + b) * L;
+            const float a = a1[cc], ia = i1[cc];
+            for (int j = lane; j < width; j += 32) {
+                const int64_t g = t0 - lp + j;
+                tile[ci * stride + j] = g >= 0 && g < L ? snake(x[g], a, ia) : 0.0f;
+            }
+        }
+        __syncthreads();
+        if (c < C) {
+            const float *s = tile + lane * stride;
+            for (int tt = row; tt < TILE_T && t0 + tt < n; tt += ROWS) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int k = 0; k < (KT > 0 ? KT : CR_UNIT_CORE_MAX_TAPS); k++) {
+                    if (KT > 0 || k < K) {
+                        acc += s[tt + k * dil] * wk[k];
+                    }
+                }
+                y[((int64_t)b * n + t0 + tt) * C + c] = snake(acc + bc, a2c, i2c);
+            }
+        }
+        __syncthreads(); /* the tile is reloaded for the next sequence */
+    }
+}
+
+/* ------------------------------------------------------------ the unit tail */
+
+/*
+ * out (t, b, c) = (y[t + n b, c] + bias[c]) + x(t, b, c): y [n*B, C] and out [n, B, C]
+ * contiguous, x [n, B, C] with time contiguous and rows at nb1, nb2 bytes. Flat over
+ * out, so that short rows (a tick's first decoder block: 32 frames) fill the warps; I:
+ * uint32_t where out has fewer than 2^32 elements (cheaper divisions), else uint64_t.
+ */
+template <typename I>
+__global__ void unit_tail_kernel(const float *__restrict__ y, const float *__restrict__ bias,
+                                 const char *__restrict__ x, float *__restrict__ out, I n, I B, I total,
+                                 int64_t nb1, int64_t nb2) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
+        const I r = i / n, t = i - r * n, b = r % B, c = r / B;
+        const float xv = *(const float *)(x + (int64_t)b * nb1 + (int64_t)c * nb2 + (int64_t)t * sizeof(float));
+        out[i] = (y[i] + bias[c]) + xv;
+    }
+}
+
+/* ggml's custom op parameters (ggml-impl.h, struct ggml_custom_op_params), read from
+   op_params as ggml_custom_4d wrote them */
+struct custom_op_params {
+    ggml_custom_op_t fun;
+    int n_tasks;
+    void *userdata;
+};
+
+ggml_custom_op_t custom_fun(const ggml_tensor *op) {
+    if (op->op != GGML_OP_CUSTOM) {
+        return nullptr;
+    }
+    custom_op_params p;
+    std::memcpy(&p, op->op_params, sizeof(p));
+    return p.fun;
+}
+
+bool is_unit_core(const ggml_tensor *op) {
+    return custom_fun(op) == cr_unit_core_cpu;
+}
+
+bool is_unit_tail(const ggml_tensor *op) {
+    return custom_fun(op) == cr_unit_tail_cpu;
+}
+
+cr_unit_core_params unit_core_params(const ggml_tensor *op) {
+    custom_op_params p;
+    std::memcpy(&p, op->op_params, sizeof(p));
+    return cr_unit_core_unpack(p.userdata);
+}
+
+/* The reach of a unit-core node: dilation x (taps - 1). */
+int unit_core_span(const ggml_tensor *op) {
+    return unit_core_params(op).dil * (int)(op->src[1]->ne[1] - 1);
+}
+
+cudaError_t launch_unit_core(const ggml_tensor *dst, cudaStream_t stream) {
+    const ggml_tensor *t = dst->src[0], *w = dst->src[1];
+    const cr_unit_core_params p = unit_core_params(dst);
+    const int64_t L = t->ne[0], n = dst->ne[1];
+    const int B = (int)t->ne[1], C = (int)t->ne[2], K = (int)w->ne[1];
+    const int span = p.dil * (K - 1);
+    const int64_t lp = p.same ? span / 2 : 0;
+    const dim3 grid((unsigned)((n + TILE_T - 1) / TILE_T), (unsigned)((C + TILE_C - 1) / TILE_C),
+                    (unsigned)(B < MAX_GRID_Z ? B : MAX_GRID_Z));
+    const dim3 block(32, ROWS);
+    const size_t smem = tile_bytes(span);
+    const float *args[7];
+    for (int i = 0; i < 7; i++) {
+        args[i] = (const float *)dst->src[i]->data;
+    }
+    float *y = (float *)dst->data;
+    if (K == 7) {
+        unit_core_kernel<7><<<grid, block, smem, stream>>>(args[0], args[1], args[2], args[3], args[4], args[5],
+                                                           args[6], y, L, B, C, n, K, p.dil, lp);
+    } else {
+        unit_core_kernel<0><<<grid, block, smem, stream>>>(args[0], args[1], args[2], args[3], args[4], args[5],
+                                                           args[6], y, L, B, C, n, K, p.dil, lp);
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t launch_unit_tail(const ggml_tensor *dst, cudaStream_t stream) {
+    const ggml_tensor *y = dst->src[0], *b = dst->src[1], *x = dst->src[2];
+    const int64_t n = dst->ne[0], B = dst->ne[1], total = ggml_nelements(dst);
+    const int threads = 256;
+    const int64_t want = (total + threads - 1) / threads;
+    const unsigned blocks = (unsigned)(want < (1 << 20) ? want : (1 << 20));
+    const float *yd = (const float *)y->data, *bd = (const float *)b->data;
+    const char *xd = (const char *)x->data;
+    float *od = (float *)dst->data;
+    if (total < ((int64_t)1 << 32) - (int64_t)blocks * threads) {
+        unit_tail_kernel<uint32_t><<<blocks, threads, 0, stream>>>(yd, bd, xd, od, (uint32_t)n, (uint32_t)B,
+                                                                    (uint32_t)total, x->nb[1], x->nb[2]);
+    } else {
+        unit_tail_kernel<uint64_t><<<blocks, threads, 0, stream>>>(yd, bd, xd, od, (uint64_t)n, (uint64_t)B,
+                                                                    (uint64_t)total, x->nb[1], x->nb[2]);
+    }
+    return cudaGetLastError();
+}
+
+/* ----------------------------------------------------------------- backend */
+
+struct ops_context {
+    ggml_backend_t device;    /* ggml's CUDA backend: its stream is the one ordered against */
+    ggml_backend_dev_t cuda;  /* its device */
+    int cuda_index;
+    cudaStream_t stream;
+    ggml_backend_event_t before, after; /* CUDA events of ggml's device (cudaEvent_t in context) */
+    size_t smem_max;          /* shared memory a block may opt in to */
+    char name[32];
+    ggml_backend_device dev;  /* this backend's device: ggml's CUDA device for buffers and memory,
+                                 its own ops */
+};
+
+ops_context *ctx_of(ggml_backend_dev_t dev) {
+    return (ops_context *)dev->context;
+}
+
+ops_context *ctx_of(ggml_backend_t backend) {
+    return (ops_context *)backend->context;
+}
+
+const char *dev_get_name(ggml_backend_dev_t dev) {
+    return ctx_of(dev)->name;
+}
+
+void dev_get_memory(ggml_backend_dev_t dev, size_t *free, size_t *total) {
+    ggml_backend_dev_memory(ctx_of(dev)->cuda, free, total);
+}
+
+enum ggml_backend_dev_type dev_get_type(ggml_backend_dev_t dev) {
+    (void)dev;
+    return GGML_BACKEND_DEVICE_TYPE_GPU;
+}
+
+void dev_get_props(ggml_backend_dev_t dev, struct ggml_backend_dev_props *props) {
+    ggml_backend_dev_get_props(ctx_of(dev)->cuda, props);
+    props->name = ctx_of(dev)->name;
+    props->description = ctx_of(dev)->name;
+    props->caps.async = true;
+    props->caps.host_buffer = false;
+    props->caps.buffer_from_host_ptr = false;
+    props->caps.events = false;
+}
+
+ggml_backend_buffer_type_t dev_get_buffer_type(ggml_backend_dev_t dev) {
+    return ggml_backend_dev_buffer_type(ctx_of(dev)->cuda);
+}
+
+/* Only codecrt's ops, F32 and contiguous as their builders make them, and only a reach
+   whose tile fits the block's shared memory. */
+bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
+    if (is_unit_tail(op)) {
+        const ggml_tensor *y = op->src[0], *b = op->src[1], *x = op->src[2];
+        return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && y && b && x && y->type == GGML_TYPE_F32 &&
+               b->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && ggml_is_contiguous(y) &&
+               ggml_is_contiguous(b) && x->nb[0] == sizeof(float);
+    }
+    if (!is_unit_core(op)) {
+        return false;
+    }
+    for (int i = 0; i < 7; i++) {
+        const ggml_tensor *s = op->src[i];
+        if (!s || s->type != GGML_TYPE_F32 || !ggml_is_contiguous(s)) {
+            return false;
+        }
+    }
+    const int K = (int)op->src[1]->ne[1];
+    return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && K >= 1 && K <= CR_UNIT_CORE_MAX_TAPS &&
+           op->src[0]->ne[1] <= INT32_MAX && op->src[0]->ne[2] <= INT32_MAX &&
+           tile_bytes(unit_core_span(op)) <= ctx_of(dev)->smem_max;
+}
+
+bool dev_supports_buft(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft) {
+    return ggml_backend_dev_supports_buft(ctx_of(dev)->cuda, buft);
+}
+
+const char *backend_get_name(ggml_backend_t backend) {
+    return ctx_of(backend)->name;
+}
+
+void backend_free(ggml_backend_t backend) {
+    ops_context *c = ctx_of(backend);
+    cudaSetDevice(c->cuda_index);
+    cudaStreamSynchronize(c->stream);
+    cudaStreamDestroy(c->stream);
+    ggml_backend_event_free(c->before);
+    ggml_backend_event_free(c->after);
+    delete c;
+    delete backend;
+}
+
+void backend_synchronize(ggml_backend_t backend) {
+    ops_context *c = ctx_of(backend);
+    cudaSetDevice(c->cuda_index);
+    cudaStreamSynchronize(c->stream);
+}
+
+bool is_view(const ggml_tensor *t) {
+    switch (t->op) {
+    case GGML_OP_NONE:
+    case GGML_OP_RESHAPE:
+    case GGML_OP_VIEW:
+    case GGML_OP_PERMUTE:
+    case GGML_OP_TRANSPOSE:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* A split of this backend's nodes: after what ggml's stream has queued, on our stream, and
+   ggml's stream then waits for them; nothing waits on the host. */
+enum ggml_status backend_graph_compute(ggml_backend_t backend, struct ggml_cgraph *cgraph) {
+    ops_context *c = ctx_of(backend);
+    if (cudaSetDevice(c->cuda_index) != cudaSuccess) {
+        return GGML_STATUS_FAILED;
+    }
+    ggml_backend_event_record(c->before, c->device);
+    if (cudaStreamWaitEvent(c->stream, (cudaEvent_t)c->before->context, 0) != cudaSuccess) {
+        return GGML_STATUS_FAILED;
+    }
+    const int n = ggml_graph_n_nodes(cgraph);
+    for (int i = 0; i < n; i++) {
+        const ggml_tensor *node = ggml_graph_node(cgraph, i);
+        if (is_view(node) || ggml_is_empty(node) || (node->flags & GGML_TENSOR_FLAG_COMPUTE) == 0) {
+            continue;
+        }
+        cudaError_t e;
+        if (is_unit_core(node)) {
+            e = launch_unit_core(node, c->stream);
+        } else if (is_unit_tail(node)) {
+            e = launch_unit_tail(node, c->stream);
+        } else {
+            std::fprintf(stderr, "codecrt: %s was given a %s node, which it cannot compute\n", c->name,
+                         ggml_op_desc(node));
+            return GGML_STATUS_FAILED;
+        }
+        if (e != cudaSuccess) {
+            std::fprintf(stderr, "codecrt: %s: a kernel failed to launch: %s\n", c->name, cudaGetErrorString(e));
+            return GGML_STATUS_FAILED;
+        }
+    }
+    if (cudaEventRecord((cudaEvent_t)c->after->context, c->stream) != cudaSuccess) {
+        return GGML_STATUS_FAILED;
+    }
+    ggml_backend_event_wait(c->device, c->after);
+    return GGML_STATUS_SUCCESS;
+}
+
+/* generated once by uuidgen: "codecrt cuda ops" */
+ggml_guid guid = {0x5e, 0x2c, 0x61, 0x0f, 0x8b, 0x47, 0x4d, 0x2a, 0x9c, 0x13, 0xd4, 0x6e, 0x70, 0xa1, 0x3b, 0x58};
+
+} // namespace
+
+extern "C" ggml_backend_t cr_cuda_ops_new(ggml_backend_t device) {
+    if (!device || !ggml_backend_is_cuda(device)) {
+        return nullptr;
+    }
+    ggml_backend_dev_t cuda = ggml_backend_get_device(device);
+    int index = -1;
+    if (!cuda || std::sscanf(ggml_backend_dev_name(cuda), "CUDA%d", &index) != 1 || index < 0) {
+        return nullptr;
+    }
+    ops_context *c = new (std::nothrow) ops_context();
+    ggml_backend_t backend = new (std::nothrow) ggml_backend();
+    if (!c || !backend) {
+        delete c;
+        delete backend;
+        return nullptr;
+    }
+    c->device = device;
+    c->cuda = cuda;
+    c->cuda_index = index;
+    std::snprintf(c->name, sizeof(c->name), "%s+codecrt", ggml_backend_dev_name(cuda));
+    c->before = ggml_backend_event_new(cuda);
+    c->after = ggml_backend_event_new(cuda);
+    int optin = 0;
+    bool ok = c->before && c->after && cudaSetDevice(index) == cudaSuccess &&
+              cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, index) == cudaSuccess &&
+              cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) == cudaSuccess;
+    if (ok) {
+        /* the widest tile the op allows, where the device has it (all of them since Volta) */
+        c->smem_max = tile_bytes(CR_UNIT_CORE_MAX_SPAN) <= (size_t)optin ? tile_bytes(CR_UNIT_CORE_MAX_SPAN)
+                                                                          : 48 * 1024;
+        ok = cudaFuncSetAttribute(unit_core_kernel<7>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)c->smem_max) == cudaSuccess &&
+             cudaFuncSetAttribute(unit_core_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)c->smem_max) == cudaSuccess;
+        if (!ok) {
+            cudaStreamDestroy(c->stream);
+        }
+    }
+    if (!ok) {
+        (void)cudaGetLastError(); /* clear it: ggml's next check must not see ours */
+        if (c->before) {
+            ggml_backend_event_free(c->before);
+        }
+        if (c->after) {
+            ggml_backend_event_free(c->after);
+        }
+        delete c;
+        delete backend;
+        return nullptr;
+    }
+    c->dev.iface = ggml_backend_device_i{};
+    c->dev.iface.get_name = dev_get_name;
+    c->dev.iface.get_description = dev_get_name;
+    c->dev.iface.get_memory = dev_get_memory;
+    c->dev.iface.get_type = dev_get_type;
+    c->dev.iface.get_props = dev_get_props;
+    c->dev.iface.get_buffer_type = dev_get_buffer_type;
+    c->dev.iface.supports_op = dev_supports_op;
+    c->dev.iface.supports_buft = dev_supports_buft;
+    c->dev.reg = cuda->reg;
+    c->dev.context = c;
+
+    backend->guid = &guid;
+    backend->iface = ggml_backend_i{};
+    backend->iface.get_name = backend_get_name;
+    backend->iface.free = backend_free;
+    backend->iface.synchronize = backend_synchronize;
+    backend->iface.graph_compute = backend_graph_compute;
+    backend->device = &c->dev;
+    backend->context = c;
+    return backend;
+}
