@@ -178,6 +178,11 @@ static codecrt_status cr_check_params(const codecrt_context_params *p, cr_err *e
 /* An environment switch of three values: auto (unset or empty too), on_name or
    off_name; *out gets -1, 1 or 0. Anything else is refused, naming the choices
    ("NAME is 'value': use auto, <help>"). */
+/* CODECRT_FUSED_UNIT unset: whether a CUDA context runs the residual unit's ops (cuda/cuda_ops.h).
+   Off until their kernels have run on a device and been measured there (docs/runtime.md);
+   CODECRT_FUSED_UNIT=1 turns them on. */
+#define CR_FUSED_UNIT_AUTO 0
+
 static codecrt_status cr_env_switch(const char *name, const char *on_name, const char *off_name, const char *help,
                                     int *out, cr_err *err) {
     const char *v = getenv(name);
@@ -218,7 +223,7 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
         (st = cr_env_switch("CODECRT_STREAM_GRAPHS", "one", "split",
                             "split (steady and edge streams in a graph each) or one", &graphs, err)) != CODECRT_OK ||
         (st = cr_env_switch("CODECRT_FUSED_UNIT", "1", "0",
-                            "1 (residual units' cores as one op) or 0 (composed from ggml ops)", &fused_unit, err)) !=
+                            "1 (the residual unit's ops) or 0 (composed from ggml ops)", &fused_unit, err)) !=
             CODECRT_OK) {
         return st;
     }
@@ -274,7 +279,10 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
         /* codecrt's own ops on the device, between it and the CPU: the scheduler gives a node to
            the first backend that takes it, and the device backend takes none of them
            (cuda/cuda_ops.h). NULL where the build or the device has none. */
-        if (fused_unit != 0 && (ctx->ops_backend = cr_cuda_ops_new(ctx->backend)) != NULL) {
+        if (fused_unit == 1 || (fused_unit < 0 && CR_FUSED_UNIT_AUTO)) {
+            ctx->ops_backend = cr_cuda_ops_new(ctx->backend);
+        }
+        if (ctx->ops_backend) {
             backends[n_backends++] = ctx->ops_backend;
         }
         backends[n_backends++] = ctx->cpu;
@@ -284,10 +292,10 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
        what the stream graphs run), channels fastest with the fused CPU kernels
        (their layout); CODECRT_OFFLINE_LAYOUT forces one (tests, benchmarks) */
     ctx->offline_tf = layout >= 0 ? layout == 1 : !ctx->cpu_ops;
-    /* the units' core as one op where a device backend runs it; CODECRT_FUSED_UNIT=1 also on the
-       CPU backend's portable graphs (its C function: how CI checks the op against the composed
+    /* the residual unit's ops where a device backend runs them; CODECRT_FUSED_UNIT=1 also on the
+       CPU backend's portable graphs (their C functions: how CI checks them against the composed
        ops), never in the fused CPU kernels' channels-fastest graphs, which have their own */
-    ctx->fused_unit = fused_unit == 1 ? !ctx->cpu_ops : fused_unit != 0 && ctx->ops_backend != NULL;
+    ctx->fused_unit = fused_unit == 1 ? !ctx->cpu_ops : ctx->ops_backend != NULL;
     /* one masked graph a tick off the CPU, where a second graph's fixed cost
        (its launches) outweighs the masks on every stream (H200, 1,000 SNAC
        streams: 61 against 73 ms a tick); split on the CPU, whose ticks are

@@ -176,7 +176,7 @@ def test_unit_kernels_match_their_cpu_functions(codecrt, snac_cases, name):
         with _context(codecrt, m, GPU, {"CODECRT_FUSED_UNIT": "0"}) as composed:
             assert not any(b.endswith("+codecrt") for b in composed.stats.backends)
             base = composed.decode(levels, noise=True, seed=3)
-        with codecrt.Context(m, device=GPU, batch_bucket=True, max_batch=4) as gpu:
+        with _context(codecrt, m, GPU, {"CODECRT_FUSED_UNIT": "1"}, batch_bucket=True, max_batch=4) as gpu:
             assert any(b.endswith("+codecrt") for b in gpu.stats.backends), gpu.stats.backends
             got = gpu.decode(levels, noise=True, seed=3)
             quiet = gpu.decode(levels)  # what the streams below must give (noise is seeded per stream)
