@@ -69,6 +69,13 @@
 #            GGML_CUDA_PDL=0 (no programmatic dependent launch) and with im2col, one line per run;
 #            then once under compute-sanitizer --tool initcheck and once --tool racecheck with
 #            the products, where the toolkit has it (errors only, into convcheck.txt)
+#   unitops  the residual unit's CUDA ops (native/src/cuda/cuda_ops.cu, opt-in: CODECRT_FUSED_UNIT=1;
+#            docs/runtime.md): their GPU test, TF32 off (kernels against their CPU functions and the
+#            composed ops, offline and streamed), then composed (0) against the ops (1), each side in
+#            turn: SNAC stream capacity (python -m bench gpu --batches 1 --chunk 4 --streams
+#            $UNITOPS_N [1000,1400,1800,2200] --ticks 20), one tick's kernels (python -m bench profile
+#            --streams 256 --chunks 4), offline against PyTorch, TF32 off (python -m bench offline
+#            --layouts time --batches $UNITOPS_BATCHES [1,16,256,1024] --long-seconds 60 --repeat 2)
 #   cadence  one daemon (4 fronts, as fronts) at $CADENCE_N [1000,1100] SNAC streams four ways,
 #            each with its tick trace (CODECD_TICK_TRACE, all in $OUT/traces.tgz): the shipped
 #            cadence (and the runtime alone), with --tick-slack-ms $CADENCE_SLACK [0] (the
@@ -318,6 +325,27 @@ qwen3() {
         | tee "$OUT/qwen3_bench.md" | tee -a "$OUT/report.txt"
 }
 
+unitops() {
+    local f
+    stage "unit ops: GPU test, TF32 off: pytest -m gpu tests/native/test_gpu.py -k unit_kernels"
+    NVIDIA_TF32_OVERRIDE=0 CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu \
+        tests/native/test_gpu.py -k unit_kernels 2>&1 | tee "$OUT/unitops_test.txt" \
+        | grep -E "unit ops|passed|failed|Error" | tee -a "$OUT/report.txt"
+    for f in 0 1; do
+        stage "unit ops, CODECRT_FUSED_UNIT=$f: capacity, profile, offline"
+        for what in capacity profile offline; do
+            printf '\n## CODECRT_FUSED_UNIT=%s\n' "$f" >> "$OUT/unitops_$what.md"
+        done
+        CODECRT_FUSED_UNIT=$f python3 -m bench gpu --batches 1 --chunk 4 \
+            --streams "${UNITOPS_N:-1000,1400,1800,2200}" --ticks 20 2>&1 | tee -a "$OUT/unitops_capacity.md"
+        CODECRT_FUSED_UNIT=$f python3 -m bench profile --streams 256 --chunks 4 --ticks 5 --top 16 2>&1 \
+            | grep -v Warn | tee -a "$OUT/unitops_profile.md"
+        NVIDIA_TF32_OVERRIDE=0 CODECRT_FUSED_UNIT=$f python3 -m bench offline --layouts time \
+            --batches "${UNITOPS_BATCHES:-1,16,256,1024}" --long-seconds 60 --repeat 2 2>&1 \
+            | tee -a "$OUT/unitops_offline.md"
+    done | tee -a "$OUT/report.txt"
+}
+
 convcheck() {
     local t="tests/codecs/test_dac_gpu.py::test_cuda_matches_cpu[24khz]" runs=${CONVCHECK_RUNS:-3} i
     export NVIDIA_TF32_OVERRIDE=0 CODECD_TEST_GPU=1
@@ -404,6 +432,7 @@ for what in "$@"; do
         soak) soak ;;
         qwen3) qwen3 ;;
         convcheck) convcheck ;;
+        unitops) unitops ;;
         cadence) cadence ;;
         all) build && tests; bench ;;
         *) echo "unknown stage $what" >&2; exit 2 ;;
