@@ -175,14 +175,14 @@ static codecrt_status cr_check_params(const codecrt_context_params *p, cr_err *e
 }
 
 
-/* An environment switch of three values: auto (unset or empty too), on_name or
-   off_name; *out gets -1, 1 or 0. Anything else is refused, naming the choices
-   ("NAME is 'value': use auto, <help>"). */
 /* CODECRT_FUSED_UNIT unset: whether a CUDA context runs the residual unit's ops (cuda/cuda_ops.h).
    Off until their kernels have run on a device and been measured there (docs/runtime.md);
    CODECRT_FUSED_UNIT=1 turns them on. */
 #define CR_FUSED_UNIT_AUTO 0
 
+/* An environment switch of three values: auto (unset or empty too), on_name or
+   off_name; *out gets -1, 1 or 0. Anything else is refused, naming the choices
+   ("NAME is 'value': use auto, <help>"). */
 static codecrt_status cr_env_switch(const char *name, const char *on_name, const char *off_name, const char *help,
                                     int *out, cr_err *err) {
     const char *v = getenv(name);

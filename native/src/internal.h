@@ -226,7 +226,7 @@ typedef struct cr_stream_shape {
        does a graph carry noise inputs and the layers that add them (SNAC's noise blocks
        add exactly 0 otherwise) */
     bool noise;
-    bool fused_unit; /* residual units' cores as one op (cr_unit_core): codecrt_context.fused_unit */
+    bool fused_unit; /* the residual unit's ops (cr_unit_core, cr_unit_tail): codecrt_context.fused_unit */
 } cr_stream_shape;
 
 /* Shape of a decode, after bucketing. */
@@ -242,7 +242,7 @@ typedef struct cr_decode_shape {
     bool frames_masked; /* masked, and frames are bucketed too (frame_bucket > 0): the valid frames may be
                            fewer than n_frames. Without it a masked graph pads the batch only; an
                            architecture whose sequences never mix can then ignore the padding */
-    bool fused_unit;    /* residual units' cores as one op (cr_unit_core): codecrt_context.fused_unit */
+    bool fused_unit;    /* the residual unit's ops (cr_unit_core, cr_unit_tail): codecrt_context.fused_unit */
 } cr_decode_shape;
 
 /* Per-decode host inputs the architecture copies into its graph. */
@@ -626,10 +626,10 @@ struct codecrt_context {
                                         CODECRT_PORTABLE_OPS is unset (tests set it to check, on the CPU,
                                         the graphs that GPUs run) */
     bool offline_tf;                 /* offline decode graphs time fastest (cr_decode_shape.time_fastest) */
-    bool fused_unit;                 /* time-fastest graphs run a residual unit's core as one op
-                                        (cr_unit_core): where a device backend runs it (CUDA, with
-                                        the codecrt ops backend), or everywhere off the fused CPU
-                                        kernels with CODECRT_FUSED_UNIT=1; CODECRT_FUSED_UNIT=0: never */
+    bool fused_unit;                 /* time-fastest graphs run the residual unit's ops (cr_unit_core,
+                                        cr_unit_tail): where the ops backend runs them (ops_backend),
+                                        or everywhere off the fused CPU kernels with
+                                        CODECRT_FUSED_UNIT=1; CODECRT_FUSED_UNIT=0: never */
     ggml_backend_t ops_backend;      /* the codecrt ops backend beside a CUDA backend, or NULL */
     bool one_stream_graph;           /* a tick with edge streams runs every stream in the masked graph,
                                         not steady and edge in one each (off the CPU by default;

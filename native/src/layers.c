@@ -380,7 +380,7 @@ struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph 
     y = ggml_mul_mat(ctx, y, u->pw_w);
     struct ggml_tensor *xd =
         same ? buf : ggml_view_3d(ctx, buf, n, B, C, buf->nb[1], buf->nb[2], (size_t)P * sizeof(float));
-    /* + bias + residual: one op where the core is one, else two adds */
+    /* + bias + residual: one op when fused, else two adds */
     struct ggml_tensor *out = fused ? cr_unit_tail(ctx, y, u->pw_b, xd) : NULL;
     if (out) {
         return out;

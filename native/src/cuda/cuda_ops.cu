@@ -139,13 +139,14 @@ struct custom_op_params {
     void *userdata;
 };
 
-ggml_custom_op_t custom_fun(const ggml_tensor *op) {
-    if (op->op != GGML_OP_CUSTOM) {
-        return nullptr;
-    }
+custom_op_params custom_params(const ggml_tensor *op) {
     custom_op_params p;
     std::memcpy(&p, op->op_params, sizeof(p));
-    return p.fun;
+    return p;
+}
+
+ggml_custom_op_t custom_fun(const ggml_tensor *op) {
+    return op->op == GGML_OP_CUSTOM ? custom_params(op).fun : nullptr;
 }
 
 bool is_unit_core(const ggml_tensor *op) {
@@ -157,9 +158,7 @@ bool is_unit_tail(const ggml_tensor *op) {
 }
 
 cr_unit_core_params unit_core_params(const ggml_tensor *op) {
-    custom_op_params p;
-    std::memcpy(&p, op->op_params, sizeof(p));
-    return cr_unit_core_unpack(p.userdata);
+    return cr_unit_core_unpack(custom_params(op).userdata);
 }
 
 /* The reach of a unit-core node: dilation x (taps - 1). */

@@ -14,8 +14,9 @@
  * on the CPU backend (CODECRT_PORTABLE_OPS graphs with CODECRT_FUSED_UNIT=1, the
  * tests' check of the ops). On CUDA the codecrt ops backend (cuda/cuda_ops.cu) claims the
  * node by its function's address and runs its kernel instead; the two are checked
- * against each other (tests/native/test_gpu.py) and the CPU one against the composed
- * ops (tests/codecs/test_snac_fused_unit.py).
+ * against each other (tests/native/test_gpu.py), the CPU one against a double-precision
+ * reference (native/tests/test_layers.c) and against the composed ops
+ * (tests/native/test_parity.py, tests/native/test_stream.py).
  */
 #include <math.h>
 
