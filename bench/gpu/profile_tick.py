@@ -1,10 +1,12 @@
 """Where a streaming tick's time goes on the GPU: CUDA kernels by name, against wall time.
 
-    python -m bench profile [--codec snac|mimi] [--streams 256] [--chunks 4,16] [--ticks 5]
+    python -m bench profile [--codec snac|mimi|s3gen-turbo|s3gen-orig] [--streams 256] [--chunks 4,16] [--ticks 5]
 
 SNAC 24 kHz with random weights (the demo model: codecd.config.build_demo_model), or the
 released-size Mimi with random weights and 8 codebooks per stream (codecd.convert.random_mimi;
-a chunk is then a number of 80 ms frames). For each chunk size, N streams are stepped together; a few warm ticks are then recorded with
+a chunk is then a number of 80 ms frames), or Chatterbox S3Gen with random weights (Turbo or
+the original flow; N FlowStreams stepped by codecrt.step_flows after a 3 s prompt, the ticks
+profiled being their third and later 1 s chunks: --chunks and the frames do not apply). For each chunk size, N streams are stepped together; a few warm ticks are then recorded with
 torch.profiler, whose CUPTI tracing sees every kernel launched in the process,
 ggml's included. Prints the wall time per tick, the summed kernel time per tick
 (the rest is host work, launches and synchronisation), and the kernels that
@@ -28,8 +30,11 @@ def main() -> None:
     ap.add_argument("--chunks", default="4,16")
     ap.add_argument("--ticks", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)
-    ap.add_argument("--codec", choices=("snac", "mimi"), default="snac")
+    ap.add_argument("--codec", choices=("snac", "mimi", "s3gen-turbo", "s3gen-orig"), default="snac")
     args = ap.parse_args()
+    if args.codec.startswith("s3gen"):
+        profile_s3gen(args)
+        return
 
     from torch.profiler import ProfilerActivity, profile
 
@@ -83,6 +88,65 @@ def main() -> None:
               f"({100 * busy / wall:.0f} % of wall); {launches:.0f} kernel launches per tick; "
               f"graphs built {st.graphs_built}, splits {getattr(st, 'graph_splits', '?')}")
         print_kernels(kernels, args.ticks, args.top, "tick")
+    model.close()
+
+
+def profile_s3gen(args: argparse.Namespace) -> None:
+    """One S3Gen tick (every stream's next 1 s chunk, one step_flows call) by kernel, against its
+    wall and the process's CPU time: a tick whose kernels fill a small part of its wall is bound by
+    the host (graph building, ops the device lacks) rather than by the GPU's arithmetic."""
+    from torch.profiler import ProfilerActivity, profile
+
+    import codecrt
+    from bench.s3gen import random_gguf, s3ref
+    from bench.s3gen_capacity import LOOKAHEAD, flow_defaults
+
+    meanflow = args.codec == "s3gen-turbo"
+    model = codecrt.Model(str(random_gguf(meanflow)))
+    voice = codecrt.Voice(model, **s3ref.random_voice(1, 75))
+    first, chunk = flow_defaults(codecrt)
+    n = args.streams
+    n_tok = first + chunk * (3 + args.ticks)
+    tokens = np.random.default_rng(3).integers(0, 6561, (n, n_tok)).astype(np.int32)
+    with codecrt.Context(model, device=args.device) as ctx:
+        fss = [codecrt.FlowStream(ctx, voice, seed=i) for i in range(n)]
+        walls, cpus = [], []
+
+        def tick(k: int) -> None:
+            target = min(n_tok, first + chunk * k + LOOKAHEAD)
+            for i, fs in enumerate(fss):
+                fs.push(tokens[i, min(n_tok, first + chunk * (k - 1) + LOOKAHEAD) if k else 0:target])
+            c0, t0 = time.process_time(), time.perf_counter()
+            got = codecrt.step_flows(ctx, fss)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+            if got.errors or got.stepped != n:
+                raise RuntimeError(f"tick {k}: {got.stepped} of {n} stepped, errors {got.errors}")
+            for fs in fss:
+                fs.pull()
+
+        for k in range(3):  # the first chunk and two later ones: their graphs built and reserved
+            tick(k)
+        walls.clear()
+        cpus.clear()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for k in range(3, 3 + args.ticks):
+                tick(k)
+        st = ctx.stats
+        for fs in fss:
+            fs.close()
+    kernels = cuda_kernels(prof)
+    busy = sum(sum(v) for v in kernels.values()) / args.ticks / 1000
+    launches = sum(len(v) for v in kernels.values()) / args.ticks
+    wall, cpu = 1000 * float(np.median(walls)), 1000 * float(np.median(cpus))
+    print(f"\n## {args.codec}: {n} streams, one {chunk}-token chunk each per tick "
+          f"(ticks at chunks 3 to {2 + args.ticks}, {model.info.default_steps} flow steps)")
+    print(f"wall per tick {wall:.1f} ms; process CPU per tick {cpu:.1f} ms; kernel time per tick {busy:.1f} ms "
+          f"({100 * busy / wall:.0f} % of wall); {launches:.0f} kernel launches per tick; "
+          f"graphs built {st.graphs_built}, splits {getattr(st, 'graph_splits', '?')}, "
+          f"backends {', '.join(getattr(st, 'backends', []) or ['?'])}")
+    print_kernels(kernels, args.ticks, args.top, "tick")
+    voice.close()
     model.close()
 
 

@@ -46,6 +46,9 @@
 #            FlowStreams stepped by step_flows, together and in 4 staggered phases, time to first audio,
 #            after the offline rows (issue 19) [--random --device cuda:0 --threads 16 --no-reference
 #            --precisions f32 --capacity 1,10,30,60,100,150 --models orig,turbo --max-row-s 30]
+#   s3prof   python -m bench profile --codec s3gen-turbo, then s3gen-orig: the CUDA kernels of one S3Gen
+#            tick (every stream's next 1 s chunk) against its wall and CPU time $S3PROF_ARGS
+#            [--streams 10 --ticks 2 --top 16]
 #   check    python -m bench check, TF32 off, with ggml's CUDA fusion on and off
 #   sweep    python -m bench sweep $SWEEP_ARGS        every graph kind up to 300 s [the suite's]
 #   mimi     Mimi GPU tests (TF32 on, off; MIMI_TESTS=0 skips them) and python -m bench mimi --device cuda:0 --no-moshi
@@ -75,7 +78,9 @@
 #            turn: SNAC stream capacity (python -m bench gpu --batches 1 --chunk 4 --streams
 #            $UNITOPS_N [1000,1400,1800,2200] --ticks 20), one tick's kernels (python -m bench profile
 #            --streams 256 --chunks 4), offline against PyTorch, TF32 off (python -m bench offline
-#            --layouts time --batches $UNITOPS_BATCHES [1,16,256,1024] --long-seconds 60 --repeat 2)
+#            --layouts time --batches $UNITOPS_BATCHES [1,16,256,1024] --long-seconds 60 --repeat 2);
+#            $UNITOPS_PARTS [test capacity profile offline] picks the parts (a short lease runs them
+#            in pieces)
 #   cadence  one daemon (4 fronts, as fronts) at $CADENCE_N [1000,1100] SNAC streams four ways,
 #            each with its tick trace (CODECD_TICK_TRACE, all in $OUT/traces.tgz): the shipped
 #            cadence (and the runtime alone), with --tick-slack-ms $CADENCE_SLACK [0] (the
@@ -326,24 +331,36 @@ qwen3() {
 }
 
 unitops() {
-    local f
-    stage "unit ops: GPU test, TF32 off: pytest -m gpu tests/native/test_gpu.py -k unit_kernels"
-    NVIDIA_TF32_OVERRIDE=0 CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu \
-        tests/native/test_gpu.py -k unit_kernels 2>&1 | tee "$OUT/unitops_test.txt" \
-        | grep -E "unit ops|passed|failed|Error" | tee -a "$OUT/report.txt"
+    local f what parts=" ${UNITOPS_PARTS:-test capacity profile offline} "
+    if [[ $parts == *" test "* ]]; then
+        stage "unit ops: GPU test, TF32 off: pytest -m gpu tests/native/test_gpu.py -k unit_kernels"
+        NVIDIA_TF32_OVERRIDE=0 CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider -m gpu \
+            tests/native/test_gpu.py -k unit_kernels 2>&1 | tee "$OUT/unitops_test.txt" \
+            | grep -E "unit ops|passed|failed|Error" | tee -a "$OUT/report.txt"
+    fi
     for f in 0 1; do
-        stage "unit ops, CODECRT_FUSED_UNIT=$f: capacity, profile, offline"
+        stage "unit ops, CODECRT_FUSED_UNIT=$f:$parts"
         for what in capacity profile offline; do
-            printf '\n## CODECRT_FUSED_UNIT=%s\n' "$f" >> "$OUT/unitops_$what.md"
+            [[ $parts == *" $what "* ]] && printf '\n## CODECRT_FUSED_UNIT=%s\n' "$f" >> "$OUT/unitops_$what.md"
         done
-        CODECRT_FUSED_UNIT=$f python3 -m bench gpu --batches 1 --chunk 4 \
+        [[ $parts == *" capacity "* ]] && CODECRT_FUSED_UNIT=$f python3 -m bench gpu --batches 1 --chunk 4 \
             --streams "${UNITOPS_N:-1000,1400,1800,2200}" --ticks 20 2>&1 | tee -a "$OUT/unitops_capacity.md"
-        CODECRT_FUSED_UNIT=$f python3 -m bench profile --streams 256 --chunks 4 --ticks 5 --top 16 2>&1 \
-            | grep -v Warn | tee -a "$OUT/unitops_profile.md"
-        NVIDIA_TF32_OVERRIDE=0 CODECRT_FUSED_UNIT=$f python3 -m bench offline --layouts time \
-            --batches "${UNITOPS_BATCHES:-1,16,256,1024}" --long-seconds 60 --repeat 2 2>&1 \
+        [[ $parts == *" profile "* ]] && CODECRT_FUSED_UNIT=$f python3 -m bench profile --streams 256 --chunks 4 \
+            --ticks 5 --top 16 2>&1 | grep -v Warn | tee -a "$OUT/unitops_profile.md"
+        [[ $parts == *" offline "* ]] && NVIDIA_TF32_OVERRIDE=0 CODECRT_FUSED_UNIT=$f python3 -m bench offline \
+            --layouts time --batches "${UNITOPS_BATCHES:-1,16,256,1024}" --long-seconds 60 --repeat 2 2>&1 \
             | tee -a "$OUT/unitops_offline.md"
     done | tee -a "$OUT/report.txt"
+}
+
+s3prof() {
+    local m
+    for m in s3gen-turbo s3gen-orig; do
+        stage "S3Gen tick profile: python3 -m bench profile --codec $m ${S3PROF_ARGS:---streams 10 --ticks 2 --top 16}"
+        # shellcheck disable=SC2086
+        python3 -m bench profile --codec $m ${S3PROF_ARGS:---streams 10 --ticks 2 --top 16} 2>&1 \
+            | grep -v -E "Warn|USDT|profiler" | tee -a "$OUT/s3prof.md" | tee -a "$OUT/report.txt"
+    done
 }
 
 convcheck() {
@@ -424,6 +441,7 @@ for what in "$@"; do
         recovery) recovery ;;
         s3bench) s3bench ;;
         s3cap) s3cap ;;
+        s3prof) s3prof ;;
         check) check ;;
         sweep) sweep ;;
         references) references ;;
