@@ -13,8 +13,10 @@
 # Stages, in the order given; each suite's arguments come from an environment
 # variable (its defaults in brackets):
 #   build    CUDA build for sm_90 into /tmp/codecd-site ($OUT/build.log); $BUILD_CMAKE_EXTRA is
-#            appended to CMAKE_ARGS (-DGGML_CUDA_FA=OFF shortens a short lease's build: only
-#            S3Gen's estimator uses flash attention, which then runs on the CPU backend)
+#            appended to CMAKE_ARGS (-DGGML_CUDA_FA=OFF shortens a short lease's build and changes
+#            nothing that runs: ggml's flash attention is used only on the CPU, by S3Gen's
+#            estimator where the CPU lacks AVX-512; on CUDA its attention is two products
+#            around a softmax)
 #   test     every opt-in GPU test, TF32 on then off (tests/native/test_gpu.py)
 #   bench    python -m bench gpu $BENCH_ARGS          SNAC stream capacity [the suite's]
 #   offline  python -m bench offline $OFFLINE_ARGS    offline SNAC, codecrt per layout against PyTorch,
