@@ -260,6 +260,7 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
         n_threads = n > 0 ? (int)n : 1;
     }
     ggml_backend_cpu_set_n_threads(ctx->cpu, n_threads);
+    ctx->host_threads = n_threads;
 
     ggml_backend_t backends[3];
     int n_backends = 0;

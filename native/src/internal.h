@@ -455,6 +455,15 @@ float cr_noise_normal(uint64_t seed, uint32_t stream, uint64_t position);
 /* Uniform in [0, 1) for the same key scheme. */
 float cr_noise_uniform(uint64_t seed, uint32_t stream, uint64_t position);
 
+/* ---------------------------------------------------------- host threads */
+
+/* Item i of a host loop (host_parallel.c): items are independent of each other. */
+typedef void (*cr_parallel_fn)(void *arg, int64_t i);
+#define CR_PARALLEL_MAX_THREADS 64
+/* fn(arg, i) for i in [0, n) on up to n_threads threads (the caller's included),
+   returning when every item is done; n_threads <= 1 runs them in order here. */
+void cr_parallel_for(int n_threads, int64_t n, cr_parallel_fn fn, void *arg);
+
 /* ------------------------------------------------------------- shape guard */
 
 /* What the backends of a context can run (guard.c). */
@@ -636,6 +645,8 @@ struct codecrt_context {
                                         CODECRT_STREAM_GRAPHS=one or split forces either) */
     cr_cpu_ops fused;                /* what cpu_ops graphs use: BF16 products (params.precision, checked
                                         at init) and their weight packs */
+    int host_threads;                /* threads for host loops over sequences (cr_parallel_for): the
+                                        CPU backend's n_threads */
     struct ggml_context *weights;    /* model->weights on CPU, device copy otherwise */
     struct ggml_context *dev_weights_ctx;
     ggml_backend_buffer_t dev_weights_buf;

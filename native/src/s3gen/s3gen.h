@@ -116,10 +116,20 @@ struct ggml_tensor *s3_f0_build(struct ggml_context *ctx, struct ggml_context *w
  * The harmonic source on the host, exactly as the reference computes it
  * (SourceModuleHnNSF): f0 upsampled x480 (nearest), SineGen with the given
  * initial phases (phases[0] is 0) and Gaussian noise, then l_linear and tanh.
- * f0: [T]; phases: [9]; noise: [9][T*480]; source: [T*480]. model weights
- * "hift.m_source.l_linear.weight" / ".bias" are read from w (host memory).
+ * In parts, so that a batch's harmonics run on several threads:
+ *   s3_source_weights  l_linear's weight [9] and bias, read from the model's weights w
+ *                      (host memory)
+ *   s3_source_term     harmonic h's part (lw_h times its sine plus noise) over the
+ *                      T*480 samples: term holds the harmonic's noise on entry and
+ *                      the part on return
+ *   s3_source_combine  terms [9][N] summed in harmonic order, plus the bias, tanh -> source [N]
+ * s3_source_host is the three in a row (f0 [T], phases [9], noise [9][T*480],
+ * source [T*480]); false when out of host memory.
  */
-void s3_source_host(struct ggml_context *w, const float *f0, int64_t T, const float *phases,
+void s3_source_weights(struct ggml_context *w, float lw[S3_HARMONICS], float *lb);
+void s3_source_term(const float *f0, int64_t T, int h, float phase, float lw_h, float *term);
+void s3_source_combine(const float *terms, int64_t N, float lb, float *source);
+bool s3_source_host(struct ggml_context *w, const float *f0, int64_t T, const float *phases,
                     const float *noise, float *source);
 
 typedef struct s3_hift_io {

@@ -55,7 +55,9 @@ codecrt_status codecrt_diag_s3_source(codecrt_context *ctx, const float *f0, int
     if (T < 1 || !f0 || !phases || !noise || !source) {
         return cr_fail(&ctx->err, CODECRT_E_INVALID_ARGUMENT, "bad source diagnostic arguments");
     }
-    s3_source_host(ctx->model->weights, f0, T, phases, noise, source);
+    if (!s3_source_host(ctx->model->weights, f0, T, phases, noise, source)) {
+        return s3_status(ctx, cr_fail(&ctx->err, CODECRT_E_OUT_OF_MEMORY, "out of host memory"));
+    }
     return s3_status(ctx, CODECRT_OK);
 }
 

@@ -25,6 +25,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "s3gen.h"
@@ -281,12 +282,13 @@ struct ggml_tensor *s3_f0_build(struct ggml_context *ctx, struct ggml_context *w
 
 /* ------------------------------------------------------------ host source */
 
-void s3_source_host(struct ggml_context *w, const float *f0, int64_t T, const float *phases, const float *noise,
-                    float *source) {
+void s3_source_weights(struct ggml_context *w, float lw[S3_HARMONICS], float *lb) {
+    ggml_backend_tensor_get(s3_w(w, "hift.m_source.l_linear.weight"), lw, 0, sizeof(float) * S3_HARMONICS);
+    ggml_backend_tensor_get(s3_w(w, "hift.m_source.l_linear.bias"), lb, 0, sizeof(float));
+}
+
+void s3_source_term(const float *f0, int64_t T, int h, float phase, float lw_h, float *term) {
     const int64_t N = T * S3_MEL_HOP;
-    float lw[S3_HARMONICS], lb;
-    ggml_backend_tensor_get(s3_w(w, "hift.m_source.l_linear.weight"), lw, 0, sizeof(lw));
-    ggml_backend_tensor_get(s3_w(w, "hift.m_source.l_linear.bias"), &lb, 0, sizeof(lb));
     /*
      * Every step below is one float32 operation of the reference, one per
      * statement so that no compiler fuses two into an FMA: the phase of the
@@ -298,42 +300,68 @@ void s3_source_host(struct ggml_context *w, const float *f0, int64_t T, const fl
     const float up_scale = (float)(1.0 / S3_MEL_HOP);
     const float two_pi = (float)(2.0 * S3_PI);
     const float rate = (float)S3_SAMPLE_RATE;
-    for (int h = 0; h < S3_HARMONICS; h++) {
-        const float mult = (float)(h + 1);
-        const float *nz = noise + (size_t)h * (size_t)N;
-        double acc = 0.0;
+    const float mult = (float)(h + 1);
+    double acc = 0.0;
+    for (int64_t i = 0; i < N; i++) {
+        const float pos = (float)i * up_scale;
+        int64_t k = (int64_t)floorf(pos);
+        k = k < T - 1 ? k : T - 1;
+        const float f = f0[k];
+        const float fh = f * mult;
+        const float inc = fh / rate;
+        acc += (double)inc;
+        const float cum = (float)acc;
+        float frac = fmodf(cum, 1.0f);
+        if (frac < 0.0f) { /* torch.remainder takes the divisor's sign */
+            frac += 1.0f;
+        }
+        const float theta = two_pi * frac;
+        const float arg = theta + phase;
+        const float sine = 0.1f * sinf(arg);
+        /* SineGen: voiced above 10 Hz; noise std 0.003 voiced, 0.1/3 unvoiced */
+        const float uv = f > 10.0f ? 1.0f : 0.0f;
+        const float amp_v = uv * 0.003f;
+        const float amp_u = ((1.0f - uv) * 0.1f) / 3.0f;
+        const float amp = amp_v + amp_u;
+        const float n = amp * term[i]; /* the noise sample, overwritten by the term */
+        const float voiced = sine * uv;
+        const float e = voiced + n;
+        term[i] = lw_h * e; /* l_linear (9 -> 1): this harmonic's part */
+    }
+}
+
+void s3_source_combine(const float *terms, int64_t N, float lb, float *source) {
+    /* the harmonics accumulated in order, as l_linear's sum */
+    for (int64_t i = 0; i < N; i++) {
+        source[i] = terms[i];
+    }
+    for (int h = 1; h < S3_HARMONICS; h++) {
+        const float *t = terms + (size_t)h * (size_t)N;
         for (int64_t i = 0; i < N; i++) {
-            const float pos = (float)i * up_scale;
-            int64_t k = (int64_t)floorf(pos);
-            k = k < T - 1 ? k : T - 1;
-            const float f = f0[k];
-            const float fh = f * mult;
-            const float inc = fh / rate;
-            acc += (double)inc;
-            const float cum = (float)acc;
-            float frac = fmodf(cum, 1.0f);
-            if (frac < 0.0f) { /* torch.remainder takes the divisor's sign */
-                frac += 1.0f;
-            }
-            const float theta = two_pi * frac;
-            const float arg = theta + phases[h];
-            const float sine = 0.1f * sinf(arg);
-            /* SineGen: voiced above 10 Hz; noise std 0.003 voiced, 0.1/3 unvoiced */
-            const float uv = f > 10.0f ? 1.0f : 0.0f;
-            const float amp_v = uv * 0.003f;
-            const float amp_u = ((1.0f - uv) * 0.1f) / 3.0f;
-            const float amp = amp_v + amp_u;
-            const float n = amp * nz[i];
-            const float voiced = sine * uv;
-            const float e = voiced + n;
-            /* l_linear (9 -> 1), accumulated harmonic by harmonic */
-            const float term = lw[h] * e;
-            source[i] = h == 0 ? term : source[i] + term;
+            source[i] = source[i] + t[i];
         }
     }
     for (int64_t i = 0; i < N; i++) {
         source[i] = tanhf(source[i] + lb);
     }
+}
+
+bool s3_source_host(struct ggml_context *w, const float *f0, int64_t T, const float *phases, const float *noise,
+                    float *source) {
+    const int64_t N = T * S3_MEL_HOP;
+    float lw[S3_HARMONICS], lb;
+    float *terms = malloc(sizeof(float) * (size_t)N * S3_HARMONICS);
+    if (!terms) {
+        return false;
+    }
+    s3_source_weights(w, lw, &lb);
+    memcpy(terms, noise, sizeof(float) * (size_t)N * S3_HARMONICS);
+    for (int h = 0; h < S3_HARMONICS; h++) {
+        s3_source_term(f0, T, h, phases[h], lw[h], terms + (size_t)h * (size_t)N);
+    }
+    s3_source_combine(terms, N, lb, source);
+    free(terms);
+    return true;
 }
 
 /* ----------------------------------------------------------- decode graph */

@@ -59,10 +59,27 @@ static int64_t s3_flow_frames(const s3_flow_req *q) {
     return n > 0 ? S3_TOKEN_MEL * n : -1;
 }
 
+/* The flow's starting noise x [K][80][T]: task k*80 + c fills row c of sequence k. */
+typedef struct s3_noise_job {
+    const s3_flow_req *q;
+    int64_t T;
+    size_t plane;
+    float *x;
+} s3_noise_job;
+
+static void s3_flow_noise_task(void *arg, int64_t i) {
+    const s3_noise_job *j = arg;
+    const int64_t k = i / S3_MEL, c = i % S3_MEL;
+    float *row = j->x + (size_t)k * j->plane + (size_t)c * (size_t)j->T;
+    for (int64_t t = 0; t < j->T; t++) {
+        row[t] = cr_noise_normal(j->q[k].seed, S3_SITE_FLOW + (uint32_t)c, (uint64_t)t);
+    }
+}
+
 /*
  * K sequences through the flow together: mel [K][80][s3_flow_frames] of the
  * speech after each prompt. The requests agree in shape (codecrt_flow_decode_batch checks):
- * the encoder runs per sequence (its cost is one evaluation), the estimator
+ * the encoder once over all of them (in batches under the budget), the estimator
  * once per step over all of them, in one batch of K (Turbo) or 2K (with
  * guidance: entries 0..K-1 conditional, K..2K-1 unconditional). Each
  * sequence's numbers are those of a flow of its own.
@@ -77,8 +94,8 @@ static codecrt_status s3_flow(codecrt_context *ctx, const s3_flow_req *q, int32_
     const int64_t B = hp->meanflow ? K : 2 * (int64_t)K;
     const size_t plane = (size_t)T * S3_MEL;
     codecrt_status st = CODECRT_OK;
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_all);
-    float *mu_enc = malloc(sizeof(float) * (size_t)T_enc * S3_MEL);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_all * (size_t)K);
+    float *mu_enc = malloc(sizeof(float) * (size_t)T_enc * S3_MEL * (size_t)K);
     float *mu = calloc(plane * (size_t)B, sizeof(float));
     float *cond = calloc(plane * (size_t)B, sizeof(float));
     float *x = malloc(sizeof(float) * plane * (size_t)B);
@@ -90,26 +107,36 @@ static codecrt_status s3_flow(codecrt_context *ctx, const s3_flow_req *q, int32_
         st = cr_fail(&ctx->err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
         goto done;
     }
+    /* the encoder over every sequence's prompt and tokens, in batches under the budget */
+    for (int32_t k = 0; k < K; k++) {
+        const codecrt_voice *v = q[k].voice;
+        memcpy(tok + (size_t)k * (size_t)n_all, v->tokens, sizeof(int32_t) * (size_t)v->n_tokens);
+        memcpy(tok + (size_t)k * (size_t)n_all + v->n_tokens, q[k].tokens, sizeof(int32_t) * (size_t)q[k].n_tokens);
+    }
+    const int64_t one = s3_encoder_max_elements(n_all, 1);
+    const int64_t per_graph = one > 0 && S3_BATCH_ELEMENTS / one > 1 ? S3_BATCH_ELEMENTS / one : 1;
+    for (int64_t k0 = 0; k0 < K; k0 += per_graph) {
+        const int64_t g = K - k0 < per_graph ? K - k0 : per_graph;
+        if ((st = s3_encode(ctx, tok + (size_t)k0 * (size_t)n_all, n_all, g,
+                            mu_enc + (size_t)k0 * (size_t)T_enc * S3_MEL)) != CODECRT_OK) {
+            goto done;
+        }
+    }
     /* conditional entries: mu, the prompt's mel as cond, spks; the
        unconditional ones (guidance) keep zeros */
     for (int32_t k = 0; k < K; k++) {
         const codecrt_voice *v = q[k].voice;
-        memcpy(tok, v->tokens, sizeof(int32_t) * (size_t)v->n_tokens);
-        memcpy(tok + v->n_tokens, q[k].tokens, sizeof(int32_t) * (size_t)q[k].n_tokens);
-        if ((st = s3_encode(ctx, tok, n_all, 1, mu_enc)) != CODECRT_OK) {
-            goto done;
-        }
-        float *muk = mu + (size_t)k * plane, *condk = cond + (size_t)k * plane, *xk = x + (size_t)k * plane;
+        float *muk = mu + (size_t)k * plane, *condk = cond + (size_t)k * plane;
+        const float *enck = mu_enc + (size_t)k * (size_t)T_enc * S3_MEL;
         for (int c = 0; c < S3_MEL; c++) {
-            memcpy(muk + (size_t)c * (size_t)T, mu_enc + (size_t)c * (size_t)T_enc, sizeof(float) * (size_t)T);
+            memcpy(muk + (size_t)c * (size_t)T, enck + (size_t)c * (size_t)T_enc, sizeof(float) * (size_t)T);
             memcpy(condk + (size_t)c * (size_t)T, v->mel + (size_t)c * (size_t)P, sizeof(float) * (size_t)P);
-            for (int64_t t = 0; t < T; t++) {
-                xk[(size_t)c * (size_t)T + (size_t)t] =
-                    cr_noise_normal(q[k].seed, S3_SITE_FLOW + (uint32_t)c, (uint64_t)t);
-            }
         }
         memcpy(spks + (size_t)k * S3_MEL, v->spks, sizeof(v->spks));
     }
+    /* the starting noise, one (sequence, mel bin) row per task */
+    s3_noise_job nj = {.q = q, .T = T, .plane = plane, .x = x};
+    cr_parallel_for(ctx->host_threads, (int64_t)K * S3_MEL, s3_flow_noise_task, &nj);
     cr_graph_slot *slot = NULL;
     s3_estimator_io e;
     if ((st = s3_step_graph(ctx, T, B, &slot, &e)) != CODECRT_OK) {
@@ -158,49 +185,84 @@ done:
 /* One vocoder request of a batch (the public item, validated). */
 typedef codecrt_vocode_item s3_voc_req;
 
+/* Host memory for the harmonic terms of a group of vocoder items, [G][9][N] floats: a group
+   is as many items as fit (at least one, whatever its length). */
+#define S3_SOURCE_GROUP_BYTES ((size_t)64 << 20)
+
+/* A group of vocoder items' harmonic sources, item by harmonic on the host threads. */
+typedef struct s3_source_job {
+    const s3_voc_req *items; /* the group's first item */
+    const float *f0;         /* [G][F] */
+    int64_t F, N;
+    float lw[S3_HARMONICS], lb;
+    float *terms;            /* [G][9][N] */
+    float *source;           /* [G][N] */
+} s3_source_job;
+
+/* Task k*9 + h: harmonic h of item k, from its noise. */
+static void s3_source_term_task(void *arg, int64_t i) {
+    const s3_source_job *j = arg;
+    const int64_t k = i / S3_HARMONICS;
+    const int h = (int)(i % S3_HARMONICS);
+    const s3_voc_req *it = &j->items[k];
+    float *t = j->terms + ((size_t)k * S3_HARMONICS + (size_t)h) * (size_t)j->N;
+    for (int64_t s = 0; s < j->N; s++) {
+        t[s] = cr_noise_normal(it->seed, S3_SITE_SINE + (uint32_t)h, (uint64_t)(it->sample_offset + s));
+    }
+    /* SineGen: the fundamental starts at phase 0, harmonics at U(-pi, pi) */
+    const float phase =
+        h == 0 ? 0.0f : (2.0f * cr_noise_uniform(it->seed, S3_SITE_PHASE, (uint64_t)h) - 1.0f) * (float)S3_PI;
+    s3_source_term(j->f0 + (size_t)(k * j->F), j->F, h, phase, j->lw[h], t);
+}
+
+/* Task k: item k's terms summed into its source, then its cache and copy out. */
+static void s3_source_combine_task(void *arg, int64_t k) {
+    const s3_source_job *j = arg;
+    const s3_voc_req *it = &j->items[k];
+    float *src = j->source + (size_t)(k * j->N);
+    s3_source_combine(j->terms + (size_t)k * S3_HARMONICS * (size_t)j->N, j->N, j->lb, src);
+    if (it->cache_source && it->n_cache > 0) {
+        memcpy(src, it->cache_source, sizeof(float) * (size_t)it->n_cache);
+    }
+    if (it->source_out) {
+        memcpy(it->source_out, src, sizeof(float) * (size_t)j->N);
+    }
+}
+
 /* K vocoder calls of F mel frames in one F0 and one HiFT graph, each with its
    host source: pcm [K][F*480]; every item's source_out may be NULL. */
 static codecrt_status s3_vocode(codecrt_context *ctx, const float *mel, int64_t F, int64_t K,
                                 const s3_voc_req *items, float *pcm) {
     const int64_t N = F * S3_MEL_HOP;
+    const size_t per_item = sizeof(float) * S3_HARMONICS * (size_t)N;
+    const int64_t group = per_item >= S3_SOURCE_GROUP_BYTES ? 1
+                          : (int64_t)(S3_SOURCE_GROUP_BYTES / per_item) < K ? (int64_t)(S3_SOURCE_GROUP_BYTES / per_item)
+                                                                             : K;
     float *f0 = malloc(sizeof(float) * (size_t)(F * K));
-    float *noise = malloc(sizeof(float) * (size_t)N * S3_HARMONICS);
+    float *terms = malloc(per_item * (size_t)group);
     float *source = malloc(sizeof(float) * (size_t)(N * K));
     codecrt_status st = CODECRT_OK;
-    if (!f0 || !noise || !source) {
+    if (!f0 || !terms || !source) {
         st = cr_fail(&ctx->err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
         goto done;
     }
     if ((st = s3_f0(ctx, mel, F, K, f0)) != CODECRT_OK) {
         goto done;
     }
-    for (int64_t k = 0; k < K; k++) {
-        const s3_voc_req *it = &items[k];
-        float *src = source + (size_t)(k * N);
-        /* SineGen: the fundamental starts at phase 0, harmonics at U(-pi, pi) */
-        float phases[S3_HARMONICS];
-        phases[0] = 0.0f;
-        for (uint32_t h = 1; h < S3_HARMONICS; h++) {
-            phases[h] = (2.0f * cr_noise_uniform(it->seed, S3_SITE_PHASE, h) - 1.0f) * (float)S3_PI;
-        }
-        for (uint32_t h = 0; h < S3_HARMONICS; h++) {
-            for (int64_t i = 0; i < N; i++) {
-                noise[(size_t)h * (size_t)N + (size_t)i] =
-                    cr_noise_normal(it->seed, S3_SITE_SINE + h, (uint64_t)(it->sample_offset + i));
-            }
-        }
-        s3_source_host(ctx->model->weights, f0 + (size_t)(k * F), F, phases, noise, src);
-        if (it->cache_source && it->n_cache > 0) {
-            memcpy(src, it->cache_source, sizeof(float) * (size_t)it->n_cache);
-        }
-        if (it->source_out) {
-            memcpy(it->source_out, src, sizeof(float) * (size_t)N);
-        }
+    s3_source_job job = {.F = F, .N = N, .terms = terms};
+    s3_source_weights(ctx->model->weights, job.lw, &job.lb);
+    for (int64_t k0 = 0; k0 < K; k0 += group) {
+        const int64_t g = K - k0 < group ? K - k0 : group;
+        job.items = items + k0;
+        job.f0 = f0 + (size_t)(k0 * F);
+        job.source = source + (size_t)(k0 * N);
+        cr_parallel_for(ctx->host_threads, g * S3_HARMONICS, s3_source_term_task, &job);
+        cr_parallel_for(ctx->host_threads, g, s3_source_combine_task, &job);
     }
     st = s3_hift(ctx, mel, F, K, source, pcm);
 done:
     free(f0);
-    free(noise);
+    free(terms);
     free(source);
     return st;
 }
