@@ -46,7 +46,7 @@ def main() -> None:
 
     from torch.profiler import ProfilerActivity, profile
 
-    from bench.gpu.profile_tick import cuda_kernels, print_kernels
+    from bench.gpu.profile_tick import cuda_kernels, kernel_totals, print_kernels
 
     import codecrt
 
@@ -67,8 +67,7 @@ def main() -> None:
                 walls.append(time.perf_counter() - t0)
         st = ctx.stats
     kernels = cuda_kernels(prof)
-    busy = sum(sum(v) for v in kernels.values()) / args.repeat / 1000
-    launches = sum(len(v) for v in kernels.values()) / args.repeat
+    busy, launches = kernel_totals(kernels, args.repeat)
     wall = 1000 * float(np.median(walls))
     audio = args.batch * frames * info.hop_length / info.sample_rate
     print(f"\n## {args.kind} offline: batch {args.batch} x {frames} frames "

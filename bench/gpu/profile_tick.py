@@ -79,8 +79,7 @@ def main() -> None:
             for s in ss:
                 s.close()
         kernels = cuda_kernels(prof)
-        busy = sum(sum(v) for v in kernels.values()) / args.ticks / 1000
-        launches = sum(len(v) for v in kernels.values()) / args.ticks
+        busy, launches = kernel_totals(kernels, args.ticks)
         wall = 1000 * float(np.median(walls))
         print(f"\n## {args.codec}: {n} streams, {chunk} frames per tick "
               f"({1000 * chunk * info.hop_length / info.sample_rate:.1f} ms of audio)")
@@ -111,11 +110,14 @@ def profile_s3gen(args: argparse.Namespace) -> None:
     with codecrt.Context(model, device=args.device) as ctx:
         fss = [codecrt.FlowStream(ctx, voice, seed=i) for i in range(n)]
         walls, cpus = [], []
+        pushed = 0  # tokens each stream has been given
 
         def tick(k: int) -> None:
+            nonlocal pushed
             target = min(n_tok, first + chunk * k + LOOKAHEAD)
             for i, fs in enumerate(fss):
-                fs.push(tokens[i, min(n_tok, first + chunk * (k - 1) + LOOKAHEAD) if k else 0:target])
+                fs.push(tokens[i, pushed:target])
+            pushed = target
             c0, t0 = time.process_time(), time.perf_counter()
             got = codecrt.step_flows(ctx, fss)
             walls.append(time.perf_counter() - t0)
@@ -136,8 +138,7 @@ def profile_s3gen(args: argparse.Namespace) -> None:
         for fs in fss:
             fs.close()
     kernels = cuda_kernels(prof)
-    busy = sum(sum(v) for v in kernels.values()) / args.ticks / 1000
-    launches = sum(len(v) for v in kernels.values()) / args.ticks
+    busy, launches = kernel_totals(kernels, args.ticks)
     wall, cpu = 1000 * float(np.median(walls)), 1000 * float(np.median(cpus))
     print(f"\n## {args.codec}: {n} streams, one {chunk}-token chunk each per tick "
           f"(ticks at chunks 3 to {2 + args.ticks}, {model.info.default_steps} flow steps)")
@@ -162,9 +163,15 @@ def cuda_kernels(prof) -> dict[str, list[float]]:
     return kernels
 
 
+def kernel_totals(kernels: dict[str, list[float]], runs: int) -> tuple[float, float]:
+    """Kernel ms and launches per run (tick) over ``runs``."""
+    return (sum(sum(v) for v in kernels.values()) / runs / 1000,
+            sum(len(v) for v in kernels.values()) / runs)
+
+
 def print_kernels(kernels: dict[str, list[float]], runs: int, top: int, per: str) -> None:
     """The ``top`` kernels by time: ms and launches per ``per`` (tick, decode) over ``runs``."""
-    busy = sum(sum(v) for v in kernels.values()) / runs / 1000
+    busy, _ = kernel_totals(kernels, runs)
     print(f"| kernel | ms per {per} | % of kernel time | launches per {per} |")
     print("|---|---:|---:|---:|")
     for name, ts in sorted(kernels.items(), key=lambda kv: -sum(kv[1]))[:top]:

@@ -59,6 +59,12 @@ static int64_t s3_flow_frames(const s3_flow_req *q) {
     return n > 0 ? S3_TOKEN_MEL * n : -1;
 }
 
+/* Sequences per sub-batch for a per-sequence largest tensor of `one` elements. */
+static int32_t s3_batch_fit(int64_t one) {
+    const int64_t k = one > 0 ? S3_BATCH_ELEMENTS / one : CODECRT_MAX_FLOW_BATCH;
+    return k < 1 ? 1 : (k > CODECRT_MAX_FLOW_BATCH ? CODECRT_MAX_FLOW_BATCH : (int32_t)k);
+}
+
 /* The flow's starting noise x [K][80][T]: task k*80 + c fills row c of sequence k. */
 typedef struct s3_noise_job {
     const s3_flow_req *q;
@@ -113,8 +119,7 @@ static codecrt_status s3_flow(codecrt_context *ctx, const s3_flow_req *q, int32_
         memcpy(tok + (size_t)k * (size_t)n_all, v->tokens, sizeof(int32_t) * (size_t)v->n_tokens);
         memcpy(tok + (size_t)k * (size_t)n_all + v->n_tokens, q[k].tokens, sizeof(int32_t) * (size_t)q[k].n_tokens);
     }
-    const int64_t one = s3_encoder_max_elements(n_all, 1);
-    const int64_t per_graph = one > 0 && S3_BATCH_ELEMENTS / one > 1 ? S3_BATCH_ELEMENTS / one : 1;
+    const int64_t per_graph = s3_batch_fit(s3_encoder_max_elements(n_all, 1));
     for (int64_t k0 = 0; k0 < K; k0 += per_graph) {
         const int64_t g = K - k0 < per_graph ? K - k0 : per_graph;
         if ((st = s3_encode(ctx, tok + (size_t)k0 * (size_t)n_all, n_all, g,
@@ -235,9 +240,8 @@ static codecrt_status s3_vocode(codecrt_context *ctx, const float *mel, int64_t 
                                 const s3_voc_req *items, float *pcm) {
     const int64_t N = F * S3_MEL_HOP;
     const size_t per_item = sizeof(float) * S3_HARMONICS * (size_t)N;
-    const int64_t group = per_item >= S3_SOURCE_GROUP_BYTES ? 1
-                          : (int64_t)(S3_SOURCE_GROUP_BYTES / per_item) < K ? (int64_t)(S3_SOURCE_GROUP_BYTES / per_item)
-                                                                             : K;
+    int64_t group = per_item >= S3_SOURCE_GROUP_BYTES ? 1 : (int64_t)(S3_SOURCE_GROUP_BYTES / per_item);
+    group = group < K ? group : K;
     float *f0 = malloc(sizeof(float) * (size_t)(F * K));
     float *terms = malloc(per_item * (size_t)group);
     float *source = malloc(sizeof(float) * (size_t)(N * K));
@@ -392,12 +396,6 @@ static codecrt_status s3_check_batch(codecrt_context *ctx, int32_t n) {
                        n, ctx->params.max_batch);
     }
     return CODECRT_OK;
-}
-
-/* Sequences per sub-batch for a per-sequence largest tensor of `one` elements. */
-static int32_t s3_batch_fit(int64_t one) {
-    const int64_t k = one > 0 ? S3_BATCH_ELEMENTS / one : CODECRT_MAX_FLOW_BATCH;
-    return k < 1 ? 1 : (k > CODECRT_MAX_FLOW_BATCH ? CODECRT_MAX_FLOW_BATCH : (int32_t)k);
 }
 
 codecrt_status codecrt_flow_decode_batch(codecrt_context *ctx, const codecrt_flow_params *params, int32_t n,
