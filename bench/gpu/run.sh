@@ -29,7 +29,8 @@
 #   fronts   python -m bench fronts --spawn demo $FRONTS_ARGS: ONE daemon on cuda:0 with F front
 #            processes (issue 17) [--fronts 1,4,8 --n 256,512,768,1000,1200 --seconds 3
 #            --per-conn 8 --client-procs 8]; $FRONTS_EXTRA is appended; the daemon's batch limit and
-#            warmed buckets from $FRONTS_MAX_BATCH [1024] and $FRONTS_BUCKETS [64,256,1024]; the
+#            warmed buckets from $FRONTS_MAX_BATCH [1024] and $FRONTS_BUCKETS [64,256,1024], its stream and
+#            connection limits from $FRONTS_LIMIT [1300]; the
 #            runtime alone runs after the rows on the same device and the daemon/runtime ratio is printed
 #   mimifronts  python -m bench fronts --spawn mimi --model mimi $MIMIFRONTS_ARGS: Mimi streams (8
 #            codebooks, one 80 ms frame a message) through ONE daemon on cuda:0 (issue 20), batch
@@ -132,6 +133,9 @@ deps() {
 build() {
     stage "build (CUDA, sm_90)"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee -a "$OUT/report.txt"
+    # pip --target keeps an earlier build's files and only warns: a second build on a warm
+    # machine would otherwise run the first one's library
+    rm -rf "$SITE/codecd"
     CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 ${BUILD_CMAKE_EXTRA:-}" \
     CODECD_GGML_SDIST="$PWD/.ggml/ggml_python-0.0.45.tar.gz" CODECD_CACHE_DIR=/tmp/codecd-cache \
     CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
@@ -195,9 +199,10 @@ serve() {
 
 fronts() {
     local args=${FRONTS_ARGS:---fronts 1,4,8 --n 256,512,768,1000,1200 --seconds 3 --per-conn 8 --client-procs 8}
+    local lim=${FRONTS_LIMIT:-1300}
     local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=${FRONTS_MAX_BATCH:-1024}
-                  --serve-arg=--batch-buckets=${FRONTS_BUCKETS:-64,256,1024} --serve-arg=--max-streams=1300
-                  --serve-arg=--max-connections=1300 --serve-arg=--max-connections-per-ip=1300)
+                  --serve-arg=--batch-buckets=${FRONTS_BUCKETS:-64,256,1024} --serve-arg=--max-streams=$lim
+                  --serve-arg=--max-connections=$lim --serve-arg=--max-connections-per-ip=$lim)
     stage "one daemon, F fronts: python3 -m bench fronts --spawn demo $args ${FRONTS_EXTRA:-} ${daemon[*]}"
     # shellcheck disable=SC2086
     python3 -m bench fronts --spawn demo $args ${FRONTS_EXTRA:-} "${daemon[@]}" 2>&1 \

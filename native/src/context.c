@@ -176,9 +176,10 @@ static codecrt_status cr_check_params(const codecrt_context_params *p, cr_err *e
 
 
 /* CODECRT_FUSED_UNIT unset: whether a CUDA context runs the residual unit's ops (cuda/cuda_ops.h).
-   Off until their kernels have run on a device and been measured there (docs/runtime.md);
-   CODECRT_FUSED_UNIT=1 turns them on. */
-#define CR_FUSED_UNIT_AUTO 0
+   On: on an H100 they match the composed ops (3.8e-06 relative L2 TF32 off) and step 2,000
+   SNAC streams' ticks in 83 ms p99 against 136 ms composed (docs/runtime.md, "The switch");
+   CODECRT_FUSED_UNIT=0 turns them off. */
+#define CR_FUSED_UNIT_AUTO 1
 
 /* An environment switch of three values: auto (unset or empty too), on_name or
    off_name; *out gets -1, 1 or 0. Anything else is refused, naming the choices
