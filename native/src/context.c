@@ -216,16 +216,20 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
     }
     const char *portable = getenv("CODECRT_PORTABLE_OPS");
     const bool portable_ops = portable && *portable && strcmp(portable, "0") != 0;
-    int layout = -1, graphs = -1, fused_unit = -1; /* CODECRT_OFFLINE_LAYOUT: time 1, channels 0;
-                                     CODECRT_STREAM_GRAPHS: one 1, split 0; CODECRT_FUSED_UNIT: 1 or 0;
-                                     -1: auto (decided below, once the backend is known) */
+    int layout = -1, graphs = -1, fused_unit = -1, inputs = -1; /* CODECRT_OFFLINE_LAYOUT: time 1,
+                                     channels 0; CODECRT_STREAM_GRAPHS: one 1, split 0; CODECRT_FUSED_UNIT:
+                                     1 or 0; CODECRT_GRAPH_INPUTS: device 1, host 0; -1: auto (decided
+                                     below, once the backend is known) */
     if ((st = cr_env_switch("CODECRT_OFFLINE_LAYOUT", "time", "channels",
                             "time (time fastest) or channels (channels fastest)", &layout, err)) != CODECRT_OK ||
         (st = cr_env_switch("CODECRT_STREAM_GRAPHS", "one", "split",
                             "split (steady and edge streams in a graph each) or one", &graphs, err)) != CODECRT_OK ||
         (st = cr_env_switch("CODECRT_FUSED_UNIT", "1", "0",
                             "1 (the residual unit's ops) or 0 (composed from ggml ops)", &fused_unit, err)) !=
-            CODECRT_OK) {
+            CODECRT_OK ||
+        (st = cr_env_switch("CODECRT_GRAPH_INPUTS", "device", "host",
+                            "device (graph inputs in the device's buffer) or host (where ggml's scheduler "
+                            "puts them)", &inputs, err)) != CODECRT_OK) {
         return st;
     }
     if (params->precision != CODECRT_PRECISION_F32) {
@@ -311,6 +315,9 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
         return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
     }
     cr_graphs_init(&ctx->graphs, backends, n_backends, CR_GRAPH_SIZE);
+    /* graph inputs in the device's buffer wherever there is a device (graph.c,
+       cr_inputs_to_device); CODECRT_GRAPH_INPUTS=host leaves them to ggml (an A/B) */
+    ctx->graphs.inputs_on_device = ctx->backend != ctx->cpu && inputs != 0;
     if (ctx->backend == ctx->cpu) {
         cr_graphs_cpu_threads(&ctx->graphs, ctx->cpu, n_threads);
     }

@@ -116,6 +116,39 @@ void cr_graphs_drop_reservation(cr_graphs *g, int32_t kind) {
     }
 }
 
+/*
+ * Graph inputs into the device's buffer (backends[0]), where g->inputs_on_device.
+ * ggml's scheduler gives a graph input the last backend (the CPU) and copies it into the
+ * device at the first split that reads it, after synchronizing that split's backend
+ * (ggml_backend_sched_compute_splits). A graph of one split pays nothing for that, but with
+ * the residual unit's ops a SNAC tick has 49 splits, and an input first read by a late one
+ * made the launch wait there for the device: 15 to 19 ms of a tick's launch on an H100
+ * (docs/benchmarks.md). An input in the device's buffer is copied by nobody: codecrt writes
+ * it with ggml_backend_tensor_set before the compute. A CPU split that reads one gets it
+ * copied back, as any device tensor. Called after each reset and before the scheduler plans
+ * a graph (reserve or alloc), since a reset forgets the assignment.
+ */
+static void cr_inputs_to_device(const cr_graphs *g, ggml_backend_sched_t sched, struct ggml_cgraph *gf) {
+    if (!g->inputs_on_device || g->n_backends < 2) {
+        return;
+    }
+    const int n = ggml_graph_n_nodes(gf);
+    for (int i = 0; i < n; i++) {
+        const struct ggml_tensor *node = ggml_graph_node(gf, i);
+        for (int j = 0; j < GGML_MAX_SRC; j++) {
+            struct ggml_tensor *s = node->src[j];
+            if (s && (s->flags & GGML_TENSOR_FLAG_INPUT) && !s->buffer && !s->view_src) {
+                ggml_backend_sched_set_tensor_backend(sched, s, g->backends[0]);
+            }
+        }
+    }
+}
+
+static bool cr_reserve_graph(const cr_graphs *g, ggml_backend_sched_t sched, struct ggml_cgraph *worst) {
+    cr_inputs_to_device(g, sched, worst);
+    return ggml_backend_sched_reserve(sched, worst);
+}
+
 static codecrt_status cr_reserve_envelope(cr_graphs *g, cr_graph_slot *slot, const cr_graph_key *env,
                                           cr_build_fn build, void *user, cr_err *err) {
     struct ggml_context *tmp = cr_graph_ctx_new(g->graph_size);
@@ -131,7 +164,7 @@ static codecrt_status cr_reserve_envelope(cr_graphs *g, cr_graph_slot *slot, con
         st = cr_fail(err, CODECRT_E_COMPUTE, "cannot build the worst-case graph");
     } else if ((st = cr_guard_graph(&g->limits, worst, err)) != CODECRT_OK) {
         /* rule 5: refused before the scheduler sees it */
-    } else if (!ggml_backend_sched_reserve(slot->sched, worst)) {
+    } else if (!cr_reserve_graph(g, slot->sched, worst)) {
         st = cr_fail(err, CODECRT_E_OUT_OF_MEMORY,
                      "cannot reserve compute buffers for %d frames x %d sequences", env->n_frames,
                      env->n_batch);
@@ -232,6 +265,7 @@ static codecrt_status cr_graphs_take(cr_graphs *g, const cr_graph_key *key, cr_b
         return st;
     }
     /* a fresh graph: the scheduler was reset by the release above */
+    cr_inputs_to_device(g, slot->sched, slot->graph);
     if (!ggml_backend_sched_alloc_graph(slot->sched, slot->graph)) {
         slot->live = true; /* so that release resets and frees it */
         cr_graphs_release(g, key->kind);

@@ -535,6 +535,7 @@ typedef struct cr_graphs {
     ggml_backend_t cpu_compute;  /* the CPU backend if it computes the graphs, else NULL */
     int max_threads, cur_threads, last_threads;
     double thread_work;          /* multiply-adds per node per thread (CR_THREAD_WORK) */
+    bool inputs_on_device;       /* graph inputs allocated in backends[0]'s buffer (graph.c) */
 } cr_graphs;
 
 /* threads.c */
