@@ -84,6 +84,11 @@
 #            --layouts time --batches $UNITOPS_BATCHES [1,16,256,1024] --long-seconds 60 --repeat 2);
 #            $UNITOPS_PARTS [test capacity profile offline] picks the parts (a short lease runs them
 #            in pieces)
+#   inputs   graph inputs where ggml's scheduler puts them (CODECRT_GRAPH_INPUTS=host, the default)
+#            against the device's buffer (=device; native/src/graph.c, cr_inputs_to_device): the
+#            splits and launch of $INPUTS_N [1000] streams' ticks (GGML_SCHED_DEBUG=1 python -m
+#            bench.gpu.splits), SNAC capacity at $INPUTS_STREAMS [1600,2000] streams each way,
+#            then the GPU test file TF32 off with the inputs on the device
 #   cadence  one daemon (4 fronts, as fronts) at $CADENCE_N [1000,1100] SNAC streams four ways,
 #            each with its tick trace (CODECD_TICK_TRACE, all in $OUT/traces.tgz): the shipped
 #            cadence (and the runtime alone), with --tick-slack-ms $CADENCE_SLACK [0] (the
@@ -360,6 +365,24 @@ unitops() {
     done | tee -a "$OUT/report.txt"
 }
 
+inputs() {
+    local w
+    for w in host device; do
+        stage "graph inputs, CODECRT_GRAPH_INPUTS=$w: splits and launch of ${INPUTS_N:-1000} streams' ticks"
+        CODECRT_GRAPH_INPUTS=$w GGML_SCHED_DEBUG=1 python3 -m bench.gpu.splits --streams "${INPUTS_N:-1000}" \
+            --ticks 5 > "$OUT/inputs_splits_$w.txt" 2>&1
+        { grep -E '^tick' "$OUT/inputs_splits_$w.txt"; echo "split lines: $(grep -c 'SPLIT #' "$OUT/inputs_splits_$w.txt")"; } \
+            | tee -a "$OUT/report.txt"
+        stage "graph inputs, CODECRT_GRAPH_INPUTS=$w: capacity"
+        CODECRT_GRAPH_INPUTS=$w python3 -m bench gpu --batches= --chunk 4 --streams "${INPUTS_STREAMS:-1600,2000}" \
+            --ticks 20 2>&1 | tee -a "$OUT/inputs_capacity.md" | tee -a "$OUT/report.txt"
+    done
+    stage "graph inputs on the device: GPU tests, TF32 off"
+    CODECRT_GRAPH_INPUTS=device NVIDIA_TF32_OVERRIDE=0 CODECD_TEST_GPU=1 python3 -m pytest -q -s -p no:cacheprovider \
+        -m gpu tests/native/test_gpu.py 2>&1 | tee "$OUT/inputs_tests.txt" \
+        | grep -E "passed|failed|Error|unit ops|CUDA vs CPU|S3Gen" | tee -a "$OUT/report.txt"
+}
+
 s3prof() {
     local m
     for m in s3gen-turbo s3gen-orig; do
@@ -458,6 +481,7 @@ for what in "$@"; do
         qwen3) qwen3 ;;
         convcheck) convcheck ;;
         unitops) unitops ;;
+        inputs) inputs ;;
         cadence) cadence ;;
         all) build && tests; bench ;;
         *) echo "unknown stage $what" >&2; exit 2 ;;

@@ -122,11 +122,12 @@ void cr_graphs_drop_reservation(cr_graphs *g, int32_t kind) {
  * device at the first split that reads it, after synchronizing that split's backend
  * (ggml_backend_sched_compute_splits). A graph of one split pays nothing for that, but with
  * the residual unit's ops a SNAC tick has 49 splits, and an input first read by a late one
- * made the launch wait there for the device: 15 to 19 ms of a tick's launch on an H100
- * (docs/benchmarks.md). An input in the device's buffer is copied by nobody: codecrt writes
- * it with ggml_backend_tensor_set before the compute. A CPU split that reads one gets it
- * copied back, as any device tensor. Called after each reset and before the scheduler plans
- * a graph (reserve or alloc), since a reset forgets the assignment.
+ * makes the launch wait there for the device (with the ops a tick's launch on an H100 grew
+ * from 2.5 to 15-19 ms: docs/benchmarks.md). An input in the device's buffer is copied by
+ * nobody: codecrt writes it with ggml_backend_tensor_set before the compute. A CPU split
+ * that reads one gets it copied back, as any device tensor. Called after each reset and
+ * before the scheduler plans a graph (reserve or alloc), since a reset forgets the
+ * assignment. Opt-in (CODECRT_GRAPH_INPUTS=device) until measured on a device.
  */
 static void cr_inputs_to_device(const cr_graphs *g, ggml_backend_sched_t sched, struct ggml_cgraph *gf) {
     if (!g->inputs_on_device || g->n_backends < 2) {

@@ -230,6 +230,26 @@ def test_unknown_device(codecrt, gguf24):
             codecrt.Context(m, device="cuda:7")
 
 
+@pytest.mark.parametrize("name, values", [
+    ("CODECRT_OFFLINE_LAYOUT", ("time", "channels")),
+    ("CODECRT_STREAM_GRAPHS", ("one", "split")),
+    ("CODECRT_FUSED_UNIT", ("1", "0")),
+    ("CODECRT_GRAPH_INPUTS", ("device", "host")),
+])
+def test_environment_switches(codecrt, gguf24, monkeypatch, name, values):
+    """Each of the context's environment switches (read when a context is created) takes auto,
+    empty or its two values, and refuses anything else with InputError naming itself and its
+    choices, rather than falling back to a default that the caller did not ask for."""
+    with codecrt.Model(gguf24) as m:
+        for value in ("auto", "", *values):
+            monkeypatch.setenv(name, value)
+            with codecrt.Context(m, device="cpu", max_frames=16) as c:
+                assert len(c.decode(good(c))) > 0
+        monkeypatch.setenv(name, "yes")
+        with pytest.raises(codecrt.InputError, match=f"{name} is 'yes': use auto, .*{values[0]}"):
+            codecrt.Context(m, device="cpu")
+
+
 def test_tensor_too_large_planned_before_ggml(codecrt, gguf24):
     """A decode whose one graph would pass 2^31 elements (ggml's CUDA kernels assert) is planned in
     pieces before ggml sees it: here the output capacity is checked, and refused, before any compute.
