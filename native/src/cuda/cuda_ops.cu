@@ -303,10 +303,14 @@ void backend_free(ggml_backend_t backend) {
     delete backend;
 }
 
+/* Both streams: ggml's scheduler synchronizes a split's backend alone before it overwrites a
+   tensor copy of that split, and the compute buffer it writes is shared with ggml's stream,
+   which may still be reading there what an earlier split left. */
 void backend_synchronize(ggml_backend_t backend) {
     ops_context *c = ctx_of(backend);
     cudaSetDevice(c->cuda_index);
     cudaStreamSynchronize(c->stream);
+    ggml_backend_synchronize(c->device);
 }
 
 bool is_view(const ggml_tensor *t) {
