@@ -130,7 +130,7 @@ void cr_graphs_drop_reservation(cr_graphs *g, int32_t kind) {
  * assignment. Opt-in (CODECRT_GRAPH_INPUTS=device) until measured on a device.
  */
 static void cr_inputs_to_device(const cr_graphs *g, ggml_backend_sched_t sched, struct ggml_cgraph *gf) {
-    if (!g->inputs_on_device || g->n_backends < 2) {
+    if (!g->inputs_on_device) {
         return;
     }
     const int n = ggml_graph_n_nodes(gf);

@@ -77,9 +77,7 @@ static void s3_flow_noise_task(void *arg, int64_t i) {
     const s3_noise_job *j = arg;
     const int64_t k = i / S3_MEL, c = i % S3_MEL;
     float *row = j->x + (size_t)k * j->plane + (size_t)c * (size_t)j->T;
-    for (int64_t t = 0; t < j->T; t++) {
-        row[t] = cr_noise_normal(j->q[k].seed, S3_SITE_FLOW + (uint32_t)c, (uint64_t)t);
-    }
+    codecrt_noise(j->q[k].seed, S3_SITE_FLOW + (uint32_t)c, 0, (size_t)j->T, 0, row);
 }
 
 /*
@@ -211,9 +209,7 @@ static void s3_source_term_task(void *arg, int64_t i) {
     const int h = (int)(i % S3_HARMONICS);
     const s3_voc_req *it = &j->items[k];
     float *t = j->terms + ((size_t)k * S3_HARMONICS + (size_t)h) * (size_t)j->N;
-    for (int64_t s = 0; s < j->N; s++) {
-        t[s] = cr_noise_normal(it->seed, S3_SITE_SINE + (uint32_t)h, (uint64_t)(it->sample_offset + s));
-    }
+    codecrt_noise(it->seed, S3_SITE_SINE + (uint32_t)h, (uint64_t)it->sample_offset, (size_t)j->N, 0, t);
     /* SineGen: the fundamental starts at phase 0, harmonics at U(-pi, pi) */
     const float phase =
         h == 0 ? 0.0f : (2.0f * cr_noise_uniform(it->seed, S3_SITE_PHASE, (uint64_t)h) - 1.0f) * (float)S3_PI;
