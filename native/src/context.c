@@ -315,10 +315,11 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
         return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
     }
     cr_graphs_init(&ctx->graphs, backends, n_backends, CR_GRAPH_SIZE);
-    /* graph inputs in the device's buffer (graph.c, cr_inputs_to_device) with
-       CODECRT_GRAPH_INPUTS=device; unset (auto) or host, where ggml's scheduler puts
-       them, until the placement has run on a device (bench/gpu/run.sh inputs) */
-    ctx->graphs.inputs_on_device = ctx->backend != ctx->cpu && inputs == 1;
+    /* graph inputs in the device's buffer (graph.c, cr_inputs_to_device) off the CPU, where
+       ggml's scheduler would copy each at the split that first reads it (H100, 1,000 SNAC
+       streams with the unit ops: a tick's launch 2.5 against 37 ms); CODECRT_GRAPH_INPUTS=host
+       keeps ggml's placement */
+    ctx->graphs.inputs_on_device = ctx->backend != ctx->cpu && inputs != 0;
     if (ctx->backend == ctx->cpu) {
         cr_graphs_cpu_threads(&ctx->graphs, ctx->cpu, n_threads);
     }

@@ -127,7 +127,7 @@ void cr_graphs_drop_reservation(cr_graphs *g, int32_t kind) {
  * nobody: codecrt writes it with ggml_backend_tensor_set before the compute. A CPU split
  * that reads one gets it copied back, as any device tensor. Called after each reset and
  * before the scheduler plans a graph (reserve or alloc), since a reset forgets the
- * assignment. Opt-in (CODECRT_GRAPH_INPUTS=device) until measured on a device.
+ * assignment. The default off the CPU; CODECRT_GRAPH_INPUTS=host is the way back.
  */
 static void cr_inputs_to_device(const cr_graphs *g, ggml_backend_sched_t sched, struct ggml_cgraph *gf) {
     if (!g->inputs_on_device) {
