@@ -84,8 +84,8 @@
 #            --layouts time --batches $UNITOPS_BATCHES [1,16,256,1024] --long-seconds 60 --repeat 2);
 #            $UNITOPS_PARTS [test capacity profile offline] picks the parts (a short lease runs them
 #            in pieces)
-#   inputs   graph inputs where ggml's scheduler puts them (CODECRT_GRAPH_INPUTS=host, the default)
-#            against the device's buffer (=device; native/src/graph.c, cr_inputs_to_device): the
+#   inputs   graph inputs where ggml's scheduler puts them (CODECRT_GRAPH_INPUTS=host)
+#            against the device's buffer (=device, the default; native/src/graph.c, cr_inputs_to_device): the
 #            splits and launch of $INPUTS_N [1000] streams' ticks (GGML_SCHED_DEBUG=1 python -m
 #            bench.gpu.splits), SNAC capacity at $INPUTS_STREAMS [1600,2000] streams each way,
 #            then the GPU test file TF32 off with the inputs on the device
