@@ -127,6 +127,12 @@ class Config:
                           "end before the next: earlier first audio for a graph more per new "
                           "stream's chunk) or auto (now on a worker whose models run on the "
                           "CPU, cadence on a GPU, where now is not measured yet)")
+    first_audio_gap_ms: float = _f(0.0, "first_audio now: the longest gap after a stream's "
+                                   "first audio that its express tick may open, ms (0: no "
+                                   "bound); the express tick waits until its audio comes at "
+                                   "most this long before the aligned round that brings the "
+                                   "stream's next chunk, so each ms of earlier first audio "
+                                   "costs one of gap, and never more than this")
     tick_slack_ms: float = _f(5.0, "how long past the cadence's period an aligned tick waits "
                               "for the streams whose codes are not in yet (0: none); a stream "
                               "that misses its tick gets its audio a period later")
@@ -246,7 +252,8 @@ class Config:
             v = getattr(self, k)
             if not (math.isfinite(v) and v > 0):
                 errs.append(f"{k}: must be > 0, got {v}")
-        for k in ("gather_ms", "max_ahead_s", "output_budget_s", "tick_align_ms", "tick_slack_ms"):
+        for k in ("gather_ms", "max_ahead_s", "output_budget_s", "tick_align_ms", "tick_slack_ms",
+                  "first_audio_gap_ms"):
             v = getattr(self, k)
             if k == "tick_align_ms" and v == -1:
                 continue  # auto

@@ -344,6 +344,10 @@ class Worker:
         #: first_audio = "now": the fresh streams with codes waiting, ticked at once on their own
         self.express = cfg.first_audio == "now"
         self._fresh: dict[int, _Stream] = {}
+        #: first_audio_gap_ms: the longest gap an express tick may open after a first audio, and
+        #: when the fresh streams it holds back may tick (monotonic s; None: none held)
+        self.first_gap_ms = max(0.0, cfg.first_audio_gap_ms)
+        self._hold_until: float | None = None
         self._round_t = 0.0  # monotonic start of the current tick round
         self._tick_t = 0.0  # ... and of the last one that stepped streams (the cadence gates the next)
         #: what started the next tick round (the tick trace's last column)
@@ -880,6 +884,7 @@ class Worker:
         rather than steps that the aligned ticks could take as well. Unaligned workers tick at
         once anyway."""
         fresh, self._fresh = self._fresh, {}
+        self._hold_until = None
         if not self._align_s():
             return
         groups: dict[str, tuple[_Model, list[_Stream]]] = {}
@@ -897,6 +902,13 @@ class Worker:
                 k = min(len(cands), _EXPRESS_FIRST) if budget_ms > 0 else 0
             if not k:  # none fits: they tick with the others at the deadline
                 continue
+            hold_ms = self._first_gap_hold_ms(m, k, deadline)
+            if hold_ms > 0.0:  # too early: its audio would lead the stream's next by too much
+                for st in cands:
+                    self._fresh[st.sid] = st
+                t = time.monotonic() + hold_ms / 1e3
+                self._hold_until = t if self._hold_until is None else min(self._hold_until, t)
+                continue
             for st in cands[k:]:  # the later ones: another express tick if time is left
                 self._fresh[st.sid] = st
             cands = cands[:k]  # _tick sorts them by sid
@@ -912,6 +924,26 @@ class Worker:
                     self._fresh[st.sid] = st
         if ran:
             self.flush()
+
+    def _first_gap_hold_ms(self, m: _Model, k: int, deadline: float) -> float:
+        """How long an express tick of ``k`` of ``m``'s new streams must wait so that the gap
+        after the first audio it gives stays within ``first_audio_gap_ms`` (0: at once). Their
+        codes came after the last aligned round started, so their next codes come after the
+        one due at ``deadline`` and their next audio from the round a period later, ending
+        about ``deadline + period + A`` (A: a round of all the model's streams, by its tick
+        cost); the express tick ends ``E`` (a tick of k) after it starts. The gap is
+        ``deadline + period + A - start - E``; each ms the tick starts earlier is a ms of
+        earlier first audio and a ms more of that gap (on an H100 at 1,300 streams, unbounded:
+        first audio p99 241 ms against the cadence's 326 to 364, gap p99 189 to 194 ms against
+        the bench's 170.6 ms bound; docs/benchmarks.md). A stream with codes pushed ahead gets
+        its next audio sooner than this assumes, so it may wait more than it must, never past
+        the aligned round."""
+        if not self.first_gap_ms or not m.cost.known:
+            return 0.0
+        period_ms = self._align_s() * 1e3
+        gap_ms = ((deadline - time.monotonic()) * 1e3 + period_ms
+                  + m.cost.predict(len(m.streams)) - m.cost.predict(k))
+        return max(0.0, gap_ms - self.first_gap_ms)
 
     # ----------------------------------------------------------------- loop
 
@@ -1062,16 +1094,21 @@ class Worker:
         may be ready (the batch cannot grow), then send what they produced. Which ended it:
         "boundary", "boundary-passed" (on entry), "all-ready" or "stopped"."""
         why = "stopped"
+        self._hold_until = None  # a hold was for the round before: that round has run
         while self.running:
             for _ in range(_EXPRESS_ROUNDS):
-                if not self._fresh:
+                if not self._fresh or self._held():
                     break
                 self._express(deadline)
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 why = "boundary-passed"
                 break
-            if not self._wait(0 if self._fresh else left):
+            wait_s = left
+            if self._fresh:  # more express ticks: at once, or when the held ones may go
+                wait_s = 0.0 if self._hold_until is None else min(left, max(0.0, self._hold_until - now))
+            if not self._wait(wait_s):
                 if self._fresh:  # more express ticks to run and no command waiting
                     continue
                 why = "boundary"
@@ -1082,6 +1119,10 @@ class Worker:
                 break
         self.flush()
         return why
+
+    def _held(self) -> bool:
+        """Whether the fresh streams wait for their express tick (first_audio_gap_ms)."""
+        return self._hold_until is not None and time.monotonic() < self._hold_until
 
     def _warm_step(self) -> None:
         """One tick of a background warm-up (the worker was idle)."""

@@ -49,6 +49,9 @@ class EngineConfig:
     #: instead of at the aligned ticks ("cadence"); "auto" (the daemon's default): now where
     #: every model runs on the CPU, else cadence
     first_audio: str = "cadence"
+    #: first_audio "now": the longest gap (ms) after a stream's first audio that its express
+    #: tick may open (the worker holds the tick until it does not); 0: no bound
+    first_audio_gap_ms: float = 0.0
     #: when a worker warms only its smallest bucket before it reports ready and reserves the
     #: larger ones in the background, between ticks while it is idle: "restart" (a worker
     #: restarted after a crash serves again within a second or two; a first start warms all
