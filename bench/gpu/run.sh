@@ -89,15 +89,18 @@
 #            splits and launch of $INPUTS_N [1000] streams' ticks (GGML_SCHED_DEBUG=1 python -m
 #            bench.gpu.splits), SNAC capacity at $INPUTS_STREAMS [1600,2000] streams each way,
 #            then the GPU test file TF32 off with the inputs on the device
-#   cadence  one daemon (4 fronts, as fronts) at $CADENCE_N [1000,1100] SNAC streams four ways,
+#   cadence  one daemon (4 fronts, as fronts; --max-batch 2000, buckets 64,256,2000, limits 2100)
+#            at $CADENCE_N [1300,1600] SNAC streams four ways (or five: gap, below),
 #            each with its tick trace (CODECD_TICK_TRACE, all in $OUT/traces.tgz): the shipped
 #            cadence (and the runtime alone), with --tick-slack-ms $CADENCE_SLACK [0] (the
 #            shipped 5 ms is how long a tick waits past the period for streams whose codes are
 #            late), with --first-audio now (a new stream's chunks ticked at once, as many as end
 #            before the aligned tick, until its first audio) and with ticks every half period
 #            (--tick-align-ms 42.67: about half the streams a tick, half the wait for a first
-#            audio); docs/benchmarks.md, one tick a period. $CADENCE_WAYS picks ways (one device
-#            call holds a build and all four), $CADENCE_REPEAT [1] runs each N that many times;
+#            audio); docs/benchmarks.md, one tick a period. Not by default, the way gap: now with
+#            --first-audio-gap-ms $CADENCE_GAP [155] (the express tick waits until the gap after
+#            its first audio fits). $CADENCE_WAYS picks ways (default shipped slack now half; one
+#            device call holds a build and four), $CADENCE_REPEAT [1] runs each N that many times;
 #            streams of $CADENCE_SECONDS [3] s of audio that start within one period, or over
 #            $CADENCE_RAMP seconds (arrivals at a busy daemon rather than one burst)
 set -uo pipefail
@@ -425,10 +428,10 @@ convcheck() {
 }
 
 cadence() {
-    local n=${CADENCE_N:-1000,1100} way extra rt
-    local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=1200
-                  --serve-arg=--batch-buckets=64,256,1200 --serve-arg=--max-streams=1300
-                  --serve-arg=--max-connections=1300 --serve-arg=--max-connections-per-ip=1300)
+    local n=${CADENCE_N:-1300,1600} way extra rt
+    local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=2000
+                  --serve-arg=--batch-buckets=64,256,2000 --serve-arg=--max-streams=2100
+                  --serve-arg=--max-connections=2100 --serve-arg=--max-connections-per-ip=2100)
     local traces=/tmp/codecd-cadence-traces
     rm -rf "$traces" && mkdir -p "$traces"
     for way in ${CADENCE_WAYS:-shipped slack now half}; do
@@ -436,6 +439,7 @@ cadence() {
             shipped) extra=(); rt=20 ;;
             slack) extra=(--serve-arg=--tick-slack-ms=${CADENCE_SLACK:-0}); rt=0 ;;
             now) extra=(--serve-arg=--first-audio=now); rt=0 ;;
+            gap) extra=(--serve-arg=--first-audio=now --serve-arg=--first-audio-gap-ms=${CADENCE_GAP:-155}); rt=0 ;;
             half) extra=(--serve-arg=--tick-align-ms=42.67); rt=0 ;;
         esac
         stage "cadence, $way: python3 -m bench fronts --spawn demo --fronts 4 --n $n ${extra[*]:-}"
