@@ -110,6 +110,9 @@ class _StatsCollector(Collector):
         ticks = CounterMetricFamily("codecd_ticks", "decode ticks", labels=lab)
         express = CounterMetricFamily("codecd_express_ticks", "ticks of new streams alone "
                                       "(first_audio now)", labels=lab)
+        holds = CounterMetricFamily("codecd_express_holds", "express ticks held back until the "
+                                    "gap after their first audio fits (first_audio_gap_ms)",
+                                    labels=lab)
         cost = GaugeMetricFamily("codecd_tick_cost_seconds", "the fitted tick cost express "
                                  "ticks are sized by: per tick (fixed) and per stream",
                                  labels=lab + ["term"])
@@ -145,6 +148,7 @@ class _StatsCollector(Collector):
                 tp99.add_metric(lv, (m.get("tick_ms_p99") or 0.0) / 1e3)
                 ticks.add_metric(lv, m.get("ticks", 0))
                 express.add_metric(lv, m.get("express_ticks", 0))
+                holds.add_metric(lv, m.get("express_holds", 0))
                 if m.get("tick_cost_ms"):
                     fixed_ms, per_ms = m["tick_cost_ms"]
                     cost.add_metric(lv + ["fixed"], fixed_ms / 1e3)
@@ -168,7 +172,7 @@ class _StatsCollector(Collector):
                 if m.get("precision"):
                     prec.add_metric(lv + [str(m["precision"])], 1)
         yield from (restarts, queued, up, rss, phase, period, first, pend, bmax, bmean, tmean,
-                    tmax, tp99, parts, counts, ticks, express, cost, graph, cbuf, wbytes, sbytes,
+                    tmax, tp99, parts, counts, ticks, express, holds, cost, graph, cbuf, wbytes, sbytes,
                     prec)
 
 

@@ -273,6 +273,7 @@ class _Model:
     #: its ticks' wall time against their batch (first_audio = "now" fits express ticks by it)
     cost: TickCost = field(default_factory=TickCost)
     express_ticks: int = 0  # ticks of new streams alone (first_audio = "now")
+    express_holds: int = 0  # express ticks held back for first_audio_gap_ms
 
 
 @dataclass(eq=False)
@@ -904,6 +905,7 @@ class Worker:
                 continue
             hold_ms = self._first_gap_hold_ms(m, k, deadline)
             if hold_ms > 0.0:  # too early: its audio would lead the stream's next by too much
+                m.express_holds += 1
                 for st in cands:
                     self._fresh[st.sid] = st
                 t = time.monotonic() + hold_ms / 1e3
@@ -1200,6 +1202,7 @@ class Worker:
                 "warm": dict(m.lm.warm_info),
                 "batched": True,  # flow streams: where their chunks' shapes agree
                 "express_ticks": m.express_ticks,
+                "express_holds": m.express_holds,
                 # the fit express ticks are sized by: ms a tick, ms a stream (None: no fit yet)
                 "tick_cost_ms": m.cost.line(),
             }

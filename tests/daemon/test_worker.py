@@ -360,6 +360,7 @@ def test_first_audio_gap_holds_an_express_tick_until_its_gap_fits(small: Path) -
     w._express(t0 + 0.4)
     assert m.ticks == 0 and len(w._fresh) == 2 and w._hold_until is not None
     assert 0.150 < w._hold_until - t0 < 0.170
+    assert w.stats()["models"]["small"]["express_holds"] == 1  # codecd_express_holds
 
     starts: list[float] = []
     tick, wait = w._tick, w._wait
