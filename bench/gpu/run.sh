@@ -74,7 +74,10 @@
 #            TF32 off, $CONVCHECK_RUNS [3] times each with the products, with them and
 #            GGML_CUDA_PDL=0 (no programmatic dependent launch) and with im2col, one line per run;
 #            then once under compute-sanitizer --tool initcheck and once --tool racecheck with
-#            the products, where the toolkit has it (errors only, into convcheck.txt)
+#            the products, where the toolkit has it (errors only, into convcheck_TOOL.txt; each
+#            run's whole output in convcheck_MODE_N.txt); $CONVCHECK_MODES [taps taps-nopdl im2col]
+#            and $CONVCHECK_TOOLS [initcheck racecheck] pick (racecheck alone takes 6+ minutes:
+#            CONVCHECK_MODES= CONVCHECK_TOOLS=racecheck)
 #   unitops  the residual unit's CUDA ops (native/src/cuda/cuda_ops.cu, opt-in: CODECRT_FUSED_UNIT=1;
 #            docs/runtime.md): their GPU test, TF32 off (kernels against their CPU functions and the
 #            composed ops, offline and streamed), then composed (0) against the ops (1), each side in
@@ -399,14 +402,18 @@ s3prof() {
 convcheck() {
     local t="tests/codecs/test_dac_gpu.py::test_cuda_matches_cpu[24khz]" runs=${CONVCHECK_RUNS:-3} i
     export NVIDIA_TF32_OVERRIDE=0 CODECD_TEST_GPU=1
-    for mode in taps taps-nopdl im2col; do
+    for mode in ${CONVCHECK_MODES-taps taps-nopdl im2col}; do
         stage "convcheck: $t, $mode, $runs runs"
         for i in $(seq "$runs"); do
+            # each run's whole output kept; the report gets its parity line, the failing
+            # decode's per-sequence errors and the span of its wrong samples, and the verdict
             if [ $mode = taps-nopdl ]; then
                 GGML_CUDA_PDL=0 CODECRT_CONV=taps python3 -m pytest -q -s -p no:cacheprovider -m gpu "$t" 2>&1
             else
                 CODECRT_CONV=${mode%%-*} python3 -m pytest -q -s -p no:cacheprovider -m gpu "$t" 2>&1
-            fi | grep -E "^DAC .*relative L2|^E +[A-Za-z]*Error|[0-9]+ (passed|failed)" | head -4 | tr '\n' ' ' | sed "s/^/$mode run $i: /" \
+            fi > "$OUT/convcheck_${mode}_$i.txt"
+            grep -E "^DAC .*(relative L2|per sequence)|^E +[A-Za-z]*Error|[0-9]+ (passed|failed)" \
+                "$OUT/convcheck_${mode}_$i.txt" | head -6 | tr '\n' ' ' | sed "s/^/$mode run $i: /" \
                 | tee -a "$OUT/report.txt"
             echo | tee -a "$OUT/report.txt"
         done
@@ -416,7 +423,7 @@ convcheck() {
     if [ -z "$san" ]; then
         echo "convcheck: no compute-sanitizer in this toolkit" | tee -a "$OUT/report.txt"
     else
-        for tool in initcheck racecheck; do
+        for tool in ${CONVCHECK_TOOLS-initcheck racecheck}; do
             stage "convcheck: $san --tool $tool, the products"
             CODECRT_CONV=taps "$san" --tool "$tool" --print-limit 20 python3 -m pytest -q -s \
                 -p no:cacheprovider -m gpu "$t" > "$OUT/convcheck_$tool.txt" 2>&1
