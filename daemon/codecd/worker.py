@@ -346,9 +346,9 @@ class Worker:
         self.express = cfg.first_audio == "now"
         self._fresh: dict[int, _Stream] = {}
         #: first_audio_gap_ms: the longest gap an express tick may open after a first audio, and
-        #: when the fresh streams it holds back may tick (monotonic s; None: none held)
+        #: per model, when the fresh streams it holds back may tick (monotonic s)
         self.first_gap_ms = max(0.0, cfg.first_audio_gap_ms)
-        self._hold_until: float | None = None
+        self._holds: dict[str, float] = {}
         self._round_t = 0.0  # monotonic start of the current tick round
         self._tick_t = 0.0  # ... and of the last one that stepped streams (the cadence gates the next)
         #: what started the next tick round (the tick trace's last column)
@@ -397,6 +397,10 @@ class Worker:
             self.cadence = auto_cadence(self.models.values())
         if self.cfg.first_audio == "auto":
             self.express = auto_express(self.models.values())
+        if self.first_gap_ms and not self.express:
+            logger.warning("first_audio_gap_ms %g does nothing here: first audio comes at the "
+                           "cadence's ticks (first_audio %s), not from express ticks",
+                           self.first_gap_ms, self.cfg.first_audio)
         # the first streams after a restart come right after ready: let them in first
         self._background_wait_until = time.monotonic() + _BACKGROUND_IDLE_S
         return {
@@ -885,7 +889,6 @@ class Worker:
         rather than steps that the aligned ticks could take as well. Unaligned workers tick at
         once anyway."""
         fresh, self._fresh = self._fresh, {}
-        self._hold_until = None
         if not self._align_s():
             return
         groups: dict[str, tuple[_Model, list[_Stream]]] = {}
@@ -895,21 +898,26 @@ class Worker:
                 groups.setdefault(m.name, (m, []))[1].append(st)
         ran = False
         for m, cands in groups.values():
+            now = time.monotonic()
+            if self._holds.get(m.name, now) > now:  # held back (first_audio_gap_ms): later
+                for st in cands:
+                    self._fresh[st.sid] = st
+                continue
+            self._holds.pop(m.name, None)
             cands.sort(key=_SILENT_STEPS, reverse=True)  # stable: then in the order codes came
-            budget_ms = _EXPRESS_SHARE * (deadline - time.monotonic()) * 1e3 - _EXPRESS_MARGIN_MS
+            budget_ms = _EXPRESS_SHARE * (deadline - now) * 1e3 - _EXPRESS_MARGIN_MS
             if m.cost.known:
                 k = m.cost.most_within(budget_ms, len(cands))
             else:  # its first tick: a few, if any time is left
                 k = min(len(cands), _EXPRESS_FIRST) if budget_ms > 0 else 0
             if not k:  # none fits: they tick with the others at the deadline
                 continue
-            hold_ms = self._first_gap_hold_ms(m, k, deadline)
+            hold_ms = self._first_gap_hold_ms(m, k, deadline, now)
             if hold_ms > 0.0:  # too early: its audio would lead the stream's next by too much
                 m.express_holds += 1
                 for st in cands:
                     self._fresh[st.sid] = st
-                t = time.monotonic() + hold_ms / 1e3
-                self._hold_until = t if self._hold_until is None else min(self._hold_until, t)
+                self._holds[m.name] = now + hold_ms / 1e3
                 continue
             for st in cands[k:]:  # the later ones: another express tick if time is left
                 self._fresh[st.sid] = st
@@ -927,7 +935,7 @@ class Worker:
         if ran:
             self.flush()
 
-    def _first_gap_hold_ms(self, m: _Model, k: int, deadline: float) -> float:
+    def _first_gap_hold_ms(self, m: _Model, k: int, deadline: float, now: float) -> float:
         """How long an express tick of ``k`` of ``m``'s new streams must wait so that the gap
         after the first audio it gives stays within ``first_audio_gap_ms`` (0: at once). Their
         codes came after the last aligned round started, so their next codes come after the
@@ -939,11 +947,13 @@ class Worker:
         first audio p99 241 ms against the cadence's 326 to 364, gap p99 189 to 194 ms against
         the bench's 170.6 ms bound; docs/benchmarks.md). A stream with codes pushed ahead gets
         its next audio sooner than this assumes, so it may wait more than it must, never past
-        the aligned round."""
+        the aligned round. The tick can end before ``deadline`` only if the bound exceeds
+        ``period + A``: below that every express tick waits into the aligned round, which is
+        the cadence (as with 110 ms on this CPU, where A is about 45 ms)."""
         if not self.first_gap_ms or not m.cost.known:
             return 0.0
         period_ms = self._align_s() * 1e3
-        gap_ms = ((deadline - time.monotonic()) * 1e3 + period_ms
+        gap_ms = ((deadline - now) * 1e3 + period_ms
                   + m.cost.predict(len(m.streams)) - m.cost.predict(k))
         return max(0.0, gap_ms - self.first_gap_ms)
 
@@ -1096,7 +1106,7 @@ class Worker:
         may be ready (the batch cannot grow), then send what they produced. Which ended it:
         "boundary", "boundary-passed" (on entry), "all-ready" or "stopped"."""
         why = "stopped"
-        self._hold_until = None  # a hold was for the round before: that round has run
+        self._holds.clear()  # the holds were for the round before: that round has run
         while self.running:
             for _ in range(_EXPRESS_ROUNDS):
                 if not self._fresh or self._held():
@@ -1108,8 +1118,8 @@ class Worker:
                 why = "boundary-passed"
                 break
             wait_s = left
-            if self._fresh:  # more express ticks: at once, or when the held ones may go
-                wait_s = 0.0 if self._hold_until is None else min(left, max(0.0, self._hold_until - now))
+            if self._fresh:  # more express ticks: at once, or when the first held model may go
+                wait_s = min(left, self._fresh_wait_s(now))
             if not self._wait(wait_s):
                 if self._fresh:  # more express ticks to run and no command waiting
                     continue
@@ -1123,8 +1133,20 @@ class Worker:
         return why
 
     def _held(self) -> bool:
-        """Whether the fresh streams wait for their express tick (first_audio_gap_ms)."""
-        return self._hold_until is not None and time.monotonic() < self._hold_until
+        """Whether every fresh stream's model holds back its express tick (first_audio_gap_ms)."""
+        return bool(self._holds) and self._fresh_wait_s(time.monotonic()) > 0.0
+
+    def _fresh_wait_s(self, now: float) -> float:
+        """0 while some fresh stream's model may take an express tick, else the seconds until
+        the first hold ends."""
+        until = None
+        for st in self._fresh.values():
+            m = self.where.get(st.sid)
+            h = self._holds.get(m.name) if m is not None else None
+            if h is None or h <= now:
+                return 0.0
+            until = h if until is None else min(until, h)
+        return 0.0 if until is None else until - now
 
     def _warm_step(self) -> None:
         """One tick of a background warm-up (the worker was idle)."""

@@ -358,8 +358,8 @@ def test_first_audio_gap_holds_an_express_tick_until_its_gap_fits(small: Path) -
     # due, the gap would be 400 + 1000 + 55 - 40 = 1415 ms, so the tick waits 165 ms
     t0 = time.monotonic()
     w._express(t0 + 0.4)
-    assert m.ticks == 0 and len(w._fresh) == 2 and w._hold_until is not None
-    assert 0.150 < w._hold_until - t0 < 0.170
+    assert m.ticks == 0 and len(w._fresh) == 2 and set(w._holds) == {"small"}
+    assert 0.150 < w._holds["small"] - t0 < 0.170
     assert w.stats()["models"]["small"]["express_holds"] == 1  # codecd_express_holds
 
     starts: list[float] = []
@@ -391,9 +391,73 @@ def test_first_audio_gap_holds_an_express_tick_until_its_gap_fits(small: Path) -
         if st.maybe_ready:
             w._fresh[st.sid] = st
     w._express(time.monotonic() + 0.4)
-    assert m.express_ticks == 2 and w._hold_until is None
+    assert m.express_ticks == 2 and not w._holds
     w.close()
     front.close()
     ctl.close()
     a.close()
     b.close()
+
+
+def test_first_audio_gap_holds_one_model_not_the_others(small: Path, caplog: Any) -> None:
+    """A hold (first_audio_gap_ms) is per model: while one model's new streams wait, another's
+    take their express tick at once; a hold that would end past the aligned round leaves its
+    streams to that round, ready. The setting does nothing, and says so, without express ticks."""
+    import logging
+    import time
+
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+    from codecd.worker import Worker
+
+    cfg = EngineConfig(models={"a": str(small), "b": str(small)}, n_threads=1, max_streams=8,
+                       max_batch=8, warm_buckets=(1,), gather_ms=0.0, tick_align_ms=1000.0,
+                       first_audio="now", first_audio_gap_ms=1010.0)
+    a, b = Pipe()
+    w = Worker(a, cfg, "cpu")
+    w.load()
+    ctl, front = attach_front(w, evt_bytes=1 << 20)
+    rng = np.random.default_rng(8)
+    # model a: streams 1, 2 with codes, 3 without; model b: stream 4, whose codes come later
+    front.commands.write([wire.encode(
+        [wire.OpenStream(sid, "a") for sid in (1, 2, 3)] + [wire.OpenStream(4, "b")]
+        + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])])
+    front.commands.ring()
+    w.drain()
+    ma, mb = w.models["a"], w.models["b"]
+    ma.cost.add(1, 25.0)  # a: 10 ms plus 15 ms a stream; b: no tick yet, no cost: never held
+    ma.cost.add(8, 130.0)
+    # a, 300 ms before the round: its tick of 2 would open 300 + 1000 + 55 - 40 = 1315 ms of gap,
+    # so it waits 305 ms, past the round (a bound under period + round: the cadence for a)
+    deadline = time.monotonic() + 0.3
+    w._express(deadline)
+    assert (ma.express_ticks, ma.express_holds, set(w._holds)) == (0, 1, {"a"})
+    front.commands.write([wire.encode([wire.PushCodes(4, small_codes(4, rng))])])
+    front.commands.ring()
+    w.drain()
+    assert not w._held() and w._fresh_wait_s(time.monotonic()) == 0.0  # b may go
+    w._express(deadline)
+    assert (mb.express_ticks, ma.express_ticks, ma.express_holds) == (1, 0, 1)
+    assert w._held()  # only a's streams are left, and a is held
+    # b's first tick (its graph built) may itself have taken the round's time
+    assert w._gather_until(deadline) in ("boundary", "boundary-passed")
+    assert ma.express_ticks == 0
+    assert sum(st.maybe_ready for st in ma.streams.values()) == 2  # left to the aligned round
+    w.run_ticks()
+    assert list(ma.batches) == [2]
+    w.close()
+    front.close()
+    ctl.close()
+    a.close()
+    b.close()
+
+    with caplog.at_level(logging.WARNING, logger="codecd.worker"):
+        a, b = Pipe()
+        w = Worker(a, EngineConfig(models={"a": str(small)}, n_threads=1, max_streams=2, max_batch=2,
+                                   warm_buckets=(1,), first_audio="cadence",
+                                   first_audio_gap_ms=150.0), "cpu")
+        w.load()
+        w.close()
+        a.close()
+        b.close()
+    assert "first_audio_gap_ms 150 does nothing" in caplog.text
