@@ -509,6 +509,9 @@ def main() -> int:
                     starts, late = primed_play(r, sample_rate=load.sample_rate)
                     bu = len(late)
                     notes = [late_summary(r, late, n_frames)]
+                    g_first, g_later = r.gap_p99_split()
+                    notes.append(f"gap p99 after the first audio {1e3 * g_first:.1f} ms, "
+                                 f"later gaps {1e3 * g_later:.1f} ms")
                     if starts:
                         fixed = late_frames(r, sample_rate=load.sample_rate)
                         notes.append(f"codecd play starts playing p50 "

@@ -44,3 +44,13 @@ def test_a_stall_longer_than_the_buffer_is_late_once() -> None:
     gaps = [P] * 10 + [P + 0.3] + [P] * 10
     starts, late = primed_play(row(0.2, gaps))
     assert [(t - 100.0 > 0, i) for t, i, _ in late] == [(True, 11)]
+
+
+def test_gap_p99_split_separates_the_first_gap() -> None:
+    """An early first audio lengthens the gap after it and no other; a missed tick mid-stream
+    lengthens a later one: the split says which gap the criterion's pooled p99 comes from."""
+    early = RunResult(2, [StreamResult(ttfa=0.1, gaps=[2 * P] + [P] * 30)] * 2, 1.0, None)
+    assert early.gap_p99_split() == (2 * P, P)
+    missed = RunResult(1, [StreamResult(ttfa=0.1, gaps=[P] * 15 + [2 * P] + [P] * 15)], 1.0, None)
+    first, later = missed.gap_p99_split()
+    assert first == P and later > 1.5 * P
