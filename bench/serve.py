@@ -102,6 +102,10 @@ class StreamResult:
     conn: int = -1        # the load's connection index
 
 
+def _p99(values: list[float]) -> float:
+    return float(np.percentile(values, 99)) if values else float("nan")
+
+
 @dataclass
 class RunResult:
     n: int
@@ -130,17 +134,14 @@ class RunResult:
         return float(np.percentile([t for _, t in sent[len(sent) // 2:]], q))
 
     def gap_p99(self) -> float:
-        g = np.concatenate([np.array(s.gaps) for s in self.streams] or [np.zeros(0)])
-        return float(np.percentile(g, 99)) if g.size else float("nan")
+        return _p99([g for s in self.streams for g in s.gaps])
 
     def gap_p99_split(self) -> tuple[float, float]:
         """The p99 of the gaps after each stream's first audio, and of its later gaps: an
         early first audio (first_audio now) lengthens the first, a tick that misses a stream
         the later ones; gap_p99, the criterion's, pools both."""
-        first = np.array([s.gaps[0] for s in self.streams if s.gaps])
-        later = np.concatenate([np.array(s.gaps[1:]) for s in self.streams] or [np.zeros(0)])
-        return tuple(float(np.percentile(g, 99)) if g.size else float("nan")  # type: ignore[return-value]
-                     for g in (first, later))
+        return (_p99([s.gaps[0] for s in self.streams if s.gaps]),
+                _p99([g for s in self.streams for g in s.gaps[1:]]))
 
     @property
     def underruns(self) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing import Pipe
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,37 @@ def read_events(front: Any) -> list[Any]:
     return out
 
 
+@contextmanager
+def running_worker(cfg: Any, evt_bytes: int = 1 << 20, front: bool = True) -> Iterator[Any]:
+    """A loaded engine worker in this process and, unless ``front`` is False, one front
+    attached to it (attach_front's command producer and event consumer): (worker, front or
+    None). The worker, its pipe and the front's channel are closed on exit."""
+    from codecd.worker import Worker
+
+    a, b = Pipe()
+    w = Worker(a, cfg, "cpu")
+    ends = None
+    try:
+        w.load()
+        ends = attach_front(w, evt_bytes) if front else None
+        yield w, ends[1] if ends else None
+    finally:
+        w.close()
+        if ends:
+            ends[1].close()
+            ends[0].close()
+        a.close()
+        b.close()
+
+
+def send(front: Any, msgs: list[Any]) -> None:
+    """One record of wire messages into the front's command ring, and its doorbell."""
+    from codecd import wire
+
+    front.commands.write([wire.encode(msgs)])
+    front.commands.ring()
+
+
 def test_packed_push_and_pull_equal_offline_through_a_small_ring(small: Path, offline: Any
                                                                    ) -> None:
     """20 streams pushed in one PUSH record (one of them with a code out of range): the bad
@@ -47,51 +80,40 @@ def test_packed_push_and_pull_equal_offline_through_a_small_ring(small: Path, of
     and held back while the front does not read, equals its offline decode exactly."""
     from codecd import wire
     from codecd.engine.config import EngineConfig
-    from codecd.worker import Worker
 
     cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=32, max_batch=32,
                        warm_buckets=(1,), gather_ms=0.0)
-    a, b = Pipe()
-    w = Worker(a, cfg, "cpu")
-    w.load()
-    ctl, front = attach_front(w, evt_bytes=4096)
-    rng = np.random.default_rng(11)
-    levels = {sid: small_codes(4 * int(rng.integers(10, 40)), rng) for sid in range(1, 21)}
-    levels[7][2][3] = 4096  # out of range: stream 7 fails, nothing of it is pushed
-    front.commands.write([wire.encode(
-        [wire.OpenStream(sid, "small") for sid in levels]
-        + [wire.PushCodes(sid, lv) for sid, lv in levels.items()]
-        + [wire.FinishStream(sid) for sid in levels])])
-    front.commands.ring()
-    audio: dict[int, list[np.ndarray]] = {sid: [] for sid in levels}
-    ends: dict[int, Any] = {}
-    for _ in range(2000):
-        w.drain()
-        w.run_ticks()  # the ring fills at once: the rest waits in the worker's backlog
-        for m in read_events(front):
-            if isinstance(m, wire.AudioOut):
-                audio[m.sid].append(m.pcm)
-            elif isinstance(m, (wire.StreamDone, wire.StreamFailed)):
-                ends[m.sid] = m
-        w.flush()
-        if len(ends) == len(levels) and not any(l.backlog for l in w.fronts.values()):
-            break
-    assert len(ends) == len(levels)
-    assert isinstance(ends[7], wire.StreamFailed) and ends[7].code == "token_range"
-    assert w.fronts[1].packets_out > 20  # the audio went in many packets
-    for sid, lv in levels.items():
-        if sid == 7:
-            continue
-        assert isinstance(ends[sid], wire.StreamDone)
-        got = np.concatenate(audio[sid])
-        want = offline(lv)
-        assert ends[sid].total_samples == want.size
-        assert np.array_equal(got, want), sid
-    w.close()
-    front.close()
-    ctl.close()
-    a.close()
-    b.close()
+    with running_worker(cfg, evt_bytes=4096) as (w, front):
+        rng = np.random.default_rng(11)
+        levels = {sid: small_codes(4 * int(rng.integers(10, 40)), rng) for sid in range(1, 21)}
+        levels[7][2][3] = 4096  # out of range: stream 7 fails, nothing of it is pushed
+        send(front, [wire.OpenStream(sid, "small") for sid in levels]
+             + [wire.PushCodes(sid, lv) for sid, lv in levels.items()]
+             + [wire.FinishStream(sid) for sid in levels])
+        audio: dict[int, list[np.ndarray]] = {sid: [] for sid in levels}
+        ends: dict[int, Any] = {}
+        for _ in range(2000):
+            w.drain()
+            w.run_ticks()  # the ring fills at once: the rest waits in the worker's backlog
+            for m in read_events(front):
+                if isinstance(m, wire.AudioOut):
+                    audio[m.sid].append(m.pcm)
+                elif isinstance(m, (wire.StreamDone, wire.StreamFailed)):
+                    ends[m.sid] = m
+            w.flush()
+            if len(ends) == len(levels) and not any(l.backlog for l in w.fronts.values()):
+                break
+        assert len(ends) == len(levels)
+        assert isinstance(ends[7], wire.StreamFailed) and ends[7].code == "token_range"
+        assert w.fronts[1].packets_out > 20  # the audio went in many packets
+        for sid, lv in levels.items():
+            if sid == 7:
+                continue
+            assert isinstance(ends[sid], wire.StreamDone)
+            got = np.concatenate(audio[sid])
+            want = offline(lv)
+            assert ends[sid].total_samples == want.size
+            assert np.array_equal(got, want), sid
 
 
 def test_batch_shapes_setting_reaches_the_workers_context(tmp_path: Path, small: Path) -> None:
@@ -139,7 +161,6 @@ def test_tick_align_auto_on_the_cpu_waits_for_load(tmp_path: Path, small: Path) 
     from codecd.config import ConfigError, load_config
     from codecd.engine.config import EngineConfig
     from codecd.server import engine_config
-    from codecd.worker import Worker
 
     toml = tmp_path / "c.toml"
     toml.write_text(f'[[models]]\nname = "small"\nsource = "{small}"\n')
@@ -148,16 +169,11 @@ def test_tick_align_auto_on_the_cpu_waits_for_load(tmp_path: Path, small: Path) 
         load_config(str(toml), env={"CODECD_TICK_ALIGN_MS": "-2"})
     cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4, max_batch=4,
                        warm_buckets=(1,), tick_align_ms=-1.0)
-    a, b = Pipe()
-    w = Worker(a, cfg, "cpu")
-    w.load()
-    info = w.models["small"].lm.model.info
-    period = w.models["small"].lm.chunk_frames * info.hop_length / info.sample_rate
-    assert w.cadence.fixed_s == 0.0 and w.cadence.loaded_s == period > 0
-    assert w._align_s() == 0.0 and w.gather_s > 0
-    w.close()
-    a.close()
-    b.close()
+    with running_worker(cfg, front=False) as (w, _):
+        info = w.models["small"].lm.model.info
+        period = w.models["small"].lm.chunk_frames * info.hop_length / info.sample_rate
+        assert w.cadence.fixed_s == 0.0 and w.cadence.loaded_s == period > 0
+        assert w._align_s() == 0.0 and w.gather_s > 0
 
 
 def test_first_audio_auto_is_now_on_the_cpu(tmp_path: Path, small: Path) -> None:
@@ -171,7 +187,6 @@ def test_first_audio_auto_is_now_on_the_cpu(tmp_path: Path, small: Path) -> None
     from codecd.config import ConfigError, load_config
     from codecd.engine.config import EngineConfig
     from codecd.server import engine_config
-    from codecd.worker import Worker
 
     toml = tmp_path / "c.toml"
     toml.write_text(f'[[models]]\nname = "small"\nsource = "{small}"\n')
@@ -186,24 +201,15 @@ def test_first_audio_auto_is_now_on_the_cpu(tmp_path: Path, small: Path) -> None
     for mode, express in (("auto", True), ("cadence", False), ("now", True)):
         cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4,
                            max_batch=4, warm_buckets=(1,), first_audio=mode)
-        a, b = Pipe()
-        w = Worker(a, cfg, "cpu")
-        w.load()
-        assert w.express is express, mode
-        if mode == "auto":
-            ctl, front = attach_front(w, evt_bytes=1 << 20)
-            front.commands.write([wire.encode([
-                wire.OpenStream(1, "small"),
-                wire.PushCodes(1, small_codes(4, np.random.default_rng(7))),
-                wire.CancelStream(1)])])
-            front.commands.ring()
-            w.drain()
-            assert not w._fresh
-            front.close()
-            ctl.close()
-        w.close()
-        a.close()
-        b.close()
+        with running_worker(cfg, front=mode == "auto") as (w, front):
+            assert w.express is express, mode
+            if front is not None:
+                send(front, [
+                    wire.OpenStream(1, "small"),
+                    wire.PushCodes(1, small_codes(4, np.random.default_rng(7))),
+                    wire.CancelStream(1)])
+                w.drain()
+                assert not w._fresh
 
 
 def test_pushes_read_during_a_tick_wait_for_the_next_aligned_tick(small: Path, offline: Any
@@ -214,62 +220,51 @@ def test_pushes_read_during_a_tick_wait_for_the_next_aligned_tick(small: Path, o
     its offline decode."""
     from codecd import wire
     from codecd.engine.config import EngineConfig
-    from codecd.worker import Worker
 
     cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4, max_batch=4,
                        warm_buckets=(1,), gather_ms=0.0, tick_align_ms=1000.0)
-    a, b = Pipe()
-    w = Worker(a, cfg, "cpu")
-    w.load()
-    ctl, front = attach_front(w, evt_bytes=1 << 20)
-    rng = np.random.default_rng(5)
-    levels = {sid: small_codes(4 * 12, rng) for sid in (1, 2)}
-    half = [{sid: [x[:len(x) // 2] for x in lv] for sid, lv in levels.items()},
-            {sid: [x[len(x) // 2:] for x in lv] for sid, lv in levels.items()}]
-    front.commands.write([wire.encode([wire.OpenStream(sid, "small") for sid in levels]
-                                      + [wire.PushCodes(sid, lv) for sid, lv in half[0].items()])])
-    front.commands.ring()
-    w.drain()
-    m = w.models["small"]
-    link = w.fronts[1]
-    assert link.packets_in == 1
-    front.commands.write([wire.encode([wire.PushCodes(sid, lv) for sid, lv in half[1].items()]
-                                      + [wire.FinishStream(sid) for sid in levels])])
-    front.commands.ring()
-    w.run_ticks()
-    assert link.packets_in == 2  # read while the tick was out, with no drain in between
-    assert m.ticks == 1  # and not ticked at once: the loop gates the next tick to its boundary
-    audio: dict[int, list[np.ndarray]] = {sid: [] for sid in levels}
-    ends: dict[int, Any] = {}
-    for _ in range(200):
-        for msg in read_events(front):
-            if isinstance(msg, wire.AudioOut):
-                audio[msg.sid].append(msg.pcm)
-            elif isinstance(msg, (wire.StreamDone, wire.StreamFailed)):
-                ends[msg.sid] = msg
-        if len(ends) == len(levels):
-            break
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(5)
+        levels = {sid: small_codes(4 * 12, rng) for sid in (1, 2)}
+        half = [{sid: [x[:len(x) // 2] for x in lv] for sid, lv in levels.items()},
+                {sid: [x[len(x) // 2:] for x in lv] for sid, lv in levels.items()}]
+        send(front, [wire.OpenStream(sid, "small") for sid in levels]
+             + [wire.PushCodes(sid, lv) for sid, lv in half[0].items()])
         w.drain()
+        m = w.models["small"]
+        link = w.fronts[1]
+        assert link.packets_in == 1
+        send(front, [wire.PushCodes(sid, lv) for sid, lv in half[1].items()]
+             + [wire.FinishStream(sid) for sid in levels])
         w.run_ticks()
-    assert all(isinstance(e, wire.StreamDone) for e in ends.values()), ends
-    for sid, lv in levels.items():
-        assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
-    # every tick's parts were recorded, split at the two halves, and add up to the tick
-    an = w.stats()["models"]["small"]["tick_anatomy"]
-    assert an["ticks"] == m.ticks >= 2
-    for which in ("all", "slowest"):
-        t = an[which]
-        assert t["launch"] > 0 and t["wait"] >= 0 and t["overlap"] >= 0 and t["collect"] > 0
-        parts = t["launch"] + t["overlap"] + t["wait"] + t["collect"]
-        assert abs(t["total"] - parts) < 0.01, t
-        assert 1 <= t["batch"] <= 2
-    assert an["slowest"]["total"] >= an["all"]["total"]
-    assert w.stats()["gc"]["collections"] >= 0
-    w.close()
-    front.close()
-    ctl.close()
-    a.close()
-    b.close()
+        assert link.packets_in == 2  # read while the tick was out, with no drain in between
+        assert m.ticks == 1  # and not ticked at once: the loop gates the next tick to its boundary
+        audio: dict[int, list[np.ndarray]] = {sid: [] for sid in levels}
+        ends: dict[int, Any] = {}
+        for _ in range(200):
+            for msg in read_events(front):
+                if isinstance(msg, wire.AudioOut):
+                    audio[msg.sid].append(msg.pcm)
+                elif isinstance(msg, (wire.StreamDone, wire.StreamFailed)):
+                    ends[msg.sid] = msg
+            if len(ends) == len(levels):
+                break
+            w.drain()
+            w.run_ticks()
+        assert all(isinstance(e, wire.StreamDone) for e in ends.values()), ends
+        for sid, lv in levels.items():
+            assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
+        # every tick's parts were recorded, split at the two halves, and add up to the tick
+        an = w.stats()["models"]["small"]["tick_anatomy"]
+        assert an["ticks"] == m.ticks >= 2
+        for which in ("all", "slowest"):
+            t = an[which]
+            assert t["launch"] > 0 and t["wait"] >= 0 and t["overlap"] >= 0 and t["collect"] > 0
+            parts = t["launch"] + t["overlap"] + t["wait"] + t["collect"]
+            assert abs(t["total"] - parts) < 0.01, t
+            assert 1 <= t["batch"] <= 2
+        assert an["slowest"]["total"] >= an["all"]["total"]
+        assert w.stats()["gc"]["collections"] >= 0
 
 
 def test_express_ticks_only_what_ends_before_the_aligned_tick(small: Path) -> None:
@@ -282,7 +277,7 @@ def test_express_ticks_only_what_ends_before_the_aligned_tick(small: Path) -> No
 
     from codecd import wire
     from codecd.engine.config import EngineConfig
-    from codecd.worker import _FID_SHIFT, Worker
+    from codecd.worker import _FID_SHIFT
 
     def fresh() -> list[int]:  # the front's stream ids of the worker's fresh streams
         return [sid & ((1 << _FID_SHIFT) - 1) for sid in w._fresh]
@@ -290,39 +285,29 @@ def test_express_ticks_only_what_ends_before_the_aligned_tick(small: Path) -> No
     cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=8, max_batch=8,
                        warm_buckets=(1,), gather_ms=0.0, tick_align_ms=1000.0,
                        first_audio="now")
-    a, b = Pipe()
-    w = Worker(a, cfg, "cpu")
-    w.load()
-    ctl, front = attach_front(w, evt_bytes=1 << 20)
-    rng = np.random.default_rng(6)
-    front.commands.write([wire.encode(
-        [wire.OpenStream(sid, "small") for sid in (1, 2, 3, 4)]
-        + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2, 3, 4)])])
-    front.commands.ring()
-    w.drain()
-    assert fresh() == [1, 2, 3, 4]  # in the order their codes came
-    for sid, st in w._fresh.items():  # streams 3 and 4 have stepped once without audio
-        st.silent_steps = int(sid & ((1 << _FID_SHIFT) - 1) >= 3)
-    m = w.models["small"]
-    m.cost.add(1, 25.0)  # ticks that cost 10 ms plus 15 ms a stream
-    m.cost.add(8, 130.0)
-    w._express(time.monotonic() + 0.06)  # 0.9 * 60 - 1 = 53 ms: two streams (40 ms), not three
-    assert (m.ticks, list(m.batches)) == (1, [2])
-    assert fresh() == [1, 2]  # tried again while time is left
-    w._express(time.monotonic() + 0.005)  # 3.5 ms: not even one
-    assert m.ticks == 1 and not w._fresh  # they wait for the aligned tick
-    w.run_ticks()
-    assert list(m.batches) == [2, 2]
-    st = w.stats()  # what /metrics shows of it (codecd_express_ticks, codecd_tick_cost_seconds)
-    assert st["cadence"] == {"period_ms": 1000.0, "slack_ms": 0.0, "first_audio": "now"}
-    assert st["models"]["small"]["express_ticks"] == 1
-    fixed_ms, per_ms = st["models"]["small"]["tick_cost_ms"]
-    assert fixed_ms >= 0 and per_ms > 0
-    w.close()
-    front.close()
-    ctl.close()
-    a.close()
-    b.close()
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(6)
+        send(front, [wire.OpenStream(sid, "small") for sid in (1, 2, 3, 4)]
+             + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2, 3, 4)])
+        w.drain()
+        assert fresh() == [1, 2, 3, 4]  # in the order their codes came
+        for sid, st in w._fresh.items():  # streams 3 and 4 have stepped once without audio
+            st.silent_steps = int(sid & ((1 << _FID_SHIFT) - 1) >= 3)
+        m = w.models["small"]
+        m.cost.add(1, 25.0)  # ticks that cost 10 ms plus 15 ms a stream
+        m.cost.add(8, 130.0)
+        w._express(time.monotonic() + 0.06)  # 0.9 * 60 - 1 = 53 ms: two streams (40 ms), not three
+        assert (m.ticks, list(m.batches)) == (1, [2])
+        assert fresh() == [1, 2]  # tried again while time is left
+        w._express(time.monotonic() + 0.005)  # 3.5 ms: not even one
+        assert m.ticks == 1 and not w._fresh  # they wait for the aligned tick
+        w.run_ticks()
+        assert list(m.batches) == [2, 2]
+        st = w.stats()  # what /metrics shows of it (codecd_express_ticks, codecd_tick_cost_seconds)
+        assert st["cadence"] == {"period_ms": 1000.0, "slack_ms": 0.0, "first_audio": "now"}
+        assert st["models"]["small"]["express_ticks"] == 1
+        fixed_ms, per_ms = st["models"]["small"]["tick_cost_ms"]
+        assert fixed_ms >= 0 and per_ms > 0
 
 
 def test_first_audio_gap_holds_an_express_tick_until_its_gap_fits(small: Path) -> None:
@@ -335,68 +320,56 @@ def test_first_audio_gap_holds_an_express_tick_until_its_gap_fits(small: Path) -
 
     from codecd import wire
     from codecd.engine.config import EngineConfig
-    from codecd.worker import Worker
 
     cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=8, max_batch=8,
                        warm_buckets=(1,), gather_ms=0.0, tick_align_ms=1000.0,
                        first_audio="now", first_audio_gap_ms=1250.0)
-    a, b = Pipe()
-    w = Worker(a, cfg, "cpu")
-    w.load()
-    ctl, front = attach_front(w, evt_bytes=1 << 20)
-    rng = np.random.default_rng(7)
-    # streams 1 and 2 have codes; 3 has none, so the round is not all-ready before the deadline
-    front.commands.write([wire.encode(
-        [wire.OpenStream(sid, "small") for sid in (1, 2, 3)]
-        + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])])
-    front.commands.ring()
-    w.drain()
-    m = w.models["small"]
-    m.cost.add(1, 25.0)  # ticks that cost 10 ms plus 15 ms a stream
-    m.cost.add(8, 130.0)
-    # a round of the 3 open streams 55 ms, an express tick of 2 40 ms: 400 ms before the round
-    # due, the gap would be 400 + 1000 + 55 - 40 = 1415 ms, so the tick waits 165 ms
-    t0 = time.monotonic()
-    w._express(t0 + 0.4)
-    assert m.ticks == 0 and len(w._fresh) == 2 and set(w._holds) == {"small"}
-    assert 0.150 < w._holds["small"] - t0 < 0.170
-    assert w.stats()["models"]["small"]["express_holds"] == 1  # codecd_express_holds
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(7)
+        # streams 1 and 2 have codes; 3 has none, so the round is not all-ready before the deadline
+        send(front, [wire.OpenStream(sid, "small") for sid in (1, 2, 3)]
+             + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
+        w.drain()
+        m = w.models["small"]
+        m.cost.add(1, 25.0)  # ticks that cost 10 ms plus 15 ms a stream
+        m.cost.add(8, 130.0)
+        # a round of the 3 open streams 55 ms, an express tick of 2 40 ms: 400 ms before the round
+        # due, the gap would be 400 + 1000 + 55 - 40 = 1415 ms, so the tick waits 165 ms
+        t0 = time.monotonic()
+        w._express(t0 + 0.4)
+        assert m.ticks == 0 and len(w._fresh) == 2 and set(w._holds) == {"small"}
+        assert 0.150 < w._holds["small"] - t0 < 0.170
+        assert w.stats()["models"]["small"]["express_holds"] == 1  # codecd_express_holds
 
-    starts: list[float] = []
-    tick, wait = w._tick, w._wait
-    waits = [0]
+        starts: list[float] = []
+        tick, wait = w._tick, w._wait
+        waits = [0]
 
-    def timed_tick(*args: Any, **kw: Any) -> int:
-        starts.append(time.monotonic())
-        return tick(*args, **kw)
+        def timed_tick(*args: Any, **kw: Any) -> int:
+            starts.append(time.monotonic())
+            return tick(*args, **kw)
 
-    def counted_wait(*args: Any, **kw: Any) -> bool:
-        waits[0] += 1
-        return wait(*args, **kw)
+        def counted_wait(*args: Any, **kw: Any) -> bool:
+            waits[0] += 1
+            return wait(*args, **kw)
 
-    w._tick, w._wait = timed_tick, counted_wait
-    t0 = time.monotonic()
-    assert w._gather_until(t0 + 0.4) == "boundary"
-    assert m.express_ticks == 1 and list(m.batches) == [2]
-    assert 0.150 <= starts[0] - t0 < 0.39  # when the gap fits: not at once, and before the round
-    assert waits[0] < 20  # asleep while held, not polling
-    w._tick, w._wait = tick, wait
+        w._tick, w._wait = timed_tick, counted_wait
+        t0 = time.monotonic()
+        assert w._gather_until(t0 + 0.4) == "boundary"
+        assert m.express_ticks == 1 and list(m.batches) == [2]
+        assert 0.150 <= starts[0] - t0 < 0.39  # when the gap fits: not at once, and before the round
+        assert waits[0] < 20  # asleep while held, not polling
+        w._tick, w._wait = tick, wait
 
-    # unbounded: the same tick runs at once
-    w.first_gap_ms = 0.0
-    front.commands.write([wire.encode([wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])])
-    front.commands.ring()
-    w.drain()
-    for st in m.streams.values():
-        if st.maybe_ready:
-            w._fresh[st.sid] = st
-    w._express(time.monotonic() + 0.4)
-    assert m.express_ticks == 2 and not w._holds
-    w.close()
-    front.close()
-    ctl.close()
-    a.close()
-    b.close()
+        # unbounded: the same tick runs at once
+        w.first_gap_ms = 0.0
+        send(front, [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
+        w.drain()
+        for st in m.streams.values():
+            if st.maybe_ready:
+                w._fresh[st.sid] = st
+        w._express(time.monotonic() + 0.4)
+        assert m.express_ticks == 2 and not w._holds
 
 
 def test_first_audio_gap_holds_one_model_not_the_others(small: Path, caplog: Any) -> None:
@@ -408,56 +381,40 @@ def test_first_audio_gap_holds_one_model_not_the_others(small: Path, caplog: Any
 
     from codecd import wire
     from codecd.engine.config import EngineConfig
-    from codecd.worker import Worker
 
     cfg = EngineConfig(models={"a": str(small), "b": str(small)}, n_threads=1, max_streams=8,
                        max_batch=8, warm_buckets=(1,), gather_ms=0.0, tick_align_ms=1000.0,
                        first_audio="now", first_audio_gap_ms=1010.0)
-    a, b = Pipe()
-    w = Worker(a, cfg, "cpu")
-    w.load()
-    ctl, front = attach_front(w, evt_bytes=1 << 20)
-    rng = np.random.default_rng(8)
-    # model a: streams 1, 2 with codes, 3 without; model b: stream 4, whose codes come later
-    front.commands.write([wire.encode(
-        [wire.OpenStream(sid, "a") for sid in (1, 2, 3)] + [wire.OpenStream(4, "b")]
-        + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])])
-    front.commands.ring()
-    w.drain()
-    ma, mb = w.models["a"], w.models["b"]
-    ma.cost.add(1, 25.0)  # a: 10 ms plus 15 ms a stream; b: no tick yet, no cost: never held
-    ma.cost.add(8, 130.0)
-    # a, 300 ms before the round: its tick of 2 would open 300 + 1000 + 55 - 40 = 1315 ms of gap,
-    # so it waits 305 ms, past the round (a bound under period + round: the cadence for a)
-    deadline = time.monotonic() + 0.3
-    w._express(deadline)
-    assert (ma.express_ticks, ma.express_holds, set(w._holds)) == (0, 1, {"a"})
-    front.commands.write([wire.encode([wire.PushCodes(4, small_codes(4, rng))])])
-    front.commands.ring()
-    w.drain()
-    assert not w._held() and w._fresh_wait_s(time.monotonic()) == 0.0  # b may go
-    w._express(deadline)
-    assert (mb.express_ticks, ma.express_ticks, ma.express_holds) == (1, 0, 1)
-    assert w._held()  # only a's streams are left, and a is held
-    # b's first tick (its graph built) may itself have taken the round's time
-    assert w._gather_until(deadline) in ("boundary", "boundary-passed")
-    assert ma.express_ticks == 0
-    assert sum(st.maybe_ready for st in ma.streams.values()) == 2  # left to the aligned round
-    w.run_ticks()
-    assert list(ma.batches) == [2]
-    w.close()
-    front.close()
-    ctl.close()
-    a.close()
-    b.close()
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(8)
+        # model a: streams 1, 2 with codes, 3 without; model b: stream 4, whose codes come later
+        send(front, [wire.OpenStream(sid, "a") for sid in (1, 2, 3)] + [wire.OpenStream(4, "b")]
+             + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
+        w.drain()
+        ma, mb = w.models["a"], w.models["b"]
+        ma.cost.add(1, 25.0)  # a: 10 ms plus 15 ms a stream; b: no tick yet, no cost: never held
+        ma.cost.add(8, 130.0)
+        # a, 300 ms before the round: its tick of 2 would open 300 + 1000 + 55 - 40 = 1315 ms of gap,
+        # so it waits 305 ms, past the round (a bound under period + round: the cadence for a)
+        deadline = time.monotonic() + 0.3
+        w._express(deadline)
+        assert (ma.express_ticks, ma.express_holds, set(w._holds)) == (0, 1, {"a"})
+        send(front, [wire.PushCodes(4, small_codes(4, rng))])
+        w.drain()
+        assert not w._held() and w._fresh_wait_s(time.monotonic()) == 0.0  # b may go
+        w._express(deadline)
+        assert (mb.express_ticks, ma.express_ticks, ma.express_holds) == (1, 0, 1)
+        assert w._held()  # only a's streams are left, and a is held
+        # b's first tick (its graph built) may itself have taken the round's time
+        assert w._gather_until(deadline) in ("boundary", "boundary-passed")
+        assert ma.express_ticks == 0
+        assert sum(st.maybe_ready for st in ma.streams.values()) == 2  # left to the aligned round
+        w.run_ticks()
+        assert list(ma.batches) == [2]
 
     with caplog.at_level(logging.WARNING, logger="codecd.worker"):
-        a, b = Pipe()
-        w = Worker(a, EngineConfig(models={"a": str(small)}, n_threads=1, max_streams=2, max_batch=2,
-                                   warm_buckets=(1,), first_audio="cadence",
-                                   first_audio_gap_ms=150.0), "cpu")
-        w.load()
-        w.close()
-        a.close()
-        b.close()
+        with running_worker(EngineConfig(models={"a": str(small)}, n_threads=1, max_streams=2,
+                                         max_batch=2, warm_buckets=(1,), first_audio="cadence",
+                                         first_audio_gap_ms=150.0), front=False):
+            pass
     assert "first_audio_gap_ms 150 does nothing" in caplog.text
