@@ -1,6 +1,6 @@
 """Where an offline decode's time goes on the GPU: CUDA kernels by name, against wall time.
 
-    python -m bench.gpu.profile_decode [--kind dac-44khz] [--batch 16] [--seconds 2] [--repeat 3]
+    python -m bench.gpu.profile_decode [--kind dac-44khz] [--batch 16] [--seconds 2] [--repeat 3] [--torch]
 
 A full-size model with seeded random weights (``snac-24khz``: the demo SNAC; ``dac-24khz``,
 ``dac-44khz``: ``codecd.convert.random_dac``) decodes a batch of random codes; after a warm
@@ -8,7 +8,9 @@ decode (graph built and reserved), --repeat decodes are recorded with torch.prof
 CUPTI tracing sees every kernel launched in the process, ggml's included. Prints the wall
 time per decode, the summed kernel time per decode, and the kernels that take the most
 time, with their launch counts (the tick profile, ``bench/gpu/profile_tick.py``, does the
-same for streams).
+same for streams). With --torch (SNAC only) the PyTorch reference (the ``snac`` package,
+weight norm folded, as ``bench offline`` times it) decodes the same codes under the same
+profiler afterwards, so the two kernel tables sit side by side.
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--torch", action="store_true", help="also profile the PyTorch reference (snac-24khz)")
     args = ap.parse_args()
+    if args.torch and args.kind != "snac-24khz":
+        ap.error("--torch profiles the snac package's decoder: use --kind snac-24khz")
 
     from torch.profiler import ProfilerActivity, profile
 
@@ -50,7 +55,13 @@ def main() -> None:
 
     import codecrt
 
-    model = codecrt.Model(model_path(args.kind))
+    ref = None
+    if args.torch:
+        from bench.gpu.offline import build_models
+
+        ref, model = build_models(args.device)
+    else:
+        model = codecrt.Model(model_path(args.kind))
     info = model.info
     frames = int(round(args.seconds * info.sample_rate / info.hop_length))
     frames -= frames % info.frame_multiple
@@ -78,6 +89,40 @@ def main() -> None:
           f"compute buffers {sum(st.compute_buffer_bytes) / 2**20:.0f} MiB")
     print_kernels(kernels, args.repeat, args.top, "decode")
     model.close()
+    if ref is not None:
+        profile_reference(ref, levels, args, audio)
+
+
+def profile_reference(ref, levels, args, audio: float) -> None:
+    """The snac package's decode of the same codes, profiled the same way."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import reference
+    from bench.gpu.offline import tf32_mode
+    from bench.gpu.profile_tick import cuda_kernels, kernel_totals, print_kernels
+
+    tf32 = tf32_mode()
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    codes = [torch.from_numpy(lv.astype(np.int64)).to(args.device) for lv in levels]
+    with torch.inference_mode(), reference.noise_disabled():
+        ref.decode(codes)  # warm: cuDNN's algorithm choice, the allocator's pool
+        sync()
+        walls = []
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                ref.decode(codes)
+                sync()
+                walls.append(time.perf_counter() - t0)
+    kernels = cuda_kernels(prof)
+    busy, launches = kernel_totals(kernels, args.repeat)
+    wall = 1000 * float(np.median(walls))
+    print(f"\n## PyTorch (snac package) on the same codes, {args.device}, "
+          f"TF32 {tf32}")
+    print(f"wall per decode {wall:.1f} ms ({audio / wall * 1000:.0f}x real time); kernel time "
+          f"{busy:.1f} ms ({100 * busy / wall:.0f} % of wall); {launches:.0f} kernel launches per decode")
+    print_kernels(kernels, args.repeat, args.top, "decode")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@
 #   bench    python -m bench gpu $BENCH_ARGS          SNAC stream capacity [the suite's]
 #   offline  python -m bench offline $OFFLINE_ARGS    offline SNAC, codecrt per layout against PyTorch,
 #            TF32 on then off (issue 19) [--batches 1,16,256,1024 --item-seconds 2 --long-seconds 60]
+#   offprof  python -m bench.gpu.profile_decode --kind snac-24khz --torch $OFFPROF_ARGS, TF32 off: the CUDA
+#            kernels of one offline SNAC decode, codecrt then PyTorch on the same codes (issue 19's
+#            1.5x) [--batch 256 --seconds 2 --repeat 3 --top 16]
 #   profile  python -m bench profile $PROFILE_ARGS    CUDA kernels of one tick
 #                                                     [--streams 256 --chunks 4 --ticks 5 --top 16]
 #   serve    python -m bench serve --spawn demo $SERVE_ARGS, daemons on cuda:0 with
@@ -102,7 +105,7 @@
 #            (--tick-align-ms 42.67: about half the streams a tick, half the wait for a first
 #            audio); docs/benchmarks.md, one tick a period. Not by default, the way gap: now with
 #            --first-audio-gap-ms $CADENCE_GAP [155] (the express tick waits until the gap after
-#            its first audio fits). $CADENCE_WAYS picks ways (default shipped slack now half; one
+#            its first audio fits), or gapMS for a bound of MS ms (gap140). $CADENCE_WAYS picks ways (default shipped slack now half; one
 #            device call holds a build and four), $CADENCE_REPEAT [1] runs each N that many times;
 #            streams of $CADENCE_SECONDS [3] s of audio that start within one period, or over
 #            $CADENCE_RAMP seconds (arrivals at a busy daemon rather than one burst)
@@ -188,6 +191,14 @@ offline() {
         python3 -m bench offline ${OFFLINE_ARGS:-} 2>&1 | tee "$OUT/offline_tf32_$tf32.md" | tee -a "$OUT/report.txt"
     done
     unset NVIDIA_TF32_OVERRIDE
+}
+
+offprof() {
+    local args=${OFFPROF_ARGS:---batch 256 --seconds 2 --repeat 3 --top 16}
+    stage "offline profile, TF32 off: python3 -m bench.gpu.profile_decode --kind snac-24khz --torch $args"
+    # shellcheck disable=SC2086
+    NVIDIA_TF32_OVERRIDE=0 python3 -m bench.gpu.profile_decode --kind snac-24khz --torch $args 2>&1 \
+        | grep -v Warn | tee "$OUT/offprof.md" | tee -a "$OUT/report.txt"
 }
 
 profile() {
@@ -435,7 +446,7 @@ convcheck() {
 }
 
 cadence() {
-    local n=${CADENCE_N:-1300,1600} way extra rt
+    local n=${CADENCE_N:-1300,1600} way extra rt g
     local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=2000
                   --serve-arg=--batch-buckets=64,256,2000 --serve-arg=--max-streams=2100
                   --serve-arg=--max-connections=2100 --serve-arg=--max-connections-per-ip=2100)
@@ -446,7 +457,8 @@ cadence() {
             shipped) extra=(); rt=20 ;;
             slack) extra=(--serve-arg=--tick-slack-ms=${CADENCE_SLACK:-0}); rt=0 ;;
             now) extra=(--serve-arg=--first-audio=now); rt=0 ;;
-            gap) extra=(--serve-arg=--first-audio=now --serve-arg=--first-audio-gap-ms=${CADENCE_GAP:-155}); rt=0 ;;
+            gap*) g=${way#gap}; extra=(--serve-arg=--first-audio=now
+                                       --serve-arg=--first-audio-gap-ms=${g:-${CADENCE_GAP:-155}}); rt=0 ;;
             half) extra=(--serve-arg=--tick-align-ms=42.67); rt=0 ;;
         esac
         stage "cadence, $way: python3 -m bench fronts --spawn demo --fronts 4 --n $n ${extra[*]:-}"
@@ -475,6 +487,7 @@ for what in "$@"; do
         bench) bench ;;
         offline) offline ;;
         profile) profile ;;
+        offprof) offprof ;;
         serve) serve ;;
         fronts) fronts ;;
         mimifronts) mimifronts ;;
