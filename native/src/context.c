@@ -216,10 +216,11 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
     }
     const char *portable = getenv("CODECRT_PORTABLE_OPS");
     const bool portable_ops = portable && *portable && strcmp(portable, "0") != 0;
-    int layout = -1, graphs = -1, fused_unit = -1, inputs = -1; /* CODECRT_OFFLINE_LAYOUT: time 1,
-                                     channels 0; CODECRT_STREAM_GRAPHS: one 1, split 0; CODECRT_FUSED_UNIT:
-                                     1 or 0; CODECRT_GRAPH_INPUTS: device 1, host 0; -1: auto (decided
-                                     below, once the backend is known) */
+    int layout = -1, graphs = -1, fused_unit = -1, inputs = -1, precise_sin = -1; /* CODECRT_OFFLINE_LAYOUT:
+                                     time 1, channels 0; CODECRT_STREAM_GRAPHS: one 1, split 0;
+                                     CODECRT_FUSED_UNIT: 1 or 0; CODECRT_GRAPH_INPUTS: device 1, host 0;
+                                     CODECRT_PRECISE_SIN: 1 or 0 (auto: 0); -1: auto (decided below,
+                                     once the backend is known) */
     if ((st = cr_env_switch("CODECRT_OFFLINE_LAYOUT", "time", "channels",
                             "time (time fastest) or channels (channels fastest)", &layout, err)) != CODECRT_OK ||
         (st = cr_env_switch("CODECRT_STREAM_GRAPHS", "one", "split",
@@ -229,7 +230,10 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
             CODECRT_OK ||
         (st = cr_env_switch("CODECRT_GRAPH_INPUTS", "device", "host",
                             "device (graph inputs in the device's buffer) or host (where ggml's scheduler "
-                            "puts them)", &inputs, err)) != CODECRT_OK) {
+                            "puts them)", &inputs, err)) != CODECRT_OK ||
+        (st = cr_env_switch("CODECRT_PRECISE_SIN", "1", "0",
+                            "1 (the CUDA ops' Snakes take sinf) or 0 (the sine reduced modulo 2 pi, then "
+                            "the hardware's)", &precise_sin, err)) != CODECRT_OK) {
         return st;
     }
     if (params->precision != CODECRT_PRECISION_F32) {
@@ -286,7 +290,7 @@ static codecrt_status cr_context_init(codecrt_model *model_, const codecrt_conte
            the first backend that takes it, and the device backend takes none of them
            (cuda/cuda_ops.h). NULL where the build or the device has none. */
         if (fused_unit == 1 || (fused_unit < 0 && CR_FUSED_UNIT_AUTO)) {
-            ctx->ops_backend = cr_cuda_ops_new(ctx->backend);
+            ctx->ops_backend = cr_cuda_ops_new(ctx->backend, precise_sin == 1);
         }
         if (ctx->ops_backend) {
             backends[n_backends++] = ctx->ops_backend;

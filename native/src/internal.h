@@ -47,6 +47,7 @@
 #include "ggml-backend.h"
 #include "gguf.h"
 #include "ops/res_unit.h"
+#include "ops/upconv.h"
 
 #define CR_ERR_SIZE 512
 #define CR_MAX_TENSOR_SPECS 2048
@@ -385,6 +386,13 @@ struct ggml_tensor *cr_unit_core(struct ggml_context *ctx, struct ggml_tensor *t
    -> [n, B, C] contiguous (ops/ops_res_unit.c). NULL where the shapes or types do not fit. */
 struct ggml_tensor *cr_unit_tail(struct ggml_context *ctx, struct ggml_tensor *y, struct ggml_tensor *b,
                                  struct ggml_tensor *x);
+
+/* A transposed conv's tail as one op (ops/ops_upconv.c, ops/upconv.h): z [2s*C, T, B], the
+   kernel's product with the unpadded input, its halves added, the bias b [C] and an optional
+   mask [n_out, B] applied -> [n_out, B, C] time fastest, the first `crop` samples dropped.
+   NULL where the shapes or types do not fit. */
+struct ggml_tensor *cr_upconv_tail(struct ggml_context *ctx, struct ggml_tensor *z, struct ggml_tensor *b,
+                                   struct ggml_tensor *mask, int s, int crop, int64_t n_out);
 
 /*
  * Softmax attention with scale 1/8 over every key, per head of 64 channels:

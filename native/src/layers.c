@@ -327,6 +327,16 @@ struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, s
     return b ? ggml_add(ctx, y, b) : y;
 }
 
+struct ggml_tensor *cr_upconv_tf(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                 struct ggml_tensor *b, struct ggml_tensor *mask, int s, int crop, int64_t n_out) {
+    const int64_t Cout = w->ne[1] / (2 * s);
+    if (!b || ggml_nelements(b) != Cout || w->ne[1] != 2 * s * Cout || crop + n_out > s * (x->ne[1] + 1)) {
+        return NULL; /* before the product: no node is left without a use */
+    }
+    struct ggml_tensor *z = cr_mm(ctx, w, cr_dense(ctx, x)); /* [2s*Cout, T, B] */
+    return cr_upconv_tail(ctx, z, b, mask, s, crop, n_out);   /* [n_out, B, Cout] */
+}
+
 struct ggml_tensor *cr_upconv_step(struct ggml_context *ctx, struct ggml_tensor *buf, struct ggml_tensor *w,
                                    struct ggml_tensor *b, int s, const cr_cpu_ops *ops) {
     const int64_t n = buf->ne[1] - 1, B = buf->ne[2], Cout = w->ne[1] / (2 * s);

@@ -234,6 +234,16 @@ struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, s
                               struct ggml_tensor *b, int s, int crop, int64_t n_out, const cr_cpu_ops *ops, bool cpu);
 
 /*
+ * The same transposed conv into the time-fastest layout, for graphs that run the
+ * codecrt ops (fused_unit): the product of the unpadded input, then the tail op
+ * (cr_upconv_tail: both halves, the bias and the mask [n_out, B] or NULL in one pass)
+ * -> [n_out, B, Cout], what cr_to_tf of cr_upconv's output (masked) holds. NULL where
+ * the op does not apply (no bias, shapes), for cr_upconv instead.
+ */
+struct ggml_tensor *cr_upconv_tf(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                 struct ggml_tensor *b, struct ggml_tensor *mask, int s, int crop, int64_t n_out);
+
+/*
  * The same transposed conv in a stream tick: buf [Cin, 1+n, B] holds the
  * previous input frame (the layer's state, zeros before the first) and n new
  * ones -> [Cout, n*s, B], uncropped output blocks 1..n of buf (block j is

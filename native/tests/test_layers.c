@@ -536,6 +536,30 @@ static void test_upconv(void) {
             char what[64];
             snprintf(what, sizeof(what), "upconv s %d crop %d op %d T %lld", s, p, op, (long long)T);
             compare(what, got, ref, Cout * n_out * B);
+            /* the tail op (cr_upconv_tf: ops/ops_upconv.c's C function here): time fastest
+               [n_out, B, Cout], the mask's zeros applied (every third sample; all ones on odd cases) */
+            struct ggml_tensor *mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_out, B);
+            for (int64_t i = 0; i < n_out * B; i++) {
+                ((float *)mask->data)[i] = c % 2 == 1 || i % 3 ? 1.0f : 0.0f;
+            }
+            struct ggml_tensor *yt = cr_upconv_tf(ctx, x, w, b, mask, s, p, n_out);
+            CHECK(yt != NULL, "%s: the tail op applies", what);
+            check_shape("upconv_tf", yt, n_out, B, Cout);
+            const float *gt = compute(ctx, graph(ctx), &yt);
+            double *reft = malloc(sizeof(double) * (size_t)(Cout * n_out * B));
+            for (int64_t bb = 0; bb < B; bb++) {
+                for (int64_t t = 0; t < n_out; t++) {
+                    for (int64_t o = 0; o < Cout; o++) {
+                        reft[t + n_out * (bb + B * o)] =
+                            ref[o + Cout * (t + n_out * bb)] * ((const float *)mask->data)[t + n_out * bb];
+                    }
+                }
+            }
+            snprintf(what, sizeof(what), "upconv_tf s %d crop %d op %d T %lld", s, p, op, (long long)T);
+            compare(what, gt, reft, Cout * n_out * B);
+            CHECK(cr_upconv_tf(ctx, x, w, NULL, NULL, s, p, n_out) == NULL, "%s: no bias, no op", what);
+            CHECK(cr_upconv_tf(ctx, x, w, b, NULL, s, p, (T + 1) * s - p + 1) == NULL, "%s: past the output", what);
+            free(reft);
             free(acc);
             free(ref);
             ggml_free(ctx);

@@ -235,6 +235,7 @@ def test_unknown_device(codecrt, gguf24):
     ("CODECRT_STREAM_GRAPHS", ("one", "split")),
     ("CODECRT_FUSED_UNIT", ("1", "0")),
     ("CODECRT_GRAPH_INPUTS", ("device", "host")),
+    ("CODECRT_PRECISE_SIN", ("1", "0")),
 ])
 def test_environment_switches(codecrt, gguf24, monkeypatch, name, values):
     """Each of the context's environment switches (read when a context is created) takes auto,

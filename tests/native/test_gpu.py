@@ -161,7 +161,8 @@ def _context(codecrt, m, device, env, **kw):
 
 @pytest.mark.parametrize("name", ["24khz", "32khz", "44khz"])
 def test_unit_kernels_match_their_cpu_functions(codecrt, snac_cases, name):
-    """The residual unit's ops on CUDA (native/src/cuda/cuda_ops.cu: the core and the tail) against
+    """The residual unit's ops on CUDA (native/src/cuda/cuda_ops.cu: the core, its Snakes' sine reduced or
+    CUDA's sinf, and the tail; the transposed convs' tail) against
     the same ops' C functions on the CPU (portable graphs, CODECRT_FUSED_UNIT=1) and against the
     composed ggml ops on the GPU (CODECRT_FUSED_UNIT=0), offline and streamed: as ggml's
     test-backend-ops checks a backend's op against the CPU's. The ops backend is in the context's
@@ -171,11 +172,19 @@ def test_unit_kernels_match_their_cpu_functions(codecrt, snac_cases, name):
     with codecrt.Model(case.gguf) as m:
         n = 2 * m.info.frame_multiple if m.info.frame_multiple > 4 else 48
         levels = reference.random_codes(m.info, n, 3, rng)
+        # without noise the transposed convs' tails run as their op too (ops/ops_upconv.c): masked
+        # in the bucketed context (3 sequences in a bucket of 4), unmasked in the plain one
         with _context(codecrt, m, "cpu", {"CODECRT_PORTABLE_OPS": "1", "CODECRT_FUSED_UNIT": "1"}) as cpu:
             want = cpu.decode(levels, noise=True, seed=3)
+            want_quiet = cpu.decode(levels)
         with _context(codecrt, m, GPU, {"CODECRT_FUSED_UNIT": "0"}) as composed:
             assert not any(b.endswith("+codecrt") for b in composed.stats.backends)
             base = composed.decode(levels, noise=True, seed=3)
+            base_quiet = composed.decode(levels)
+        with _context(codecrt, m, GPU, {"CODECRT_FUSED_UNIT": "1"}) as plain:
+            quiet_plain = plain.decode(levels)
+        with _context(codecrt, m, GPU, {"CODECRT_FUSED_UNIT": "1", "CODECRT_PRECISE_SIN": "1"}) as precise:
+            got_precise = precise.decode(levels, noise=True, seed=3)  # the Snakes with CUDA's sinf
         with _context(codecrt, m, GPU, {"CODECRT_FUSED_UNIT": "1"}, batch_bucket=True, max_batch=4) as gpu:
             assert any(b.endswith("+codecrt") for b in gpu.stats.backends), gpu.stats.backends
             got = gpu.decode(levels, noise=True, seed=3)
@@ -190,11 +199,16 @@ def test_unit_kernels_match_their_cpu_functions(codecrt, snac_cases, name):
             for s in ss:
                 s.close()
             splits = gpu.stats.graph_splits
-    e_cpu, e_composed = rel_l2(got, want), rel_l2(got, base)
+    e_cpu, e_composed, e_precise = rel_l2(got, want), rel_l2(got, base), rel_l2(got_precise, want)
+    e_tail = max(rel_l2(quiet, want_quiet), rel_l2(quiet_plain, want_quiet))
+    e_tail_composed = max(rel_l2(quiet, base_quiet), rel_l2(quiet_plain, base_quiet))
     e_stream = float(np.abs(streamed - quiet).max())
-    print(f"\nSNAC {name} unit ops on CUDA: vs their CPU functions {e_cpu:.2e}, vs composed on CUDA {e_composed:.2e}, "
+    print(f"\nSNAC {name} unit ops on CUDA: vs their CPU functions {e_cpu:.2e} ({e_precise:.2e} with "
+          f"CODECRT_PRECISE_SIN=1), vs composed on CUDA {e_composed:.2e}; "
+          f"with the upconv tail op (no noise, masked and not) {e_tail:.2e} and {e_tail_composed:.2e}; "
           f"streamed vs offline max |diff| {e_stream:.2e}, graph splits {splits}, TF32 {'off' if TF32_OFF else 'on'}")
-    assert e_cpu <= TOL and e_composed <= TOL
+    assert e_cpu <= TOL and e_composed <= TOL and e_precise <= TOL
+    assert e_tail <= TOL and e_tail_composed <= TOL
     assert e_stream < STREAM_TOL
 
 

@@ -83,8 +83,14 @@ def test_recreate_policy(codecrt, model24):
     assert st.reservations == st.sched_recreations + 1
 
 
-def test_buckets_do_not_change_samples(codecrt, model24):
-    """Frame and batch buckets share graphs across shapes and never change the valid samples."""
+@pytest.mark.parametrize("ops", ["cpu", "portable-fused"])
+def test_buckets_do_not_change_samples(codecrt, model24, ops, monkeypatch):
+    """Frame and batch buckets share graphs across shapes and never change the valid samples: with
+    the CPU's ops, and with the ops that a CUDA device runs (their C functions here), where the
+    transposed convs' tail op applies each bucket's mask (ops/ops_upconv.c)."""
+    if ops == "portable-fused":
+        monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
+        monkeypatch.setenv("CODECRT_FUSED_UNIT", "1")
     rng = np.random.default_rng(4)
     cases = [reference.random_codes(model24.info, f, b, rng) for f, b in [(4, 1), (12, 3), (8, 2)]]
     with codecrt.Context(model24, device="cpu") as exact, \

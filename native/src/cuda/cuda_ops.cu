@@ -8,7 +8,8 @@
  * implementations): the unit core (Snake1, a depthwise conv with its bias, Snake2 and a
  * transpose, in one kernel that reads the time-fastest input once and writes the
  * channels-fastest output once) and the unit tail (the 1x1 conv's bias and the residual
- * added in one pass).
+ * added in one pass), and a transposed conv's tail (ops/ops_upconv.c: its product's two
+ * halves, the bias and the mask, written time fastest, in one pass).
  */
 #include <cuda_runtime.h>
 
@@ -22,6 +23,7 @@
 #include "ggml-cuda.h"
 #include "ggml.h"
 #include "ops/res_unit.h"
+#include "ops/upconv.h"
 
 namespace {
 
@@ -36,9 +38,23 @@ constexpr int TILE_T = 64;
 constexpr int ROWS = 8;
 constexpr int MAX_GRID_Z = 65535;
 
+/* sin(x) by the hardware's approximation after reducing x modulo 2 pi in two steps (2 pi as
+   a float plus its remainder): within about 1e-6 of sinf for |x| up to 1e4, where ggml's
+   own Snake (built with -use_fast_math) takes __sinf of x unreduced. CUDA's sinf is some
+   twenty instructions a call, and the unit core takes two and more a sample: it was
+   compute-bound (an offline SNAC decode's core kernels moved a third of the H100's memory
+   bandwidth, 2026-12-06). CODECRT_PRECISE_SIN=1 takes sinf (cr_cuda_ops_new's precise_sin). */
+__device__ __forceinline__ float sin_reduced(float x) {
+    const float k = rintf(x * 0.159154943091895336f);   /* 1 / (2 pi) */
+    float r = fmaf(-k, 6.28318548202514648f, x);        /* 2 pi rounded to a float */
+    r = fmaf(-k, -1.74845560007449e-07f, r);         /* 2 pi less that float */
+    return __sinf(r);
+}
+
 /* x + inv sin(a x)^2, in the composed ops' order (mul, sin, sqr, mul, add) */
+template <bool PRECISE>
 __device__ __forceinline__ float snake(float x, float a, float inv) {
-    const float s = sinf(x * a);
+    const float s = PRECISE ? sinf(x * a) : sin_reduced(x * a);
     return x + (s * s) * inv;
 }
 
@@ -58,7 +74,7 @@ inline size_t tile_bytes(int span) {
  *   outside [0, L). KT: the taps when known at compile time (SNAC's 7), else 0 (K_rt taps).
  * Grid (ceil(n / TILE_T), ceil(C / TILE_C), min(B, 65535)); block (32, ROWS).
  */
-template <int KT>
+template <int KT, bool PRECISE>
 __global__ void __launch_bounds__(32 * ROWS)
     unit_core_kernel(const float *__restrict__ t, const float *__restrict__ w, const float *__restrict__ bias,
                      const float *__restrict__ a1, const float *__restrict__ i1, const float *__restrict__ a2,
@@ -91,7 +107,7 @@ __global__ void __launch_bounds__(32 * ROWS)
             const float a = a1[cc], ia = i1[cc];
             for (int j = lane; j < width; j += 32) {
                 const int64_t g = t0 - lp + j;
-                tile[ci * stride + j] = g >= 0 && g < L ? snake(x[g], a, ia) : 0.0f;
+                tile[ci * stride + j] = g >= 0 && g < L ? snake<PRECISE>(x[g], a, ia) : 0.0f;
             }
         }
         __syncthreads();
@@ -105,7 +121,7 @@ __global__ void __launch_bounds__(32 * ROWS)
                         acc += s[tt + k * dil] * wk[k];
                     }
                 }
-                y[((int64_t)b * n + t0 + tt) * C + c] = snake(acc + bc, a2c, i2c);
+                y[((int64_t)b * n + t0 + tt) * C + c] = snake<PRECISE>(acc + bc, a2c, i2c);
             }
         }
         __syncthreads(); /* the tile is reloaded for the next sequence */
@@ -128,6 +144,48 @@ __global__ void unit_tail_kernel(const float *__restrict__ y, const float *__res
         const I r = i / n, t = i - r * n, b = r % B, c = r / B;
         const float xv = *(const float *)(x + (int64_t)b * nb1 + (int64_t)c * nb2 + (int64_t)t * sizeof(float));
         out[i] = (y[i] + bias[c]) + xv;
+    }
+}
+
+/* ------------------------------------------------------------ the upconv tail */
+
+/*
+ * z [2s*C, T, B] (channels fastest) -> out [n, B, C] (time fastest):
+ *   out[o, b, c] = ((z[r C + c, j, b] + z[(s + r) C + c, j - 1, b]) + bias[c]) * mask[o, b],
+ *   u = o + crop, j = u / s, r = u % s, frames -1 and T zeros. A block transposes a tile of
+ * TILE_T samples x 32 channels through shared memory: its lanes read channels (128-byte rows
+ * of z), then write samples (128-byte rows of out).
+ * Grid (ceil(n / TILE_T), ceil(C / 32), min(B, 65535)); block (32, ROWS).
+ */
+__global__ void __launch_bounds__(32 * ROWS)
+    upconv_tail_kernel(const float *__restrict__ z, const float *__restrict__ bias, const float *__restrict__ mask,
+                       float *__restrict__ out, int64_t n, int B, int C, int64_t T, int s, int crop) {
+    __shared__ float tile[TILE_C][TILE_T + 1];
+    const int c0 = blockIdx.y * TILE_C, lane = threadIdx.x, row = threadIdx.y;
+    const int64_t o0 = (int64_t)blockIdx.x * TILE_T;
+    const int c = c0 + lane;
+    const int64_t frame = 2 * (int64_t)s * C; /* z's floats per frame */
+    const float bc = c < C ? bias[c] : 0.0f;
+    for (int b = blockIdx.z; b < B; b += gridDim.z) {
+        const float *zb = z + (int64_t)b * T * frame;
+        if (c < C) {
+            for (int oo = row; oo < TILE_T && o0 + oo < n; oo += ROWS) {
+                const int64_t o = o0 + oo, u = o + crop, j = u / s;
+                const int r = (int)(u - j * s);
+                const float lo = j < T ? zb[j * frame + (int64_t)r * C + c] : 0.0f;
+                const float hi = j >= 1 ? zb[(j - 1) * frame + (int64_t)(s + r) * C + c] : 0.0f;
+                const float v = (lo + hi) + bc;
+                tile[lane][oo] = mask ? v * mask[(int64_t)b * n + o] : v;
+            }
+        }
+        __syncthreads();
+        for (int cc = row; cc < TILE_C && c0 + cc < C; cc += ROWS) {
+            float *dst = out + ((int64_t)(c0 + cc) * B + b) * n;
+            for (int oo = lane; oo < TILE_T && o0 + oo < n; oo += 32) {
+                dst[o0 + oo] = tile[cc][oo];
+            }
+        }
+        __syncthreads(); /* the tile is refilled for the next sequence */
     }
 }
 
@@ -157,6 +215,10 @@ bool is_unit_tail(const ggml_tensor *op) {
     return custom_fun(op) == cr_unit_tail_cpu;
 }
 
+bool is_upconv_tail(const ggml_tensor *op) {
+    return custom_fun(op) == cr_upconv_tail_cpu;
+}
+
 cr_unit_core_params unit_core_params(const ggml_tensor *op) {
     return cr_unit_core_unpack(custom_params(op).userdata);
 }
@@ -166,7 +228,7 @@ int unit_core_span(const ggml_tensor *op) {
     return unit_core_params(op).dil * (int)(op->src[1]->ne[1] - 1);
 }
 
-cudaError_t launch_unit_core(const ggml_tensor *dst, cudaStream_t stream) {
+cudaError_t launch_unit_core(const ggml_tensor *dst, cudaStream_t stream, bool precise) {
     const ggml_tensor *t = dst->src[0], *w = dst->src[1];
     const cr_unit_core_params p = unit_core_params(dst);
     const int64_t L = t->ne[0], n = dst->ne[1];
@@ -182,13 +244,11 @@ cudaError_t launch_unit_core(const ggml_tensor *dst, cudaStream_t stream) {
         args[i] = (const float *)dst->src[i]->data;
     }
     float *y = (float *)dst->data;
-    if (K == 7) {
-        unit_core_kernel<7><<<grid, block, smem, stream>>>(args[0], args[1], args[2], args[3], args[4], args[5],
-                                                           args[6], y, L, B, C, n, K, p.dil, lp);
-    } else {
-        unit_core_kernel<0><<<grid, block, smem, stream>>>(args[0], args[1], args[2], args[3], args[4], args[5],
-                                                           args[6], y, L, B, C, n, K, p.dil, lp);
-    }
+    /* SNAC's 7 taps unrolled; the sine reduced (the default) or CUDA's sinf */
+    auto kernel = K == 7 ? (precise ? unit_core_kernel<7, true> : unit_core_kernel<7, false>)
+                         : (precise ? unit_core_kernel<0, true> : unit_core_kernel<0, false>);
+    kernel<<<grid, block, smem, stream>>>(args[0], args[1], args[2], args[3], args[4], args[5], args[6], y, L, B,
+                                          C, n, K, p.dil, lp);
     return cudaGetLastError();
 }
 
@@ -211,6 +271,19 @@ cudaError_t launch_unit_tail(const ggml_tensor *dst, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
+cudaError_t launch_upconv_tail(const ggml_tensor *dst, cudaStream_t stream) {
+    const ggml_tensor *z = dst->src[0], *b = dst->src[1], *mask = dst->src[2];
+    const cr_upconv_params p = cr_upconv_unpack(custom_params(dst).userdata);
+    const int64_t n = dst->ne[0], T = z->ne[1];
+    const int B = (int)dst->ne[1], C = (int)dst->ne[2];
+    const dim3 grid((unsigned)((n + TILE_T - 1) / TILE_T), (unsigned)((C + TILE_C - 1) / TILE_C),
+                    (unsigned)(B < MAX_GRID_Z ? B : MAX_GRID_Z));
+    upconv_tail_kernel<<<grid, dim3(32, ROWS), 0, stream>>>(
+        (const float *)z->data, (const float *)b->data, mask ? (const float *)mask->data : nullptr,
+        (float *)dst->data, n, B, C, T, p.s, p.crop);
+    return cudaGetLastError();
+}
+
 /* ----------------------------------------------------------------- backend */
 
 struct ops_context {
@@ -220,6 +293,7 @@ struct ops_context {
     cudaStream_t stream;
     ggml_backend_event_t before, after; /* CUDA events of ggml's device (cudaEvent_t in context) */
     size_t smem_max;          /* shared memory a block may opt in to */
+    bool precise_sin;         /* CODECRT_PRECISE_SIN=1: the unit core's Snakes take sinf */
     char name[32];
     ggml_backend_device dev;  /* this backend's device: ggml's CUDA device for buffers and memory,
                                  its own ops */
@@ -268,6 +342,13 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
         return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && y && b && x && y->type == GGML_TYPE_F32 &&
                b->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && ggml_is_contiguous(y) &&
                ggml_is_contiguous(b) && x->nb[0] == sizeof(float);
+    }
+    if (is_upconv_tail(op)) {
+        const ggml_tensor *z = op->src[0], *b = op->src[1], *m = op->src[2];
+        return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && z && b && z->type == GGML_TYPE_F32 &&
+               b->type == GGML_TYPE_F32 && ggml_is_contiguous(z) && ggml_is_contiguous(b) &&
+               (!m || (m->type == GGML_TYPE_F32 && ggml_is_contiguous(m))) && op->ne[1] <= INT32_MAX &&
+               op->ne[2] <= INT32_MAX && (op->ne[0] + TILE_T - 1) / TILE_T <= INT32_MAX;
     }
     if (!is_unit_core(op)) {
         return false;
@@ -345,9 +426,11 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, struct ggml_cgrap
         }
         cudaError_t e;
         if (is_unit_core(node)) {
-            e = launch_unit_core(node, c->stream);
+            e = launch_unit_core(node, c->stream, c->precise_sin);
         } else if (is_unit_tail(node)) {
             e = launch_unit_tail(node, c->stream);
+        } else if (is_upconv_tail(node)) {
+            e = launch_upconv_tail(node, c->stream);
         } else {
             std::fprintf(stderr, "codecrt: %s was given a %s node, which it cannot compute\n", c->name,
                          ggml_op_desc(node));
@@ -370,7 +453,7 @@ ggml_guid guid = {0x5e, 0x2c, 0x61, 0x0f, 0x8b, 0x47, 0x4d, 0x2a, 0x9c, 0x13, 0x
 
 } // namespace
 
-extern "C" ggml_backend_t cr_cuda_ops_new(ggml_backend_t device) {
+extern "C" ggml_backend_t cr_cuda_ops_new(ggml_backend_t device, bool precise_sin) {
     if (!device || !ggml_backend_is_cuda(device)) {
         return nullptr;
     }
@@ -388,6 +471,7 @@ extern "C" ggml_backend_t cr_cuda_ops_new(ggml_backend_t device) {
     }
     c->device = device;
     c->cuda = cuda;
+    c->precise_sin = precise_sin;
     c->cuda_index = index;
     std::snprintf(c->name, sizeof(c->name), "%s+codecrt", ggml_backend_dev_name(cuda));
     c->before = ggml_backend_event_new(cuda);
@@ -400,10 +484,15 @@ extern "C" ggml_backend_t cr_cuda_ops_new(ggml_backend_t device) {
         /* the widest tile the op allows, where the device has it (all of them since Volta) */
         c->smem_max = tile_bytes(CR_UNIT_CORE_MAX_SPAN) <= (size_t)optin ? tile_bytes(CR_UNIT_CORE_MAX_SPAN)
                                                                           : 48 * 1024;
-        ok = cudaFuncSetAttribute(unit_core_kernel<7>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)c->smem_max) == cudaSuccess &&
-             cudaFuncSetAttribute(unit_core_kernel<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)c->smem_max) == cudaSuccess;
+        const int smem = (int)c->smem_max;
+        ok = cudaFuncSetAttribute(unit_core_kernel<7, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+                 cudaSuccess &&
+             cudaFuncSetAttribute(unit_core_kernel<0, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+                 cudaSuccess &&
+             cudaFuncSetAttribute(unit_core_kernel<7, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+                 cudaSuccess &&
+             cudaFuncSetAttribute(unit_core_kernel<0, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
+                 cudaSuccess;
         if (!ok) {
             cudaStreamDestroy(c->stream);
         }

@@ -6,8 +6,9 @@
 #include "cuda_ops.h"
 
 #ifndef CODECRT_CUDA_OPS
-ggml_backend_t cr_cuda_ops_new(ggml_backend_t device) {
+ggml_backend_t cr_cuda_ops_new(ggml_backend_t device, bool precise_sin) {
     (void)device;
+    (void)precise_sin;
     return NULL;
 }
 #else

@@ -77,17 +77,29 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
         }
         t *= s;
         /* ConvTranspose1d(k 2s, stride s, padding ceil(s/2), output_padding s % 2): T*s samples */
-        x = cr_upconv(ctx, x, snac_w(w, "decoder.block.%d.up.weight", i), snac_w(w, "decoder.block.%d.up.bias", i), s,
-                      (s + 1) / 2, t, ops, shape->cpu_ops);
-        if (shape->noise && hp->noise) {
-            snprintf(name, sizeof(name), "noise.%d", i);
-            struct ggml_tensor *n = io[SNAC_IO_NOISE + i] = cr_input(ctx, GGML_TYPE_F32, 1, t, B, name);
-            struct ggml_tensor *h = cr_mm(ctx, snac_w(w, "decoder.block.%d.noise.weight", i), x);
-            x = ggml_add(ctx, x, ggml_mul(ctx, h, n));
-        }
-        x = snac_mask(ctx, x, masks[i + 1]);
-        if (tf) {
-            xt = ggml_reshape_3d(ctx, cr_to_tf(ctx, x), t, B, x->ne[0]);
+        struct ggml_tensor *up_w = snac_w(w, "decoder.block.%d.up.weight", i);
+        struct ggml_tensor *up_b = snac_w(w, "decoder.block.%d.up.bias", i);
+        /* where the codecrt ops run and no noise comes between: its tail as one op, straight
+           into the time-fastest residual stream, masked ([t, B, Cout]) */
+        struct ggml_tensor *up = tf && shape->fused_unit && !(shape->noise && hp->noise)
+                                     ? cr_upconv_tf(ctx, x, up_w, up_b,
+                                                    masks[i + 1] ? ggml_reshape_2d(ctx, masks[i + 1], t, B) : NULL, s,
+                                                    (s + 1) / 2, t)
+                                     : NULL;
+        if (up) {
+            xt = up;
+        } else {
+            x = cr_upconv(ctx, x, up_w, up_b, s, (s + 1) / 2, t, ops, shape->cpu_ops);
+            if (shape->noise && hp->noise) {
+                snprintf(name, sizeof(name), "noise.%d", i);
+                struct ggml_tensor *n = io[SNAC_IO_NOISE + i] = cr_input(ctx, GGML_TYPE_F32, 1, t, B, name);
+                struct ggml_tensor *h = cr_mm(ctx, snac_w(w, "decoder.block.%d.noise.weight", i), x);
+                x = ggml_add(ctx, x, ggml_mul(ctx, h, n));
+            }
+            x = snac_mask(ctx, x, masks[i + 1]);
+            if (tf) {
+                xt = ggml_reshape_3d(ctx, cr_to_tf(ctx, x), t, B, x->ne[0]);
+            }
         }
         /* the mask of this resolution as [t, B, 1], for the time-fastest stream */
         struct ggml_tensor *mt = masks[i + 1] && tf ? ggml_reshape_3d(ctx, masks[i + 1], t, B, 1) : NULL;
