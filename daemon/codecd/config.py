@@ -125,14 +125,16 @@ class Config:
                           "aligned ticks, with the other streams), now (at once, in a small "
                           "tick of the new streams alone between the aligned ones, as many as "
                           "end before the next: earlier first audio for a graph more per new "
-                          "stream's chunk) or auto (now on a worker whose models run on the "
-                          "CPU, cadence on a GPU, where now is not measured yet)")
-    first_audio_gap_ms: float = _f(0.0, "first_audio now: the longest gap after a stream's "
+                          "stream's chunk) or auto (now, bounded by first_audio_gap_ms on a "
+                          "GPU; cadence on a GPU whose bound is 0)")
+    first_audio_gap_ms: float = _f(-1.0, "first_audio now: the longest gap after a stream's "
                                    "first audio that its express tick may open, ms (0: no "
-                                   "bound); the express tick waits until its audio comes at "
-                                   "most this long before the aligned round that brings the "
-                                   "stream's next chunk, so each ms of earlier first audio "
-                                   "costs one of gap, and never more than this")
+                                   "bound; -1, auto: twice the models' shortest tick period on "
+                                   "a GPU, 170 for SNAC 24 kHz, no bound on the CPU); the "
+                                   "express tick waits until its audio comes at most this long "
+                                   "before the aligned round that brings the stream's next "
+                                   "chunk, so each ms of earlier first audio costs one of gap, "
+                                   "and never more than this")
     tick_slack_ms: float = _f(5.0, "how long past the cadence's period an aligned tick waits "
                               "for the streams whose codes are not in yet (0: none); a stream "
                               "that misses its tick gets its audio a period later")
@@ -255,11 +257,11 @@ class Config:
         for k in ("gather_ms", "max_ahead_s", "output_budget_s", "tick_align_ms", "tick_slack_ms",
                   "first_audio_gap_ms"):
             v = getattr(self, k)
-            if k == "tick_align_ms" and v == -1:
-                continue  # auto
+            auto = k in ("tick_align_ms", "first_audio_gap_ms")
+            if auto and v == -1:
+                continue
             if not (math.isfinite(v) and v >= 0):
-                errs.append(f"{k}: must be >= 0, got {v}" + (" (or -1: auto)" if k == "tick_align_ms"
-                                                             else ""))
+                errs.append(f"{k}: must be >= 0, got {v}" + (" (or -1: auto)" if auto else ""))
         if any(b < 1 for b in self.batch_buckets):
             errs.append(f"batch_buckets: sizes must be >= 1, got {self.batch_buckets}")
         if self.log_format not in LOG_FORMATS:

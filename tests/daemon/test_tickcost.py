@@ -57,3 +57,20 @@ def test_older_ticks_weigh_less() -> None:
     for _ in range(4):
         c.add(100, 30.0)
     assert 20.0 < c.predict(100) < 30.0
+
+
+def test_spread_measures_how_far_ticks_stray_from_the_line() -> None:
+    """Ticks on the line have no spread; ticks alternating 10 ms either side of it have about
+    10 ms; none is claimed before ticks of two sizes make a line."""
+    c = TickCost()
+    c.add(100, 10.0)
+    c.add(100, 30.0)
+    assert c.spread() == 0.0  # one size: no line yet
+    c = TickCost()
+    for n in (100, 200, 300, 400) * 4:
+        c.add(n, 5.0 + 0.05 * n)
+    assert c.spread() == pytest.approx(0.0, abs=1e-6)
+    c = TickCost()
+    for i in range(200):
+        c.add(100 + (i % 3) * 100, 5.0 + 0.05 * (100 + (i % 3) * 100) + (10.0 if i % 2 else -10.0))
+    assert c.spread() == pytest.approx(10.0, rel=0.15)

@@ -191,18 +191,19 @@ def test_first_audio_auto_is_now_on_the_cpu(tmp_path: Path, small: Path) -> None
     toml = tmp_path / "c.toml"
     toml.write_text(f'[[models]]\nname = "small"\nsource = "{small}"\n')
     daemon = engine_config(load_config(str(toml), env={}), {"small": str(small)})
-    assert (daemon.first_audio, daemon.tick_slack_ms, daemon.first_audio_gap_ms) == ("auto", 5.0, 0.0)
+    assert (daemon.first_audio, daemon.tick_slack_ms, daemon.first_audio_gap_ms) == ("auto", 5.0, -1.0)
     with pytest.raises(ConfigError, match="first_audio"):
         load_config(str(toml), env={"CODECD_FIRST_AUDIO": "soon"})
-    with pytest.raises(ConfigError, match="first_audio_gap_ms: must be >= 0"):
-        load_config(str(toml), env={"CODECD_FIRST_AUDIO_GAP_MS": "-1"})
+    with pytest.raises(ConfigError, match=r"first_audio_gap_ms: must be >= 0, got -2.0 \(or -1: auto\)"):
+        load_config(str(toml), env={"CODECD_FIRST_AUDIO_GAP_MS": "-2"})
     gap = load_config(str(toml), env={"CODECD_FIRST_AUDIO_GAP_MS": "150"})
     assert engine_config(gap, {"small": str(small)}).first_audio_gap_ms == 150.0
     for mode, express in (("auto", True), ("cadence", False), ("now", True)):
         cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=4,
-                           max_batch=4, warm_buckets=(1,), first_audio=mode)
+                           max_batch=4, warm_buckets=(1,), first_audio=mode, first_audio_gap_ms=-1.0)
         with running_worker(cfg, front=mode == "auto") as (w, front):
             assert w.express is express, mode
+            assert w.first_gap_ms == 0.0  # auto on the CPU: no bound
             if front is not None:
                 send(front, [
                     wire.OpenStream(1, "small"),
@@ -304,7 +305,8 @@ def test_express_ticks_only_what_ends_before_the_aligned_tick(small: Path) -> No
         w.run_ticks()
         assert list(m.batches) == [2, 2]
         st = w.stats()  # what /metrics shows of it (codecd_express_ticks, codecd_tick_cost_seconds)
-        assert st["cadence"] == {"period_ms": 1000.0, "slack_ms": 0.0, "first_audio": "now"}
+        assert st["cadence"] == {"period_ms": 1000.0, "slack_ms": 0.0, "first_audio": "now",
+                                 "first_audio_gap_ms": 0.0}
         assert st["models"]["small"]["express_ticks"] == 1
         fixed_ms, per_ms = st["models"]["small"]["tick_cost_ms"]
         assert fixed_ms >= 0 and per_ms > 0
@@ -370,6 +372,63 @@ def test_first_audio_gap_holds_an_express_tick_until_its_gap_fits(small: Path) -
                 w._fresh[st.sid] = st
         w._express(time.monotonic() + 0.4)
         assert m.express_ticks == 2 and not w._holds
+
+
+def test_first_audio_auto_on_a_gpu_bounds_the_gap_at_two_periods() -> None:
+    """first_audio and first_audio_gap_ms auto on a worker whose models run on a GPU: express
+    ticks, bounded at twice the shortest tick period in whole ms (SNAC 24 kHz's 4 frames of 512
+    samples: 85.3 ms, so 170); a GPU model whose bound is set to 0 keeps the cadence, and a CPU
+    model expresses unbounded. Models stand in for loaded ones: only their context's backends
+    and stream shape are read."""
+    from types import SimpleNamespace
+
+    from codecd.families.native import ExactStreamModel
+    from codecd.worker import auto_express, auto_first_gap_ms
+
+    def model(backend: str, hop: int, sr: int, chunk: int = 4) -> Any:
+        lm = ExactStreamModel.__new__(ExactStreamModel)
+        lm.ctx = SimpleNamespace(stats=SimpleNamespace(backends=(backend, "CPU")))
+        lm.model = SimpleNamespace(info=SimpleNamespace(hop_length=hop, sample_rate=sr))
+        lm.chunk_frames = chunk
+        return SimpleNamespace(lm=lm)
+
+    snac = model("CUDA0", 512, 24000)
+    mimi = model("CUDA0", 1920, 24000, chunk=1)  # 80 ms a tick
+    assert auto_first_gap_ms([snac]) == 170.0
+    assert auto_first_gap_ms([snac, mimi]) == 160.0
+    assert auto_express([snac], 170.0) and not auto_express([snac], 0.0)
+    cpu = model("CPU", 512, 24000)
+    assert auto_first_gap_ms([cpu]) == 0.0 and auto_express([cpu], 0.0)
+
+
+def test_first_audio_gap_allows_for_slow_rounds(small: Path) -> None:
+    """The gap after an express tick ends at the aligned round a period on, and the bound is on the
+    gaps' tail: the hold takes that round as slow as the tick cost's spread says rounds run
+    (_GAP_TAIL_SPREADS of it), not at the line's mean. With the mean alone a 155 ms bound gave
+    first-audio gaps of 184 to 200 ms at their 99th percentile (H100, 1,300 streams)."""
+    import pytest
+
+    from codecd.engine.config import EngineConfig
+    from codecd.tickcost import TickCost
+    from codecd.worker import _GAP_TAIL_SPREADS
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=8, max_batch=8,
+                       warm_buckets=(1,), gather_ms=0.0, tick_align_ms=1000.0,
+                       first_audio="now", first_audio_gap_ms=1250.0)
+    with running_worker(cfg, front=False) as (w, _):
+        m = w.models["small"]
+        steady, noisy = TickCost(), TickCost()
+        for i in range(400):  # 10 ms plus 15 ms a stream; the noisy one 6 ms either side of it
+            n = 1 + i % 8
+            steady.add(n, 10.0 + 15.0 * n)
+            noisy.add(n, 10.0 + 15.0 * n + (6.0 if i % 2 else -6.0))
+        holds = []
+        for cost in (steady, noisy):
+            m.cost = cost
+            holds.append(w._first_gap_hold_ms(m, 2, 100.4, 100.0))
+    # no stream open: a round of 0 streams costs the line's 10 ms; 400 + 1000 + 10 - 40 - 1250
+    assert holds[0] == pytest.approx(120.0, abs=0.1)
+    assert holds[1] - holds[0] == pytest.approx(_GAP_TAIL_SPREADS * 6.0, rel=0.1)
 
 
 def test_first_audio_gap_holds_one_model_not_the_others(small: Path, caplog: Any) -> None:

@@ -46,11 +46,12 @@ class EngineConfig:
     #: daemon's default 5 ms, tuned on the H200: docs/benchmarks.md, one tick a period)
     tick_slack_ms: float = 0.0
     #: "now": a stream's ticks until its first audio run at once, in a tick of their own,
-    #: instead of at the aligned ticks ("cadence"); "auto" (the daemon's default): now where
-    #: every model runs on the CPU, else cadence
+    #: instead of at the aligned ticks ("cadence"); "auto" (the daemon's default): now, except
+    #: on a GPU whose first_audio_gap_ms is 0
     first_audio: str = "cadence"
     #: first_audio "now": the longest gap (ms) after a stream's first audio that its express
-    #: tick may open (the worker holds the tick until it does not); 0: no bound
+    #: tick may open (the worker holds the tick until it does not); 0: no bound; -1 (the
+    #: daemon's default, auto): twice the models' shortest tick period on a GPU, else 0
     first_audio_gap_ms: float = 0.0
     #: when a worker warms only its smallest bucket before it reports ready and reserves the
     #: larger ones in the background, between ticks while it is idle: "restart" (a worker
