@@ -75,7 +75,8 @@
 #   convcheck  the DAC 24 kHz check that fails now and then with cr_conv1d's shifted products
 #            (CODECRT_CONV=taps; docs/benchmarks.md): test_dac_gpu.py::test_cuda_matches_cpu[24khz],
 #            TF32 off, $CONVCHECK_RUNS [3] times each with the products, with them and
-#            GGML_CUDA_PDL=0 (no programmatic dependent launch) and with im2col, one line per run;
+#            GGML_CUDA_PDL=0 (no programmatic dependent launch) and with im2col, one line per run
+#            (mode taps-nofusion: the products with GGML_CUDA_DISABLE_FUSION=1);
 #            then once under compute-sanitizer --tool initcheck and once --tool racecheck with
 #            the products, where the toolkit has it (errors only, into convcheck_TOOL.txt; each
 #            run's whole output in convcheck_MODE_N.txt); $CONVCHECK_MODES [taps taps-nopdl im2col]
@@ -411,18 +412,20 @@ s3prof() {
 }
 
 convcheck() {
-    local t="tests/codecs/test_dac_gpu.py::test_cuda_matches_cpu[24khz]" runs=${CONVCHECK_RUNS:-3} i
+    local t="tests/codecs/test_dac_gpu.py::test_cuda_matches_cpu[24khz]" runs=${CONVCHECK_RUNS:-3} i vars
     export NVIDIA_TF32_OVERRIDE=0 CODECD_TEST_GPU=1
     for mode in ${CONVCHECK_MODES-taps taps-nopdl im2col}; do
         stage "convcheck: $t, $mode, $runs runs"
         for i in $(seq "$runs"); do
             # each run's whole output kept; the report gets its parity line, the failing
             # decode's per-sequence errors and the span of its wrong samples, and the verdict
-            if [ $mode = taps-nopdl ]; then
-                GGML_CUDA_PDL=0 CODECRT_CONV=taps python3 -m pytest -q -s -p no:cacheprovider -m gpu "$t" 2>&1
-            else
-                CODECRT_CONV=${mode%%-*} python3 -m pytest -q -s -p no:cacheprovider -m gpu "$t" 2>&1
-            fi > "$OUT/convcheck_${mode}_$i.txt"
+            case $mode in
+                taps-nopdl) vars=(GGML_CUDA_PDL=0 CODECRT_CONV=taps) ;;
+                taps-nofusion) vars=(GGML_CUDA_DISABLE_FUSION=1 CODECRT_CONV=taps) ;;
+                *) vars=(CODECRT_CONV="${mode%%-*}") ;;
+            esac
+            env "${vars[@]}" python3 -m pytest -q -s -p no:cacheprovider -m gpu "$t" \
+                > "$OUT/convcheck_${mode}_$i.txt" 2>&1
             grep -E "^DAC .*(relative L2|per sequence)|^E +[A-Za-z]*Error|[0-9]+ (passed|failed)" \
                 "$OUT/convcheck_${mode}_$i.txt" | head -6 | tr '\n' ' ' | sed "s/^/$mode run $i: /" \
                 | tee -a "$OUT/report.txt"
