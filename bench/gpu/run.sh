@@ -460,9 +460,11 @@ cadence() {
             shipped) extra=(); rt=20 ;;
             slack) extra=(--serve-arg=--tick-slack-ms=${CADENCE_SLACK:-0}); rt=0 ;;
             now) extra=(--serve-arg=--first-audio=now); rt=0 ;;
-            gap*) g=${way#gap}; extra=(--serve-arg=--first-audio=now
+            gap|gap[0-9]*) g=${way#gap}; extra=(--serve-arg=--first-audio=now
                                        --serve-arg=--first-audio-gap-ms=${g:-${CADENCE_GAP:-155}}); rt=0 ;;
             half) extra=(--serve-arg=--tick-align-ms=42.67); rt=0 ;;
+            *) echo "cadence: no way '$way' (shipped, slack, now, gap, gapMS, half)" | tee -a "$OUT/report.txt"
+               continue ;;
         esac
         stage "cadence, $way: python3 -m bench fronts --spawn demo --fronts 4 --n $n ${extra[*]:-}"
         CODECD_TICK_TRACE="$traces/trace-$way" python3 -m bench fronts --spawn demo --fronts 4 \

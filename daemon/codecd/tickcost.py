@@ -27,10 +27,12 @@ class TickCost:
         self._w = self._n = self._nn = self._y = self._ny = 0.0
         self._rw = self._rr = 0.0  # residuals against the line before each tick, squared
 
-    def add(self, n: int, ms: float) -> None:
-        """A tick of ``n`` streams took ``ms`` milliseconds."""
+    def add(self, n: int, ms: float, steady: bool = True) -> None:
+        """A tick of ``n`` streams took ``ms`` milliseconds. ``steady`` False (a tick that built
+        a graph, grew a buffer or paused for the garbage collector) leaves :meth:`spread` alone:
+        one such tick of 300 ms would widen every hold for a few hundred ticks."""
         d = self.decay
-        ab = self.line()
+        ab = self.line() if steady else None
         if ab is not None:  # a residual against a line (not against the one-size fallback)
             r = ms - (ab[0] + ab[1] * n)
             self._rw = self._rw * d + 1.0
@@ -73,7 +75,7 @@ class TickCost:
     def spread(self) -> float:
         """The root mean square (ms) of recent ticks' distance from the line as it stood before
         each: how much slower than :meth:`predict` a slow tick runs (on an H100 at 1,300 SNAC
-        streams, ticks of 45 to 50 ms on average and 65 to 73 ms at their 99th percentile);
+        streams, ticks of 48 to 53 ms on average and 65 to 73 ms at their 99th percentile);
         0 until ticks of two sizes have made a line."""
         return (self._rr / self._rw) ** 0.5 if self._rw else 0.0
 

@@ -139,6 +139,9 @@ _EXPRESS_FIRST = 64
 #: gap bound of 155 ms gave first-audio gaps of 184 to 200 ms at their 99th percentile with the
 #: mean alone (H100, 1,300 streams, 2026-12-06), where the slow ticks ran 20 ms over it
 _GAP_TAIL_SPREADS = 2.33
+#: a tick whose garbage-collector pauses took longer than this (ms) is not a steady one: it
+#: informs the tick cost's line but not its spread
+_GC_STEADY_MS = 1.0
 
 
 def _tick_trace(index: int) -> Any:
@@ -753,8 +756,9 @@ class Worker:
             parts.collect = (t2[0] - t1[0]) * 1e3
             parts.total = (t2[0] - t0[0]) * 1e3
             parts.gc = self.gc.ms - gc0
-            m.cost.add(parts.batch, parts.total)
             self._account_graphs(m, parts)
+            m.cost.add(parts.batch, parts.total,
+                       steady=not (parts.graphs or parts.grew or parts.gc > _GC_STEADY_MS))
             m.anatomy.add(parts)
         return n
 

@@ -329,9 +329,15 @@ struct ggml_tensor *cr_upconv(struct ggml_context *ctx, struct ggml_tensor *x, s
 
 struct ggml_tensor *cr_upconv_tf(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
                                  struct ggml_tensor *b, struct ggml_tensor *mask, int s, int crop, int64_t n_out) {
+    if (s < 1 || s >= CR_UPCONV_MAX_STRIDE || crop < 0 || crop >= CR_UPCONV_MAX_STRIDE) {
+        return NULL; /* what the op's parameters cannot carry; the shapes next, all before the
+                        product, so that no node is left without a use */
+    }
     const int64_t Cout = w->ne[1] / (2 * s);
-    if (!b || ggml_nelements(b) != Cout || w->ne[1] != 2 * s * Cout || crop + n_out > s * (x->ne[1] + 1)) {
-        return NULL; /* before the product: no node is left without a use */
+    if (!b || b->type != GGML_TYPE_F32 || w->type != GGML_TYPE_F32 || x->type != GGML_TYPE_F32 ||
+        ggml_nelements(b) != Cout || w->ne[1] != 2 * s * Cout || w->ne[0] != x->ne[0] || n_out < 1 ||
+        crop + n_out > s * (x->ne[1] + 1)) {
+        return NULL;
     }
     struct ggml_tensor *z = cr_mm(ctx, w, cr_dense(ctx, x)); /* [2s*Cout, T, B] */
     return cr_upconv_tail(ctx, z, b, mask, s, crop, n_out);   /* [n_out, B, Cout] */

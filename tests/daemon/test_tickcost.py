@@ -74,3 +74,9 @@ def test_spread_measures_how_far_ticks_stray_from_the_line() -> None:
     for i in range(200):
         c.add(100 + (i % 3) * 100, 5.0 + 0.05 * (100 + (i % 3) * 100) + (10.0 if i % 2 else -10.0))
     assert c.spread() == pytest.approx(10.0, rel=0.15)
+    # a tick that built a graph (steady=False) moves the line a little, the spread not at all
+    before = c.spread()
+    c.add(200, 300.0, steady=False)
+    assert c.spread() == before
+    c.add(200, 300.0)
+    assert c.spread() > 2 * before

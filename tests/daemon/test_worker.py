@@ -418,17 +418,17 @@ def test_first_audio_gap_allows_for_slow_rounds(small: Path) -> None:
     with running_worker(cfg, front=False) as (w, _):
         m = w.models["small"]
         steady, noisy = TickCost(), TickCost()
-        for i in range(400):  # 10 ms plus 15 ms a stream; the noisy one 6 ms either side of it
-            n = 1 + i % 8
+        for i in range(400):  # 10 ms plus 15 ms a stream; the noisy one 6 ms either side of it,
+            n = 1 + i % 8    # alternating every 8 ticks, so that every size sees both signs
             steady.add(n, 10.0 + 15.0 * n)
-            noisy.add(n, 10.0 + 15.0 * n + (6.0 if i % 2 else -6.0))
+            noisy.add(n, 10.0 + 15.0 * n + (6.0 if (i // 8) % 2 else -6.0))
         holds = []
         for cost in (steady, noisy):
             m.cost = cost
             holds.append(w._first_gap_hold_ms(m, 2, 100.4, 100.0))
     # no stream open: a round of 0 streams costs the line's 10 ms; 400 + 1000 + 10 - 40 - 1250
     assert holds[0] == pytest.approx(120.0, abs=0.1)
-    assert holds[1] - holds[0] == pytest.approx(_GAP_TAIL_SPREADS * 6.0, rel=0.1)
+    assert holds[1] - holds[0] == pytest.approx(_GAP_TAIL_SPREADS * 6.0, rel=0.05)
 
 
 def test_first_audio_gap_holds_one_model_not_the_others(small: Path, caplog: Any) -> None:

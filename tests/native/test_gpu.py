@@ -208,6 +208,7 @@ def test_unit_kernels_match_their_cpu_functions(codecrt, snac_cases, name):
           f"with the upconv tail op (no noise, masked and not) {e_tail:.2e} and {e_tail_composed:.2e}; "
           f"streamed vs offline max |diff| {e_stream:.2e}, graph splits {splits}, TF32 {'off' if TF32_OFF else 'on'}")
     assert e_cpu <= TOL and e_composed <= TOL and e_precise <= TOL
+    assert not np.array_equal(got_precise, got)  # the switch reached the kernels
     assert e_tail <= TOL and e_tail_composed <= TOL
     assert e_stream < STREAM_TOL
 

@@ -36,7 +36,8 @@ namespace {
 constexpr int TILE_C = 32;
 constexpr int TILE_T = 64;
 constexpr int ROWS = 8;
-constexpr int MAX_GRID_Z = 65535;
+constexpr int MAX_GRID_Z = 65535; /* the grid's y and z extents */
+constexpr int MAX_GRID_Y = 65535;
 
 /* sin(x) by the hardware's approximation after reducing x modulo 2 pi in two steps (2 pi as
    a float plus its remainder): within about 1e-6 of sinf for |x| up to 1e4, where ggml's
@@ -348,7 +349,7 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
         return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && z && b && z->type == GGML_TYPE_F32 &&
                b->type == GGML_TYPE_F32 && ggml_is_contiguous(z) && ggml_is_contiguous(b) &&
                (!m || (m->type == GGML_TYPE_F32 && ggml_is_contiguous(m))) && op->ne[1] <= INT32_MAX &&
-               op->ne[2] <= INT32_MAX && (op->ne[0] + TILE_T - 1) / TILE_T <= INT32_MAX;
+               (op->ne[2] + TILE_C - 1) / TILE_C <= MAX_GRID_Y && (op->ne[0] + TILE_T - 1) / TILE_T <= INT32_MAX;
     }
     if (!is_unit_core(op)) {
         return false;
@@ -361,7 +362,7 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
     }
     const int K = (int)op->src[1]->ne[1];
     return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && K >= 1 && K <= CR_UNIT_CORE_MAX_TAPS &&
-           op->src[0]->ne[1] <= INT32_MAX && op->src[0]->ne[2] <= INT32_MAX &&
+           op->src[0]->ne[1] <= INT32_MAX && (op->src[0]->ne[2] + TILE_C - 1) / TILE_C <= MAX_GRID_Y &&
            tile_bytes(unit_core_span(op)) <= ctx_of(dev)->smem_max;
 }
 
