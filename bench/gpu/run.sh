@@ -76,7 +76,9 @@
 #            (CODECRT_CONV=taps; docs/benchmarks.md): test_dac_gpu.py::test_cuda_matches_cpu[24khz],
 #            TF32 off, $CONVCHECK_RUNS [3] times each with the products, with them and
 #            GGML_CUDA_PDL=0 (no programmatic dependent launch) and with im2col, one line per run
-#            (mode taps-nofusion: the products with GGML_CUDA_DISABLE_FUSION=1);
+#            (mode taps-nofusion: the products with GGML_CUDA_DISABLE_FUSION=1; taps-cublaslog: the
+#            products with cuBLAS's call log and cuBLASLt's heuristics log, $OUT/cublas_N.log and
+#            cublaslt_N.log, to see which product leaves SGEMM in a failing run);
 #            then once under compute-sanitizer --tool initcheck and once --tool racecheck with
 #            the products, where the toolkit has it (errors only, into convcheck_TOOL.txt; each
 #            run's whole output in convcheck_MODE_N.txt); $CONVCHECK_MODES [taps taps-nopdl im2col]
@@ -422,6 +424,9 @@ convcheck() {
             case $mode in
                 taps-nopdl) vars=(GGML_CUDA_PDL=0 CODECRT_CONV=taps) ;;
                 taps-nofusion) vars=(GGML_CUDA_DISABLE_FUSION=1 CODECRT_CONV=taps) ;;
+                taps-cublaslog) vars=(CODECRT_CONV=taps CUBLAS_LOGINFO_DBG=1
+                                      CUBLAS_LOGDEST_DBG="$OUT/cublas_$i.log" CUBLASLT_LOG_LEVEL=4
+                                      CUBLASLT_LOG_FILE="$OUT/cublaslt_$i.log") ;;
                 *) vars=(CODECRT_CONV="${mode%%-*}") ;;
             esac
             env "${vars[@]}" python3 -m pytest -q -s -p no:cacheprovider -m gpu "$t" \

@@ -908,8 +908,8 @@ class Worker:
         stepped at once in a tick of their own instead of at the cadence's next tick. A SNAC
         24 kHz stream's first audio needs its third 4-frame chunk (198 ms of lookahead), and on
         a GPU at 1,000 streams that chunk waited up to a period for the tick and then computed
-        for 60 to 80 ms in a graph of every stream (docs/benchmarks.md: time to first audio p99
-        338 to 449 ms). Here a small graph of the new streams alone runs between the large ones,
+        for 60 to 80 ms in a graph of every stream (time to first audio p99 353 to 449 ms on an
+        H200; docs/history.md, 2026-12-05). Here a small graph of the new streams alone runs between the large ones,
         as many of them as its model's tick cost (:class:`TickCost`) says end before
         ``deadline`` (monotonic s), when the aligned tick is due; the rest wait for that tick
         (they are express again at their next codes). The streams with the most silent steps
@@ -974,7 +974,7 @@ class Worker:
         ``deadline + period + A - start - E``; each ms the tick starts earlier is a ms of
         earlier first audio and a ms more of that gap (on an H100 at 1,300 streams, unbounded:
         first audio p99 241 ms against the cadence's 326 to 364, gap p99 189 to 194 ms against
-        the bench's 170.6 ms bound; docs/benchmarks.md). A stream with codes pushed ahead gets
+        the bench's 170.6 ms bound; docs/history.md, 2026-12-06). A stream with codes pushed ahead gets
         its next audio sooner than this assumes, so it may wait more than it must, never past
         the aligned round. A is taken at a slow round's (the line plus ``_GAP_TAIL_SPREADS``
         of its spread), since the bound is on the gaps' tail, not their mean. The tick can end

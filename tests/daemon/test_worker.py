@@ -317,7 +317,7 @@ def test_first_audio_gap_holds_an_express_tick_until_its_gap_fits(small: Path) -
     stream's next (the aligned round a period after the one due) waits until the gap fits, with
     the worker asleep meanwhile, then runs; the held streams never wait past the aligned round.
     Unbounded, on an H100 at 1,300 streams, express ticks brought first audio p99 from 326-364
-    to 241 ms and the gap after it to 189-194 ms (docs/benchmarks.md)."""
+    to 241 ms and the gap after it to 189-194 ms (docs/history.md, 2026-12-06)."""
     import time
 
     from codecd import wire
