@@ -365,14 +365,15 @@ def runtime_alone(source: str, ns: list[int], serve_args: list[str], ticks: int,
 def runtime_capacity(measure: Callable[[list[int]], dict[int, float]], ns: list[int], period: float,
                      limit: int, step: float = 1.125) -> tuple[dict[int, float], bool]:
     """The runtime alone at the rows' N (``measure``: N list -> p99 tick s each), then, while the
-    largest is in real time, at N a ``step`` larger (a multiple of 8) up to ``limit``: the rows'
-    N alone would put the ratio's denominator at the largest N the daemon was tried with, not
+    largest is in real time, at N a ``step`` larger (at least one more; a multiple of 8 from 64
+    up) up to ``limit``: the rows' N alone would put the ratio's denominator at the largest N the daemon was tried with, not
     at what the runtime holds (an H100 on 2026-12-06: the rows stopped at 1,600, the runtime held
     2,000). Returns (N -> p99 s, whether a miss bounds the largest real-time N)."""
     alone = dict(measure(ns))
     n = max(ns)
     while alone[n] < period and n < limit:
-        n = min(limit, -(-int(n * step) // 8) * 8)
+        m = max(n + 1, -(-int(n * step * 1000) // 1000))  # ceil, as exact as the step allows
+        n = min(limit, -(-m // 8) * 8 if m >= 64 else m)
         alone.update(measure([n]))
     return alone, alone[n] >= period
 

@@ -41,4 +41,13 @@ def test_no_probe_past_a_miss_or_the_limit() -> None:
     assert asked == [[600, 1000]] and bounded
     asked.clear()
     alone, bounded = runtime_capacity(line(0.01, asked), [8, 16], PERIOD, 20)
-    assert asked == [[8, 16], [20]] and not bounded and max(alone) == 20
+    assert asked == [[8, 16], [18], [20]] and not bounded and max(alone) == 20
+
+
+def test_small_loads_are_probed_a_stream_or_more_at_a_time() -> None:
+    """Below 64 streams (a CPU's loads) the steps are not rounded to multiples of 8: from 14,
+    16, 18, 21, 24, 27 rather than 16 and then 24."""
+    asked: list[list[int]] = []
+    alone, bounded = runtime_capacity(line(3.5, asked), [10, 14], PERIOD, 28)
+    assert asked == [[10, 14], [16], [18], [21], [24], [27]]
+    assert bounded and max(n for n, t in alone.items() if t < PERIOD) == 24
