@@ -33,6 +33,7 @@ the period by less than one period, no refusals, no errors) plus zero underruns 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -372,7 +373,7 @@ def runtime_capacity(measure: Callable[[list[int]], dict[int, float]], ns: list[
     alone = dict(measure(ns))
     n = max(ns)
     while alone[n] < period and n < limit:
-        m = max(n + 1, -(-int(n * step * 1000) // 1000))  # ceil, as exact as the step allows
+        m = max(n + 1, math.ceil(round(n * step, 6)))
         n = min(limit, -(-m // 8) * 8 if m >= 64 else m)
         alone.update(measure([n]))
     return alone, alone[n] >= period

@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,10 +51,6 @@ def main() -> None:
     if args.torch and args.kind != "snac-24khz":
         ap.error("--torch profiles the snac package's decoder: use --kind snac-24khz")
 
-    from torch.profiler import ProfilerActivity, profile
-
-    from bench.gpu.profile_tick import cuda_kernels, kernel_totals, print_kernels
-
     import codecrt
 
     ref = None
@@ -68,61 +66,69 @@ def main() -> None:
     rng = np.random.default_rng(0)
     levels = [rng.integers(0, size, (args.batch, frames // stride)).astype(np.int32)
               for size, stride in zip(info.codebook_sizes, info.level_strides)]
-    with codecrt.Context(model, device=args.device, max_batch=args.batch) as ctx:
-        ctx.decode(levels)  # warm: graphs built and reserved
-        walls = []
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(args.repeat):
-                t0 = time.perf_counter()
-                ctx.decode(levels)
-                walls.append(time.perf_counter() - t0)
-        st = ctx.stats
-    kernels = cuda_kernels(prof)
-    busy, launches = kernel_totals(kernels, args.repeat)
-    wall = 1000 * float(np.median(walls))
     audio = args.batch * frames * info.hop_length / info.sample_rate
+    with codecrt.Context(model, device=args.device, max_batch=args.batch) as ctx:
+        kernels, wall = profiled_runs(lambda: ctx.decode(levels), args.repeat)
+        st = ctx.stats
     print(f"\n## {args.kind} offline: batch {args.batch} x {frames} frames "
           f"({audio:.1f} s of audio), {args.device}")
-    print(f"wall per decode {wall:.1f} ms ({audio / wall * 1000:.0f}x real time); kernel time "
-          f"{busy:.1f} ms ({100 * busy / wall:.0f} % of wall); {launches:.0f} kernel launches per "
-          f"decode; graphs built {st.graphs_built}, computes {st.computes // (args.repeat + 1)} per decode, "
-          f"compute buffers {sum(st.compute_buffer_bytes) / 2**20:.0f} MiB")
-    print_kernels(kernels, args.repeat, args.top, "decode")
+    report(kernels, wall, audio, args,
+           f"; graphs built {st.graphs_built}, computes {st.computes // (args.repeat + 1)} per decode, "
+           f"compute buffers {sum(st.compute_buffer_bytes) / 2**20:.0f} MiB")
     model.close()
     if ref is not None:
         profile_reference(ref, levels, args, audio)
 
 
-def profile_reference(ref, levels, args, audio: float) -> None:
+def profiled_runs(run: Callable[[], Any], repeat: int) -> tuple[dict[str, list[float]], float]:
+    """``run`` once to warm (graphs built and reserved, cuDNN's algorithm chosen, allocator
+    pools), then ``repeat`` times under torch.profiler: the CUDA kernels by name and the
+    median wall time (ms) of a run (``run`` waits for its device work)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from bench.gpu.profile_tick import cuda_kernels
+
+    run()
+    walls = []
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            run()
+            walls.append(time.perf_counter() - t0)
+    return cuda_kernels(prof), 1000 * float(np.median(walls))
+
+
+def report(kernels: dict[str, list[float]], wall: float, audio: float, args: argparse.Namespace,
+           extra: str = "") -> None:
+    """A decoder's summary line (wall, real-time factor, kernel time, launches) and its kernels."""
+    from bench.gpu.profile_tick import kernel_totals, print_kernels
+
+    busy, launches = kernel_totals(kernels, args.repeat)
+    print(f"wall per decode {wall:.1f} ms ({audio / wall * 1000:.0f}x real time); kernel time "
+          f"{busy:.1f} ms ({100 * busy / wall:.0f} % of wall); {launches:.0f} kernel launches per "
+          f"decode{extra}")
+    print_kernels(kernels, args.repeat, args.top, "decode")
+
+
+def profile_reference(ref: Any, levels: list[Any], args: argparse.Namespace, audio: float) -> None:
     """The snac package's decode of the same codes, profiled the same way."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     import reference
     from bench.gpu.offline import tf32_mode
-    from bench.gpu.profile_tick import cuda_kernels, kernel_totals, print_kernels
 
     tf32 = tf32_mode()
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     codes = [torch.from_numpy(lv.astype(np.int64)).to(args.device) for lv in levels]
-    with torch.inference_mode(), reference.noise_disabled():
-        ref.decode(codes)  # warm: cuDNN's algorithm choice, the allocator's pool
+
+    def run() -> None:
+        ref.decode(codes)
         sync()
-        walls = []
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(args.repeat):
-                t0 = time.perf_counter()
-                ref.decode(codes)
-                sync()
-                walls.append(time.perf_counter() - t0)
-    kernels = cuda_kernels(prof)
-    busy, launches = kernel_totals(kernels, args.repeat)
-    wall = 1000 * float(np.median(walls))
-    print(f"\n## PyTorch (snac package) on the same codes, {args.device}, "
-          f"TF32 {tf32}")
-    print(f"wall per decode {wall:.1f} ms ({audio / wall * 1000:.0f}x real time); kernel time "
-          f"{busy:.1f} ms ({100 * busy / wall:.0f} % of wall); {launches:.0f} kernel launches per decode")
-    print_kernels(kernels, args.repeat, args.top, "decode")
+
+    with torch.inference_mode(), reference.noise_disabled():
+        kernels, wall = profiled_runs(run, args.repeat)
+    print(f"\n## PyTorch (snac package) on the same codes, {args.device}, TF32 {tf32}")
+    report(kernels, wall, audio, args)
 
 
 if __name__ == "__main__":
