@@ -2,7 +2,7 @@
 
     python -m bench s3gen [--threads 2] [--seconds 10] [--prompt 3] [--device cpu] [--repeat 1] [--streams K]
                        [--precisions f32,bf16] [--reference-bf16]
-                       [--capacity 1,10,30] [--stagger 4] [--max-row-s 120]
+                       [--capacity 1,10,30] [--stagger 4] [--max-row-s 120] [--chunk-growth 2 --max-chunk 100]
 
 Random seeded weights (tests/s3ref.py), the original model (10 Euler steps with
 classifier-free guidance) and Turbo (mean flow, 2 steps). Prints, per model,
@@ -19,7 +19,8 @@ Needs the test extra and the chatterbox-tts reference (see .ci/run).
 --capacity N1,N2,...: then, per model and precision, the real-time capacity
 table (bench/s3gen_capacity.py): N FlowStreams stepped in ticks by
 codecrt.step_flows, starting together and staggered over one chunk period, each
-tick's wall time against the audio a chunk adds, and the time to first audio.
+tick's wall time against the audio a chunk adds, and the time to first audio;
+--chunk-growth F gives the streams growing chunks (FlowStream's chunk_growth).
 """
 
 from __future__ import annotations
@@ -97,6 +98,11 @@ def main() -> None:
                     help="stream counts of the real-time capacity table (e.g. 1,10,30,100); empty: none")
     ap.add_argument("--stagger", type=int, default=4,
                     help="capacity: also start the streams in G phases over one chunk period (<= 1: off)")
+    ap.add_argument("--chunk-growth", type=float, default=1.0,
+                    help="capacity: FlowStream's chunk_growth (> 1: later chunks grow by this factor, "
+                         "tokens coming ahead of real time)")
+    ap.add_argument("--max-chunk", type=int, default=0,
+                    help="capacity: FlowStream's max_chunk with --chunk-growth (0: its default, 4 x chunk)")
     ap.add_argument("--max-row-s", type=float, default=120.0,
                     help="capacity: cut a row after this many wall seconds (at least 3 later chunks)")
     ap.add_argument("--random", action="store_true",

@@ -7,7 +7,13 @@ the whole sequence), so a stream decodes in chunks of tokens:
   token so far plus the next 3 (the PreLookahead layer's right context; with
   ``finalize=False`` the flow emits no mel for them), keeping the new mel
   frames only. The first chunk is smaller (``first_chunk``) for a short time
-  to first audio;
+  to first audio. With ``chunk_growth`` > 1 the later chunks may grow
+  (CosyVoice's ``stream_scale_factor``): chunk k decodes at most
+  ``min(max_chunk, chunk * chunk_growth ** (k - 1))`` tokens and at least
+  ``chunk``, as many as have arrived: a token source ahead of real time (a
+  language model faster than 25 tokens/s) gets fewer, longer chunks, each of
+  which recomputes the flow over every token so far, while a source at real
+  time keeps chunks of ``chunk`` tokens;
 * the flow's starting noise is keyed by (seed, bin, absolute frame), so every
   chunk sees the same noise sequence as the offline decode (CosyVoice keeps a
   fixed random buffer for the same reason);
@@ -146,24 +152,32 @@ def step_flows(ctx: Context, streams: Sequence[FlowStream]) -> Tick:
 
 
 class FlowStream:
-    """``FlowStream(ctx, voice, seed=0, first_chunk=10, chunk=25)``.
+    """``FlowStream(ctx, voice, seed=0, first_chunk=10, chunk=25, chunk_growth=1.0, max_chunk=None)``.
 
     ``push(tokens)`` appends speech token ids (0..6560), ``finish()`` ends the
     utterance, ``step()`` decodes one chunk when one is ready (returns whether
     it did), ``pull()`` returns the new final samples. ``n_steps`` /
-    ``cfg_rate`` as for ``Context.decode``. A :class:`codecrt.CodecStream`: its
+    ``cfg_rate`` as for ``Context.decode``. ``chunk_growth`` (1 to 8) and ``max_chunk``
+    (``chunk`` to 4096; default 4 x ``chunk``, at most 4096) let later chunks grow as the module
+    docstring says. A :class:`codecrt.CodecStream`: its
     one level of codes is the tokens, and :func:`step_flows` steps many at once.
     """
 
     stepper = staticmethod(step_flows)
 
     def __init__(self, ctx: Context, voice: Voice, *, seed: int = 0, first_chunk: int = 10, chunk: int = 25,
+                 chunk_growth: float = 1.0, max_chunk: int | None = None,
                  n_steps: int = 0, cfg_rate: float | None = None) -> None:
         info = ctx.model_info
         if info.n_mels <= 0:
             _fail(E_INVALID_ARGUMENT, f"model '{info.arch}' is not a flow model (use Context.stream)")
         if not (1 <= int(first_chunk) <= 4096 and 1 <= int(chunk) <= 4096):
             _fail(E_INVALID_ARGUMENT, f"first_chunk={first_chunk} and chunk={chunk} must be in [1, 4096]")
+        max_chunk = min(4096, 4 * int(chunk)) if max_chunk is None else max_chunk
+        if not (1.0 <= float(chunk_growth) <= 8.0 and int(chunk) <= int(max_chunk) <= 4096):
+            _fail(E_INVALID_ARGUMENT, f"chunk_growth={chunk_growth} must be in [1, 8] and "
+                                      f"max_chunk={max_chunk} in [chunk={chunk}, 4096]")
+        self._growth, self._max_chunk = float(chunk_growth), int(max_chunk)
         self._ctx, self._voice = ctx, voice
         self._seed, self._n_steps, self._cfg = int(seed), int(n_steps), cfg_rate
         self._first, self._chunk = int(first_chunk), int(chunk)
@@ -172,6 +186,7 @@ class FlowStream:
         self._codebook = info.codebook_sizes[0]
         self._tokens: list[int] = []
         self._offset = 0                 # tokens whose audio is decoded
+        self._chunks = 0                 # chunks decoded
         self._finished = False
         self._done = False
         self._closed = False
@@ -255,7 +270,20 @@ class FlowStream:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def chunk_ceiling(self, k: int) -> int:
+        """The most tokens chunk ``k`` (0: the first) decodes: ``first_chunk``, then ``chunk``
+        grown by ``chunk_growth`` per chunk up to ``max_chunk``."""
+        if k <= 0:
+            return self._first
+        return min(self._max_chunk, round(self._chunk * self._growth ** min(k - 1, 64)))  # no overflow
+
+    @property
+    def next_chunk(self) -> int:
+        """The most tokens the next chunk decodes (its ceiling; see :meth:`chunk_ceiling`)."""
+        return self.chunk_ceiling(self._chunks)
+
     def _next_hop(self) -> int:
+        """The fewest tokens the next chunk waits for (besides the lookahead)."""
         return self._first if self._offset == 0 else self._chunk
 
     @property
@@ -286,6 +314,8 @@ class FlowStream:
         if not self.ready:
             return None
         hop = self._next_hop()
+        if self._offset > 0:  # as many as have arrived, up to this chunk's ceiling
+            hop = max(hop, min(self.next_chunk, len(self._tokens) - self._offset - LOOKAHEAD))
         last = self._finished and len(self._tokens) <= self._offset + hop + LOOKAHEAD
         end = len(self._tokens) if last else self._offset + hop
         tokens = self._tokens if last else self._tokens[: end + LOOKAHEAD]
@@ -328,6 +358,7 @@ class FlowStream:
             self._ready.append(out)
             self._emitted += out.size
         self._offset = chunk.end
+        self._chunks += 1
         if chunk.last:
             self._done = True
 

@@ -173,7 +173,11 @@ class Config:
     voices_dir: str = _f(str(_default_voices()), "voice files for models that need a voice "
                          "(S3Gen; codecd voice add NAME conds.pt)")
     flow_first_chunk: int = _f(10, "S3Gen streams: tokens in the first chunk (time to first audio)")
-    flow_chunk: int = _f(25, "S3Gen streams: tokens in each later chunk")
+    flow_chunk: int = _f(25, "S3Gen streams: tokens in each later chunk (the fewest a later chunk waits for)")
+    flow_chunk_growth: float = _f(1.0, "S3Gen streams: a later chunk may take up to this factor more "
+                                  "tokens than the one before, as many as have arrived (1..8; 1: every "
+                                  "chunk flow_chunk tokens; docs/s3gen.md)")
+    flow_max_chunk: int = _f(0, "S3Gen streams: the most tokens a grown chunk takes (0: 4 x flow_chunk)")
     flow_steps: int = _f(0, "S3Gen streams: flow (Euler) steps per chunk (0: the model's default)")
     # speech front (codecd.speech; docs/speech.md): HTTP beside the websocket port
     http_port: int = _f(-1, "port of the OpenAI-compatible HTTP speech endpoint on the listen "
@@ -210,6 +214,11 @@ class Config:
         if not (1 <= self.flow_first_chunk <= 4096 and 1 <= self.flow_chunk <= 4096):
             errs.append(f"flow_first_chunk = {self.flow_first_chunk}, flow_chunk = {self.flow_chunk}: "
                         "each must be in 1..4096")
+        if not (1.0 <= self.flow_chunk_growth <= 8.0
+                and (self.flow_max_chunk == 0 or self.flow_chunk <= self.flow_max_chunk <= 4096)):
+            errs.append(f"flow_chunk_growth = {self.flow_chunk_growth}, flow_max_chunk = {self.flow_max_chunk}: "
+                        "the growth must be in 1..8 and the largest chunk 0 (4 x flow_chunk) or in "
+                        "flow_chunk..4096")
         if not 0 <= self.flow_steps <= 100:
             errs.append(f"flow_steps = {self.flow_steps}: must be in 0..100 (0: the model's default)")
         if self.first_audio not in FIRST_AUDIO:

@@ -165,6 +165,45 @@ def test_click_detector_sees_a_bad_splice(s3, offline60, monkeypatch, weights):
     assert max(_splice_ratios(pcm, offline, marks)) > SPLICE_RATIO
 
 
+def test_chunk_ceilings_grow_to_max_chunk_and_bad_growth_is_refused(s3):
+    _, ctx, voice = s3
+    fs = codecrt.FlowStream(ctx, voice, first_chunk=10, chunk=25, chunk_growth=2)
+    assert [fs.chunk_ceiling(k) for k in range(6)] == [10, 25, 50, 100, 100, 100]  # max: 4 x chunk
+    assert fs.next_chunk == 10 and fs.chunk_ceiling(10_000) == 100  # no overflow far out
+    one = codecrt.FlowStream(ctx, voice, chunk=25)  # growth 1: every later chunk is `chunk`
+    assert {one.chunk_ceiling(k) for k in range(1, 50)} == {25}
+    for bad in ({"chunk_growth": 0.5}, {"chunk_growth": 9}, {"chunk_growth": float("nan")},
+                {"chunk": 25, "max_chunk": 24}, {"max_chunk": 4097}):
+        with pytest.raises(codecrt.CodecrtError, match="chunk_growth"):
+            codecrt.FlowStream(ctx, voice, **bad)
+
+
+@pytest.mark.slow
+def test_grown_chunks_from_a_source_ahead_and_not_from_one_at_real_time(s3, offline60, whole31):
+    """All tokens at once: chunks of 10, 20, 30 (growth 1.5, at most 30), as the ceilings allow,
+    within the chunked stream's tolerance of offline and seamless; tokens one at a time with a
+    step after each (a source at real time): chunks of `chunk`, the growth-1 stream exactly."""
+    _, ctx, voice = s3
+    t, offline = offline60
+    fs = codecrt.FlowStream(ctx, voice, seed=3, first_chunk=10, chunk=20, chunk_growth=1.5, max_chunk=30)
+    fs.push(t)
+    fs.finish()  # the whole utterance is in: the last chunk takes the 30 tokens left
+    out = []
+    while fs.step():
+        out.append(fs.pull())
+    pcm, marks = np.concatenate(out), list(np.cumsum([o.size for o in out]))
+    emitted = np.diff([0, *marks])
+    held = 8 * 480  # each chunk's tail waits for the next one's crossfade
+    assert list(emitted) == [10 * HOP - held, 20 * HOP, 30 * HOP + held]  # 60 tokens: 3 chunks, not 4
+    err = s3ref.rel_l2(pcm, offline)
+    ratios = _splice_ratios(pcm, offline, marks)
+    print(f"\nS3Gen grown chunks vs offline: rel L2 {err:.4f}, splice ratios {[round(r, 2) for r in ratios]}")
+    assert err < STREAM_TOL and max(ratios) < SPLICE_RATIO, (err, ratios)
+    t31 = _tokens(1, 31)
+    ones, _ = _stream(ctx, voice, t31, pieces=[1] * 31, seed=1, first_chunk=5, chunk=9, chunk_growth=2)
+    assert np.array_equal(ones, whole31[0])
+
+
 def _step_all(ctx, streams) -> tuple[list[np.ndarray], int]:
     got: list[list[np.ndarray]] = [[] for _ in streams]
     largest = 0

@@ -182,10 +182,13 @@ def test_config_flow_settings(tmp_path: Path) -> None:
                     '[[models]]\nname = "s3"\nsource = "demo"\n')
     cfg = load_config(str(toml), env={"CODECD_FLOW_CHUNK": "30"}, args={"flow_steps": 4})
     assert (cfg.voices_dir, cfg.flow_first_chunk, cfg.flow_chunk, cfg.flow_steps) == ("/v", 5, 30, 4)
-    assert cfg.flow_precision == "f32"
+    assert cfg.flow_precision == "f32" and (cfg.flow_chunk_growth, cfg.flow_max_chunk) == (1.0, 0)
+    grown = load_config(str(toml), env={"CODECD_FLOW_CHUNK_GROWTH": "2", "CODECD_FLOW_MAX_CHUNK": "100"})
+    assert (grown.flow_chunk_growth, grown.flow_max_chunk) == (2.0, 100)
     bf16 = load_config(str(toml), env={"CODECD_FLOW_PRECISION": "BF16", "CODECD_DEVICES": "cpu"})
     assert (bf16.flow_precision, bf16.devices) == ("bf16", ["cpu"])
     for env in ({"CODECD_FLOW_STEPS": "101"}, {"CODECD_FLOW_CHUNK": "0"}, {"CODECD_FLOW_PRECISION": "fp16"},
+                {"CODECD_FLOW_CHUNK_GROWTH": "0.5"}, {"CODECD_FLOW_MAX_CHUNK": "24"},
                 {"CODECD_FLOW_PRECISION": "bf16"}, {"CODECD_FLOW_PRECISION": "bf16", "CODECD_DEVICES": "cpu,cuda:0"}):
         with pytest.raises(ConfigError, match="flow_"):
             load_config(str(toml), env=env)

@@ -93,8 +93,9 @@ def test_engine_options_come_from_the_config():
     """Each family's settings reach the engine configuration under its name."""
     from codecd.config import Config
 
-    opts = engine_options(Config(flow_first_chunk=5, flow_chunk=9, flow_steps=3))
-    assert opts == {"s3gen": {"first_chunk": 5, "chunk": 9, "steps": 3, "precision": "f32"}}
+    opts = engine_options(Config(flow_first_chunk=5, flow_chunk=9, flow_steps=3, flow_chunk_growth=2.0))
+    assert opts == {"s3gen": {"first_chunk": 5, "chunk": 9, "chunk_growth": 2.0, "max_chunk": 0, "steps": 3,
+                              "precision": "f32"}}
 
 
 # The issue's criterion, kept: a model-kind branch lives in a family or in the converter

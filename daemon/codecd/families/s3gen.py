@@ -42,7 +42,9 @@ class FlowOptions:
     """The family's settings (the daemon's ``flow_*``), as the workers get them."""
 
     first_chunk: int = 10  # tokens of a stream's first chunk (time to first audio)
-    chunk: int = 25  # tokens of its later chunks
+    chunk: int = 25  # tokens of its later chunks (the fewest each waits for)
+    chunk_growth: float = 1.0  # a later chunk takes up to this factor more than the one before
+    max_chunk: int = 0  # the most a grown chunk takes (0: 4 x chunk)
     steps: int = 0  # flow steps per chunk (0: the model's default)
     precision: str = "f32"  # products of the context: "f32", "bf16" or "bf16x3"
 
@@ -61,6 +63,7 @@ class S3GenFamily(Family):
 
     def engine_options(self, config: Any) -> dict[str, Any]:
         return {"first_chunk": config.flow_first_chunk, "chunk": config.flow_chunk,
+                "chunk_growth": config.flow_chunk_growth, "max_chunk": config.flow_max_chunk,
                 "steps": config.flow_steps, "precision": config.flow_precision}
 
     def precision_of(self, name: str, config: Any) -> str:
@@ -130,7 +133,7 @@ class FlowModel(LoadedModel):
                                         np.ones(192, np.float32))
         try:
             fs = codecrt.FlowStream(self.ctx, voice, first_chunk=o.first_chunk, chunk=o.chunk,
-                                    n_steps=o.steps)
+                                    **self._growth(), n_steps=o.steps)
             fs.push(np.zeros(o.first_chunk + o.chunk + _LOOKAHEAD_TOKENS, dtype=np.int32))
             fs.finish()
             fs.decode_all()
@@ -154,8 +157,13 @@ class FlowModel(LoadedModel):
             raise StreamRefused("unknown_voice", f"model {self.name!r} {what}; voices: {have}")
         o = self.options
         fs = codecrt.FlowStream(self.ctx, v, seed=options.seed, first_chunk=o.first_chunk,
-                                chunk=o.chunk, n_steps=o.steps)
+                                chunk=o.chunk, **self._growth(), n_steps=o.steps)
         return fs, self.latency_samples
+
+    def _growth(self) -> dict[str, Any]:
+        """FlowStream's chunk_growth and max_chunk from the options (max_chunk 0: its default)."""
+        o = self.options
+        return {"chunk_growth": o.chunk_growth, "max_chunk": o.max_chunk or None}
 
     def close(self) -> None:
         for v in self.voices.values():
