@@ -48,6 +48,7 @@
 #include "gguf.h"
 #include "ops/res_unit.h"
 #include "ops/upconv.h"
+#include "ops/softmax.h"
 
 #define CR_ERR_SIZE 512
 #define CR_MAX_TENSOR_SPECS 2048
@@ -394,6 +395,11 @@ struct ggml_tensor *cr_unit_tail(struct ggml_context *ctx, struct ggml_tensor *y
 struct ggml_tensor *cr_upconv_tail(struct ggml_context *ctx, struct ggml_tensor *z, struct ggml_tensor *b,
                                    struct ggml_tensor *mask, int s, int crop, int64_t n_out);
 
+/* A scaled softmax over each row as one op (ops/ops_softmax.c, ops/softmax.h): a [n, ...]
+   contiguous F32 -> a's shape, softmax(scale a) along ne0. NULL where the type or layout
+   does not fit. */
+struct ggml_tensor *cr_softmax_rows(struct ggml_context *ctx, struct ggml_tensor *a, float scale);
+
 /*
  * Softmax attention with scale 1/8 over every key, per head of 64 channels:
  * q, k, v [H*64, T, B] contiguous F32 (head h in channels 64h .. 64h+63) ->
@@ -645,7 +651,8 @@ struct codecrt_context {
                                         the graphs that GPUs run) */
     bool offline_tf;                 /* offline decode graphs time fastest (cr_decode_shape.time_fastest) */
     bool fused_unit;                 /* time-fastest graphs run the residual unit's ops (cr_unit_core,
-                                        cr_unit_tail): where the ops backend runs them (ops_backend),
+                                        cr_unit_tail; S3Gen's estimator its softmax, cr_softmax_rows):
+                                        where the ops backend runs them (ops_backend),
                                         or everywhere off the fused CPU kernels with
                                         CODECRT_FUSED_UNIT=1; CODECRT_FUSED_UNIT=0: never */
     ggml_backend_t ops_backend;      /* the codecrt ops backend beside a CUDA backend, or NULL */

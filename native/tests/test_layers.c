@@ -679,6 +679,49 @@ static void test_res_unit(void) {
     }
 }
 
+/* The rows' softmax op (ops/ops_softmax.c's C function here) against a double reference and
+   against ggml's own softmax, rows short and past the CUDA kernel's 1,024 in registers. */
+static void test_softmax_rows(void) {
+    const int64_t ns[] = {1, 7, 350, 1100};
+    const float scale = 0.125f;
+    for (int c = 0; c < 4; c++) {
+        const int64_t n = ns[c], R = 3, B = 2;
+        struct ggml_context *ctx = new_ctx();
+        struct ggml_tensor *a = rnd(ctx, n, R, B, 20.0f, -20.0f); /* scaled scores in [-2.5, 2.5) */
+        struct ggml_tensor *y = cr_softmax_rows(ctx, a, scale);
+        CHECK(y != NULL, "softmax_rows n %lld: the op applies", (long long)n);
+        check_shape("softmax_rows", y, n, R, B);
+        const float *got = compute(ctx, graph(ctx), &y);
+        double *ref = malloc(sizeof(double) * (size_t)(n * R * B));
+        for (int64_t r = 0; r < R * B; r++) {
+            double m = -INFINITY, sum = 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                m = fmax(m, (double)scale * F(a)[r * n + i]);
+            }
+            for (int64_t i = 0; i < n; i++) {
+                sum += exp((double)scale * F(a)[r * n + i] - m);
+            }
+            for (int64_t i = 0; i < n; i++) {
+                ref[r * n + i] = exp((double)scale * F(a)[r * n + i] - m) / sum;
+            }
+        }
+        char what[64];
+        snprintf(what, sizeof(what), "softmax_rows n %lld", (long long)n);
+        compare(what, got, ref, n * R * B);
+        struct ggml_tensor *g = ggml_soft_max_ext(ctx, a, NULL, scale, 0.0f);
+        const float *want = compute(ctx, graph(ctx), &g);
+        for (int64_t i = 0; i < n * R * B; i++) {
+            ref[i] = want[i];
+        }
+        snprintf(what, sizeof(what), "softmax_rows n %lld vs ggml", (long long)n);
+        compare(what, got, ref, n * R * B);
+        free(ref);
+        CHECK(n == 1 || cr_softmax_rows(ctx, ggml_transpose(ctx, a), scale) == NULL, "softmax_rows: a view, no op");
+        CHECK(cr_softmax_rows(ctx, a, INFINITY) == NULL, "softmax_rows: no infinite scale");
+        ggml_free(ctx);
+    }
+}
+
 int main(void) {
     test_products();
     test_layouts();
@@ -690,6 +733,7 @@ int main(void) {
     test_conv_narrow();
     test_upconv();
     test_upconv_step();
+    test_softmax_rows();
     test_res_unit();
     printf("test_layers: %d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;

@@ -46,7 +46,7 @@ def s3(request, tmp_path_factory):
         est, path = s3ref.reference(False).flow.decoder.estimator, s3ref.gguf(False)
     model = codecrt.Model(path)
     ctx = codecrt.Context(model, device="cpu", n_threads=2)
-    yield meanflow, est, ctx
+    yield meanflow, est, ctx, model
     ctx.close()
     model.close()
 
@@ -73,7 +73,7 @@ def _reference(est, inp: dict[str, np.ndarray | None]) -> np.ndarray:
 @pytest.mark.parametrize("T", [1, 10, 50, 100])
 def test_estimator_matches_reference(s3, T):
     """dx/dt of one evaluation (B 2, distinct t) matches estimator.forward, below and above the 64-query tile."""
-    meanflow, est, ctx = s3
+    meanflow, est, ctx, _ = s3
     inp = _inputs(T, 2, T, meanflow)
     ours = codecrt.diag.diag_estimate(ctx, **inp)
     theirs = _reference(est, inp)
@@ -84,7 +84,7 @@ def test_estimator_matches_reference(s3, T):
 
 def test_estimator_batch_entries_independent(s3):
     """Each batch entry depends only on its own inputs (B 3 vs the entries alone)."""
-    meanflow, _, ctx = s3
+    meanflow, _, ctx, _ = s3
     inp = _inputs(7, 3, 20, meanflow)
     batched = codecrt.diag.diag_estimate(ctx, **inp)
     for b in range(3):
@@ -95,7 +95,7 @@ def test_estimator_batch_entries_independent(s3):
 
 def test_estimator_end_time(s3):
     """Turbo's output depends on the end time r (through the perturbed mixer); the original ignores r."""
-    meanflow, _, ctx = s3
+    meanflow, _, ctx, _ = s3
     inp = _inputs(5, 2, 12, True)
     a = codecrt.diag.diag_estimate(ctx, **inp)
     inp["r"] = np.ones(2, dtype=np.float32)
@@ -104,3 +104,22 @@ def test_estimator_end_time(s3):
         assert s3ref.rel_l2(a, b) > 1e-3
     else:
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_graphs_gpus_run_match_the_reference_with_and_without_the_softmax_op(s3, monkeypatch):
+    """The portable graphs (what a GPU runs) on the CPU: the attention's softmax as ggml's
+    (CODECRT_FUSED_UNIT=0) and as codecrt's op (=1: ops/ops_softmax.c's C function, which the
+    CUDA kernel is checked against in tests/native/test_gpu.py) both match estimator.forward,
+    and differ from each other (the switch reached the graph)."""
+    meanflow, est, _, model = s3
+    inp = _inputs(11, 2, 40, meanflow)
+    theirs = _reference(est, inp)
+    out = {}
+    for fused in ("0", "1"):
+        monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
+        monkeypatch.setenv("CODECRT_FUSED_UNIT", fused)
+        with codecrt.Context(model, device="cpu", n_threads=2) as c:
+            out[fused] = codecrt.diag.diag_estimate(c, **inp)
+        assert s3ref.rel_l2(out[fused], theirs) < TOL, fused
+    assert not np.array_equal(out["0"], out["1"])
+

@@ -309,6 +309,28 @@ def test_s3gen_cuda_matches_cpu(codecrt, s3gen_gguf):
         assert e_mel < S3_TOL and e_voc < S3_TOL and e_pcm < 5 * S3_TOL
 
 
+def test_s3gen_softmax_kernel_matches_its_cpu_function_and_ggml(codecrt, s3gen_gguf):
+    """The estimator's attention softmax as codecrt's op on CUDA (cuda/cuda_ops.cu, the default
+    where the ops backend is) against the op's C function on the CPU's portable graphs
+    (CODECRT_FUSED_UNIT=1) and against ggml's CUDA softmax (=0): the flow's mel, every Euler step."""
+    tokens = np.random.default_rng(9).integers(0, 6561, 40).astype(np.int32)
+    with codecrt.Model(s3gen_gguf) as m:
+        steps, v = m.info.default_steps, _s3_voice(codecrt, m)
+        with _context(codecrt, m, "cpu", {"CODECRT_PORTABLE_OPS": "1", "CODECRT_FUSED_UNIT": "1"}) as cpu:
+            want = cpu.flow(tokens, v, seed=2)
+        with _context(codecrt, m, GPU, {"CODECRT_FUSED_UNIT": "0"}) as composed:
+            assert not any(b.endswith("+codecrt") for b in composed.stats.backends)
+            base = composed.flow(tokens, v, seed=2)
+        with _context(codecrt, m, GPU, {"CODECRT_FUSED_UNIT": "1"}) as gpu:
+            assert any(b.endswith("+codecrt") for b in gpu.stats.backends), gpu.stats.backends
+            got = gpu.flow(tokens, v, seed=2)
+        v.close()
+    e_cpu, e_ggml = rel_l2(got, want), rel_l2(got, base)
+    print(f"\nS3Gen {steps} steps, softmax op on CUDA: mel vs its CPU function {e_cpu:.2e}, "
+          f"vs ggml's softmax on CUDA {e_ggml:.2e} (TF32 {'off' if TF32_OFF else 'on'})")
+    assert e_cpu < S3_TOL and e_ggml < S3_TOL
+
+
 def test_s3gen_bf16_refused_on_gpu(codecrt, s3gen_gguf):
     """The BF16 product mode is a CPU mode: a GPU context refuses it by name, never runs F32 silently."""
     with codecrt.Model(s3gen_gguf) as m:

@@ -8,8 +8,9 @@
  * implementations): the unit core (Snake1, a depthwise conv with its bias, Snake2 and a
  * transpose, in one kernel that reads the time-fastest input once and writes the
  * channels-fastest output once) and the unit tail (the 1x1 conv's bias and the residual
- * added in one pass), and a transposed conv's tail (ops/ops_upconv.c: its product's two
- * halves, the bias and the mask, written time fastest, in one pass).
+ * added in one pass), a transposed conv's tail (ops/ops_upconv.c: its product's two
+ * halves, the bias and the mask, written time fastest, in one pass), and a scaled softmax
+ * over rows (ops/ops_softmax.c: one warp a row, its scores in registers).
  */
 #include <cuda_runtime.h>
 
@@ -23,6 +24,7 @@
 #include "ggml-cuda.h"
 #include "ggml.h"
 #include "ops/res_unit.h"
+#include "ops/softmax.h"
 #include "ops/upconv.h"
 
 namespace {
@@ -220,6 +222,10 @@ bool is_upconv_tail(const ggml_tensor *op) {
     return custom_fun(op) == cr_upconv_tail_cpu;
 }
 
+bool is_softmax_rows(const ggml_tensor *op) {
+    return custom_fun(op) == cr_softmax_rows_cpu;
+}
+
 cr_unit_core_params unit_core_params(const ggml_tensor *op) {
     return cr_unit_core_unpack(custom_params(op).userdata);
 }
@@ -282,6 +288,91 @@ cudaError_t launch_upconv_tail(const ggml_tensor *dst, cudaStream_t stream) {
     upconv_tail_kernel<<<grid, dim3(32, ROWS), 0, stream>>>(
         (const float *)z->data, (const float *)b->data, mask ? (const float *)mask->data : nullptr,
         (float *)dst->data, n, B, C, T, p.s, p.crop);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------ the rows' softmax */
+
+constexpr int SM_WARPS = 4;          /* rows a block: a warp each */
+constexpr int SM_PER_LANE = 32;      /* rows of up to 32 x 32 = 1,024 scores stay in registers */
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    }
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+/* y = softmax(scale x) along each row of n; a warp per row (threadIdx.y), lane i holding
+   scores i, i + 32, ...: read once, written once (REG: n <= 1,024), else three passes. */
+template <bool REG>
+__global__ void softmax_rows_kernel(const float *__restrict__ x, float *__restrict__ y, int64_t n, int64_t rows,
+                                    float scale) {
+    const int lane = (int)threadIdx.x;
+    const int64_t r = (int64_t)blockIdx.x * SM_WARPS + threadIdx.y;
+    if (r >= rows) {
+        return; /* the whole warp: its shuffles below are all or none */
+    }
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    float m = -INFINITY;
+    if constexpr (REG) {
+        float v[SM_PER_LANE];
+#pragma unroll
+        for (int k = 0; k < SM_PER_LANE; k++) {
+            const int64_t i = (int64_t)k * 32 + lane;
+            v[k] = i < n ? scale * xr[i] : -INFINITY;
+            m = fmaxf(m, v[k]);
+        }
+        m = warp_max(m);
+        float sum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < SM_PER_LANE; k++) {
+            v[k] = (int64_t)k * 32 + lane < n ? expf(v[k] - m) : 0.0f;
+            sum += v[k];
+        }
+        const float inv = 1.0f / warp_sum(sum);
+#pragma unroll
+        for (int k = 0; k < SM_PER_LANE; k++) {
+            const int64_t i = (int64_t)k * 32 + lane;
+            if (i < n) {
+                yr[i] = v[k] * inv;
+            }
+        }
+    } else {
+        for (int64_t i = lane; i < n; i += 32) {
+            m = fmaxf(m, scale * xr[i]);
+        }
+        m = warp_max(m);
+        float sum = 0.0f;
+        for (int64_t i = lane; i < n; i += 32) {
+            const float e = expf(scale * xr[i] - m);
+            yr[i] = e;
+            sum += e;
+        }
+        const float inv = 1.0f / warp_sum(sum);
+        for (int64_t i = lane; i < n; i += 32) {
+            yr[i] *= inv;
+        }
+    }
+}
+
+cudaError_t launch_softmax_rows(const ggml_tensor *dst, cudaStream_t stream) {
+    const ggml_tensor *a = dst->src[0];
+    const int64_t n = a->ne[0], rows = ggml_nrows(a);
+    const float scale = cr_softmax_unpack(custom_params(dst).userdata);
+    const dim3 grid((unsigned)((rows + SM_WARPS - 1) / SM_WARPS)), block(32, SM_WARPS);
+    auto kernel = n <= 32 * SM_PER_LANE ? softmax_rows_kernel<true> : softmax_rows_kernel<false>;
+    kernel<<<grid, block, 0, stream>>>((const float *)a->data, (float *)dst->data, n, rows, scale);
     return cudaGetLastError();
 }
 
@@ -350,6 +441,12 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
                b->type == GGML_TYPE_F32 && ggml_is_contiguous(z) && ggml_is_contiguous(b) &&
                (!m || (m->type == GGML_TYPE_F32 && ggml_is_contiguous(m))) && op->ne[1] <= INT32_MAX &&
                (op->ne[2] + TILE_C - 1) / TILE_C <= MAX_GRID_Y && (op->ne[0] + TILE_T - 1) / TILE_T <= INT32_MAX;
+    }
+    if (is_softmax_rows(op)) {
+        const ggml_tensor *a = op->src[0];
+        return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && a && a->type == GGML_TYPE_F32 &&
+               ggml_is_contiguous(a) && ggml_are_same_shape(a, op) &&
+               (ggml_nrows(a) + SM_WARPS - 1) / SM_WARPS <= INT32_MAX;
     }
     if (!is_unit_core(op)) {
         return false;
@@ -432,6 +529,8 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, struct ggml_cgrap
             e = launch_unit_tail(node, c->stream);
         } else if (is_upconv_tail(node)) {
             e = launch_upconv_tail(node, c->stream);
+        } else if (is_softmax_rows(node)) {
+            e = launch_softmax_rows(node, c->stream);
         } else {
             std::fprintf(stderr, "codecrt: %s was given a %s node, which it cannot compute\n", c->name,
                          ggml_op_desc(node));

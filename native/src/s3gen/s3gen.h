@@ -92,10 +92,11 @@ typedef struct s3_estimator_io {
 
 void s3_estimator_specs(const s3gen_hparams *hp, cr_spec_list *s);
 /* One evaluation of the ConditionalDecoder: returns dx/dt F32 [T, 80, B].
-   No padding mask: every one of the T frames is valid. */
+   No padding mask: every one of the T frames is valid. ops: codecrt's ops
+   (the context's fused_unit) take the attention's softmax off ggml's graphs. */
 struct ggml_tensor *s3_estimator_build(struct ggml_context *ctx, struct ggml_context *w,
                                        const s3gen_hparams *hp, int64_t T, int64_t B, const cr_cpu_ops *cpu_ops,
-                                       s3_estimator_io *io);
+                                       bool ops, s3_estimator_io *io);
 /* Fill io->in[] for flow times t[b] (and r[b], meanflow only; NULL otherwise). */
 void s3_estimator_set_inputs(const s3gen_hparams *hp, int64_t T, int64_t B, const float *t,
                              const float *r, const s3_estimator_io *io);

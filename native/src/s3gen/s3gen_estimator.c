@@ -269,13 +269,15 @@ static void est_bias_gelu_kernel(struct ggml_tensor *dst, const struct ggml_tens
 
 /* ----------------------------------------------------------- graph pieces */
 
-/* What every piece needs: contexts, the time embedding after its Mish, and
-   whether the graph runs on the CPU backend (fused kernels, flash attention). */
+/* What every piece needs: contexts, the time embedding after its Mish, whether the
+   graph runs on the CPU backend (fused kernels, flash attention), and whether codecrt's
+   device ops are there (the attention's softmax as cr_softmax_rows). */
 typedef struct est_graph {
     struct ggml_context *ctx;
     struct ggml_context *w;
     struct ggml_tensor *tm; /* Mish(temb) [1024, B] */
     const cr_cpu_ops *cpu;
+    bool ops;
 } est_graph;
 
 static struct ggml_tensor *est_mish(const est_graph *g, struct ggml_tensor *x) {
@@ -394,7 +396,8 @@ static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor 
         v = ggml_view_4d(g->ctx, vt, T, EST_HEAD_DIM, EST_HEADS, B, (size_t)(T * B) * f,
                          (size_t)(EST_HEAD_DIM * T * B) * f, (size_t)T * f, 0);             /* [T, 64, 8, B] */
         struct ggml_tensor *a = ggml_mul_mat(g->ctx, k, q);                             /* [Tk, Tq, 8, B] */
-        a = ggml_soft_max_ext(g->ctx, a, NULL, scale, 0.0f);
+        struct ggml_tensor *sm = g->ops ? cr_softmax_rows(g->ctx, a, scale) : NULL;  /* a warp a row */
+        a = sm ? sm : ggml_soft_max_ext(g->ctx, a, NULL, scale, 0.0f);
         o = ggml_mul_mat(g->ctx, v, a);                                                 /* [64, Tq, 8, B] */
         o = ggml_cont(g->ctx, ggml_permute(g->ctx, o, 0, 2, 1, 3));                     /* [64, 8, T, B] */
     }
@@ -445,7 +448,8 @@ static struct ggml_tensor *est_time_mlp(const est_graph *g, struct ggml_tensor *
 /* ------------------------------------------------------------------ graph */
 
 struct ggml_tensor *s3_estimator_build(struct ggml_context *ctx, struct ggml_context *w, const s3gen_hparams *hp,
-                                       int64_t T, int64_t B, const cr_cpu_ops *cpu_ops, s3_estimator_io *io) {
+                                       int64_t T, int64_t B, const cr_cpu_ops *cpu_ops, bool ops,
+                                       s3_estimator_io *io) {
     const int64_t n_times = hp->meanflow ? 2 : 1;
     io->x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, T, S3_MEL, B);
     io->mu = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, T, S3_MEL, B);
@@ -459,7 +463,7 @@ struct ggml_tensor *s3_estimator_build(struct ggml_context *ctx, struct ggml_con
     ggml_set_input(io->spks);
     ggml_set_input(io->in[EST_IN_TIME]);
 
-    est_graph g = {.ctx = ctx, .w = w, .cpu = cpu_ops};
+    est_graph g = {.ctx = ctx, .w = w, .cpu = cpu_ops, .ops = ops && !cpu_ops};
     struct ggml_tensor *temb = est_time_mlp(&g, io->in[EST_IN_TIME]); /* [1024, n_times B] */
     if (hp->meanflow) {
         struct ggml_tensor *et = ggml_view_2d(ctx, temb, EST_TIME, B, temb->nb[1], 0);

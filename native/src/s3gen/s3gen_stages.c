@@ -46,7 +46,8 @@ static struct ggml_cgraph *s3_build_step(void *user, struct ggml_context *ctx0, 
     s3_estimator_io e;
     memset(&e, 0, sizeof(e));
     struct ggml_tensor *v =
-        s3_estimator_build(ctx0, ctx->weights, s3_hp(ctx), key->n_frames, key->n_batch, s3_cpu_ops(ctx), &e);
+        s3_estimator_build(ctx0, ctx->weights, s3_hp(ctx), key->n_frames, key->n_batch, s3_cpu_ops(ctx),
+                           ctx->fused_unit, &e);
     S3_IO_STORE(io, e);
     return s3_finish(ctx0, v, io);
 }
