@@ -98,6 +98,19 @@ def test_engine_options_come_from_the_config():
                               "precision": "f32"}}
 
 
+def test_flow_streams_get_the_growth_settings():
+    """FlowModel passes chunk_growth and max_chunk to its FlowStreams (max_chunk 0: FlowStream's default)."""
+    from types import SimpleNamespace
+
+    from codecd.families.s3gen import FlowModel, FlowOptions
+
+    def growth(**kw):
+        return FlowModel._growth(SimpleNamespace(options=FlowOptions(**kw)))
+
+    assert growth() == {"chunk_growth": 1.0, "max_chunk": None}
+    assert growth(chunk_growth=2.0, max_chunk=80) == {"chunk_growth": 2.0, "max_chunk": 80}
+
+
 # The issue's criterion, kept: a model-kind branch lives in a family or in the converter
 # registry. The bindings mirror the C API's needs_voice field (codecrt_model_info).
 _KIND = re.compile(r'needs_voice|"s3gen"|arch ==|voices is None')
