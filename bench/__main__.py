@@ -16,6 +16,7 @@ class Suite:
 SUITES: dict[str, Suite] = {
     "decode": Suite("bench.decode", "offline SNAC decode throughput, codecrt against PyTorch (CPU)"),
     "stream": Suite("bench.stream", "streaming latency, compute against offline, tick time, capacity"),
+    "edges": Suite("bench.edges", "streams that start and end together: edge ticks against steady ones"),
     "threads": Suite("bench.threads", "threads per graph: a tick on one thread, on all, and as codecrt chooses"),
     "serve": Suite("bench.serve", "load test of codecd serve: N concurrent real-time streams"),
     "fronts": Suite("bench.fronts", "codecd serve --fronts F: the serve load through F front "
