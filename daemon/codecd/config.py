@@ -174,9 +174,10 @@ class Config:
                          "(S3Gen; codecd voice add NAME conds.pt)")
     flow_first_chunk: int = _f(10, "S3Gen streams: tokens in the first chunk (time to first audio)")
     flow_chunk: int = _f(25, "S3Gen streams: tokens in each later chunk (the fewest a later chunk waits for)")
-    flow_chunk_growth: float = _f(1.0, "S3Gen streams: a later chunk may take up to this factor more "
-                                  "tokens than the one before, as many as have arrived (1..8; 1: every "
-                                  "chunk flow_chunk tokens; docs/s3gen.md)")
+    flow_chunk_growth: float = _f(1.0, "S3Gen streams: later chunk k takes as many tokens as have "
+                                  "arrived, up to min(flow_max_chunk, flow_chunk x growth^(k-1)) (1..8; "
+                                  "1: every chunk flow_chunk tokens; needs max_ahead_s and "
+                                  "output_budget_s above the largest chunk's audio; docs/s3gen.md)")
     flow_max_chunk: int = _f(0, "S3Gen streams: the most tokens a grown chunk takes (0: 4 x flow_chunk)")
     flow_steps: int = _f(0, "S3Gen streams: flow (Euler) steps per chunk (0: the model's default)")
     # speech front (codecd.speech; docs/speech.md): HTTP beside the websocket port

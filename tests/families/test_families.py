@@ -98,17 +98,46 @@ def test_engine_options_come_from_the_config():
                               "precision": "f32"}}
 
 
-def test_flow_streams_get_the_growth_settings():
-    """FlowModel passes chunk_growth and max_chunk to its FlowStreams (max_chunk 0: FlowStream's default)."""
+def test_flow_streams_get_the_growth_settings(monkeypatch):
+    """FlowModel's streams are FlowStreams with the family's chunk_growth and max_chunk (0: None,
+    FlowStream's default of 4 x chunk)."""
     from types import SimpleNamespace
 
+    import codecrt
     from codecd.families.s3gen import FlowModel, FlowOptions
 
-    def growth(**kw):
-        return FlowModel._growth(SimpleNamespace(options=FlowOptions(**kw)))
+    made = []
+    monkeypatch.setattr(codecrt, "FlowStream", lambda ctx, voice, **kw: made.append(kw) or kw)
+    for opts, want in ((FlowOptions(), (1.0, None)), (FlowOptions(chunk_growth=2.0, max_chunk=80), (2.0, 80))):
+        fm = FlowModel.__new__(FlowModel)  # no context: the stream constructor is the patched one
+        fm.options, fm.voices, fm.ctx, fm.latency_samples = opts, {"v": object()}, None, 0
+        kw, _ = fm.open_stream(SimpleNamespace(voice="v", seed=3))
+        assert (kw["chunk_growth"], kw["max_chunk"], kw["chunk"], kw["seed"]) == (*want, opts.chunk, 3)
 
-    assert growth() == {"chunk_growth": 1.0, "max_chunk": None}
-    assert growth(chunk_growth=2.0, max_chunk=80) == {"chunk_growth": 2.0, "max_chunk": 80}
+
+def test_growth_that_pacing_would_cut_is_logged(caplog):
+    """With flow_chunk_growth > 1, a model says when max_ahead_s or output_budget_s hold the
+    worker's codes to less than its largest chunk's audio (4 s for 100 tokens of S3Gen)."""
+    import logging
+    from types import SimpleNamespace
+
+    from codecd.config import Config
+    from codecd.families.s3gen import FlowModel, FlowOptions
+
+    info = SimpleNamespace(hop_length=960, sample_rate=24000)
+
+    def warned(opts: FlowOptions, **cfg) -> str:
+        fm = FlowModel.__new__(FlowModel)
+        fm.name, fm.options, fm.config = "s3", opts, Config(**cfg)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="codecd.families.s3gen"):
+            fm._warn_if_growth_is_paced(info)
+        return caplog.text
+
+    grown = FlowOptions(chunk_growth=2.0)
+    assert "max_ahead_s = 1 s and output_budget_s = 2.5 s" in warned(grown)  # the defaults
+    assert warned(grown, max_ahead_s=0.0, output_budget_s=5.0) == ""
+    assert warned(FlowOptions()) == ""  # no growth: nothing to cut
 
 
 # The issue's criterion, kept: a model-kind branch lives in a family or in the converter

@@ -331,6 +331,28 @@ def test_s3gen_softmax_kernel_matches_its_cpu_function_and_ggml(codecrt, s3gen_g
     assert e_cpu < S3_TOL and e_ggml < S3_TOL
 
 
+def test_s3gen_softmax_kernel_on_rows_past_its_registers(codecrt, s3gen_gguf):
+    """One estimator evaluation over 1,100 frames (rows of 1,100 scores: the kernel's
+    three-pass path, past the 1,024 it keeps in registers) with codecrt's softmax on CUDA
+    against ggml's. Added 2026-12-06 after the session's device time was spent: first run
+    on the next GPU call."""
+    rng = np.random.default_rng(4)
+    T = 1100
+    inp = dict(x=rng.normal(0, 1, (1, 80, T)).astype(np.float32), mu=rng.normal(0, 1, (1, 80, T)).astype(np.float32),
+               cond=rng.normal(-2, 2, (1, 80, T)).astype(np.float32), spks=rng.normal(0, 1, (1, 80)).astype(np.float32),
+               t=np.array([0.3], np.float32))
+    with codecrt.Model(s3gen_gguf) as m:
+        if m.info.default_steps == 2:
+            inp["r"] = np.array([0.8], np.float32)  # Turbo: mean flow's end time
+        out = {}
+        for fused in ("0", "1"):
+            with _context(codecrt, m, GPU, {"CODECRT_FUSED_UNIT": fused}) as gpu:
+                out[fused] = codecrt.diag.diag_estimate(gpu, **inp)
+    e = rel_l2(out["1"], out["0"])
+    print(f"\nS3Gen estimator at T={T}: softmax op vs ggml's on CUDA {e:.2e} (TF32 {'off' if TF32_OFF else 'on'})")
+    assert np.all(np.isfinite(out["1"])) and e < S3_TOL
+
+
 def test_s3gen_bf16_refused_on_gpu(codecrt, s3gen_gguf):
     """The BF16 product mode is a CPU mode: a GPU context refuses it by name, never runs F32 silently."""
     with codecrt.Model(s3gen_gguf) as m:

@@ -43,7 +43,7 @@ class FlowOptions:
 
     first_chunk: int = 10  # tokens of a stream's first chunk (time to first audio)
     chunk: int = 25  # tokens of its later chunks (the fewest each waits for)
-    chunk_growth: float = 1.0  # a later chunk takes up to this factor more than the one before
+    chunk_growth: float = 1.0  # later chunk k takes up to min(max_chunk, chunk * growth^(k-1)) tokens
     max_chunk: int = 0  # the most a grown chunk takes (0: 4 x chunk)
     steps: int = 0  # flow steps per chunk (0: the model's default)
     precision: str = "f32"  # products of the context: "f32", "bf16" or "bf16x3"
@@ -96,7 +96,23 @@ class FlowModel(LoadedModel):
         # each chunk wait for the next one's crossfade
         self.latency_samples = ((options.first_chunk + _LOOKAHEAD_TOKENS) * info.hop_length
                                 + _HELD_MEL_FRAMES * info.mel_hop)
+        self._warn_if_growth_is_paced(info)
         self.voices = self._load_voices()
+
+    def _warn_if_growth_is_paced(self, info: Any) -> None:
+        """Growing chunks need codes ahead of real time; the server's pacing (max_ahead_s) and
+        each connection's output budget (output_budget_s) hand the worker at most that much."""
+        o, c = self.options, self.config
+        if o.chunk_growth <= 1.0:
+            return
+        largest_s = (o.max_chunk or 4 * o.chunk) * info.hop_length / info.sample_rate
+        limits = [f"{k} = {getattr(c, k):g} s" for k in ("max_ahead_s", "output_budget_s")
+                  if 0 < getattr(c, k, 0) < largest_s]
+        if limits:
+            logger.warning("model %s: flow_chunk_growth %g asks chunks of up to %.1f s of audio, but %s "
+                           "hand the worker less than that ahead of real time: chunks stay smaller "
+                           "(docs/s3gen.md, growing chunks)", self.name, o.chunk_growth, largest_s,
+                           " and ".join(limits))
 
     def _load_voices(self) -> dict[str, Any]:
         """The configured voices usable with this model (others are logged and skipped)."""

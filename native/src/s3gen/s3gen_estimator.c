@@ -301,10 +301,11 @@ static struct ggml_tensor *est_norm(const est_graph *g, struct ggml_tensor *x, c
 }
 
 /*
- * CausalConv1d(k3) of x [Cin, T, B] -> [Cout, T, B]. ggml's F32 im2col reads
- * time-fastest rows, so the left zero pad of 2 also transposes (one strided
- * copy, [T+2, Cin, B]); the columns (row ic*3 + k) match the kernel's memory
- * order ne [3, Cin, Cout], and the product comes out channels fastest again.
+ * CausalConv1d(k3) of x [Cin, T, B] -> [Cout, T, B]: on AVX-512 CPUs the fused
+ * convolution; elsewhere (GPU graphs, other CPUs) one product over a column
+ * matrix [3 Cin, T, B] whose row k Cin + c is input channel c at frame t + k of
+ * the input left-padded by 2 frames, against the kernel [3, Cin, Cout] permuted
+ * to [Cin, 3, Cout] to match; the product comes out channels fastest.
  */
 static struct ggml_tensor *est_causal_conv(const est_graph *g, struct ggml_tensor *x, const char *p) {
     struct ggml_tensor *k = s3_w(g->w, "%s.weight", p);
