@@ -19,6 +19,40 @@ void cr_states_init(cr_states *s, struct ggml_context *ctx, struct ggml_cgraph *
     }
 }
 
+/* x [C, n, B] * f [1, n or 1, B] on the CPU: one factor per row of C contiguous floats, tasks
+   over the rows. ggml's CPU MUL broadcasts a src1 of one column element by element (an index
+   computation per float): in a 24-stream SNAC tick of streams at their edges, 54 such products
+   of the masks and the first tick's keep took 66 of the tick's 166 ms (CODECRT_PROFILE_OPS=1,
+   this project's CPU; bench edges). The same products, so the same bits. */
+static void cr_rows_scale_kernel(struct ggml_tensor *dst, const struct ggml_tensor *x, const struct ggml_tensor *f,
+                                 int ith, int nth, void *user) {
+    (void)user;
+    const int64_t C = x->ne[0], n = x->ne[1], fn = f->ne[1];
+    const int64_t rows = n * x->ne[2], r0 = rows * ith / nth, r1 = rows * (ith + 1) / nth;
+    const float *xd = (const float *)x->data, *fd = (const float *)f->data;
+    float *od = (float *)dst->data;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t t = r % n, b = r / n;
+        const float k = fd[(fn == 1 ? 0 : t) + fn * b];
+        const float *xr = xd + r * C;
+        float *o = od + r * C;
+        for (int64_t c = 0; c < C; c++) {
+            o[c] = xr[c] * k;
+        }
+    }
+}
+
+/* x * f, f [1, n or 1, B] broadcast over x [C, n, B]'s channels (a mask, the first tick's keep):
+   the row kernel above on the CPU, ggml's MUL elsewhere. */
+static struct ggml_tensor *cr_states_scale(cr_states *s, struct ggml_tensor *x, struct ggml_tensor *f) {
+    if (s->cpu && x->type == GGML_TYPE_F32 && f->type == GGML_TYPE_F32 && ggml_is_contiguous(x) &&
+        ggml_is_contiguous(f) && f->ne[0] == 1 && (f->ne[1] == 1 || f->ne[1] == x->ne[1]) && f->ne[2] == x->ne[2] &&
+        x->ne[3] == 1 && f->ne[3] == 1) {
+        return ggml_map_custom2(s->ctx, x, f, cr_rows_scale_kernel, GGML_N_TASKS_MAX, NULL);
+    }
+    return ggml_mul(s->ctx, x, f);
+}
+
 /* The next state's pool tensor, [C*S, slots+1]. One that does not exist or
    has another size fails the graph (io->overflow) and is stood in for by an
    unallocated tensor of the right size, so that building goes on without
@@ -40,7 +74,7 @@ struct ggml_tensor *cr_states_append(cr_states *s, struct ggml_tensor *x, int64_
     struct ggml_tensor *st = ggml_get_rows(ctx, pool, s->io->slot_read); /* [C*S, B] */
     st = ggml_reshape_3d(ctx, st, C, S, B);
     if (s->io->keep) {
-        st = ggml_mul(ctx, st, s->io->keep);
+        st = cr_states_scale(s, st, s->io->keep);
     }
     struct ggml_tensor *buf;                                             /* [C, S+n, B] */
     const size_t bytes = (size_t)C * (size_t)(S + n) * (size_t)B * sizeof(float);
@@ -190,7 +224,7 @@ struct ggml_tensor *cr_states_mask(cr_states *s, struct ggml_tensor *x, int32_t 
     if (!s->masked) {
         return x;
     }
-    return ggml_mul(s->ctx, x, cr_states_time(s, CR_TIME_MASK, x->ne[1], rate, delay, 0));
+    return cr_states_scale(s, x, cr_states_time(s, CR_TIME_MASK, x->ne[1], rate, delay, 0));
 }
 
 struct ggml_tensor *cr_states_mask_tf(cr_states *s, struct ggml_tensor *x, int32_t rate, int32_t delay) {
