@@ -81,7 +81,7 @@ class Row:
         """The p99 of the later ticks' walls over their budgets: real time while at most 1."""
         return float(np.percentile(np.divide(self.later, self.budgets), 99)) if self.later else float("nan")
 
-    def real_time(self, chunk: int) -> bool:
+    def real_time(self) -> bool:
         return bool(self.later) and self.load() <= 1.0
 
 
@@ -212,9 +212,9 @@ def capacity(codecrt: Any, model: Any, voice: Any, name: str, prec: str, args: a
                 # as it comes, so that a run cut short still tells what it measured
                 print(f"capacity row: {name} {prec} {starts(phases)} N={n}: "
                       f"tick p99 {ms(row.later or [0.0], 99):.1f} ms, "
-                      f"budget {row.budget_ms(chunk):.0f} ms or more, load {row.load():.2f}, real time {'yes' if row.real_time(chunk) else 'no'}, "
+                      f"budget {row.budget_ms(chunk):.0f} ms or more, load {row.load():.2f}, real time {'yes' if row.real_time() else 'no'}, "
                       f"first tick {1000 * max(row.first):.1f} ms, {row.wall:.1f} s", flush=True)
-                if not row.real_time(chunk):
+                if not row.real_time():
                     bigger = [c for c in counts if c > n]
                     if bigger:
                         notes.append(f"{name} {starts(row.phases)}: N={','.join(map(str, bigger))} skipped "
@@ -241,7 +241,7 @@ def print_capacity(rows: list[Row], notes: list[str], codecrt: Any, args: argpar
           f"{stamp} · load average {load()} · `{' '.join(sys.argv)}`")
     g = growth_of(args)
     grown = ("" if g is None else
-             f", growing by {g['chunk_growth']:g} a chunk up to {g['max_chunk'] or min(4096, 4 * chunk)} tokens "
+             f", growing by {g['chunk_growth']:g} a chunk up to {g['max_chunk'] or codecrt.FlowStream.default_max_chunk(chunk)} tokens "
              "(each tick gives a phase its next chunk's ceiling)")
     print(f"first chunk {first} tokens ({1000 * first / TOKENS_PER_S:.0f} ms of audio), later chunks {chunk} "
           f"tokens ({chunk_ms:.0f} ms){grown}, {LOOKAHEAD} tokens of lookahead; a tick steps every stream "
@@ -258,7 +258,7 @@ def print_capacity(rows: list[Row], notes: list[str], codecrt: Any, args: argpar
         cut = "" if r.chunks == r.of_chunks else f" of {r.of_chunks} (cut)"
         later = r.later or [float("nan")]
         print(f"| {r.model} | {starts(r.phases)} | {r.n} | {r.chunks}{cut} | {ms(later, 50):.1f} | {ms(later, 99):.1f} | "
-              f"{r.budget_ms(chunk):.0f} | {r.load():.2f} | {'yes' if r.real_time(chunk) else 'no'} | "
+              f"{r.budget_ms(chunk):.0f} | {r.load():.2f} | {'yes' if r.real_time() else 'no'} | "
               f"{r.audio_s / r.wall:.1f} | {1000 * max(r.first):.1f} | "
               f"{1000 * max(r.first) + 1000 * LOOKAHEAD / TOKENS_PER_S:.1f} | "
               f"{1000 * float(np.mean(r.cpu or [float('nan')])):.1f} | {r.largest_batch} | {r.graphs} | {r.reservations} | "
@@ -269,7 +269,7 @@ def print_capacity(rows: list[Row], notes: list[str], codecrt: Any, args: argpar
     for model in dict.fromkeys(r.model for r in rows):
         best: dict[str, int] = {}
         for r in rows:
-            if r.model == model and r.real_time(chunk):
+            if r.model == model and r.real_time():
                 mode = "together" if r.phases == 1 else "staggered"
                 best[mode] = max(best.get(mode, 0), r.n)
         said = ", ".join(f"{k} {v}" for k, v in best.items()) or "none of the rows"

@@ -173,7 +173,7 @@ class FlowStream:
             _fail(E_INVALID_ARGUMENT, f"model '{info.arch}' is not a flow model (use Context.stream)")
         if not (1 <= int(first_chunk) <= 4096 and 1 <= int(chunk) <= 4096):
             _fail(E_INVALID_ARGUMENT, f"first_chunk={first_chunk} and chunk={chunk} must be in [1, 4096]")
-        max_chunk = min(4096, 4 * int(chunk)) if max_chunk is None else max_chunk
+        max_chunk = self.default_max_chunk(chunk) if max_chunk is None else max_chunk
         if not (1.0 <= float(chunk_growth) <= 8.0 and int(chunk) <= int(max_chunk) <= 4096):
             _fail(E_INVALID_ARGUMENT, f"chunk_growth={chunk_growth} must be in [1, 8] and "
                                       f"max_chunk={max_chunk} in [chunk={chunk}, 4096]")
@@ -269,6 +269,11 @@ class FlowStream:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @staticmethod
+    def default_max_chunk(chunk: int) -> int:
+        """``max_chunk`` when none is given: 4 x ``chunk``, at most 4096 tokens."""
+        return min(4096, 4 * int(chunk))
 
     def chunk_ceiling(self, k: int) -> int:
         """The most tokens chunk ``k`` (0: the first) decodes: ``first_chunk``, then ``chunk``

@@ -33,9 +33,9 @@ def test_chunk_plan_follows_the_ceilings_and_the_last_chunk_takes_the_rest(growt
 def test_a_ticks_budget_is_the_previous_chunks_audio_and_real_time_is_the_load():
     row = Row("turbo", 2, 1, later=[0.9, 1.5], budgets=[1.0, 2.0])
     assert row.budget_ms(25) == 1000.0 and row.load() == pytest.approx(0.9, abs=2e-3)  # p99 of 0.9 and 0.75
-    assert row.real_time(25)
+    assert row.real_time()
     row.later[1] = 2.2  # over its 2 s budget
-    assert not row.real_time(25)
+    assert not row.real_time()
 
 
 def test_growth_of_the_arguments():

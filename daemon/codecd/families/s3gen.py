@@ -102,12 +102,15 @@ class FlowModel(LoadedModel):
     def _warn_if_growth_is_paced(self, info: Any) -> None:
         """Growing chunks need codes ahead of real time; the server's pacing (max_ahead_s) and
         each connection's output budget (output_budget_s) hand the worker at most that much."""
+        import codecrt
+
         o, c = self.options, self.config
         if o.chunk_growth <= 1.0:
             return
-        largest_s = (o.max_chunk or 4 * o.chunk) * info.hop_length / info.sample_rate
+        largest = o.max_chunk or codecrt.FlowStream.default_max_chunk(o.chunk)
+        largest_s = largest * info.hop_length / info.sample_rate
         limits = [f"{k} = {getattr(c, k):g} s" for k in ("max_ahead_s", "output_budget_s")
-                  if 0 < getattr(c, k, 0) < largest_s]
+                  if 0 < getattr(c, k) < largest_s]
         if limits:
             logger.warning("model %s: flow_chunk_growth %g asks chunks of up to %.1f s of audio, but %s "
                            "hand the worker less than that ahead of real time: chunks stay smaller "
