@@ -49,6 +49,7 @@
 #include "ops/res_unit.h"
 #include "ops/upconv.h"
 #include "ops/softmax.h"
+#include "ops/cols.h"
 
 #define CR_ERR_SIZE 512
 #define CR_MAX_TENSOR_SPECS 2048
@@ -399,6 +400,14 @@ struct ggml_tensor *cr_upconv_tail(struct ggml_context *ctx, struct ggml_tensor 
    contiguous F32 -> a's shape, softmax(scale a) along ne0. NULL where the type or layout
    does not fit. */
 struct ggml_tensor *cr_softmax_rows(struct ggml_context *ctx, struct ggml_tensor *a, float scale);
+
+/* The column matrix of a stride-1 convolution as one op (ops/ops_cols.c, ops/cols.h): x
+   [C, T, B] contiguous F32 (channels fastest) -> [C k, T + pl + pr - d (k - 1), B], rows
+   c k + j = x[c, t + j d - pl] (zero outside the input), through a Snake first where alpha
+   and inv ([C], 1/alpha) are given. Multiplied by a kernel (Cout, Cin, k) reshaped to
+   [k Cin, Cout] it is the convolution. NULL where a type, layout or parameter does not fit. */
+struct ggml_tensor *cr_cols(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *alpha,
+                            struct ggml_tensor *inv, int k, int d, int pl, int pr);
 
 /*
  * Softmax attention with scale 1/8 over every key, per head of 64 channels:

@@ -722,6 +722,70 @@ static void test_softmax_rows(void) {
     }
 }
 
+/* The convolution columns op (ops/ops_cols.c's C function here) against a double reference
+   and against ggml's im2col of the transposed, padded input (bit for bit: both copy), with
+   "same", causal and asymmetric padding, dilations, and through a Snake. */
+static void test_cols(void) {
+    static const int cases[][4] = {{3, 1, 1, 1}, {7, 3, 9, 9}, {11, 5, 25, 25}, {3, 1, 2, 0}, {5, 1, 0, 3}, {4, 2, 0, 0}};
+    for (int c = 0; c < 6; c++) {
+        const int K = cases[c][0], d = cases[c][1], pl = cases[c][2], pr = cases[c][3];
+        const int64_t C = 6, T = 29, B = 2, To = T + pl + pr - (int64_t)d * (K - 1);
+        for (int snake = 0; snake < 2; snake++) {
+            struct ggml_context *ctx = new_ctx();
+            struct ggml_tensor *x = rnd(ctx, C, T, B, 2.0f, -2.0f);
+            struct ggml_tensor *alpha = snake ? rnd(ctx, C, 1, 1, 0.5f, 0.2f) : NULL;
+            struct ggml_tensor *inv = NULL;
+            if (snake) {
+                inv = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, C);
+                for (int64_t i = 0; i < C; i++) {
+                    ((float *)inv->data)[i] = 1.0f / (F(alpha)[i] + 1e-9f);
+                }
+            }
+            struct ggml_tensor *y = cr_cols(ctx, x, alpha, inv, K, d, pl, pr);
+            CHECK(y != NULL, "cols K %d d %d: the op applies", K, d);
+            check_shape("cols", y, C * K, To, B);
+            const float *got = compute(ctx, graph(ctx), &y);
+            double *ref = malloc(sizeof(double) * (size_t)(C * K * To * B));
+            for (int64_t b = 0; b < B; b++) {
+                for (int64_t t = 0; t < To; t++) {
+                    for (int64_t ch = 0; ch < C; ch++) {
+                        for (int k = 0; k < K; k++) {
+                            const int64_t s = t + (int64_t)k * d - pl;
+                            double v = s >= 0 && s < T ? F(x)[(b * T + s) * C + ch] : 0.0;
+                            if (snake && s >= 0 && s < T) {
+                                const double sn = sin(F(alpha)[ch] * v);
+                                v += sn * sn / (F(alpha)[ch] + 1e-9);
+                            }
+                            ref[((b * To + t) * C + ch) * K + k] = v;
+                        }
+                    }
+                }
+            }
+            char what[64];
+            snprintf(what, sizeof(what), "cols K %d d %d pad %d,%d snake %d", K, d, pl, pr, snake);
+            compare(what, got, ref, C * K * To * B);
+            free(ref);
+            if (!snake) { /* ggml's im2col over the transposed, padded input: the same copy */
+                struct ggml_tensor *w = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, K, C, 1); /* its shape only */
+                struct ggml_tensor *xt = ggml_pad_ext(ctx, ggml_cont(ctx, ggml_transpose(ctx, x)), pl, pr, 0, 0, 0,
+                                                      0, 0, 0);
+                struct ggml_tensor *g = ggml_im2col(ctx, w, xt, 1, 0, 0, 0, d, 0, false, GGML_TYPE_F32);
+                const float *want = compute(ctx, graph(ctx), &g);
+                int same = 1;
+                for (int64_t i = 0; i < C * K * To * B; i++) {
+                    same &= got[i] == want[i];
+                }
+                CHECK(same, "%s: equals ggml's im2col", what);
+            }
+            CHECK(cr_cols(ctx, ggml_transpose(ctx, x), NULL, NULL, K, d, pl, pr) == NULL, "cols: a view, no op");
+            CHECK(cr_cols(ctx, x, NULL, NULL, 31, 1, 0, 0) == NULL, "cols: a kernel longer than the input");
+            CHECK(cr_cols(ctx, x, alpha, NULL, K, d, pl, pr) == NULL || !snake, "cols: alpha without inv");
+            CHECK(cr_cols(ctx, x, NULL, NULL, 0, d, pl, pr) == NULL, "cols: no taps");
+            ggml_free(ctx);
+        }
+    }
+}
+
 int main(void) {
     test_products();
     test_layouts();
@@ -734,6 +798,7 @@ int main(void) {
     test_upconv();
     test_upconv_step();
     test_softmax_rows();
+    test_cols();
     test_res_unit();
     printf("test_layers: %d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;

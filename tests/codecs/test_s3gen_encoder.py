@@ -76,3 +76,22 @@ def test_f16_weights(encoder):
             codecrt.Context(model, device="cpu", n_threads=2) as ctx:
         ours = codecrt.diag.diag_encode(ctx, tokens)
     assert s3ref.rel_l2(ours, _ref_mu(flow, tokens)) < F16_TOL
+
+
+
+def test_the_graphs_gpus_run_match_the_reference_with_and_without_the_columns_op(encoder, monkeypatch):
+    """The portable graphs (what a GPU runs) on the CPU, the lookahead's and the upsampler's
+    convs through transpose and ggml's im2col (CODECRT_FUSED_UNIT=0) and through codecrt's
+    columns op (=1, ops/ops_cols.c's C function): mu matches the reference either way, bit for
+    bit the same (both gather the same columns for the same products)."""
+    flow, _ = encoder
+    tokens = _tokens(21, 19)
+    theirs = _ref_mu(flow, tokens)
+    out = {}
+    monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
+    for fused in ("0", "1"):
+        monkeypatch.setenv("CODECRT_FUSED_UNIT", fused)
+        with codecrt.Model(s3ref.gguf(False)) as model, codecrt.Context(model, device="cpu", n_threads=2) as ctx:
+            out[fused] = codecrt.diag.diag_encode(ctx, tokens)
+        assert s3ref.rel_l2(out[fused], theirs) < MU_TOL, fused
+    np.testing.assert_array_equal(out["0"], out["1"])

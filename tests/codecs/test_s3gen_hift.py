@@ -111,3 +111,29 @@ def test_vocoder_pipeline_matches_reference(hift):
     with s3ref.patched_noise(phases=phases, sine=sine), torch.inference_mode():
         theirs, _ = gen.inference(speech_feat=torch.from_numpy(mel)[None])
     assert s3ref.rel_l2(ours, theirs[0].numpy()) < PCM_TOL
+
+
+def test_the_graphs_gpus_run_match_the_reference_with_and_without_the_columns_op(monkeypatch):
+    """The portable graphs (what a GPU runs) on the CPU: the convs' columns by transpose and
+    ggml's im2col, each ResBlock Snake composed (CODECRT_FUSED_UNIT=0), and by codecrt's columns
+    op with the Snakes gathered through it (=1: ops/ops_cols.c's C function, which the CUDA
+    kernel is checked against in tests/native/test_gpu.py): F0 and decode match the reference
+    either way, and the graphs differ (no transposes, no Snake tensors: other compute buffers)."""
+    gen = s3ref.reference(False).mel2wav
+    torch, _ = s3ref.import_reference()
+    mel = _mel(41, 23)
+    source, _, _ = _ref_source(gen, _f0(42, 23), seed=43)
+    with torch.inference_mode():
+        f0_ref = gen.f0_predictor(torch.from_numpy(mel)[None])[0].numpy()
+    pcm_ref = _ref_decode(gen, mel, source)
+    buffers = {}
+    monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
+    for fused in ("0", "1"):
+        monkeypatch.setenv("CODECRT_FUSED_UNIT", fused)
+        with codecrt.Model(s3ref.gguf(False)) as model, codecrt.Context(model, device="cpu", n_threads=2) as ctx:
+            f0 = codecrt.diag.diag_f0(ctx, mel)
+            pcm = codecrt.diag.diag_hift(ctx, mel, source)
+            buffers[fused] = ctx.stats.compute_buffer_bytes
+        assert s3ref.rel_l2(f0, f0_ref) < F0_TOL, fused
+        assert s3ref.rel_l2(pcm, pcm_ref) < PCM_TOL, fused
+    assert buffers["0"] != buffers["1"]

@@ -9,8 +9,10 @@
  * transpose, in one kernel that reads the time-fastest input once and writes the
  * channels-fastest output once) and the unit tail (the 1x1 conv's bias and the residual
  * added in one pass), a transposed conv's tail (ops/ops_upconv.c: its product's two
- * halves, the bias and the mask, written time fastest, in one pass), and a scaled softmax
- * over rows (ops/ops_softmax.c: one warp a row, its scores in registers).
+ * halves, the bias and the mask, written time fastest, in one pass), a scaled softmax
+ * over rows (ops/ops_softmax.c: one warp a row, its scores in registers), and a stride-1
+ * convolution's column matrix read from a channels-fastest input, through a Snake if asked
+ * (ops/ops_cols.c).
  */
 #include <cuda_runtime.h>
 
@@ -23,6 +25,7 @@
 #include "ggml-backend-impl.h"
 #include "ggml-cuda.h"
 #include "ggml.h"
+#include "ops/cols.h"
 #include "ops/res_unit.h"
 #include "ops/softmax.h"
 #include "ops/upconv.h"
@@ -226,6 +229,10 @@ bool is_softmax_rows(const ggml_tensor *op) {
     return custom_fun(op) == cr_softmax_rows_cpu;
 }
 
+bool is_cols(const ggml_tensor *op) {
+    return custom_fun(op) == cr_cols_cpu;
+}
+
 cr_unit_core_params unit_core_params(const ggml_tensor *op) {
     return cr_unit_core_unpack(custom_params(op).userdata);
 }
@@ -376,6 +383,54 @@ cudaError_t launch_softmax_rows(const ggml_tensor *dst, cudaStream_t stream) {
     return cudaGetLastError();
 }
 
+/* ------------------------------------------------------- a convolution's columns */
+
+constexpr int COLS_THREADS = 256;
+constexpr int COLS_PER_BLOCK_ELEMENTS = 2048; /* a block writes about this many: 8 a thread */
+
+/* dst [rows = C K, ncols = To B] from x [C, T, B]: a block writes `per` whole columns, which
+   lie side by side in dst, so its threads write consecutive floats; thread e of them reads
+   channel c = r / K of frame t + k d - pl (r = e mod rows, k = r mod K), K short runs of
+   channels a warp. Indices within a block fit 32 bits (dev_supports_op). */
+template <bool SNAKE>
+__global__ void cols_kernel(const float *__restrict__ x, const float *__restrict__ alpha,
+                            const float *__restrict__ inv, float *__restrict__ dst, int C, int K, int d, int pl,
+                            int T, int To, int ncols, int rows, int per) {
+    const int j0 = (int)blockIdx.x * per;
+    const int n = min(per, ncols - j0) * rows;
+    float *out = dst + (int64_t)j0 * rows;
+    for (int e = (int)threadIdx.x; e < n; e += COLS_THREADS) {
+        const int jj = e / rows, r = e - jj * rows;
+        const int c = r / K, k = r - c * K;
+        const int j = j0 + jj, b = j / To, t = j - b * To;
+        const int s = t + k * d - pl;
+        float v = 0.0f;
+        if (s >= 0 && s < T) {
+            v = x[((int64_t)b * T + s) * C + c];
+            if constexpr (SNAKE) {
+                const float sn = sinf(v * alpha[c]);
+                v = v + (sn * sn) * inv[c];
+            }
+        }
+        out[e] = v;
+    }
+}
+
+cudaError_t launch_cols(const ggml_tensor *dst, cudaStream_t stream) {
+    const ggml_tensor *x = dst->src[0];
+    const cr_cols_params p = cr_cols_unpack(custom_params(dst).userdata);
+    const int rows = (int)dst->ne[0], ncols = (int)(dst->ne[1] * dst->ne[2]);
+    const int per = rows >= COLS_PER_BLOCK_ELEMENTS ? 1 : COLS_PER_BLOCK_ELEMENTS / rows;
+    const dim3 grid((unsigned)((ncols + per - 1) / per));
+    const float *xd = (const float *)x->data;
+    const float *alpha = p.snake ? (const float *)dst->src[1]->data : nullptr;
+    const float *inv = p.snake ? (const float *)dst->src[2]->data : nullptr;
+    auto kernel = p.snake ? cols_kernel<true> : cols_kernel<false>;
+    kernel<<<grid, COLS_THREADS, 0, stream>>>(xd, alpha, inv, (float *)dst->data, (int)x->ne[0], p.k, p.d, p.pl,
+                                              (int)x->ne[1], (int)dst->ne[1], ncols, rows, per);
+    return cudaGetLastError();
+}
+
 /* ----------------------------------------------------------------- backend */
 
 struct ops_context {
@@ -441,6 +496,19 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
                b->type == GGML_TYPE_F32 && ggml_is_contiguous(z) && ggml_is_contiguous(b) &&
                (!m || (m->type == GGML_TYPE_F32 && ggml_is_contiguous(m))) && op->ne[1] <= INT32_MAX &&
                (op->ne[2] + TILE_C - 1) / TILE_C <= MAX_GRID_Y && (op->ne[0] + TILE_T - 1) / TILE_T <= INT32_MAX;
+    }
+    if (is_cols(op)) {
+        const ggml_tensor *x = op->src[0];
+        const cr_cols_params p = cr_cols_unpack(custom_params(op).userdata);
+        bool ok = op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && x && x->type == GGML_TYPE_F32 &&
+                  ggml_is_contiguous(x) && op->ne[0] == x->ne[0] * p.k && op->ne[2] == x->ne[2] &&
+                  x->ne[3] == 1 && op->ne[3] == 1 && op->ne[0] <= INT32_MAX && x->ne[1] <= INT32_MAX &&
+                  op->ne[1] * op->ne[2] <= INT32_MAX && op->ne[0] * COLS_PER_BLOCK_ELEMENTS <= INT32_MAX;
+        for (int i = 1; ok && p.snake && i < 3; i++) {
+            const ggml_tensor *a = op->src[i];
+            ok = a && a->type == GGML_TYPE_F32 && ggml_is_contiguous(a) && ggml_nelements(a) == x->ne[0];
+        }
+        return ok;
     }
     if (is_softmax_rows(op)) {
         const ggml_tensor *a = op->src[0];
@@ -531,6 +599,8 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, struct ggml_cgrap
             e = launch_upconv_tail(node, c->stream);
         } else if (is_softmax_rows(node)) {
             e = launch_softmax_rows(node, c->stream);
+        } else if (is_cols(node)) {
+            e = launch_cols(node, c->stream);
         } else {
             std::fprintf(stderr, "codecrt: %s was given a %s node, which it cannot compute\n", c->name,
                          ggml_op_desc(node));

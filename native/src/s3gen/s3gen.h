@@ -71,10 +71,11 @@ typedef struct s3_encoder_io {
 
 void s3_encoder_specs(const s3gen_hparams *hp, cr_spec_list *s);
 /* tokens -> mu = encoder_proj(encoder(embedding(tokens))): F32 ne [2T, 80, B]
-   (time fastest), for the whole sequence (finalize semantics: nothing trimmed). */
+   (time fastest), for the whole sequence (finalize semantics: nothing trimmed).
+   ops: codecrt's device ops (the context's fused_unit) build the convs' columns. */
 struct ggml_tensor *s3_encoder_build(struct ggml_context *ctx, struct ggml_context *w,
                                      const s3gen_hparams *hp, int64_t T, int64_t B, const cr_cpu_ops *cpu_ops,
-                                     s3_encoder_io *io);
+                                     bool ops, s3_encoder_io *io);
 /* Fill io->in[] (not the tokens) after allocation. */
 void s3_encoder_set_inputs(const s3gen_hparams *hp, int64_t T, int64_t B, const s3_encoder_io *io);
 /* Largest tensor of the encoder graph over T tokens x B, in elements. */
@@ -109,9 +110,10 @@ void s3_hift_specs(const s3gen_hparams *hp, cr_spec_list *s);
 typedef struct s3_f0_io {
     struct ggml_tensor *mel;   /* F32 [T, 80, B] */
 } s3_f0_io;
-/* mel -> f0 in Hz per mel frame, F32 ne [T, B] (ConvRNNF0Predictor). */
+/* mel -> f0 in Hz per mel frame, F32 ne [T, B] (ConvRNNF0Predictor). ops: codecrt's
+   device ops (the context's fused_unit, off the CPU backend) build the convs' columns. */
 struct ggml_tensor *s3_f0_build(struct ggml_context *ctx, struct ggml_context *w,
-                                const s3gen_hparams *hp, int64_t T, int64_t B, s3_f0_io *io);
+                                const s3gen_hparams *hp, int64_t T, int64_t B, bool ops, s3_f0_io *io);
 
 /*
  * The harmonic source on the host, exactly as the reference computes it
@@ -139,10 +141,11 @@ typedef struct s3_hift_io {
     struct ggml_tensor *in[8];   /* builder-defined (STFT bases, windows, ...) */
 } s3_hift_io;
 /* mel + source -> PCM F32 [T*480, B], clamped to +-0.99 (HiFTGenerator.decode;
-   the 40 ms fade-in is the driver's). */
+   the 40 ms fade-in is the driver's). ops: codecrt's device ops (the context's
+   fused_unit) build the convs' columns, through the ResBlocks' Snakes. */
 struct ggml_tensor *s3_hift_build(struct ggml_context *ctx, struct ggml_context *w,
                                   const s3gen_hparams *hp, int64_t T, int64_t B, const cr_cpu_ops *cpu_ops,
-                                  s3_hift_io *io);
+                                  bool ops, s3_hift_io *io);
 void s3_hift_set_inputs(const s3gen_hparams *hp, int64_t T, int64_t B, const s3_hift_io *io);
 int64_t s3_hift_max_elements(int64_t T, int64_t B);
 

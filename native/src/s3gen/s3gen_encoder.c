@@ -113,16 +113,20 @@ void s3_encoder_specs(const s3gen_hparams *hp, cr_spec_list *s) {
 
 /*
  * Conv1d, stride 1, zero padding pl/pr. x: [Cin, T, B], w: [K, Cin, Cout],
- * b: [Cout] -> [Cout, T + pl + pr - K + 1, B]. The F32 im2col reads
- * time-fastest rows, hence the transpose; its columns (row ic*K + k) match the
+ * b: [Cout] -> [Cout, T + pl + pr - K + 1, B]. ops (codecrt's device ops): the
+ * columns op reads x as it lies; else the F32 im2col, which reads time-fastest
+ * rows, hence the transpose. Either way the columns' rows ic*K + k match the
  * kernel's memory order, and the product comes out channels fastest again.
  */
 static struct ggml_tensor *enc_conv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                    struct ggml_tensor *b, int pl, int pr, const cr_cpu_ops *cpu) {
+                                    struct ggml_tensor *b, int pl, int pr, const cr_cpu_ops *cpu, bool ops) {
     const int64_t K = w->ne[0], Cin = w->ne[1], Cout = w->ne[2];
-    struct ggml_tensor *xt = ggml_cont(ctx, ggml_transpose(ctx, x));         /* [T, Cin, B] */
-    xt = ggml_pad_ext(ctx, xt, pl, pr, 0, 0, 0, 0, 0, 0);                    /* [T+pl+pr, Cin, B] */
-    struct ggml_tensor *col = ggml_im2col(ctx, w, xt, 1, 0, 0, 0, 1, 0, false, GGML_TYPE_F32); /* [Cin*K, T', B] */
+    struct ggml_tensor *col = ops && !cpu ? cr_cols(ctx, x, NULL, NULL, (int)K, 1, pl, pr) : NULL;
+    if (!col) {
+        struct ggml_tensor *xt = ggml_cont(ctx, ggml_transpose(ctx, x));     /* [T, Cin, B] */
+        xt = ggml_pad_ext(ctx, xt, pl, pr, 0, 0, 0, 0, 0, 0);                /* [T+pl+pr, Cin, B] */
+        col = ggml_im2col(ctx, w, xt, 1, 0, 0, 0, 1, 0, false, GGML_TYPE_F32); /* [Cin*K, T', B] */
+    }
     return cr_linear(ctx, col, ggml_reshape_2d(ctx, w, K * Cin, Cout), b, cpu); /* [Cout, T', B] */
 }
 
@@ -235,23 +239,23 @@ static struct ggml_tensor *enc_layer(struct ggml_context *ctx, struct ggml_conte
 
 /* PreLookaheadLayer: each token sees the next 3. x: [512, T, B]. */
 static struct ggml_tensor *enc_lookahead(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                         const cr_cpu_ops *cpu) {
+                                         const cr_cpu_ops *cpu, bool ops) {
     struct ggml_tensor *h = enc_conv(ctx, x, s3_w(w, "enc.pre_lookahead_layer.conv1.weight"),
-                                     s3_w(w, "enc.pre_lookahead_layer.conv1.bias"), 0, S3_LOOKAHEAD, cpu);
+                                     s3_w(w, "enc.pre_lookahead_layer.conv1.bias"), 0, S3_LOOKAHEAD, cpu, ops);
     h = ggml_leaky_relu(ctx, h, 0.01f, false);
     h = enc_conv(ctx, h, s3_w(w, "enc.pre_lookahead_layer.conv2.weight"),
-                 s3_w(w, "enc.pre_lookahead_layer.conv2.bias"), 2, 0, cpu);
+                 s3_w(w, "enc.pre_lookahead_layer.conv2.bias"), 2, 0, cpu, ops);
     return ggml_add(ctx, x, h);
 }
 
 /* Upsample1D: nearest x2 (each frame twice), left pad 4, conv k5. [512, T, B] -> [512, 2T, B]. */
 static struct ggml_tensor *enc_upsample(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                        const cr_cpu_ops *cpu) {
+                                        const cr_cpu_ops *cpu, bool ops) {
     const int64_t C = x->ne[0], T = x->ne[1], B = x->ne[2];
     x = ggml_repeat_4d(ctx, ggml_reshape_4d(ctx, x, C, 1, T, B), C, ENC_UP, T, B);
     x = ggml_reshape_3d(ctx, x, C, ENC_UP * T, B);
     return enc_conv(ctx, x, s3_w(w, "enc.up_layer.conv.weight"), s3_w(w, "enc.up_layer.conv.bias"),
-                    2 * ENC_UP, 0, cpu);
+                    2 * ENC_UP, 0, cpu, ops);
 }
 
 /* [n8, n] score mask of one stage from its row (0 for the n keys, -inf for the padding) */
@@ -261,7 +265,8 @@ static struct ggml_tensor *enc_mask(struct ggml_context *ctx, struct ggml_tensor
 }
 
 struct ggml_tensor *s3_encoder_build(struct ggml_context *ctx, struct ggml_context *w, const s3gen_hparams *hp,
-                                     int64_t T, int64_t B, const cr_cpu_ops *cpu_ops, s3_encoder_io *io) {
+                                     int64_t T, int64_t B, const cr_cpu_ops *cpu_ops, bool ops,
+                                     s3_encoder_io *io) {
     (void)hp;
     const cr_cpu_ops *cpu = cpu_ops; /* the fused linear op where it applies, else ggml's */
     const int64_t D = S3_D_MODEL, T2 = ENC_UP * T; /* frames after upsampling */
@@ -286,11 +291,11 @@ struct ggml_tensor *s3_encoder_build(struct ggml_context *ctx, struct ggml_conte
                                           ggml_reshape_1d(ctx, io->tokens, T * B)); /* [512, T*B] */
     x = ggml_reshape_3d(ctx, x, D, T, B);
     x = enc_embed(ctx, w, x, "embed", cpu);
-    x = enc_lookahead(ctx, w, x, cpu);
+    x = enc_lookahead(ctx, w, x, cpu, ops);
     for (int i = 0; i < ENC_BLOCKS; i++) {
         x = enc_layer(ctx, w, x, pos1, mask1, "encoders", i, cpu);
     }
-    x = enc_upsample(ctx, w, x, cpu); /* [512, 2T, B] */
+    x = enc_upsample(ctx, w, x, cpu, ops); /* [512, 2T, B] */
     x = enc_embed(ctx, w, x, "up_embed", cpu);
     for (int i = 0; i < ENC_UP_BLOCKS; i++) {
         x = enc_layer(ctx, w, x, pos2, mask2, "up_encoders", i, cpu);

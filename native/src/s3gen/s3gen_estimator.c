@@ -302,10 +302,12 @@ static struct ggml_tensor *est_norm(const est_graph *g, struct ggml_tensor *x, c
 
 /*
  * CausalConv1d(k3) of x [Cin, T, B] -> [Cout, T, B]: on AVX-512 CPUs the fused
- * convolution; elsewhere (GPU graphs, other CPUs) one product over a column
- * matrix [3 Cin, T, B] whose row k Cin + c is input channel c at frame t + k of
- * the input left-padded by 2 frames, against the kernel [3, Cin, Cout] permuted
- * to [Cin, 3, Cout] to match; the product comes out channels fastest.
+ * convolution; with codecrt's ops (GPU graphs) one product over the columns op's
+ * matrix [3 Cin, T, B] (row c 3 + k: channel c at frame t + k - 2, the kernel's
+ * own order); elsewhere (other CPUs, graphs without the ops) one product over a
+ * column matrix whose row k Cin + c is input channel c at frame t + k of the input
+ * left-padded by 2 frames, against the kernel [3, Cin, Cout] permuted to
+ * [Cin, 3, Cout] to match. The product comes out channels fastest.
  */
 static struct ggml_tensor *est_causal_conv(const est_graph *g, struct ggml_tensor *x, const char *p) {
     struct ggml_tensor *k = s3_w(g->w, "%s.weight", p);
@@ -313,6 +315,11 @@ static struct ggml_tensor *est_causal_conv(const est_graph *g, struct ggml_tenso
     struct ggml_tensor *y = g->cpu ? cr_conv1d_cpu(g->ctx, x, k, s3_w(g->w, "%s.bias", p), 1, EST_K - 1, 0, g->cpu) : NULL;
     if (y) { /* AVX-512 CPUs: the fused convolution, no transpose, pad or column matrix */
         return y;
+    }
+    struct ggml_tensor *cols = g->ops ? cr_cols(g->ctx, x, NULL, NULL, EST_K, 1, EST_K - 1, 0) : NULL;
+    if (cols) { /* codecrt's columns op: [K Cin, T, B], rows c K + k, the kernel's own order */
+        return cr_linear(g->ctx, cols, ggml_reshape_2d(g->ctx, k, EST_K * Cin, Cout), s3_w(g->w, "%s.bias", p),
+                         NULL);
     }
     /* Channels fastest, the column of output frame t is xp[:, t .. t+2] of the input padded by
        two frames on the left: the three frames side by side, 3 Cin floats. So the column

@@ -6,9 +6,13 @@
  * Inside the graphs activations are F32 [C, T, B], channels fastest: a
  * convolution's product mul_mat(kernel, columns) comes out that way with the
  * (possibly F16) kernel as src0, per-channel parameters broadcast as rows, and
- * the fused CPU Snake expects it. ggml's F32 im2col reads time-fastest rows, so
- * every convolution transposes its input first ([C, T, B] -> [T, C, B]); the
- * interface tensors (mel, source, PCM) are time-fastest, as s3gen.h says.
+ * the fused CPU Snake expects it. A stride-1 convolution's column matrix comes
+ * from codecrt's columns op (ops/ops_cols.c), which reads channels-fastest input
+ * and, in the ResBlocks on a device, applies the Snake before each conv as it
+ * gathers; ggml's F32 im2col, which reads time-fastest rows, is left to the
+ * time-fastest inputs (mel, the source's spectrum) and to graphs without the ops,
+ * which transpose first ([C, T, B] -> [T, C, B]). The interface tensors (mel,
+ * source, PCM) are time-fastest, as s3gen.h says.
  *
  * Decode of T mel frames (per sequence; 480 samples per frame):
  *   source [480T] -> reflect pad 8 -> frames of 16, hop 4 -> DFT with the Hann
@@ -38,7 +42,6 @@
 #define HIFT_BINS (S3_NFFT / 2 + 1)  /* 9 one-sided bins */
 #define HIFT_SPEC (2 * HIFT_BINS)    /* 18 channels: real parts, then imaginary parts */
 #define HIFT_FRAMES_PER_MEL (S3_MEL_HOP / S3_ISTFT_HOP) /* 120 STFT hops per mel frame */
-#define HIFT_IM2COL_MAX_K 16    /* taps of the CPU im2col (the largest kernel here is 11) */
 
 static const int hift_up_rate[HIFT_STAGES] = {8, 5, 3};
 static const int hift_up_kernel[HIFT_STAGES] = {16, 11, 7};
@@ -129,64 +132,17 @@ static struct ggml_tensor *hift_conv_t(struct ggml_context *ctx, struct ggml_ten
     return cr_linear(ctx, cols, ggml_reshape_2d(ctx, w, K * cin, cout), b, cpu_ops);
 }
 
-/*
- * CPU im2col of a channels-fastest x [C, T, B] for a stride-1 "same" conv of
- * K taps and dilation d (passed as the userdata value): dst [C*K, T, B], rows
- * c*K + k = x[c, t + k*d - pad], zero outside. It replaces a transpose and
- * ggml's im2col (which reads time-fastest rows), the two costliest copies of
- * the vocoder: each output column is K*C floats written in order, read from K
- * input columns of C contiguous floats. x is contiguous (an op's result).
- */
-static void hift_im2col_kernel(struct ggml_tensor *dst, int ith, int nth, void *user) {
-    const struct ggml_tensor *x = dst->src[0];
-    const int64_t C = x->ne[0], T = x->ne[1], K = dst->ne[0] / C, d = (int64_t)(intptr_t)user;
-    const int64_t pad = d * (K - 1) / 2, cols = dst->ne[1] * dst->ne[2];
-    const int64_t per = (cols + nth - 1) / nth, j0 = per * ith, j1 = j0 + per < cols ? j0 + per : cols;
-    const float *src[HIFT_IM2COL_MAX_K];
-    for (int64_t j = j0; j < j1; j++) {
-        const int64_t b = j / T, t = j % T;
-        float *out = (float *)dst->data + j * K * C;
-        for (int64_t k = 0; k < K; k++) {
-            const int64_t s = t + k * d - pad;
-            src[k] = s >= 0 && s < T ? (const float *)x->data + (b * T + s) * C : NULL;
-        }
-        for (int64_t c = 0; c < C; c++) {
-            for (int64_t k = 0; k < K; k++) {
-                out[c * K + k] = src[k] ? src[k][c] : 0.0f;
-            }
-        }
-    }
+/* 1/(alpha + 1e-9), the Snake's factor, taken as the reference takes it: the reciprocal
+   first, then multiplied. A C-element op, so computed here rather than stored. */
+static struct ggml_tensor *hift_snake_inv(struct ggml_context *ctx, struct ggml_tensor *alpha) {
+    struct ggml_tensor *one = ggml_scale_bias(ctx, alpha, 0.0f, 1.0f);
+    return ggml_div(ctx, one, ggml_scale_bias(ctx, alpha, 1.0f, 1e-9f));
 }
 
-/* Stride-1 "same" Conv1d of a channels-fastest x [Cin, T, B] -> [Cout, T, B]:
-   on the CPU backend the fused convolution (AVX-512 CPUs) or hift_im2col_kernel
-   and a product, elsewhere transpose + im2col. */
-static struct ggml_tensor *hift_conv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                     struct ggml_tensor *b, int dilation, const cr_cpu_ops *cpu_ops) {
-    const int64_t K = w->ne[0], cin = w->ne[1], cout = w->ne[2];
-    const int pad = dilation * (int)(K - 1) / 2;
-    if (!cpu_ops || K > HIFT_IM2COL_MAX_K) {
-        return hift_conv_t(ctx, hift_transpose(ctx, x), w, b, 1, pad, dilation, cpu_ops);
-    }
-    struct ggml_tensor *y = cr_conv1d_cpu(ctx, x, w, b, dilation, pad, pad, cpu_ops); /* AVX-512 CPUs: no column matrix */
-    if (y) {
-        return y;
-    }
-    struct ggml_tensor *args[1] = {x};
-    struct ggml_tensor *cols = ggml_custom_4d(ctx, GGML_TYPE_F32, K * cin, x->ne[1], x->ne[2], 1, args, 1,
-                                              hift_im2col_kernel, GGML_N_TASKS_MAX, (void *)(intptr_t)dilation);
-    return cr_linear(ctx, cols, ggml_reshape_2d(ctx, w, K * cin, cout), b, cpu_ops);
-}
-
-/*
- * Snake x + 1/(alpha + 1e-9) * sin(alpha x)^2 per channel, x [C, T, B]. The
- * reciprocal is taken first and multiplied, as the reference does; it is a
- * C-element op, so it is computed here rather than stored.
- */
+/* Snake x + 1/(alpha + 1e-9) * sin(alpha x)^2 per channel, x [C, T, B]. */
 static struct ggml_tensor *hift_snake(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *alpha,
                                       const cr_cpu_ops *cpu_ops) {
-    struct ggml_tensor *one = ggml_scale_bias(ctx, alpha, 0.0f, 1.0f);
-    struct ggml_tensor *inv = ggml_div(ctx, one, ggml_scale_bias(ctx, alpha, 1.0f, 1e-9f));
+    struct ggml_tensor *inv = hift_snake_inv(ctx, alpha);
     if (cpu_ops) {
         return cr_snake_cpu(ctx, x, alpha, inv);
     }
@@ -194,16 +150,49 @@ static struct ggml_tensor *hift_snake(struct ggml_context *ctx, struct ggml_tens
     return ggml_add(ctx, x, ggml_mul(ctx, y, inv));
 }
 
+/*
+ * Stride-1 "same" Conv1d of a channels-fastest x [Cin, T, B] -> [Cout, T, B], after a
+ * Snake with alpha where alpha is given. ops (codecrt's device ops, or their C functions in
+ * the portable graphs): the columns op gathers the columns through the Snake, one pass
+ * where the composed Snake takes five; on the CPU backend the fused convolution (AVX-512
+ * CPUs) or the columns op's C function, and a product; elsewhere transpose + im2col.
+ */
+static struct ggml_tensor *hift_conv(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                     struct ggml_tensor *b, int dilation, struct ggml_tensor *alpha,
+                                     const cr_cpu_ops *cpu_ops, bool ops) {
+    const int64_t K = w->ne[0], cin = w->ne[1], cout = w->ne[2];
+    const int pad = dilation * (int)(K - 1) / 2;
+    struct ggml_tensor *w2 = ggml_reshape_2d(ctx, w, K * cin, cout); /* [K Cin, Cout], row c K + k */
+    if (ops && !cpu_ops) {
+        struct ggml_tensor *cols =
+            cr_cols(ctx, x, alpha, alpha ? hift_snake_inv(ctx, alpha) : NULL, (int)K, dilation, pad, pad);
+        if (cols) {
+            return cr_linear(ctx, cols, w2, b, NULL);
+        }
+    }
+    if (alpha) {
+        x = hift_snake(ctx, x, alpha, cpu_ops);
+    }
+    struct ggml_tensor *y = cpu_ops ? cr_conv1d_cpu(ctx, x, w, b, dilation, pad, pad, cpu_ops) : NULL;
+    if (y) { /* AVX-512 CPUs: no column matrix */
+        return y;
+    }
+    struct ggml_tensor *cols = cpu_ops ? cr_cols(ctx, x, NULL, NULL, (int)K, dilation, pad, pad) : NULL;
+    if (cols) {
+        return cr_linear(ctx, cols, w2, b, cpu_ops);
+    }
+    return hift_conv_t(ctx, hift_transpose(ctx, x), w, b, 1, pad, dilation, cpu_ops);
+}
+
 /* HiFiGAN ResBlock with Snakes: for each dilation d, x += conv(Snake(conv_d(Snake(x)))). x [C, T, B]. */
 static struct ggml_tensor *hift_resblock(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                         const char *prefix, const cr_cpu_ops *cpu_ops) {
+                                         const char *prefix, const cr_cpu_ops *cpu_ops, bool ops) {
     for (int j = 0; j < 3; j++) {
-        struct ggml_tensor *y = hift_snake(ctx, x, s3_w(w, "%s.activations1.%d.alpha", prefix, j), cpu_ops);
-        y = hift_conv(ctx, y, s3_w(w, "%s.convs1.%d.weight", prefix, j), s3_w(w, "%s.convs1.%d.bias", prefix, j),
-                      hift_dilation[j], cpu_ops);
-        y = hift_snake(ctx, y, s3_w(w, "%s.activations2.%d.alpha", prefix, j), cpu_ops);
+        struct ggml_tensor *y =
+            hift_conv(ctx, x, s3_w(w, "%s.convs1.%d.weight", prefix, j), s3_w(w, "%s.convs1.%d.bias", prefix, j),
+                      hift_dilation[j], s3_w(w, "%s.activations1.%d.alpha", prefix, j), cpu_ops, ops);
         y = hift_conv(ctx, y, s3_w(w, "%s.convs2.%d.weight", prefix, j), s3_w(w, "%s.convs2.%d.bias", prefix, j), 1,
-                      cpu_ops);
+                      s3_w(w, "%s.activations2.%d.alpha", prefix, j), cpu_ops, ops);
         x = ggml_add(ctx, y, x);
     }
     return x;
@@ -237,7 +226,8 @@ static struct ggml_tensor *hift_upconv(struct ggml_context *ctx, struct ggml_ten
 
 /* The source branch of stage i: s [18, F, B], st its transpose -> [C_i, L_i, B]. */
 static struct ggml_tensor *hift_source_branch(struct ggml_context *ctx, struct ggml_context *w,
-                                              struct ggml_tensor *s, struct ggml_tensor *st, int i, const cr_cpu_ops *cpu_ops) {
+                                              struct ggml_tensor *s, struct ggml_tensor *st, int i,
+                                              const cr_cpu_ops *cpu_ops, bool ops) {
     struct ggml_tensor *wd = s3_w(w, "hift.source_downs.%d.weight", i), *bd = s3_w(w, "hift.source_downs.%d.bias", i);
     struct ggml_tensor *y;
     if (wd->ne[0] == 1) { /* 1x1: a plain product on the channels-fastest spectrum */
@@ -248,7 +238,7 @@ static struct ggml_tensor *hift_source_branch(struct ggml_context *ctx, struct g
     }
     char prefix[GGML_MAX_NAME];
     snprintf(prefix, sizeof(prefix), "hift.source_resblocks.%d", i);
-    return hift_resblock(ctx, w, y, prefix, cpu_ops);
+    return hift_resblock(ctx, w, y, prefix, cpu_ops, ops);
 }
 
 static struct ggml_tensor *hift_input(struct ggml_context *ctx, int64_t ne0, int64_t ne1, int64_t ne2,
@@ -262,7 +252,7 @@ static struct ggml_tensor *hift_input(struct ggml_context *ctx, int64_t ne0, int
 /* -------------------------------------------------------------- F0 graph */
 
 struct ggml_tensor *s3_f0_build(struct ggml_context *ctx, struct ggml_context *w, const s3gen_hparams *hp,
-                                int64_t T, int64_t B, s3_f0_io *io) {
+                                int64_t T, int64_t B, bool ops, s3_f0_io *io) {
     (void)hp;
     io->mel = hift_input(ctx, T, S3_MEL, B, "hift.f0.mel");
     /* 5 x (conv k3 pad 1 + ELU) -> [512, T, B] */
@@ -271,7 +261,7 @@ struct ggml_tensor *s3_f0_build(struct ggml_context *ctx, struct ggml_context *w
     x = ggml_elu(ctx, x);
     for (int l = 1; l < HIFT_F0_LAYERS; l++) {
         x = hift_conv(ctx, x, s3_w(w, "hift.f0_predictor.condnet.%d.weight", 2 * l),
-                      s3_w(w, "hift.f0_predictor.condnet.%d.bias", 2 * l), 1, false);
+                      s3_w(w, "hift.f0_predictor.condnet.%d.bias", 2 * l), 1, NULL, NULL, ops);
         x = ggml_elu(ctx, x);
     }
     /* |Linear 512 -> 1| per frame: [1, T, B] -> f0 [T, B] */
@@ -367,7 +357,7 @@ bool s3_source_host(struct ggml_context *w, const float *f0, int64_t T, const fl
 /* ----------------------------------------------------------- decode graph */
 
 struct ggml_tensor *s3_hift_build(struct ggml_context *ctx, struct ggml_context *w, const s3gen_hparams *hp,
-                                  int64_t T, int64_t B, const cr_cpu_ops *cpu_ops, s3_hift_io *io) {
+                                  int64_t T, int64_t B, const cr_cpu_ops *cpu_ops, bool ops, s3_hift_io *io) {
     (void)hp;
     const int64_t N = T * S3_MEL_HOP, F = T * HIFT_FRAMES_PER_MEL + 1;
     io->mel = hift_input(ctx, T, S3_MEL, B, "hift.mel");
@@ -392,19 +382,19 @@ struct ggml_tensor *s3_hift_build(struct ggml_context *ctx, struct ggml_context 
         x = hift_upconv(ctx, x, s3_w(w, "hift.ups.%d.weight", i), u, (hift_up_kernel[i] - u) / 2, last ? 1 : 0,
                         cpu_ops);
         x = ggml_add(ctx, hift_transpose(ctx, x), s3_w(w, "hift.ups.%d.bias", i)); /* [C_i, L_i, B] */
-        x = ggml_add(ctx, x, hift_source_branch(ctx, w, s, st, i, cpu_ops));
+        x = ggml_add(ctx, x, hift_source_branch(ctx, w, s, st, i, cpu_ops, ops));
         struct ggml_tensor *xs = NULL;
         for (int j = 0; j < HIFT_KERNELS; j++) {
             char prefix[GGML_MAX_NAME];
             snprintf(prefix, sizeof(prefix), "hift.resblocks.%d", i * HIFT_KERNELS + j);
-            struct ggml_tensor *r = hift_resblock(ctx, w, x, prefix, cpu_ops);
+            struct ggml_tensor *r = hift_resblock(ctx, w, x, prefix, cpu_ops, ops);
             xs = xs ? ggml_add(ctx, xs, r) : r;
         }
         x = ggml_scale(ctx, xs, 1.0f / HIFT_KERNELS);
     }
     /* F.leaky_relu with its default slope, then the 18 spectrum channels [18, F, B] */
     x = ggml_leaky_relu(ctx, x, 0.01f, false);
-    x = hift_conv(ctx, x, s3_w(w, "hift.conv_post.weight"), s3_w(w, "hift.conv_post.bias"), 1, cpu_ops);
+    x = hift_conv(ctx, x, s3_w(w, "hift.conv_post.weight"), s3_w(w, "hift.conv_post.bias"), 1, NULL, cpu_ops, ops);
 
     /* magnitude exp(x[0:9]) clipped at 100, phase sin(x[9:18]) -> real, imaginary parts */
     const size_t half = HIFT_BINS * sizeof(float);

@@ -35,7 +35,8 @@ static struct ggml_cgraph *s3_build_encode(void *user, struct ggml_context *ctx0
     s3_encoder_io e;
     memset(&e, 0, sizeof(e));
     struct ggml_tensor *mu =
-        s3_encoder_build(ctx0, ctx->weights, s3_hp(ctx), key->n_frames, key->n_batch, s3_cpu_ops(ctx), &e);
+        s3_encoder_build(ctx0, ctx->weights, s3_hp(ctx), key->n_frames, key->n_batch, s3_cpu_ops(ctx),
+                         ctx->fused_unit, &e);
     S3_IO_STORE(io, e);
     return s3_finish(ctx0, mu, io);
 }
@@ -57,7 +58,8 @@ static struct ggml_cgraph *s3_build_f0(void *user, struct ggml_context *ctx0, co
     codecrt_context *ctx = ((s3_build *)user)->ctx;
     s3_f0_io e;
     memset(&e, 0, sizeof(e));
-    struct ggml_tensor *f0 = s3_f0_build(ctx0, ctx->weights, s3_hp(ctx), key->n_frames, key->n_batch, &e);
+    struct ggml_tensor *f0 = s3_f0_build(ctx0, ctx->weights, s3_hp(ctx), key->n_frames, key->n_batch,
+                                         ctx->fused_unit && !s3_cpu_ops(ctx), &e);
     S3_IO_STORE(io, e);
     return s3_finish(ctx0, f0, io);
 }
@@ -68,7 +70,8 @@ static struct ggml_cgraph *s3_build_vocode(void *user, struct ggml_context *ctx0
     s3_hift_io e;
     memset(&e, 0, sizeof(e));
     struct ggml_tensor *pcm =
-        s3_hift_build(ctx0, ctx->weights, s3_hp(ctx), key->n_frames, key->n_batch, s3_cpu_ops(ctx), &e);
+        s3_hift_build(ctx0, ctx->weights, s3_hp(ctx), key->n_frames, key->n_batch, s3_cpu_ops(ctx),
+                      ctx->fused_unit, &e);
     S3_IO_STORE(io, e);
     return s3_finish(ctx0, pcm, io);
 }
