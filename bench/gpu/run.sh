@@ -104,7 +104,8 @@
 #            cadence (and the runtime alone), with --tick-slack-ms $CADENCE_SLACK [0] (the
 #            shipped 5 ms is how long a tick waits past the period for streams whose codes are
 #            late), with --first-audio now (a new stream's chunks ticked at once, as many as end
-#            before the aligned tick, until its first audio) and with ticks every half period
+#            before the aligned tick, until its first audio), with --first-audio cadence (way
+#            cadence, not by default: no express tick at all) and with ticks every half period
 #            (--tick-align-ms 42.67: about half the streams a tick, half the wait for a first
 #            audio); docs/benchmarks.md, one tick a period. Not by default, the way gap: now with
 #            --first-audio-gap-ms $CADENCE_GAP [155] (the express tick waits until the gap after
@@ -465,10 +466,11 @@ cadence() {
             shipped) extra=(); rt=20 ;;
             slack) extra=(--serve-arg=--tick-slack-ms=${CADENCE_SLACK:-0}); rt=0 ;;
             now) extra=(--serve-arg=--first-audio=now); rt=0 ;;
+            cadence) extra=(--serve-arg=--first-audio=cadence); rt=0 ;;
             gap|gap[0-9]*) g=${way#gap}; extra=(--serve-arg=--first-audio=now
                                        --serve-arg=--first-audio-gap-ms=${g:-${CADENCE_GAP:-155}}); rt=0 ;;
             half) extra=(--serve-arg=--tick-align-ms=42.67); rt=0 ;;
-            *) echo "cadence: no way '$way' (shipped, slack, now, gap, gapMS, half)" | tee -a "$OUT/report.txt"
+            *) echo "cadence: no way '$way' (shipped, slack, now, cadence, gap, gapMS, half)" | tee -a "$OUT/report.txt"
                continue ;;
         esac
         stage "cadence, $way: python3 -m bench fronts --spawn demo --fronts 4 --n $n ${extra[*]:-}"
