@@ -358,23 +358,27 @@ def test_s3gen_columns_kernel_matches_its_cpu_function_and_ggml(codecrt, s3gen_g
     ops backend is: the vocoder's and F0 predictor's stride-1 convs, the ResBlocks' Snakes gathered
     through it, the encoder's and the estimator's convs) against the op's C function on the CPU's
     portable graphs (CODECRT_FUSED_UNIT=1) and against ggml's transpose + im2col on CUDA (=0): the
-    vocoder alone on one mel, and a whole decode."""
+    vocoder alone on one mel, and a whole decode; the Snakes' sine reduced (the default) and
+    CUDA's sinf (CODECRT_PRECISE_SIN=1)."""
     tokens = np.random.default_rng(10).integers(0, 6561, 40).astype(np.int32)
     mel = np.random.default_rng(11).normal(-4, 2, (80, 90)).astype(np.float32)
     out = {}
     with codecrt.Model(s3gen_gguf) as m:
         v = _s3_voice(codecrt, m)
-        for name, dev, fused in (("cpu", "cpu", "1"), ("ggml", GPU, "0"), ("ops", GPU, "1")):
-            env = {"CODECRT_FUSED_UNIT": fused} | ({"CODECRT_PORTABLE_OPS": "1"} if dev == "cpu" else {})
+        for name, dev, fused in (("cpu", "cpu", "1"), ("ggml", GPU, "0"), ("ops", GPU, "1"), ("sinf", GPU, "1")):
+            env = {"CODECRT_FUSED_UNIT": fused} | ({"CODECRT_PORTABLE_OPS": "1"} if dev == "cpu" else {}) | \
+                ({"CODECRT_PRECISE_SIN": "1"} if name == "sinf" else {})
             with _context(codecrt, m, dev, env) as ctx:
                 out[name] = (ctx.vocode(mel, seed=3), ctx.decode([tokens], voice=v, seed=3))
         v.close()
-    e = {k: (rel_l2(out["ops"][0], out[k][0]), rel_l2(out["ops"][1], out[k][1])) for k in ("cpu", "ggml")}
-    print(f"\nS3Gen columns op on CUDA: vocoder vs its CPU function {e['cpu'][0]:.2e}, vs ggml's im2col "
-          f"{e['ggml'][0]:.2e}; decode {e['cpu'][1]:.2e}, {e['ggml'][1]:.2e} (TF32 {'off' if TF32_OFF else 'on'})")
-    assert all(np.all(np.isfinite(a)) for a in out["ops"])
-    assert e["cpu"][0] < S3_TOL and e["ggml"][0] < S3_TOL
-    assert e["cpu"][1] < 5 * S3_TOL and e["ggml"][1] < 5 * S3_TOL
+    for op in ("ops", "sinf"):
+        e = {k: (rel_l2(out[op][0], out[k][0]), rel_l2(out[op][1], out[k][1])) for k in ("cpu", "ggml")}
+        print(f"\nS3Gen columns op on CUDA, sine {'reduced' if op == 'ops' else 'sinf'}: vocoder vs its CPU "
+              f"function {e['cpu'][0]:.2e}, vs ggml's im2col {e['ggml'][0]:.2e}; decode {e['cpu'][1]:.2e}, "
+              f"{e['ggml'][1]:.2e} (TF32 {'off' if TF32_OFF else 'on'})")
+        assert all(np.all(np.isfinite(a)) for a in out[op])
+        assert e["cpu"][0] < S3_TOL and e["ggml"][0] < S3_TOL
+        assert e["cpu"][1] < 5 * S3_TOL and e["ggml"][1] < 5 * S3_TOL
 
 
 def test_s3gen_bf16_refused_on_gpu(codecrt, s3gen_gguf):

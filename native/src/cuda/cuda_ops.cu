@@ -391,8 +391,11 @@ constexpr int COLS_PER_BLOCK_ELEMENTS = 2048; /* a block writes about this many:
 /* dst [rows = C K, ncols = To B] from x [C, T, B]: a block writes `per` whole columns, which
    lie side by side in dst, so its threads write consecutive floats; thread e of them reads
    channel c = r / K of frame t + k d - pl (r = e mod rows, k = r mod K), K short runs of
-   channels a warp. Indices within a block fit 32 bits (dev_supports_op). */
-template <bool SNAKE>
+   channels a warp. Indices within a block fit 32 bits (dev_supports_op). With the Snake each
+   input value is gathered, so its sine taken, K times: the reduced sine (as the unit core's,
+   CODECRT_PRECISE_SIN=1 for sinf) keeps that off the kernel's time (with sinf it was 57 ms of
+   a 64-stream Turbo tick's 325 on an H100, where the cols without it were 6). */
+template <bool SNAKE, bool PRECISE>
 __global__ void cols_kernel(const float *__restrict__ x, const float *__restrict__ alpha,
                             const float *__restrict__ inv, float *__restrict__ dst, int C, int K, int d, int pl,
                             int T, int To, int ncols, int rows, int per) {
@@ -408,15 +411,14 @@ __global__ void cols_kernel(const float *__restrict__ x, const float *__restrict
         if (s >= 0 && s < T) {
             v = x[((int64_t)b * T + s) * C + c];
             if constexpr (SNAKE) {
-                const float sn = sinf(v * alpha[c]);
-                v = v + (sn * sn) * inv[c];
+                v = snake<PRECISE>(v, alpha[c], inv[c]);
             }
         }
         out[e] = v;
     }
 }
 
-cudaError_t launch_cols(const ggml_tensor *dst, cudaStream_t stream) {
+cudaError_t launch_cols(const ggml_tensor *dst, cudaStream_t stream, bool precise_sin) {
     const ggml_tensor *x = dst->src[0];
     const cr_cols_params p = cr_cols_unpack(custom_params(dst).userdata);
     const int rows = (int)dst->ne[0], ncols = (int)(dst->ne[1] * dst->ne[2]);
@@ -425,7 +427,7 @@ cudaError_t launch_cols(const ggml_tensor *dst, cudaStream_t stream) {
     const float *xd = (const float *)x->data;
     const float *alpha = p.snake ? (const float *)dst->src[1]->data : nullptr;
     const float *inv = p.snake ? (const float *)dst->src[2]->data : nullptr;
-    auto kernel = p.snake ? cols_kernel<true> : cols_kernel<false>;
+    auto kernel = !p.snake ? cols_kernel<false, false> : precise_sin ? cols_kernel<true, true> : cols_kernel<true, false>;
     kernel<<<grid, COLS_THREADS, 0, stream>>>(xd, alpha, inv, (float *)dst->data, (int)x->ne[0], p.k, p.d, p.pl,
                                               (int)x->ne[1], (int)dst->ne[1], ncols, rows, per);
     return cudaGetLastError();
@@ -600,7 +602,7 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, struct ggml_cgrap
         } else if (is_softmax_rows(node)) {
             e = launch_softmax_rows(node, c->stream);
         } else if (is_cols(node)) {
-            e = launch_cols(node, c->stream);
+            e = launch_cols(node, c->stream, c->precise_sin);
         } else {
             std::fprintf(stderr, "codecrt: %s was given a %s node, which it cannot compute\n", c->name,
                          ggml_op_desc(node));
