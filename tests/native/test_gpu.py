@@ -369,6 +369,8 @@ def test_s3gen_columns_kernel_matches_its_cpu_function_and_ggml(codecrt, s3gen_g
             env = {"CODECRT_FUSED_UNIT": fused} | ({"CODECRT_PORTABLE_OPS": "1"} if dev == "cpu" else {}) | \
                 ({"CODECRT_PRECISE_SIN": "1"} if name == "sinf" else {})
             with _context(codecrt, m, dev, env) as ctx:
+                if dev != "cpu":  # the ops backend is there exactly when asked
+                    assert any(b.endswith("+codecrt") for b in ctx.stats.backends) == (fused == "1")
                 out[name] = (ctx.vocode(mel, seed=3), ctx.decode([tokens], voice=v, seed=3))
         v.close()
     for op in ("ops", "sinf"):

@@ -423,7 +423,7 @@ cudaError_t launch_cols(const ggml_tensor *dst, cudaStream_t stream, bool precis
     const cr_cols_params p = cr_cols_unpack(custom_params(dst).userdata);
     const int rows = (int)dst->ne[0], ncols = (int)(dst->ne[1] * dst->ne[2]);
     const int per = rows >= COLS_PER_BLOCK_ELEMENTS ? 1 : COLS_PER_BLOCK_ELEMENTS / rows;
-    const dim3 grid((unsigned)((ncols + per - 1) / per));
+    const dim3 grid((unsigned)(((int64_t)ncols + per - 1) / per));
     const float *xd = (const float *)x->data;
     const float *alpha = p.snake ? (const float *)dst->src[1]->data : nullptr;
     const float *inv = p.snake ? (const float *)dst->src[2]->data : nullptr;
@@ -504,7 +504,8 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
         const cr_cols_params p = cr_cols_unpack(custom_params(op).userdata);
         bool ok = op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && x && x->type == GGML_TYPE_F32 &&
                   ggml_is_contiguous(x) && op->ne[0] == x->ne[0] * p.k && op->ne[2] == x->ne[2] &&
-                  x->ne[3] == 1 && op->ne[3] == 1 && op->ne[0] <= INT32_MAX && x->ne[1] <= INT32_MAX &&
+                  x->ne[3] == 1 && op->ne[3] == 1 && op->ne[0] <= INT32_MAX &&
+                  x->ne[1] + p.pl + p.pr <= INT32_MAX &&
                   op->ne[1] * op->ne[2] <= INT32_MAX && op->ne[0] * COLS_PER_BLOCK_ELEMENTS <= INT32_MAX;
         for (int i = 1; ok && p.snake && i < 3; i++) {
             const ggml_tensor *a = op->src[i];

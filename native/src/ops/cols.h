@@ -48,8 +48,8 @@ static inline cr_cols_params cr_cols_unpack(const void *user) {
    To = T + pl + pr - d (K - 1), the column matrix of a stride-1 convolution whose rows
    c K + k match a PyTorch kernel (Cout, Cin, K) flattened:
      dst[c K + k, t, b] = f(x[c, t + k d - pl, b]), zero where that frame is outside 0 .. T-1,
-   f(v) = v + inv[c] sin(alpha[c] v)^2 with snake (x + (sin(alpha x))^2 inv, as the
-   composed ggml ops round it), else v. */
+   f(v) = v + inv[c] sin(alpha[c] v)^2 with snake (x + (sin(alpha x))^2 inv, the composed
+   ggml ops' order; a compiler that contracts to an FMA rounds it once less), else v. */
 void cr_cols_cpu(struct ggml_tensor *dst, int ith, int nth, void *user);
 
 #ifdef __cplusplus
