@@ -139,10 +139,9 @@ static struct ggml_tensor *hift_snake_inv(struct ggml_context *ctx, struct ggml_
     return ggml_div(ctx, one, ggml_scale_bias(ctx, alpha, 1.0f, 1e-9f));
 }
 
-/* Snake x + 1/(alpha + 1e-9) * sin(alpha x)^2 per channel, x [C, T, B]. */
+/* Snake x + inv * sin(alpha x)^2 per channel, x [C, T, B], inv = hift_snake_inv(alpha). */
 static struct ggml_tensor *hift_snake(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *alpha,
-                                      const cr_cpu_ops *cpu_ops) {
-    struct ggml_tensor *inv = hift_snake_inv(ctx, alpha);
+                                      struct ggml_tensor *inv, const cr_cpu_ops *cpu_ops) {
     if (cpu_ops) {
         return cr_snake_cpu(ctx, x, alpha, inv);
     }
@@ -163,15 +162,15 @@ static struct ggml_tensor *hift_conv(struct ggml_context *ctx, struct ggml_tenso
     const int64_t K = w->ne[0], cin = w->ne[1], cout = w->ne[2];
     const int pad = dilation * (int)(K - 1) / 2;
     struct ggml_tensor *w2 = ggml_reshape_2d(ctx, w, K * cin, cout); /* [K Cin, Cout], row c K + k */
+    struct ggml_tensor *inv = alpha ? hift_snake_inv(ctx, alpha) : NULL;
     if (ops && !cpu_ops) {
-        struct ggml_tensor *cols =
-            cr_cols(ctx, x, alpha, alpha ? hift_snake_inv(ctx, alpha) : NULL, (int)K, dilation, pad, pad);
+        struct ggml_tensor *cols = cr_cols(ctx, x, alpha, inv, (int)K, dilation, pad, pad);
         if (cols) {
             return cr_linear(ctx, cols, w2, b, NULL);
         }
     }
     if (alpha) {
-        x = hift_snake(ctx, x, alpha, cpu_ops);
+        x = hift_snake(ctx, x, alpha, inv, cpu_ops);
     }
     struct ggml_tensor *y = cpu_ops ? cr_conv1d_cpu(ctx, x, w, b, dilation, pad, pad, cpu_ops) : NULL;
     if (y) { /* AVX-512 CPUs: no column matrix */

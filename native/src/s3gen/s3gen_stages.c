@@ -58,8 +58,8 @@ static struct ggml_cgraph *s3_build_f0(void *user, struct ggml_context *ctx0, co
     codecrt_context *ctx = ((s3_build *)user)->ctx;
     s3_f0_io e;
     memset(&e, 0, sizeof(e));
-    struct ggml_tensor *f0 = s3_f0_build(ctx0, ctx->weights, s3_hp(ctx), key->n_frames, key->n_batch,
-                                         ctx->fused_unit && !s3_cpu_ops(ctx), &e);
+    struct ggml_tensor *f0 =
+        s3_f0_build(ctx0, ctx->weights, s3_hp(ctx), key->n_frames, key->n_batch, ctx->fused_unit, &e);
     S3_IO_STORE(io, e);
     return s3_finish(ctx0, f0, io);
 }
