@@ -50,6 +50,7 @@
 #include "ops/upconv.h"
 #include "ops/softmax.h"
 #include "ops/cols.h"
+#include "ops/attn_values.h"
 
 #define CR_ERR_SIZE 512
 #define CR_MAX_TENSOR_SPECS 2048
@@ -408,6 +409,13 @@ struct ggml_tensor *cr_softmax_rows(struct ggml_context *ctx, struct ggml_tensor
    [k Cin, Cout] it is the convolution. NULL where a type, layout or parameter does not fit. */
 struct ggml_tensor *cr_cols(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *alpha,
                             struct ggml_tensor *inv, int k, int d, int pl, int pr);
+
+/* The attention's weighted values as one op (ops/ops_attn_values.c, ops/attn_values.h): v
+   [Tk, D, H, B] F32 (keys fastest, any other strides) and p [Tk, Tq, H, B] contiguous F32
+   (softmax weights) -> [D, H, Tq, B] contiguous, sum_k v[k, d, h, b] p[k, t, h, b]: the
+   heads of a query side by side, as the output projection reads them (reshaped to
+   [D H, Tq, B]). NULL where a type, layout or shape does not fit. */
+struct ggml_tensor *cr_attn_values(struct ggml_context *ctx, struct ggml_tensor *v, struct ggml_tensor *p);
 
 /*
  * Softmax attention with scale 1/8 over every key, per head of 64 channels:

@@ -786,6 +786,61 @@ static void test_cols(void) {
     }
 }
 
+/* The attention's values op (ops/ops_attn_values.c's C function here) against a double
+   reference and against ggml's product and permutation, with v a strided view as S3Gen's
+   estimator gives it (one product's [T B, H D] output read per head and sequence). */
+static void test_attn_values(void) {
+    const int64_t D = 5, H = 3, B = 2;
+    const int64_t Ts[] = {1, 9, 33};
+    for (int c = 0; c < 3; c++) {
+        const int64_t T = Ts[c];
+        struct ggml_context *ctx = new_ctx();
+        struct ggml_tensor *vt = rnd(ctx, T * B, H * D, 1, 2.0f, -1.0f); /* [T B, H D] */
+        const size_t f = sizeof(float);
+        struct ggml_tensor *v = ggml_view_4d(ctx, vt, T, D, H, B, (size_t)(T * B) * f, (size_t)(D * T * B) * f,
+                                             (size_t)T * f, 0); /* [T, D, H, B] */
+        struct ggml_tensor *p = rnd(ctx, T, T, H * B, 1.0f, 0.0f);
+        p = ggml_reshape_4d(ctx, p, T, T, H, B);
+        struct ggml_tensor *y = cr_attn_values(ctx, v, p);
+        CHECK(y != NULL, "attn_values T %lld: the op applies", (long long)T);
+        CHECK(y->ne[0] == D && y->ne[1] == H && y->ne[2] == T && y->ne[3] == B, "attn_values: shape [D, H, T, B]");
+        const float *got = compute(ctx, graph(ctx), &y);
+        double *ref = malloc(sizeof(double) * (size_t)(D * H * T * B));
+        for (int64_t b = 0; b < B; b++) {
+            for (int64_t t = 0; t < T; t++) {
+                for (int64_t h = 0; h < H; h++) {
+                    for (int64_t d = 0; d < D; d++) {
+                        double sum = 0.0;
+                        for (int64_t k = 0; k < T; k++) {
+                            sum += (double)F(vt)[(b * T + k) + (h * D + d) * T * B] *
+                                   F(p)[((b * H + h) * T + t) * T + k];
+                        }
+                        ref[((b * T + t) * H + h) * D + d] = sum;
+                    }
+                }
+            }
+        }
+        char what[64];
+        snprintf(what, sizeof(what), "attn_values T %lld", (long long)T);
+        compare(what, got, ref, D * H * T * B);
+        struct ggml_tensor *g = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, v, p), 0, 2, 1, 3));
+        const float *want = compute(ctx, graph(ctx), &g);
+        for (int64_t i = 0; i < D * H * T * B; i++) {
+            ref[i] = want[i];
+        }
+        snprintf(what, sizeof(what), "attn_values T %lld vs ggml", (long long)T);
+        compare(what, got, ref, D * H * T * B);
+        free(ref);
+        struct ggml_tensor *vd = ggml_reshape_4d(ctx, rnd(ctx, D, T, H * B, 1.0f, -1.0f), D, T, H, B);
+        CHECK(cr_attn_values(ctx, ggml_permute(ctx, vd, 1, 0, 2, 3), p) == NULL, "attn_values: keys not fastest");
+        CHECK(cr_attn_values(ctx, v, ggml_permute(ctx, p, 1, 0, 2, 3)) == NULL || T == 1,
+              "attn_values: weights not contiguous");
+        CHECK(cr_attn_values(ctx, v, ggml_reshape_4d(ctx, p, T, T, B, H)) == NULL || H == B,
+              "attn_values: heads differ");
+        ggml_free(ctx);
+    }
+}
+
 int main(void) {
     test_products();
     test_layouts();
@@ -799,6 +854,7 @@ int main(void) {
     test_upconv_step();
     test_softmax_rows();
     test_cols();
+    test_attn_values();
     test_res_unit();
     printf("test_layers: %d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;

@@ -106,11 +106,12 @@ def test_estimator_end_time(s3):
         np.testing.assert_array_equal(a, b)
 
 
-def test_the_graphs_gpus_run_match_the_reference_with_and_without_the_softmax_op(s3, monkeypatch):
-    """The portable graphs (what a GPU runs) on the CPU: the attention's softmax as ggml's
-    (CODECRT_FUSED_UNIT=0) and as codecrt's op (=1: ops/ops_softmax.c's C function, which the
-    CUDA kernel is checked against in tests/native/test_gpu.py) both match estimator.forward,
-    and differ from each other (the switch reached the graph)."""
+def test_the_graphs_gpus_run_match_the_reference_with_and_without_the_attention_ops(s3, monkeypatch):
+    """The portable graphs (what a GPU runs) on the CPU: the attention's softmax and its
+    weighted values as ggml's softmax, product and permutation (CODECRT_FUSED_UNIT=0) and as
+    codecrt's ops (=1: ops/ops_softmax.c's and ops/ops_attn_values.c's C functions, which the
+    CUDA kernel and products are checked against in tests/native/test_gpu.py) both match
+    estimator.forward, and differ from each other (the switch reached the graph)."""
     meanflow, est, _, model = s3
     inp = _inputs(11, 2, 40, meanflow)
     theirs = _reference(est, inp)

@@ -12,8 +12,11 @@
  * halves, the bias and the mask, written time fastest, in one pass), a scaled softmax
  * over rows (ops/ops_softmax.c: one warp a row, its scores in registers), and a stride-1
  * convolution's column matrix read from a channels-fastest input, through a Snake if asked
- * (ops/ops_cols.c).
+ * (ops/ops_cols.c), and the attention's weighted values with the heads interleaved
+ * (ops/ops_attn_values.c: cuBLAS' strided batched product, which writes rows as far apart
+ * as asked).
  */
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -25,6 +28,7 @@
 #include "ggml-backend-impl.h"
 #include "ggml-cuda.h"
 #include "ggml.h"
+#include "ops/attn_values.h"
 #include "ops/cols.h"
 #include "ops/res_unit.h"
 #include "ops/softmax.h"
@@ -233,6 +237,10 @@ bool is_cols(const ggml_tensor *op) {
     return custom_fun(op) == cr_cols_cpu;
 }
 
+bool is_attn_values(const ggml_tensor *op) {
+    return custom_fun(op) == cr_attn_values_cpu;
+}
+
 cr_unit_core_params unit_core_params(const ggml_tensor *op) {
     return cr_unit_core_unpack(custom_params(op).userdata);
 }
@@ -433,6 +441,39 @@ cudaError_t launch_cols(const ggml_tensor *dst, cudaStream_t stream, bool precis
     return cudaGetLastError();
 }
 
+/* ------------------------------------------------------- the attention's values */
+
+/*
+ * dst [D, H, Tq, B] = per head h and sequence b  V_hb [D, Tk] x P_hb [Tk, Tq], with
+ * v [Tk, D, H, B] (keys fastest, rows nb1 apart) and p [Tk, Tq, H, B] contiguous. In
+ * cuBLAS' column-major terms, per head a strided batch over the sequences:
+ *   C (D x Tq, ldc D H) = A^T (A: Tk x D, lda nb1/4) x B (Tk x Tq, ldb Tk),
+ * C starting at head h's D columns of each row: the interleaving is ldc, no copy. The handle
+ * takes ggml's math mode (TF32 allowed, NVIDIA_TF32_OVERRIDE=0 forbids it), so these
+ * products round as ggml's own would. One call a head: the heads' strides differ from the
+ * sequences' (H calls, 8 in S3Gen, rather than B, two per stream there).
+ */
+cublasStatus_t launch_attn_values(const ggml_tensor *dst, cublasHandle_t handle) {
+    const ggml_tensor *v = dst->src[0], *p = dst->src[1];
+    const int Tk = (int)p->ne[0], Tq = (int)p->ne[1], H = (int)p->ne[2], B = (int)p->ne[3];
+    const int D = (int)v->ne[1];
+    const float one = 1.0f, zero = 0.0f;
+    const int lda = (int)(v->nb[1] / sizeof(float));
+    const long long sa = (long long)(v->nb[3] / sizeof(float)), sb = (long long)H * Tk * Tq,
+                    sc = (long long)D * H * Tq;
+    for (int h = 0; h < H; h++) {
+        const float *a = (const float *)((const char *)v->data + (size_t)h * v->nb[2]);
+        const float *b = (const float *)p->data + (size_t)h * Tk * Tq;
+        float *c = (float *)dst->data + (size_t)h * D;
+        const cublasStatus_t st = cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, D, Tq, Tk, &one, a,
+                                                            lda, sa, b, Tk, sb, &zero, c, D * H, sc, B);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            return st;
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 /* ----------------------------------------------------------------- backend */
 
 struct ops_context {
@@ -443,6 +484,7 @@ struct ops_context {
     ggml_backend_event_t before, after; /* CUDA events of ggml's device (cudaEvent_t in context) */
     size_t smem_max;          /* shared memory a block may opt in to */
     bool precise_sin;         /* CODECRT_PRECISE_SIN=1: the unit core's Snakes take sinf */
+    cublasHandle_t blas;      /* on `stream`, ggml's math mode: the attention's values */
     char name[32];
     ggml_backend_device dev;  /* this backend's device: ggml's CUDA device for buffers and memory,
                                  its own ops */
@@ -513,6 +555,20 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
         }
         return ok;
     }
+    if (is_attn_values(op)) {
+        /* cuBLAS takes ints: the extents, the leading dimensions and the batch */
+        const ggml_tensor *v = op->src[0], *p = op->src[1];
+        bool ok = op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && v && p && v->type == GGML_TYPE_F32 &&
+                  p->type == GGML_TYPE_F32 && ggml_is_contiguous(p) && v->nb[0] == sizeof(float) &&
+                  v->ne[0] == p->ne[0] && v->ne[2] == p->ne[2] && v->ne[3] == p->ne[3] && op->ne[0] == v->ne[1] &&
+                  op->ne[1] == p->ne[2] && op->ne[2] == p->ne[1] && op->ne[3] == p->ne[3] &&
+                  v->nb[1] / sizeof(float) >= (size_t)v->ne[0] && v->nb[1] / sizeof(float) <= INT32_MAX &&
+                  op->ne[0] * op->ne[1] <= INT32_MAX;
+        for (int i = 0; ok && i < 4; i++) {
+            ok = p->ne[i] <= INT32_MAX && v->ne[i] <= INT32_MAX && v->nb[i] % sizeof(float) == 0;
+        }
+        return ok;
+    }
     if (is_softmax_rows(op)) {
         const ggml_tensor *a = op->src[0];
         return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && a && a->type == GGML_TYPE_F32 &&
@@ -546,6 +602,7 @@ void backend_free(ggml_backend_t backend) {
     ops_context *c = ctx_of(backend);
     cudaSetDevice(c->cuda_index);
     cudaStreamSynchronize(c->stream);
+    cublasDestroy(c->blas);
     cudaStreamDestroy(c->stream);
     ggml_backend_event_free(c->before);
     ggml_backend_event_free(c->after);
@@ -604,6 +661,13 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, struct ggml_cgrap
             e = launch_softmax_rows(node, c->stream);
         } else if (is_cols(node)) {
             e = launch_cols(node, c->stream, c->precise_sin);
+        } else if (is_attn_values(node)) {
+            const cublasStatus_t st = launch_attn_values(node, c->blas);
+            if (st != CUBLAS_STATUS_SUCCESS) {
+                std::fprintf(stderr, "codecrt: %s: a product failed: %s\n", c->name, cublasGetStatusString(st));
+                return GGML_STATUS_FAILED;
+            }
+            e = cudaGetLastError();
         } else {
             std::fprintf(stderr, "codecrt: %s was given a %s node, which it cannot compute\n", c->name,
                          ggml_op_desc(node));
@@ -666,6 +730,13 @@ extern "C" ggml_backend_t cr_cuda_ops_new(ggml_backend_t device, bool precise_si
                  cudaSuccess &&
              cudaFuncSetAttribute(unit_core_kernel<0, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
                  cudaSuccess;
+        /* cuBLAS on our stream, with ggml's math mode (ggml-cuda/common.cuh: TF32 allowed) */
+        ok = ok && cublasCreate(&c->blas) == CUBLAS_STATUS_SUCCESS;
+        if (ok && (cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS ||
+                   cublasSetMathMode(c->blas, CUBLAS_TF32_TENSOR_OP_MATH) != CUBLAS_STATUS_SUCCESS)) {
+            cublasDestroy(c->blas);
+            ok = false;
+        }
         if (!ok) {
             cudaStreamDestroy(c->stream);
         }

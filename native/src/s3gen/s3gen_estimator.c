@@ -271,7 +271,8 @@ static void est_bias_gelu_kernel(struct ggml_tensor *dst, const struct ggml_tens
 
 /* What every piece needs: contexts, the time embedding after its Mish, whether the
    graph runs on the CPU backend (fused kernels, flash attention), and whether codecrt's
-   device ops are there (the attention's softmax as cr_softmax_rows). */
+   device ops are there (the attention's softmax as cr_softmax_rows, its values as
+   cr_attn_values). */
 typedef struct est_graph {
     struct ggml_context *ctx;
     struct ggml_context *w;
@@ -406,8 +407,13 @@ static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor 
         struct ggml_tensor *a = ggml_mul_mat(g->ctx, k, q);                             /* [Tk, Tq, 8, B] */
         struct ggml_tensor *sm = g->ops ? cr_softmax_rows(g->ctx, a, scale) : NULL;  /* a warp a row */
         a = sm ? sm : ggml_soft_max_ext(g->ctx, a, NULL, scale, 0.0f);
-        o = ggml_mul_mat(g->ctx, v, a);                                                 /* [64, Tq, 8, B] */
-        o = ggml_cont(g->ctx, ggml_permute(g->ctx, o, 0, 2, 1, 3));                     /* [64, 8, T, B] */
+        /* the heads of each query side by side for the output projection: in one op where the
+           device has codecrt's (no copy), else a product [64, Tq, 8, B] and its permutation */
+        o = g->ops ? cr_attn_values(g->ctx, v, a) : NULL;                               /* [64, 8, T, B] */
+        if (!o) {
+            o = ggml_mul_mat(g->ctx, v, a);                                             /* [64, Tq, 8, B] */
+            o = ggml_cont(g->ctx, ggml_permute(g->ctx, o, 0, 2, 1, 3));                 /* [64, 8, T, B] */
+        }
     }
     o = ggml_reshape_3d(g->ctx, o, EST_INNER, T, B);
     return cr_linear(g->ctx, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p), g->cpu);
