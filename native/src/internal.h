@@ -51,6 +51,8 @@
 #include "ops/softmax.h"
 #include "ops/cols.h"
 #include "ops/attn_values.h"
+#include "ops/norm.h"
+#include "ops/bias_act.h"
 
 #define CR_ERR_SIZE 512
 #define CR_MAX_TENSOR_SPECS 2048
@@ -364,10 +366,11 @@ struct ggml_tensor *cr_group_norm_cpu(struct ggml_context *ctx, struct ggml_tens
                                       float eps);
 
 /* LayerNorm (rms false) or RMSNorm (rms) over each row of x [C, ...], times w [C] plus b
-   [C] (b may be NULL), in one pass per row (ops/ops_norm.c). CPU backend only; NULL
-   where the shapes or types do not fit. */
-struct ggml_tensor *cr_norm_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
-                                struct ggml_tensor *b, float eps, bool rms);
+   [C] (b may be NULL), then Mish if asked, in one pass per row (ops/ops_norm.c,
+   ops/norm.h): the CPU backend's, and on CUDA codecrt's ops backend's. NULL where the
+   shapes or types do not fit. */
+struct ggml_tensor *cr_norm_rows(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                 struct ggml_tensor *b, float eps, bool rms, bool mish);
 
 /* Depthwise convolution, stride 1, of x [C, T, B] by w ne [C, K], dilation d, zero
    padding pl and pr frames, plus b [C] or NULL -> [C, T + pl + pr - d (K-1), B]
@@ -416,6 +419,12 @@ struct ggml_tensor *cr_cols(struct ggml_context *ctx, struct ggml_tensor *x, str
    heads of a query side by side, as the output projection reads them (reshaped to
    [D H, Tq, B]). NULL where a type, layout or shape does not fit. */
 struct ggml_tensor *cr_attn_values(struct ggml_context *ctx, struct ggml_tensor *v, struct ggml_tensor *p);
+
+/* A product's bias, an activation and a residual as one op (ops/ops_bias_act.c,
+   ops/bias_act.h): y [C, ...] contiguous F32, b [C], r y's shape (contiguous) or NULL ->
+   act(y + b) (+ r). NULL where a type, layout or shape does not fit. */
+struct ggml_tensor *cr_bias_act(struct ggml_context *ctx, struct ggml_tensor *y, struct ggml_tensor *b,
+                                struct ggml_tensor *r, cr_bias_act_kind act);
 
 /*
  * Softmax attention with scale 1/8 over every key, per head of 64 channels:

@@ -841,6 +841,50 @@ static void test_attn_values(void) {
     }
 }
 
+/* The bias-activation op (ops/ops_bias_act.c's C function here): without an activation
+   bit for bit ggml's r + (y + b), with GELU against ggml's gelu_erf of y + b and a double
+   reference. */
+static void test_bias_act(void) {
+    const int64_t C = 12, T = 7, B = 3;
+    struct ggml_context *ctx = new_ctx();
+    struct ggml_tensor *y = rnd(ctx, C, T, B, 3.0f, -3.0f), *r = rnd(ctx, C, T, B, 1.0f, -1.0f);
+    struct ggml_tensor *b = rnd(ctx, C, 1, 1, 1.0f, -1.0f);
+    b = ggml_reshape_1d(ctx, b, C);
+    struct ggml_tensor *o = cr_bias_act(ctx, y, b, r, CR_ACT_NONE);
+    CHECK(o != NULL, "bias_act: the op applies");
+    check_shape("bias_act", o, C, T, B);
+    const float *got = compute(ctx, graph(ctx), &o);
+    struct ggml_tensor *g = ggml_add(ctx, r, ggml_add(ctx, y, b));
+    const float *want = compute(ctx, graph(ctx), &g);
+    int same = 1;
+    for (int64_t i = 0; i < C * T * B; i++) {
+        same &= got[i] == want[i];
+    }
+    CHECK(same, "bias_act with a residual: equals ggml's two adds bit for bit");
+    struct ggml_tensor *og = cr_bias_act(ctx, y, b, NULL, CR_ACT_GELU_ERF);
+    CHECK(og != NULL, "bias_act gelu: the op applies");
+    const float *gg = compute(ctx, graph(ctx), &og);
+    struct ggml_tensor *gw = ggml_gelu_erf(ctx, ggml_add(ctx, y, b));
+    const float *gwant = compute(ctx, graph(ctx), &gw);
+    double *ref = malloc(sizeof(double) * (size_t)(C * T * B));
+    for (int64_t i = 0; i < C * T * B; i++) {
+        const double v = (double)F(y)[i] + F(b)[i % C];
+        ref[i] = 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
+    }
+    compare("bias_act gelu", gg, ref, C * T * B);
+    for (int64_t i = 0; i < C * T * B; i++) {
+        ref[i] = gwant[i];
+    }
+    compare("bias_act gelu vs ggml", gg, ref, C * T * B);
+    free(ref);
+    CHECK(cr_bias_act(ctx, ggml_transpose(ctx, y), b, NULL, CR_ACT_NONE) == NULL, "bias_act: a view, no op");
+    CHECK(cr_bias_act(ctx, y, ggml_view_1d(ctx, b, C - 1, 0), NULL, CR_ACT_NONE) == NULL, "bias_act: a short bias");
+    CHECK(cr_bias_act(ctx, y, b, ggml_view_2d(ctx, r, C, T, r->nb[1], 0), CR_ACT_NONE) == NULL,
+          "bias_act: a residual of another shape");
+    CHECK(cr_bias_act(ctx, y, b, NULL, (cr_bias_act_kind)7) == NULL, "bias_act: an unknown activation");
+    ggml_free(ctx);
+}
+
 int main(void) {
     test_products();
     test_layouts();
@@ -855,6 +899,7 @@ int main(void) {
     test_softmax_rows();
     test_cols();
     test_attn_values();
+    test_bias_act();
     test_res_unit();
     printf("test_layers: %d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;

@@ -532,9 +532,10 @@ static void check_group_norm_dwconv(int64_t C, int64_t T, int G, int64_t K, int 
     ggml_free(ctx);
 }
 
-/* cr_norm_cpu, LayerNorm (with and without a bias) and RMSNorm, against double over rows
-   with an offset; a row alone equals it among the others, bitwise. */
-static void check_norm(int64_t C, int64_t rows, bool rms, bool bias, int threads) {
+/* cr_norm_rows, LayerNorm (with and without a bias, with and without a Mish after it) and
+   RMSNorm, against double over rows with an offset; a row alone equals it among the
+   others, bitwise. */
+static void check_norm(int64_t C, int64_t rows, bool rms, bool bias, bool mish, int threads) {
     struct ggml_init_params ip = {(size_t)(4 * C * rows + 4 * C) * sizeof(float) + (1u << 20), NULL, false};
     struct ggml_context *ctx = ggml_init(ip);
     unsigned seed = (unsigned)(C + rows + rms);
@@ -547,7 +548,7 @@ static void check_norm(int64_t C, int64_t rows, bool rms, bool bias, int threads
     for (int64_t i = 0; i < C * rows; i++) {
         xd[i] += 0.5f;
     }
-    struct ggml_tensor *y = cr_norm_cpu(ctx, x, w, bias ? b : NULL, 1e-6f, rms);
+    struct ggml_tensor *y = cr_norm_rows(ctx, x, w, bias ? b : NULL, 1e-6f, rms, mish);
     CHECK(y != NULL, "norm built");
     if (!y) {
         ggml_free(ctx);
@@ -567,13 +568,14 @@ static void check_norm(int64_t C, int64_t rows, bool rms, bool bias, int threads
         }
         const double inv = 1.0 / sqrt(q / (double)C + 1e-6);
         for (int64_t c = 0; c < C; c++) {
-            rel_add(&r, yd[i * C + c], (xd[i * C + c] - mean) * inv * wd[c] + (bias ? bd[c] : 0.0));
+            const double v = (xd[i * C + c] - mean) * inv * wd[c] + (bias ? bd[c] : 0.0);
+            rel_add(&r, yd[i * C + c], mish ? v * tanh(v > 20.0 ? v : log1p(exp(v))) : v);
         }
     }
-    CHECK(rel_value(&r) < 1e-6, "%s C=%lld rows=%lld: relative L2 %.3g", rms ? "RMSNorm" : "LayerNorm", (long long)C,
-          (long long)rows, rel_value(&r));
-    struct ggml_tensor *one = cr_norm_cpu(ctx, ggml_cont(ctx, ggml_view_2d(ctx, x, C, 1, x->nb[1], x->nb[1] * (rows - 1))),
-                                          w, bias ? b : NULL, 1e-6f, rms);
+    CHECK(rel_value(&r) < 1e-6, "%s%s C=%lld rows=%lld: relative L2 %.3g", rms ? "RMSNorm" : "LayerNorm",
+          mish ? " + Mish" : "", (long long)C, (long long)rows, rel_value(&r));
+    struct ggml_tensor *one = cr_norm_rows(ctx, ggml_cont(ctx, ggml_view_2d(ctx, x, C, 1, x->nb[1], x->nb[1] * (rows - 1))),
+                                           w, bias ? b : NULL, 1e-6f, rms, mish);
     compute(ctx, one, 1);
     CHECK(memcmp(one->data, yd + (rows - 1) * C, (size_t)C * sizeof(float)) == 0, "norm: a row alone != among others");
     ggml_free(ctx);
@@ -581,9 +583,10 @@ static void check_norm(int64_t C, int64_t rows, bool rms, bool bias, int threads
 
 int main(void) {
     check_elu();
-    check_norm(768, 37, false, true, 2);
-    check_norm(1024, 5, true, false, 3);
-    check_norm(17, 1, false, false, 1);
+    check_norm(768, 37, false, true, false, 2);
+    check_norm(1024, 5, true, false, false, 3);
+    check_norm(17, 1, false, false, false, 1);
+    check_norm(256, 23, false, true, true, 2);
     check_group_norm_dwconv(768, 57, 32, 7, 2);
     check_group_norm_dwconv(64, 1, 4, 7, 1);
     check_group_norm_dwconv(48, 9, 3, 3, 3);

@@ -12,9 +12,10 @@
  * halves, the bias and the mask, written time fastest, in one pass), a scaled softmax
  * over rows (ops/ops_softmax.c: one warp a row, its scores in registers), and a stride-1
  * convolution's column matrix read from a channels-fastest input, through a Snake if asked
- * (ops/ops_cols.c), and the attention's weighted values with the heads interleaved
+ * (ops/ops_cols.c), the attention's weighted values with the heads interleaved
  * (ops/ops_attn_values.c: cuBLAS' strided batched product, which writes rows as far apart
- * as asked).
+ * as asked), a norm over each row with its affine and an optional Mish (ops/ops_norm.c),
+ * and a product's bias with an activation or a residual (ops/ops_bias_act.c).
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -29,7 +30,9 @@
 #include "ggml-cuda.h"
 #include "ggml.h"
 #include "ops/attn_values.h"
+#include "ops/bias_act.h"
 #include "ops/cols.h"
+#include "ops/norm.h"
 #include "ops/res_unit.h"
 #include "ops/softmax.h"
 #include "ops/upconv.h"
@@ -239,6 +242,14 @@ bool is_cols(const ggml_tensor *op) {
 
 bool is_attn_values(const ggml_tensor *op) {
     return custom_fun(op) == cr_attn_values_cpu;
+}
+
+bool is_norm_rows(const ggml_tensor *op) {
+    return custom_fun(op) == cr_norm_rows_cpu;
+}
+
+bool is_bias_act(const ggml_tensor *op) {
+    return custom_fun(op) == cr_bias_act_cpu;
 }
 
 cr_unit_core_params unit_core_params(const ggml_tensor *op) {
@@ -474,6 +485,162 @@ cublasStatus_t launch_attn_values(const ggml_tensor *dst, cublasHandle_t handle)
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* ---------------------------------------------------------- the rows' norm */
+
+constexpr int NORM_WARPS = 4;     /* rows a block: a warp each */
+constexpr int NORM_PER_LANE = 32; /* rows of up to 1,024 channels stay in registers */
+
+/* torch's Mish, x tanh(softplus(x)), softplus x above 20 (the C function's formula) */
+__device__ __forceinline__ float mish(float x) {
+    return x * tanhf(x > 20.0f ? x : log1pf(expf(x)));
+}
+
+/* y = norm(x) w (+ b) (then Mish) along each row of C; a warp per row, lane i holding
+   channels i, i + 32, ...: read once, written once (REG: C <= 1,024), else read three times.
+   Two passes over the registers: the mean, then the squared deviations from it. */
+template <bool REG>
+__global__ void norm_rows_kernel(const float *__restrict__ x, const float *__restrict__ w,
+                                 const float *__restrict__ b, float *__restrict__ y, int64_t C, int64_t rows,
+                                 float eps, bool rms, bool do_mish) {
+    const int lane = (int)threadIdx.x;
+    const int64_t r = (int64_t)blockIdx.x * NORM_WARPS + threadIdx.y;
+    if (r >= rows) {
+        return; /* the whole warp: its shuffles below are all or none */
+    }
+    const float *xr = x + r * C;
+    float *yr = y + r * C;
+    float v[REG ? NORM_PER_LANE : 1];
+    float sum = 0.0f;
+    if (!rms) {
+        if constexpr (REG) {
+#pragma unroll
+            for (int j = 0; j < NORM_PER_LANE; j++) {
+                const int64_t c = lane + 32 * j;
+                v[j] = c < C ? xr[c] : 0.0f;
+                sum += v[j];
+            }
+        } else {
+            for (int64_t c = lane; c < C; c += 32) {
+                sum += xr[c];
+            }
+        }
+    } else if constexpr (REG) {
+#pragma unroll
+        for (int j = 0; j < NORM_PER_LANE; j++) {
+            const int64_t c = lane + 32 * j;
+            v[j] = c < C ? xr[c] : 0.0f;
+        }
+    }
+    const float mean = rms ? 0.0f : warp_sum(sum) / (float)C;
+    float sq = 0.0f;
+    if constexpr (REG) {
+#pragma unroll
+        for (int j = 0; j < NORM_PER_LANE; j++) {
+            const float d = lane + 32 * j < C ? v[j] - mean : 0.0f;
+            sq += d * d;
+        }
+    } else {
+        for (int64_t c = lane; c < C; c += 32) {
+            const float d = xr[c] - mean;
+            sq += d * d;
+        }
+    }
+    const float inv = 1.0f / sqrtf(warp_sum(sq) / (float)C + eps);
+    if constexpr (REG) {
+#pragma unroll
+        for (int j = 0; j < NORM_PER_LANE; j++) {
+            const int64_t c = lane + 32 * j;
+            if (c < C) {
+                float o = (v[j] - mean) * inv * w[c] + (b ? b[c] : 0.0f);
+                yr[c] = do_mish ? mish(o) : o;
+            }
+        }
+    } else {
+        for (int64_t c = lane; c < C; c += 32) {
+            float o = (xr[c] - mean) * inv * w[c] + (b ? b[c] : 0.0f);
+            yr[c] = do_mish ? mish(o) : o;
+        }
+    }
+}
+
+cudaError_t launch_norm_rows(const ggml_tensor *dst, cudaStream_t stream) {
+    const ggml_tensor *x = dst->src[0], *w = dst->src[1], *b = dst->src[2];
+    const cr_norm_params p = cr_norm_unpack(custom_params(dst).userdata);
+    const int64_t C = x->ne[0], rows = ggml_nrows(x);
+    const dim3 grid((unsigned)((rows + NORM_WARPS - 1) / NORM_WARPS)), block(32, NORM_WARPS);
+    auto kernel = C <= 32 * NORM_PER_LANE ? norm_rows_kernel<true> : norm_rows_kernel<false>;
+    kernel<<<grid, block, 0, stream>>>((const float *)x->data, (const float *)w->data,
+                                       b ? (const float *)b->data : nullptr, (float *)dst->data, C, rows, p.eps,
+                                       p.rms != 0, p.mish != 0);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------- a bias, an activation, a residual */
+
+constexpr int BA_LANES = 64; /* threads along a row */
+constexpr int BA_ROWS = 4;   /* rows a block */
+
+template <bool GELU>
+__device__ __forceinline__ float bias_act(float y, float b) {
+    float v = y + b;
+    if constexpr (GELU) {
+        v = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    }
+    return v;
+}
+
+/* out[c, i] = act(y[c, i] + b[c]) (+ r[c, i]) over rows of C; VEC: four channels a thread
+   (C a multiple of 4, every pointer 16-byte aligned). */
+template <bool GELU, bool VEC>
+__global__ void bias_act_kernel(const float *__restrict__ y, const float *__restrict__ b,
+                                const float *__restrict__ r, float *__restrict__ out, int64_t C, int64_t rows) {
+    const int64_t i = (int64_t)blockIdx.x * BA_ROWS + threadIdx.y;
+    if (i >= rows) {
+        return;
+    }
+    if constexpr (VEC) {
+        const int64_t C4 = C / 4;
+        const float4 *y4 = (const float4 *)(y + i * C), *b4 = (const float4 *)b;
+        const float4 *r4 = r ? (const float4 *)(r + i * C) : nullptr;
+        float4 *o4 = (float4 *)(out + i * C);
+        for (int64_t c = threadIdx.x; c < C4; c += BA_LANES) {
+            const float4 a = y4[c], bb = b4[c];
+            float4 o = make_float4(bias_act<GELU>(a.x, bb.x), bias_act<GELU>(a.y, bb.y), bias_act<GELU>(a.z, bb.z),
+                                   bias_act<GELU>(a.w, bb.w));
+            if (r4) {
+                const float4 q = r4[c];
+                o = make_float4(q.x + o.x, q.y + o.y, q.z + o.z, q.w + o.w);
+            }
+            o4[c] = o;
+        }
+    } else {
+        const float *yr = y + i * C, *rr = r ? r + i * C : nullptr;
+        float *o = out + i * C;
+        for (int64_t c = threadIdx.x; c < C; c += BA_LANES) {
+            const float v = bias_act<GELU>(yr[c], b[c]);
+            o[c] = rr ? rr[c] + v : v;
+        }
+    }
+}
+
+bool aligned16(const void *p) {
+    return ((uintptr_t)p & 15) == 0;
+}
+
+cudaError_t launch_bias_act(const ggml_tensor *dst, cudaStream_t stream) {
+    const ggml_tensor *y = dst->src[0], *b = dst->src[1], *r = dst->src[2];
+    const bool gelu = cr_bias_act_unpack(custom_params(dst).userdata) == CR_ACT_GELU_ERF;
+    const int64_t C = y->ne[0], rows = ggml_nrows(y);
+    const bool vec = C % 4 == 0 && aligned16(y->data) && aligned16(b->data) && aligned16(dst->data) &&
+                     (!r || aligned16(r->data));
+    const dim3 grid((unsigned)((rows + BA_ROWS - 1) / BA_ROWS)), block(BA_LANES, BA_ROWS);
+    auto kernel = gelu ? (vec ? bias_act_kernel<true, true> : bias_act_kernel<true, false>)
+                       : (vec ? bias_act_kernel<false, true> : bias_act_kernel<false, false>);
+    kernel<<<grid, block, 0, stream>>>((const float *)y->data, (const float *)b->data,
+                                       r ? (const float *)r->data : nullptr, (float *)dst->data, C, rows);
+    return cudaGetLastError();
+}
+
 /* ----------------------------------------------------------------- backend */
 
 struct ops_context {
@@ -569,6 +736,22 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
         }
         return ok;
     }
+    if (is_norm_rows(op)) {
+        const ggml_tensor *x = op->src[0], *w = op->src[1], *b = op->src[2];
+        return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && x && w && x->type == GGML_TYPE_F32 &&
+               ggml_is_contiguous(x) && ggml_are_same_shape(x, op) && w->type == GGML_TYPE_F32 &&
+               ggml_is_contiguous(w) && ggml_nelements(w) == x->ne[0] &&
+               (!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == x->ne[0])) &&
+               (ggml_nrows(x) + NORM_WARPS - 1) / NORM_WARPS <= INT32_MAX;
+    }
+    if (is_bias_act(op)) {
+        const ggml_tensor *y = op->src[0], *b = op->src[1], *r = op->src[2];
+        return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && y && b && y->type == GGML_TYPE_F32 &&
+               ggml_is_contiguous(y) && ggml_are_same_shape(y, op) && b->type == GGML_TYPE_F32 &&
+               ggml_is_contiguous(b) && ggml_nelements(b) == y->ne[0] &&
+               (!r || (r->type == GGML_TYPE_F32 && ggml_is_contiguous(r) && ggml_are_same_shape(r, y))) &&
+               (ggml_nrows(y) + BA_ROWS - 1) / BA_ROWS <= INT32_MAX;
+    }
     if (is_softmax_rows(op)) {
         const ggml_tensor *a = op->src[0];
         return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && a && a->type == GGML_TYPE_F32 &&
@@ -661,6 +844,10 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, struct ggml_cgrap
             e = launch_softmax_rows(node, c->stream);
         } else if (is_cols(node)) {
             e = launch_cols(node, c->stream, c->precise_sin);
+        } else if (is_norm_rows(node)) {
+            e = launch_norm_rows(node, c->stream);
+        } else if (is_bias_act(node)) {
+            e = launch_bias_act(node, c->stream);
         } else if (is_attn_values(node)) {
             const cublasStatus_t st = launch_attn_values(node, c->blas);
             if (st != CUBLAS_STATUS_SUCCESS) {

@@ -271,8 +271,9 @@ static void est_bias_gelu_kernel(struct ggml_tensor *dst, const struct ggml_tens
 
 /* What every piece needs: contexts, the time embedding after its Mish, whether the
    graph runs on the CPU backend (fused kernels, flash attention), and whether codecrt's
-   device ops are there (the attention's softmax as cr_softmax_rows, its values as
-   cr_attn_values). */
+   device ops are there (the norms as cr_norm_rows, the attention's softmax as
+   cr_softmax_rows, its values as cr_attn_values, biases with their activation or residual
+   as cr_bias_act). */
 typedef struct est_graph {
     struct ggml_context *ctx;
     struct ggml_context *w;
@@ -292,6 +293,10 @@ static struct ggml_tensor *est_mish(const est_graph *g, struct ggml_tensor *x) {
 /* LayerNorm over channels (eps 1e-5) of x [C, T, B] contiguous, then Mish if asked. */
 static struct ggml_tensor *est_norm(const est_graph *g, struct ggml_tensor *x, const char *p, bool mish) {
     struct ggml_tensor *gain = s3_w(g->w, "%s.weight", p), *bias = s3_w(g->w, "%s.bias", p);
+    struct ggml_tensor *y = g->ops ? cr_norm_rows(g->ctx, x, gain, bias, EST_EPS, false, mish) : NULL;
+    if (y) { /* codecrt's device op: the norm, its affine and the Mish in one pass */
+        return y;
+    }
     x = ggml_norm(g->ctx, x, EST_EPS);
     if (g->cpu) {
         return ggml_map_custom3(g->ctx, x, gain, bias, mish ? est_affine_mish_kernel : est_affine_kernel,
@@ -366,6 +371,19 @@ static struct ggml_tensor *est_resnet(const est_graph *g, struct ggml_tensor *x,
                                           s3_w(g->w, "%s.res_conv.bias", p), g->cpu));
 }
 
+/* res + (W x + b): a linear layer into a residual. With codecrt's device ops the bias and
+   the residual in one pass after the product (cr_bias_act), else ggml's two adds. */
+static struct ggml_tensor *est_out(const est_graph *g, struct ggml_tensor *x, struct ggml_tensor *w,
+                                   struct ggml_tensor *b, struct ggml_tensor *res) {
+    if (g->ops) {
+        struct ggml_tensor *y = cr_bias_act(g->ctx, cr_linear(g->ctx, x, w, NULL, NULL), b, res, CR_ACT_NONE);
+        if (y) {
+            return y;
+        }
+    }
+    return ggml_add(g->ctx, res, cr_linear(g->ctx, x, w, b, g->cpu));
+}
+
 /* [512, T, B] -> per head [64, T, 8, B] (a view). */
 static struct ggml_tensor *est_heads(const est_graph *g, struct ggml_tensor *x) {
     x = ggml_reshape_4d(g->ctx, x, EST_HEAD_DIM, EST_HEADS, x->ne[1], x->ne[2]);
@@ -375,11 +393,13 @@ static struct ggml_tensor *est_heads(const est_graph *g, struct ggml_tensor *x) 
 /*
  * diffusers Attention (AttnProcessor2_0: scaled_dot_product_attention, scale
  * 1/8, no q/k/v bias; the reference's bias is 0 with its all-ones mask) on
- * x [256, T, B] (normed) -> [256, T, B]. On CPUs with AVX-512 our fused
+ * x [256, T, B] (normed), added to the residual res [256, T, B] (the block's input)
+ * -> [256, T, B]. On CPUs with AVX-512 our fused
  * kernel (ops_avx512_attention.c, 2.6x ggml's there), on other CPUs ggml's tiled F32
  * flash attention; elsewhere two products around a softmax.
  */
-static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor *x, const char *p) {
+static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor *x, struct ggml_tensor *res,
+                                         const char *p) {
     const int64_t T = x->ne[1], B = x->ne[2];
     const float scale = 1.0f / sqrtf((float)EST_HEAD_DIM);
     struct ggml_tensor *q = cr_linear(g->ctx, x, s3_w(g->w, "%s.to_q.weight", p), NULL, g->cpu); /* [512, T, B] */
@@ -387,8 +407,8 @@ static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor 
     struct ggml_tensor *v = g->cpu ? cr_linear(g->ctx, x, s3_w(g->w, "%s.to_v.weight", p), NULL, g->cpu) : NULL;
     struct ggml_tensor *o = g->cpu ? cr_attention_cpu(g->ctx, q, k, v, g->cpu) : NULL; /* [512, T, B]; AVX-512 CPUs */
     if (o) {
-        return cr_linear(g->ctx, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p),
-                         g->cpu);
+        return ggml_add(g->ctx, res, cr_linear(g->ctx, o, s3_w(g->w, "%s.to_out.0.weight", p),
+                                               s3_w(g->w, "%s.to_out.0.bias", p), g->cpu));
     }
     q = est_heads(g, q);
     k = est_heads(g, k);
@@ -416,7 +436,7 @@ static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor 
         }
     }
     o = ggml_reshape_3d(g->ctx, o, EST_INNER, T, B);
-    return cr_linear(g->ctx, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p), g->cpu);
+    return est_out(g, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p), res);
 }
 
 /* BasicTransformerBlock (layer norms, self-attention, GELU feed-forward; no cross-attention). */
@@ -425,17 +445,18 @@ static struct ggml_tensor *est_transformer(const est_graph *g, struct ggml_tenso
     est_name(q, "%s.norm1", p);
     struct ggml_tensor *h = est_norm(g, x, q, false);
     est_name(q, "%s.attn1", p);
-    x = ggml_add(g->ctx, x, est_attention(g, h, q));
+    x = est_attention(g, h, x, q);
     est_name(q, "%s.norm3", p);
     h = est_norm(g, x, q, false);
     /* diffusers GELU (approximate="none") of ff.net.0.proj */
     struct ggml_tensor *b1 = s3_w(g->w, "%s.ff.net.0.proj.bias", p);
     h = cr_linear(g->ctx, h, s3_w(g->w, "%s.ff.net.0.proj.weight", p), NULL, g->cpu);
-    h = g->cpu ? ggml_map_custom2(g->ctx, h, b1, est_bias_gelu_kernel, GGML_N_TASKS_MAX, NULL)
-               : ggml_gelu_erf(g->ctx, ggml_add(g->ctx, h, b1));
-    h = cr_linear(g->ctx, h, s3_w(g->w, "%s.ff.net.2.weight", p), s3_w(g->w, "%s.ff.net.2.bias", p),
-                  g->cpu);
-    return ggml_add(g->ctx, x, h);
+    struct ggml_tensor *a = g->ops ? cr_bias_act(g->ctx, h, b1, NULL, CR_ACT_GELU_ERF) : NULL;
+    if (!a) {
+        a = g->cpu ? ggml_map_custom2(g->ctx, h, b1, est_bias_gelu_kernel, GGML_N_TASKS_MAX, NULL)
+                   : ggml_gelu_erf(g->ctx, ggml_add(g->ctx, h, b1));
+    }
+    return est_out(g, a, s3_w(g->w, "%s.ff.net.2.weight", p), s3_w(g->w, "%s.ff.net.2.bias", p), x);
 }
 
 /* resnet then the stage's transformer blocks. */

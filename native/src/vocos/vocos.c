@@ -290,7 +290,7 @@ void vc_sincos_ref(float x, float *s, float *c) {
 }
 
 struct ggml_tensor *vc_layer_norm(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
-    struct ggml_tensor *fused = g->cpu_ops ? cr_norm_cpu(g->ctx, x, w, b, VC_EPS, false) : NULL; /* ops/ops_norm.c */
+    struct ggml_tensor *fused = g->cpu_ops ? cr_norm_rows(g->ctx, x, w, b, VC_EPS, false, false) : NULL; /* ops/ops_norm.c */
     if (fused) {
         return fused;
     }
@@ -299,7 +299,7 @@ struct ggml_tensor *vc_layer_norm(vc_graph *g, struct ggml_tensor *x, struct ggm
 }
 
 struct ggml_tensor *vc_rms_norm(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w) {
-    struct ggml_tensor *fused = g->cpu_ops ? cr_norm_cpu(g->ctx, x, w, NULL, VC_EPS, true) : NULL; /* ops/ops_norm.c */
+    struct ggml_tensor *fused = g->cpu_ops ? cr_norm_rows(g->ctx, x, w, NULL, VC_EPS, true, false) : NULL; /* ops/ops_norm.c */
     return fused ? fused : ggml_mul(g->ctx, ggml_rms_norm(g->ctx, x, VC_EPS), w);
 }
 
