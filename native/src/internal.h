@@ -50,7 +50,8 @@
 #include "ops/upconv.h"
 #include "ops/softmax.h"
 #include "ops/cols.h"
-#include "ops/attn_values.h"
+#include "ops/attn.h"
+#include "ops/matmul.h"
 #include "ops/norm.h"
 #include "ops/bias_act.h"
 
@@ -413,12 +414,36 @@ struct ggml_tensor *cr_softmax_rows(struct ggml_context *ctx, struct ggml_tensor
 struct ggml_tensor *cr_cols(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *alpha,
                             struct ggml_tensor *inv, int k, int d, int pl, int pr);
 
-/* The attention's weighted values as one op (ops/ops_attn_values.c, ops/attn_values.h): v
-   [Tk, D, H, B] F32 (keys fastest, any other strides) and p [Tk, Tq, H, B] contiguous F32
-   (softmax weights) -> [D, H, Tq, B] contiguous, sum_k v[k, d, h, b] p[k, t, h, b]: the
-   heads of a query side by side, as the output projection reads them (reshaped to
-   [D H, Tq, B]). NULL where a type, layout or shape does not fit. */
+/* The attention's two products as ops (ops/ops_attn.c, ops/attn.h). Scores: k [D, Tk, H, B]
+   and q [D, Tq, H, B] F32 (channels fastest, any other strides) -> [Tk, Tq, H, B] contiguous,
+   ggml_mul_mat(k, q). Values: v [Tk, D, H, B] F32 (keys fastest, any other strides) and p
+   [Tk, Tq, H, B] contiguous F32 (softmax weights) -> [D, H, Tq, B] contiguous,
+   sum_k v[k, d, h, b] p[k, t, h, b]: the heads of a query side by side, as the output
+   projection reads them (reshaped to [D H, Tq, B]). NULL where a type, layout or shape does
+   not fit. */
+struct ggml_tensor *cr_attn_scores(struct ggml_context *ctx, struct ggml_tensor *k, struct ggml_tensor *q);
 struct ggml_tensor *cr_attn_values(struct ggml_context *ctx, struct ggml_tensor *v, struct ggml_tensor *p);
+
+/* A matrix product as codecrt's op (ops/ops_matmul.c, ops/matmul.h): a [K, N] and b [K, M,
+   ...], both contiguous F32 -> [N, M, ...], ggml_mul_mat(a, b). NULL where a type, layout or
+   shape does not fit. */
+struct ggml_tensor *cr_matmul(struct ggml_context *ctx, struct ggml_tensor *a, struct ggml_tensor *b);
+
+/* sum_i a[i] b[i] over n contiguous floats in eight interleaved partial sums (a compiler
+   vectorises it without reassociating): the C functions of codecrt's product ops. */
+static inline float cr_dot_f32(const float *a, const float *b, int64_t n) {
+    float s[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int j = 0; j < 8; j++) {
+            s[j] += a[i + j] * b[i + j];
+        }
+    }
+    for (; i < n; i++) {
+        s[0] += a[i] * b[i];
+    }
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
 
 /* A product's bias, an activation and a residual as one op (ops/ops_bias_act.c,
    ops/bias_act.h): y [C, ...] contiguous F32, b [C], r y's shape (contiguous) or NULL ->

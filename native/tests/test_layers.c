@@ -786,7 +786,7 @@ static void test_cols(void) {
     }
 }
 
-/* The attention's values op (ops/ops_attn_values.c's C function here) against a double
+/* The attention's values op (ops/ops_attn.c's C function here) against a double
    reference and against ggml's product and permutation, with v a strided view as S3Gen's
    estimator gives it (one product's [T B, H D] output read per head and sequence). */
 static void test_attn_values(void) {
@@ -885,6 +885,94 @@ static void test_bias_act(void) {
     ggml_free(ctx);
 }
 
+/* The attention's scores op (ops/ops_attn.c's C function here) against a double reference
+   and ggml's product, with k and q strided views as S3Gen's estimator gives them (heads of
+   the projections [H D, T, B]). */
+static void test_attn_scores(void) {
+    const int64_t D = 9, H = 3, B = 2;
+    const int64_t Ts[] = {1, 5, 21};
+    for (int c = 0; c < 3; c++) {
+        const int64_t T = Ts[c];
+        struct ggml_context *ctx = new_ctx();
+        struct ggml_tensor *kp = rnd(ctx, H * D, T, B, 2.0f, -1.0f), *qp = rnd(ctx, H * D, T + 2, B, 2.0f, -1.0f);
+        struct ggml_tensor *k = ggml_permute(ctx, ggml_reshape_4d(ctx, kp, D, H, T, B), 0, 2, 1, 3); /* [D, T, H, B] */
+        struct ggml_tensor *q = ggml_permute(ctx, ggml_reshape_4d(ctx, qp, D, H, T + 2, B), 0, 2, 1, 3);
+        struct ggml_tensor *y = cr_attn_scores(ctx, k, q);
+        CHECK(y != NULL, "attn_scores T %lld: the op applies", (long long)T);
+        CHECK(y->ne[0] == T && y->ne[1] == T + 2 && y->ne[2] == H && y->ne[3] == B, "attn_scores: shape");
+        const float *got = compute(ctx, graph(ctx), &y);
+        const int64_t n = T * (T + 2) * H * B;
+        double *ref = malloc(sizeof(double) * (size_t)n);
+        for (int64_t b = 0; b < B; b++) {
+            for (int64_t h = 0; h < H; h++) {
+                for (int64_t j = 0; j < T + 2; j++) {
+                    for (int64_t i = 0; i < T; i++) {
+                        double sum = 0.0;
+                        for (int64_t d = 0; d < D; d++) {
+                            sum += (double)F(kp)[(b * T + i) * H * D + h * D + d] *
+                                   F(qp)[(b * (T + 2) + j) * H * D + h * D + d];
+                        }
+                        ref[((b * H + h) * (T + 2) + j) * T + i] = sum;
+                    }
+                }
+            }
+        }
+        char what[64];
+        snprintf(what, sizeof(what), "attn_scores T %lld", (long long)T);
+        compare(what, got, ref, n);
+        struct ggml_tensor *g = ggml_mul_mat(ctx, k, q);
+        const float *want = compute(ctx, graph(ctx), &g);
+        for (int64_t i = 0; i < n; i++) {
+            ref[i] = want[i];
+        }
+        snprintf(what, sizeof(what), "attn_scores T %lld vs ggml", (long long)T);
+        compare(what, got, ref, n);
+        free(ref);
+        CHECK(cr_attn_scores(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, kp, D, H, T, B), 1, 0, 2, 3), q) == NULL,
+              "attn_scores: channels not fastest");
+        CHECK(cr_attn_scores(ctx, k, ggml_view_4d(ctx, q, D - 1, T + 2, H, B, q->nb[1], q->nb[2], q->nb[3], 0)) == NULL,
+              "attn_scores: channels differ");
+        ggml_free(ctx);
+    }
+}
+
+/* The matrix product op (ops/ops_matmul.c's C function here) against a double reference and
+   ggml's product, over a 3-D right operand. */
+static void test_matmul(void) {
+    const int64_t K = 37, N = 11, T = 6, B = 2;
+    struct ggml_context *ctx = new_ctx();
+    struct ggml_tensor *a = rnd(ctx, K, N, 1, 2.0f, -1.0f);
+    a = ggml_reshape_2d(ctx, a, K, N);
+    struct ggml_tensor *x = rnd(ctx, K, T, B, 2.0f, -1.0f);
+    struct ggml_tensor *y = cr_matmul(ctx, a, x);
+    CHECK(y != NULL, "matmul: the op applies");
+    check_shape("matmul", y, N, T, B);
+    const float *got = compute(ctx, graph(ctx), &y);
+    double *ref = malloc(sizeof(double) * (size_t)(N * T * B));
+    for (int64_t m = 0; m < T * B; m++) {
+        for (int64_t n = 0; n < N; n++) {
+            double sum = 0.0;
+            for (int64_t k = 0; k < K; k++) {
+                sum += (double)F(a)[n * K + k] * F(x)[m * K + k];
+            }
+            ref[m * N + n] = sum;
+        }
+    }
+    compare("matmul", got, ref, N * T * B);
+    struct ggml_tensor *g = ggml_mul_mat(ctx, a, x);
+    const float *want = compute(ctx, graph(ctx), &g);
+    for (int64_t i = 0; i < N * T * B; i++) {
+        ref[i] = want[i];
+    }
+    compare("matmul vs ggml", got, ref, N * T * B);
+    free(ref);
+    CHECK(cr_matmul(ctx, ggml_transpose(ctx, a), x) == NULL, "matmul: a view, no op");
+    CHECK(cr_matmul(ctx, a, ggml_view_3d(ctx, x, K - 1, T, B, x->nb[1], x->nb[2], 0)) == NULL,
+          "matmul: inner extents differ");
+    CHECK(cr_matmul(ctx, x, x) == NULL, "matmul: a 3-D left operand");
+    ggml_free(ctx);
+}
+
 int main(void) {
     test_products();
     test_layouts();
@@ -898,7 +986,9 @@ int main(void) {
     test_upconv_step();
     test_softmax_rows();
     test_cols();
+    test_attn_scores();
     test_attn_values();
+    test_matmul();
     test_bias_act();
     test_res_unit();
     printf("test_layers: %d checks, %d failures\n", g_checks, g_failures);

@@ -309,10 +309,12 @@ def test_s3gen_cuda_matches_cpu(codecrt, s3gen_gguf):
         assert e_mel < S3_TOL and e_voc < S3_TOL and e_pcm < 5 * S3_TOL
 
 
-def test_s3gen_softmax_kernel_matches_its_cpu_function_and_ggml(codecrt, s3gen_gguf):
-    """The estimator's attention softmax as codecrt's op on CUDA (cuda/cuda_ops.cu, the default
-    where the ops backend is) against the op's C function on the CPU's portable graphs
-    (CODECRT_FUSED_UNIT=1) and against ggml's CUDA softmax (=0): the flow's mel, every Euler step."""
+def test_s3gen_estimator_ops_match_their_cpu_functions_and_ggml(codecrt, s3gen_gguf):
+    """The flow estimator's device ops on CUDA (cuda/cuda_ops.cu, the default where the ops
+    backend is: the norms with their affine and Mish, the attention's softmax and its values
+    through cuBLAS, the biases with GELU or the residual, the convs' columns) against the ops'
+    C functions on the CPU's portable graphs (CODECRT_FUSED_UNIT=1) and against ggml's own ops
+    on CUDA (=0): the flow's mel, every Euler step."""
     tokens = np.random.default_rng(9).integers(0, 6561, 40).astype(np.int32)
     with codecrt.Model(s3gen_gguf) as m:
         steps, v = m.info.default_steps, _s3_voice(codecrt, m)
@@ -326,16 +328,15 @@ def test_s3gen_softmax_kernel_matches_its_cpu_function_and_ggml(codecrt, s3gen_g
             got = gpu.flow(tokens, v, seed=2)
         v.close()
     e_cpu, e_ggml = rel_l2(got, want), rel_l2(got, base)
-    print(f"\nS3Gen {steps} steps, softmax op on CUDA: mel vs its CPU function {e_cpu:.2e}, "
-          f"vs ggml's softmax on CUDA {e_ggml:.2e} (TF32 {'off' if TF32_OFF else 'on'})")
+    print(f"\nS3Gen {steps} steps, estimator ops on CUDA: mel vs their CPU functions {e_cpu:.2e}, "
+          f"vs ggml's ops on CUDA {e_ggml:.2e} (TF32 {'off' if TF32_OFF else 'on'})")
     assert e_cpu < S3_TOL and e_ggml < S3_TOL
 
 
 def test_s3gen_softmax_kernel_on_rows_past_its_registers(codecrt, s3gen_gguf):
     """One estimator evaluation over 1,100 frames (rows of 1,100 scores: the kernel's
-    three-pass path, past the 1,024 it keeps in registers) with codecrt's softmax on CUDA
-    against ggml's. Added 2026-12-06 after the session's device time was spent: first run
-    on the next GPU call."""
+    three-pass path, past the 1,024 it keeps in registers) with codecrt's ops on CUDA (the
+    softmax and the estimator's other ops) against ggml's."""
     rng = np.random.default_rng(4)
     T = 1100
     inp = dict(x=rng.normal(0, 1, (1, 80, T)).astype(np.float32), mu=rng.normal(0, 1, (1, 80, T)).astype(np.float32),
@@ -349,7 +350,7 @@ def test_s3gen_softmax_kernel_on_rows_past_its_registers(codecrt, s3gen_gguf):
             with _context(codecrt, m, GPU, {"CODECRT_FUSED_UNIT": fused}) as gpu:
                 out[fused] = codecrt.diag.diag_estimate(gpu, **inp)
     e = rel_l2(out["1"], out["0"])
-    print(f"\nS3Gen estimator at T={T}: softmax op vs ggml's on CUDA {e:.2e} (TF32 {'off' if TF32_OFF else 'on'})")
+    print(f"\nS3Gen estimator at T={T}: codecrt's ops vs ggml's on CUDA {e:.2e} (TF32 {'off' if TF32_OFF else 'on'})")
     assert np.all(np.isfinite(out["1"])) and e < S3_TOL
 
 

@@ -12,10 +12,11 @@
  * halves, the bias and the mask, written time fastest, in one pass), a scaled softmax
  * over rows (ops/ops_softmax.c: one warp a row, its scores in registers), and a stride-1
  * convolution's column matrix read from a channels-fastest input, through a Snake if asked
- * (ops/ops_cols.c), the attention's weighted values with the heads interleaved
- * (ops/ops_attn_values.c: cuBLAS' strided batched product, which writes rows as far apart
- * as asked), a norm over each row with its affine and an optional Mish (ops/ops_norm.c),
- * and a product's bias with an activation or a residual (ops/ops_bias_act.c).
+ * (ops/ops_cols.c), the attention's scores and its weighted values with the heads
+ * interleaved (ops/ops_attn.c) and a plain matrix product (ops/ops_matmul.c), all three
+ * cuBLAS' products on this backend's stream, a norm over each row with its affine and an
+ * optional Mish (ops/ops_norm.c), and a product's bias with an activation or a residual
+ * (ops/ops_bias_act.c).
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -29,9 +30,10 @@
 #include "ggml-backend-impl.h"
 #include "ggml-cuda.h"
 #include "ggml.h"
-#include "ops/attn_values.h"
+#include "ops/attn.h"
 #include "ops/bias_act.h"
 #include "ops/cols.h"
+#include "ops/matmul.h"
 #include "ops/norm.h"
 #include "ops/res_unit.h"
 #include "ops/softmax.h"
@@ -240,8 +242,21 @@ bool is_cols(const ggml_tensor *op) {
     return custom_fun(op) == cr_cols_cpu;
 }
 
+bool is_attn_scores(const ggml_tensor *op) {
+    return custom_fun(op) == cr_attn_scores_cpu;
+}
+
 bool is_attn_values(const ggml_tensor *op) {
     return custom_fun(op) == cr_attn_values_cpu;
+}
+
+bool is_matmul(const ggml_tensor *op) {
+    return custom_fun(op) == cr_matmul_cpu;
+}
+
+/* The ops this backend runs on cuBLAS. */
+bool is_blas(const ggml_tensor *op) {
+    return is_attn_scores(op) || is_attn_values(op) || is_matmul(op);
 }
 
 bool is_norm_rows(const ggml_tensor *op) {
@@ -452,17 +467,55 @@ cudaError_t launch_cols(const ggml_tensor *dst, cudaStream_t stream, bool precis
     return cudaGetLastError();
 }
 
-/* ------------------------------------------------------- the attention's values */
+/* ------------------------------------------------------------ the products */
+
+/* Their handle takes ggml's math mode (TF32 allowed; NVIDIA_TF32_OVERRIDE=0 forbids it), so
+   these products round as ggml's own would. */
+
+/* dst [N, M] = a^T b: ggml_mul_mat(a [K, N], b [K, M]) in cuBLAS' column-major terms,
+   C (N x M, ldc N) = A^T (A: K x N, lda K) x B (K x M, ldb K), as ggml's own SGEMM call. */
+cublasStatus_t launch_matmul(const ggml_tensor *dst, cublasHandle_t handle) {
+    const ggml_tensor *a = dst->src[0], *b = dst->src[1];
+    const int K = (int)a->ne[0], N = (int)a->ne[1], M = (int)ggml_nrows(b);
+    const float one = 1.0f, zero = 0.0f;
+    return cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, (const float *)a->data, K,
+                       (const float *)b->data, K, &zero, (float *)dst->data, N);
+}
+
+/*
+ * dst [Tk, Tq, H, B] = per head h and sequence b  K_hb^T [Tk, D] x Q_hb [D, Tq], with k and q
+ * [D, T, H, B] views (channels fastest, rows nb1 apart). Per head a strided batch over the
+ * sequences: C (Tk x Tq, ldc Tk) = A^T (A: D x Tk, lda k.nb1/4) x B (D x Tq, ldb q.nb1/4).
+ */
+cublasStatus_t launch_attn_scores(const ggml_tensor *dst, cublasHandle_t handle) {
+    const ggml_tensor *k = dst->src[0], *q = dst->src[1];
+    const int D = (int)k->ne[0], Tk = (int)k->ne[1], Tq = (int)q->ne[1], H = (int)k->ne[2], B = (int)k->ne[3];
+    const float one = 1.0f, zero = 0.0f;
+    const long long sa = (long long)(k->nb[3] / sizeof(float)), sb = (long long)(q->nb[3] / sizeof(float)),
+                    sc = (long long)H * Tk * Tq;
+    for (int h = 0; h < H; h++) {
+        const float *a = (const float *)((const char *)k->data + (size_t)h * k->nb[2]);
+        const float *b = (const float *)((const char *)q->data + (size_t)h * q->nb[2]);
+        float *c = (float *)dst->data + (size_t)h * Tk * Tq;
+        const cublasStatus_t st = cublasSgemmStridedBatched(
+            handle, CUBLAS_OP_T, CUBLAS_OP_N, Tk, Tq, D, &one, a, (int)(k->nb[1] / sizeof(float)), sa, b,
+            (int)(q->nb[1] / sizeof(float)), sb, &zero, c, Tk, sc, B);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            return st;
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 
 /*
  * dst [D, H, Tq, B] = per head h and sequence b  V_hb [D, Tk] x P_hb [Tk, Tq], with
  * v [Tk, D, H, B] (keys fastest, rows nb1 apart) and p [Tk, Tq, H, B] contiguous. In
  * cuBLAS' column-major terms, per head a strided batch over the sequences:
  *   C (D x Tq, ldc D H) = A^T (A: Tk x D, lda nb1/4) x B (Tk x Tq, ldb Tk),
- * C starting at head h's D columns of each row: the interleaving is ldc, no copy. The handle
- * takes ggml's math mode (TF32 allowed, NVIDIA_TF32_OVERRIDE=0 forbids it), so these
- * products round as ggml's own would. One call a head: the heads' strides differ from the
- * sequences' (H calls, 8 in S3Gen, rather than B, two per stream there).
+ * C starting at head h's D columns of each row: the interleaving is ldc, no copy. One call a
+ * head (both attention ops): the heads' strides differ from the sequences' (H calls, 8 in
+ * S3Gen, rather than B, two per stream there).
  */
 cublasStatus_t launch_attn_values(const ggml_tensor *dst, cublasHandle_t handle) {
     const ggml_tensor *v = dst->src[0], *p = dst->src[1];
@@ -487,18 +540,21 @@ cublasStatus_t launch_attn_values(const ggml_tensor *dst, cublasHandle_t handle)
 
 /* ---------------------------------------------------------- the rows' norm */
 
-constexpr int NORM_WARPS = 4;     /* rows a block: a warp each */
-constexpr int NORM_PER_LANE = 32; /* rows of up to 1,024 channels stay in registers */
+constexpr int NORM_WARPS = 4;   /* rows a block: a warp each */
+constexpr int NORM_MAX_C = 512; /* channels a row: 16 registers a lane */
 
 /* torch's Mish, x tanh(softplus(x)), softplus x above 20 (the C function's formula) */
 __device__ __forceinline__ float mish(float x) {
     return x * tanhf(x > 20.0f ? x : log1pf(expf(x)));
 }
 
-/* y = norm(x) w (+ b) (then Mish) along each row of C; a warp per row, lane i holding
-   channels i, i + 32, ...: read once, written once (REG: C <= 1,024), else read three times.
-   Two passes over the registers: the mean, then the squared deviations from it. */
-template <bool REG>
+/* y = norm(x) w (+ b) (then Mish) along each row of C <= 32 PER; a warp per row, lane i
+   holding channels i, i + 32, ... in PER registers: read once, written once, two passes over
+   the registers (the mean, then the squared deviations from it). PER fits the row (8 for
+   S3Gen's estimator, 256 channels; 16 for its encoder, 512): registers for more channels than
+   a row has would cut the warps an SM keeps in flight. Longer rows are not taken
+   (dev_supports_op: NORM_MAX_C; no graph has them on a GPU). */
+template <int PER>
 __global__ void norm_rows_kernel(const float *__restrict__ x, const float *__restrict__ w,
                                  const float *__restrict__ b, float *__restrict__ y, int64_t C, int64_t rows,
                                  float eps, bool rms, bool do_mish) {
@@ -509,55 +565,27 @@ __global__ void norm_rows_kernel(const float *__restrict__ x, const float *__res
     }
     const float *xr = x + r * C;
     float *yr = y + r * C;
-    float v[REG ? NORM_PER_LANE : 1];
+    float v[PER];
     float sum = 0.0f;
-    if (!rms) {
-        if constexpr (REG) {
 #pragma unroll
-            for (int j = 0; j < NORM_PER_LANE; j++) {
-                const int64_t c = lane + 32 * j;
-                v[j] = c < C ? xr[c] : 0.0f;
-                sum += v[j];
-            }
-        } else {
-            for (int64_t c = lane; c < C; c += 32) {
-                sum += xr[c];
-            }
-        }
-    } else if constexpr (REG) {
-#pragma unroll
-        for (int j = 0; j < NORM_PER_LANE; j++) {
-            const int64_t c = lane + 32 * j;
-            v[j] = c < C ? xr[c] : 0.0f;
-        }
+    for (int j = 0; j < PER; j++) {
+        const int64_t c = lane + 32 * j;
+        v[j] = c < C ? xr[c] : 0.0f;
+        sum += v[j];
     }
     const float mean = rms ? 0.0f : warp_sum(sum) / (float)C;
     float sq = 0.0f;
-    if constexpr (REG) {
 #pragma unroll
-        for (int j = 0; j < NORM_PER_LANE; j++) {
-            const float d = lane + 32 * j < C ? v[j] - mean : 0.0f;
-            sq += d * d;
-        }
-    } else {
-        for (int64_t c = lane; c < C; c += 32) {
-            const float d = xr[c] - mean;
-            sq += d * d;
-        }
+    for (int j = 0; j < PER; j++) {
+        const float d = lane + 32 * j < C ? v[j] - mean : 0.0f;
+        sq += d * d;
     }
     const float inv = 1.0f / sqrtf(warp_sum(sq) / (float)C + eps);
-    if constexpr (REG) {
 #pragma unroll
-        for (int j = 0; j < NORM_PER_LANE; j++) {
-            const int64_t c = lane + 32 * j;
-            if (c < C) {
-                float o = (v[j] - mean) * inv * w[c] + (b ? b[c] : 0.0f);
-                yr[c] = do_mish ? mish(o) : o;
-            }
-        }
-    } else {
-        for (int64_t c = lane; c < C; c += 32) {
-            float o = (xr[c] - mean) * inv * w[c] + (b ? b[c] : 0.0f);
+    for (int j = 0; j < PER; j++) {
+        const int64_t c = lane + 32 * j;
+        if (c < C) {
+            const float o = (v[j] - mean) * inv * w[c] + (b ? b[c] : 0.0f);
             yr[c] = do_mish ? mish(o) : o;
         }
     }
@@ -568,7 +596,7 @@ cudaError_t launch_norm_rows(const ggml_tensor *dst, cudaStream_t stream) {
     const cr_norm_params p = cr_norm_unpack(custom_params(dst).userdata);
     const int64_t C = x->ne[0], rows = ggml_nrows(x);
     const dim3 grid((unsigned)((rows + NORM_WARPS - 1) / NORM_WARPS)), block(32, NORM_WARPS);
-    auto kernel = C <= 32 * NORM_PER_LANE ? norm_rows_kernel<true> : norm_rows_kernel<false>;
+    auto kernel = C <= 32 * 8 ? norm_rows_kernel<8> : norm_rows_kernel<NORM_MAX_C / 32>;
     kernel<<<grid, block, 0, stream>>>((const float *)x->data, (const float *)w->data,
                                        b ? (const float *)b->data : nullptr, (float *)dst->data, C, rows, p.eps,
                                        p.rms != 0, p.mish != 0);
@@ -651,7 +679,7 @@ struct ops_context {
     ggml_backend_event_t before, after; /* CUDA events of ggml's device (cudaEvent_t in context) */
     size_t smem_max;          /* shared memory a block may opt in to */
     bool precise_sin;         /* CODECRT_PRECISE_SIN=1: the unit core's Snakes take sinf */
-    cublasHandle_t blas;      /* on `stream`, ggml's math mode: the attention's values */
+    cublasHandle_t blas;      /* on `stream`, ggml's math mode: the products */
     char name[32];
     ggml_backend_device dev;  /* this backend's device: ggml's CUDA device for buffers and memory,
                                  its own ops */
@@ -722,6 +750,28 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
         }
         return ok;
     }
+    if (is_matmul(op)) {
+        const ggml_tensor *a = op->src[0], *b = op->src[1];
+        return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && a && b && a->type == GGML_TYPE_F32 &&
+               b->type == GGML_TYPE_F32 && ggml_is_contiguous(a) && ggml_is_contiguous(b) && a->ne[2] == 1 &&
+               a->ne[3] == 1 && a->ne[0] == b->ne[0] && op->ne[0] == a->ne[1] && op->ne[1] == b->ne[1] &&
+               op->ne[2] == b->ne[2] && op->ne[3] == b->ne[3] && a->ne[0] <= INT32_MAX && a->ne[1] <= INT32_MAX &&
+               ggml_nrows(b) <= INT32_MAX;
+    }
+    if (is_attn_scores(op)) {
+        const ggml_tensor *k = op->src[0], *q = op->src[1];
+        bool ok = op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && k && q && k->type == GGML_TYPE_F32 &&
+                  q->type == GGML_TYPE_F32 && k->nb[0] == sizeof(float) && q->nb[0] == sizeof(float) &&
+                  k->ne[0] == q->ne[0] && k->ne[2] == q->ne[2] && k->ne[3] == q->ne[3] && op->ne[0] == k->ne[1] &&
+                  op->ne[1] == q->ne[1] && op->ne[2] == q->ne[2] && op->ne[3] == q->ne[3] &&
+                  k->nb[1] / sizeof(float) >= (size_t)k->ne[0] && q->nb[1] / sizeof(float) >= (size_t)q->ne[0] &&
+                  k->nb[1] / sizeof(float) <= INT32_MAX && q->nb[1] / sizeof(float) <= INT32_MAX;
+        for (int i = 0; ok && i < 4; i++) {
+            ok = k->ne[i] <= INT32_MAX && q->ne[i] <= INT32_MAX && k->nb[i] % sizeof(float) == 0 &&
+                 q->nb[i] % sizeof(float) == 0;
+        }
+        return ok;
+    }
     if (is_attn_values(op)) {
         /* cuBLAS takes ints: the extents, the leading dimensions and the batch */
         const ggml_tensor *v = op->src[0], *p = op->src[1];
@@ -740,7 +790,7 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
         const ggml_tensor *x = op->src[0], *w = op->src[1], *b = op->src[2];
         return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && x && w && x->type == GGML_TYPE_F32 &&
                ggml_is_contiguous(x) && ggml_are_same_shape(x, op) && w->type == GGML_TYPE_F32 &&
-               ggml_is_contiguous(w) && ggml_nelements(w) == x->ne[0] &&
+               ggml_is_contiguous(w) && ggml_nelements(w) == x->ne[0] && x->ne[0] <= NORM_MAX_C &&
                (!b || (b->type == GGML_TYPE_F32 && ggml_is_contiguous(b) && ggml_nelements(b) == x->ne[0])) &&
                (ggml_nrows(x) + NORM_WARPS - 1) / NORM_WARPS <= INT32_MAX;
     }
@@ -848,8 +898,10 @@ enum ggml_status backend_graph_compute(ggml_backend_t backend, struct ggml_cgrap
             e = launch_norm_rows(node, c->stream);
         } else if (is_bias_act(node)) {
             e = launch_bias_act(node, c->stream);
-        } else if (is_attn_values(node)) {
-            const cublasStatus_t st = launch_attn_values(node, c->blas);
+        } else if (is_blas(node)) {
+            const cublasStatus_t st = is_matmul(node)        ? launch_matmul(node, c->blas)
+                                      : is_attn_scores(node) ? launch_attn_scores(node, c->blas)
+                                                             : launch_attn_values(node, c->blas);
             if (st != CUBLAS_STATUS_SUCCESS) {
                 std::fprintf(stderr, "codecrt: %s: a product failed: %s\n", c->name, cublasGetStatusString(st));
                 return GGML_STATUS_FAILED;

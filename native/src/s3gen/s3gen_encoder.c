@@ -130,11 +130,20 @@ static struct ggml_tensor *enc_conv(struct ggml_context *ctx, struct ggml_tensor
     return cr_linear(ctx, col, ggml_reshape_2d(ctx, w, K * Cin, Cout), b, cpu); /* [Cout, T', B] */
 }
 
+/* LayerNorm over the channels of x [512, T, B]: with codecrt's device ops the norm and its
+   affine in one op (cr_norm_rows), else ggml's norm, product and sum. */
+static struct ggml_tensor *enc_norm(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *g,
+                                    struct ggml_tensor *b, float eps, bool ops) {
+    struct ggml_tensor *y = ops ? cr_norm_rows(ctx, x, g, b, eps, false, false) : NULL;
+    return y ? y : cr_layer_norm(ctx, x, g, b, eps);
+}
+
 /* LinearNoSubsampling + EspnetRelPositionalEncoding's scaling: x [512, T, B]. */
 static struct ggml_tensor *enc_embed(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                     const char *name, const cr_cpu_ops *cpu) {
+                                     const char *name, const cr_cpu_ops *cpu, bool ops) {
     x = cr_linear(ctx, x, s3_w(w, "enc.%s.out.0.weight", name), s3_w(w, "enc.%s.out.0.bias", name), cpu);
-    x = cr_layer_norm(ctx, x, s3_w(w, "enc.%s.out.1.weight", name), s3_w(w, "enc.%s.out.1.bias", name), ENC_EMB_EPS);
+    x = enc_norm(ctx, x, s3_w(w, "enc.%s.out.1.weight", name), s3_w(w, "enc.%s.out.1.bias", name), ENC_EMB_EPS,
+                 ops && !cpu);
     return ggml_scale(ctx, x, sqrtf((float)S3_D_MODEL));
 }
 
@@ -221,14 +230,14 @@ static struct ggml_tensor *enc_attention(struct ggml_context *ctx, struct ggml_c
 /* ConformerEncoderLayer, normalize_before, no macaron, no conv module. */
 static struct ggml_tensor *enc_layer(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
                                      struct ggml_tensor *pos, struct ggml_tensor *mask, const char *stack, int i,
-                                     const cr_cpu_ops *cpu) {
+                                     const cr_cpu_ops *cpu, bool ops) {
     char pre[GGML_MAX_NAME];
     snprintf(pre, sizeof(pre), "enc.%s.%d.self_attn", stack, i);
-    struct ggml_tensor *h = cr_layer_norm(ctx, x, s3_w(w, "enc.%s.%d.norm_mha.weight", stack, i),
-                                     s3_w(w, "enc.%s.%d.norm_mha.bias", stack, i), ENC_LN_EPS);
+    struct ggml_tensor *h = enc_norm(ctx, x, s3_w(w, "enc.%s.%d.norm_mha.weight", stack, i),
+                                     s3_w(w, "enc.%s.%d.norm_mha.bias", stack, i), ENC_LN_EPS, ops && !cpu);
     x = ggml_add(ctx, x, enc_attention(ctx, w, h, pos, mask, pre, cpu));
-    h = cr_layer_norm(ctx, x, s3_w(w, "enc.%s.%d.norm_ff.weight", stack, i), s3_w(w, "enc.%s.%d.norm_ff.bias", stack, i),
-                 ENC_LN_EPS);
+    h = enc_norm(ctx, x, s3_w(w, "enc.%s.%d.norm_ff.weight", stack, i), s3_w(w, "enc.%s.%d.norm_ff.bias", stack, i),
+                 ENC_LN_EPS, ops && !cpu);
     h = cr_linear(ctx, h, s3_w(w, "enc.%s.%d.feed_forward.w_1.weight", stack, i),
                    s3_w(w, "enc.%s.%d.feed_forward.w_1.bias", stack, i), cpu); /* [2048, n, B] */
     h = ggml_silu(ctx, h);
@@ -290,17 +299,17 @@ struct ggml_tensor *s3_encoder_build(struct ggml_context *ctx, struct ggml_conte
     struct ggml_tensor *x = ggml_get_rows(ctx, s3_w(w, "flow.input_embedding.weight"),
                                           ggml_reshape_1d(ctx, io->tokens, T * B)); /* [512, T*B] */
     x = ggml_reshape_3d(ctx, x, D, T, B);
-    x = enc_embed(ctx, w, x, "embed", cpu);
+    x = enc_embed(ctx, w, x, "embed", cpu, ops);
     x = enc_lookahead(ctx, w, x, cpu, ops);
     for (int i = 0; i < ENC_BLOCKS; i++) {
-        x = enc_layer(ctx, w, x, pos1, mask1, "encoders", i, cpu);
+        x = enc_layer(ctx, w, x, pos1, mask1, "encoders", i, cpu, ops);
     }
     x = enc_upsample(ctx, w, x, cpu, ops); /* [512, 2T, B] */
-    x = enc_embed(ctx, w, x, "up_embed", cpu);
+    x = enc_embed(ctx, w, x, "up_embed", cpu, ops);
     for (int i = 0; i < ENC_UP_BLOCKS; i++) {
-        x = enc_layer(ctx, w, x, pos2, mask2, "up_encoders", i, cpu);
+        x = enc_layer(ctx, w, x, pos2, mask2, "up_encoders", i, cpu, ops);
     }
-    x = cr_layer_norm(ctx, x, s3_w(w, "enc.after_norm.weight"), s3_w(w, "enc.after_norm.bias"), ENC_EMB_EPS);
+    x = enc_norm(ctx, x, s3_w(w, "enc.after_norm.weight"), s3_w(w, "enc.after_norm.bias"), ENC_EMB_EPS, ops && !cpu);
     x = cr_linear(ctx, x, s3_w(w, "flow.encoder_proj.weight"), s3_w(w, "flow.encoder_proj.bias"),
                    cpu); /* [80, 2T, B] */
     return ggml_cont(ctx, ggml_transpose(ctx, x)); /* [2T, 80, B] */

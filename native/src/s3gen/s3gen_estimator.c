@@ -306,6 +306,25 @@ static struct ggml_tensor *est_norm(const est_graph *g, struct ggml_tensor *x, c
     return mish ? est_mish(g, x) : x;
 }
 
+/* W x + b (+ res): x [K, T, B] contiguous, w [K, N], b [N], res [N, T, B] or NULL. With
+   codecrt's device ops the product is codecrt's too (cr_matmul: a transformer block's ops
+   stay on one backend, no split of the graph between them) and the bias and the residual
+   one pass after it (cr_bias_act); else cr_linear and ggml's add. */
+static struct ggml_tensor *est_linear(const est_graph *g, struct ggml_tensor *x, struct ggml_tensor *w,
+                                      struct ggml_tensor *b, struct ggml_tensor *res) {
+    struct ggml_tensor *y = g->ops ? cr_matmul(g->ctx, w, x) : NULL;
+    if (y && b) {
+        y = cr_bias_act(g->ctx, y, b, res, CR_ACT_NONE);
+    } else if (y && res) {
+        y = ggml_add(g->ctx, res, y);
+    }
+    if (y) {
+        return y;
+    }
+    y = cr_linear(g->ctx, x, w, b, g->cpu);
+    return res ? ggml_add(g->ctx, res, y) : y;
+}
+
 /*
  * CausalConv1d(k3) of x [Cin, T, B] -> [Cout, T, B]: on AVX-512 CPUs the fused
  * convolution; with codecrt's ops (GPU graphs) one product over the columns op's
@@ -324,8 +343,7 @@ static struct ggml_tensor *est_causal_conv(const est_graph *g, struct ggml_tenso
     }
     struct ggml_tensor *cols = g->ops ? cr_cols(g->ctx, x, NULL, NULL, EST_K, 1, EST_K - 1, 0) : NULL;
     if (cols) { /* codecrt's columns op: [K Cin, T, B], rows c K + k, the kernel's own order */
-        return cr_linear(g->ctx, cols, ggml_reshape_2d(g->ctx, k, EST_K * Cin, Cout), s3_w(g->w, "%s.bias", p),
-                         NULL);
+        return est_linear(g, cols, ggml_reshape_2d(g->ctx, k, EST_K * Cin, Cout), s3_w(g->w, "%s.bias", p), NULL);
     }
     /* Channels fastest, the column of output frame t is xp[:, t .. t+2] of the input padded by
        two frames on the left: the three frames side by side, 3 Cin floats. So the column
@@ -361,28 +379,15 @@ static struct ggml_tensor *est_resnet(const est_graph *g, struct ggml_tensor *x,
     char q[GGML_MAX_NAME];
     est_name(q, "%s.block1", p);
     struct ggml_tensor *h = est_block(g, x, q);
-    struct ggml_tensor *t =
-        cr_linear(g->ctx, g->tm, s3_w(g->w, "%s.mlp.1.weight", p), s3_w(g->w, "%s.mlp.1.bias", p), g->cpu);
+    struct ggml_tensor *t = est_linear(g, g->tm, s3_w(g->w, "%s.mlp.1.weight", p), s3_w(g->w, "%s.mlp.1.bias", p),
+                                       NULL);
     h = ggml_add(g->ctx, h, ggml_reshape_3d(g->ctx, t, EST_CH, 1, t->ne[1])); /* per sequence, over time */
     est_name(q, "%s.block2", p);
     h = est_block(g, h, q);
     struct ggml_tensor *r = s3_w(g->w, "%s.res_conv.weight", p);
-    return ggml_add(g->ctx, h, cr_linear(g->ctx, x, ggml_reshape_2d(g->ctx, r, r->ne[1], r->ne[2]),
-                                          s3_w(g->w, "%s.res_conv.bias", p), g->cpu));
+    return est_linear(g, x, ggml_reshape_2d(g->ctx, r, r->ne[1], r->ne[2]), s3_w(g->w, "%s.res_conv.bias", p), h);
 }
 
-/* res + (W x + b): a linear layer into a residual. With codecrt's device ops the bias and
-   the residual in one pass after the product (cr_bias_act), else ggml's two adds. */
-static struct ggml_tensor *est_out(const est_graph *g, struct ggml_tensor *x, struct ggml_tensor *w,
-                                   struct ggml_tensor *b, struct ggml_tensor *res) {
-    if (g->ops) {
-        struct ggml_tensor *y = cr_bias_act(g->ctx, cr_linear(g->ctx, x, w, NULL, NULL), b, res, CR_ACT_NONE);
-        if (y) {
-            return y;
-        }
-    }
-    return ggml_add(g->ctx, res, cr_linear(g->ctx, x, w, b, g->cpu));
-}
 
 /* [512, T, B] -> per head [64, T, 8, B] (a view). */
 static struct ggml_tensor *est_heads(const est_graph *g, struct ggml_tensor *x) {
@@ -402,8 +407,8 @@ static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor 
                                          const char *p) {
     const int64_t T = x->ne[1], B = x->ne[2];
     const float scale = 1.0f / sqrtf((float)EST_HEAD_DIM);
-    struct ggml_tensor *q = cr_linear(g->ctx, x, s3_w(g->w, "%s.to_q.weight", p), NULL, g->cpu); /* [512, T, B] */
-    struct ggml_tensor *k = cr_linear(g->ctx, x, s3_w(g->w, "%s.to_k.weight", p), NULL, g->cpu);
+    struct ggml_tensor *q = est_linear(g, x, s3_w(g->w, "%s.to_q.weight", p), NULL, NULL); /* [512, T, B] */
+    struct ggml_tensor *k = est_linear(g, x, s3_w(g->w, "%s.to_k.weight", p), NULL, NULL);
     struct ggml_tensor *v = g->cpu ? cr_linear(g->ctx, x, s3_w(g->w, "%s.to_v.weight", p), NULL, g->cpu) : NULL;
     struct ggml_tensor *o = g->cpu ? cr_attention_cpu(g->ctx, q, k, v, g->cpu) : NULL; /* [512, T, B]; AVX-512 CPUs */
     if (o) {
@@ -420,11 +425,14 @@ static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor 
            product reads (rows T B apart). No transposing copy of V (a cont(permute) of
            [512, T, B] before). */
         struct ggml_tensor *wv = s3_w(g->w, "%s.to_v.weight", p);
-        struct ggml_tensor *vt = ggml_mul_mat(g->ctx, ggml_reshape_2d(g->ctx, cr_dense(g->ctx, x), x->ne[0], T * B), wv);
+        struct ggml_tensor *x2 = ggml_reshape_2d(g->ctx, cr_dense(g->ctx, x), x->ne[0], T * B);
+        struct ggml_tensor *vt = g->ops ? cr_matmul(g->ctx, x2, wv) : NULL;
+        vt = vt ? vt : ggml_mul_mat(g->ctx, x2, wv);
         const size_t f = sizeof(float);
         v = ggml_view_4d(g->ctx, vt, T, EST_HEAD_DIM, EST_HEADS, B, (size_t)(T * B) * f,
                          (size_t)(EST_HEAD_DIM * T * B) * f, (size_t)T * f, 0);             /* [T, 64, 8, B] */
-        struct ggml_tensor *a = ggml_mul_mat(g->ctx, k, q);                             /* [Tk, Tq, 8, B] */
+        struct ggml_tensor *a = g->ops ? cr_attn_scores(g->ctx, k, q) : NULL;           /* [Tk, Tq, 8, B] */
+        a = a ? a : ggml_mul_mat(g->ctx, k, q);
         struct ggml_tensor *sm = g->ops ? cr_softmax_rows(g->ctx, a, scale) : NULL;  /* a warp a row */
         a = sm ? sm : ggml_soft_max_ext(g->ctx, a, NULL, scale, 0.0f);
         /* the heads of each query side by side for the output projection: in one op where the
@@ -436,7 +444,7 @@ static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor 
         }
     }
     o = ggml_reshape_3d(g->ctx, o, EST_INNER, T, B);
-    return est_out(g, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p), res);
+    return est_linear(g, o, s3_w(g->w, "%s.to_out.0.weight", p), s3_w(g->w, "%s.to_out.0.bias", p), res);
 }
 
 /* BasicTransformerBlock (layer norms, self-attention, GELU feed-forward; no cross-attention). */
@@ -450,13 +458,13 @@ static struct ggml_tensor *est_transformer(const est_graph *g, struct ggml_tenso
     h = est_norm(g, x, q, false);
     /* diffusers GELU (approximate="none") of ff.net.0.proj */
     struct ggml_tensor *b1 = s3_w(g->w, "%s.ff.net.0.proj.bias", p);
-    h = cr_linear(g->ctx, h, s3_w(g->w, "%s.ff.net.0.proj.weight", p), NULL, g->cpu);
+    h = est_linear(g, h, s3_w(g->w, "%s.ff.net.0.proj.weight", p), NULL, NULL);
     struct ggml_tensor *a = g->ops ? cr_bias_act(g->ctx, h, b1, NULL, CR_ACT_GELU_ERF) : NULL;
     if (!a) {
         a = g->cpu ? ggml_map_custom2(g->ctx, h, b1, est_bias_gelu_kernel, GGML_N_TASKS_MAX, NULL)
                    : ggml_gelu_erf(g->ctx, ggml_add(g->ctx, h, b1));
     }
-    return est_out(g, a, s3_w(g->w, "%s.ff.net.2.weight", p), s3_w(g->w, "%s.ff.net.2.bias", p), x);
+    return est_linear(g, a, s3_w(g->w, "%s.ff.net.2.weight", p), s3_w(g->w, "%s.ff.net.2.bias", p), x);
 }
 
 /* resnet then the stage's transformer blocks. */
