@@ -799,43 +799,45 @@ static void test_attn_values(void) {
         const size_t f = sizeof(float);
         struct ggml_tensor *v = ggml_view_4d(ctx, vt, T, D, H, B, (size_t)(T * B) * f, (size_t)(D * T * B) * f,
                                              (size_t)T * f, 0); /* [T, D, H, B] */
-        struct ggml_tensor *p = rnd(ctx, T, T, H * B, 1.0f, 0.0f);
-        p = ggml_reshape_4d(ctx, p, T, T, H, B);
+        const int64_t Tq = T + 2; /* queries and keys differ in number: a swap shows */
+        struct ggml_tensor *p = rnd(ctx, T, Tq, H * B, 1.0f, 0.0f);
+        p = ggml_reshape_4d(ctx, p, T, Tq, H, B);
         struct ggml_tensor *y = cr_attn_values(ctx, v, p);
         CHECK(y != NULL, "attn_values T %lld: the op applies", (long long)T);
-        CHECK(y->ne[0] == D && y->ne[1] == H && y->ne[2] == T && y->ne[3] == B, "attn_values: shape [D, H, T, B]");
+        CHECK(y->ne[0] == D && y->ne[1] == H && y->ne[2] == Tq && y->ne[3] == B, "attn_values: shape [D, H, Tq, B]");
         const float *got = compute(ctx, graph(ctx), &y);
-        double *ref = malloc(sizeof(double) * (size_t)(D * H * T * B));
+        const int64_t n = D * H * Tq * B;
+        double *ref = malloc(sizeof(double) * (size_t)n);
         for (int64_t b = 0; b < B; b++) {
-            for (int64_t t = 0; t < T; t++) {
+            for (int64_t t = 0; t < Tq; t++) {
                 for (int64_t h = 0; h < H; h++) {
                     for (int64_t d = 0; d < D; d++) {
                         double sum = 0.0;
                         for (int64_t k = 0; k < T; k++) {
                             sum += (double)F(vt)[(b * T + k) + (h * D + d) * T * B] *
-                                   F(p)[((b * H + h) * T + t) * T + k];
+                                   F(p)[((b * H + h) * Tq + t) * T + k];
                         }
-                        ref[((b * T + t) * H + h) * D + d] = sum;
+                        ref[((b * Tq + t) * H + h) * D + d] = sum;
                     }
                 }
             }
         }
         char what[64];
         snprintf(what, sizeof(what), "attn_values T %lld", (long long)T);
-        compare(what, got, ref, D * H * T * B);
+        compare(what, got, ref, n);
         struct ggml_tensor *g = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, v, p), 0, 2, 1, 3));
         const float *want = compute(ctx, graph(ctx), &g);
-        for (int64_t i = 0; i < D * H * T * B; i++) {
+        for (int64_t i = 0; i < n; i++) {
             ref[i] = want[i];
         }
         snprintf(what, sizeof(what), "attn_values T %lld vs ggml", (long long)T);
-        compare(what, got, ref, D * H * T * B);
+        compare(what, got, ref, n);
         free(ref);
         struct ggml_tensor *vd = ggml_reshape_4d(ctx, rnd(ctx, D, T, H * B, 1.0f, -1.0f), D, T, H, B);
         CHECK(cr_attn_values(ctx, ggml_permute(ctx, vd, 1, 0, 2, 3), p) == NULL, "attn_values: keys not fastest");
-        CHECK(cr_attn_values(ctx, v, ggml_permute(ctx, p, 1, 0, 2, 3)) == NULL || T == 1,
-              "attn_values: weights not contiguous");
-        CHECK(cr_attn_values(ctx, v, ggml_reshape_4d(ctx, p, T, T, B, H)) == NULL || H == B,
+        CHECK(cr_attn_values(ctx, v, ggml_view_4d(ctx, p, T, Tq - 1, H, B, p->nb[1], p->nb[2], p->nb[3], 0)) ==
+                  NULL, "attn_values: weights not contiguous");
+        CHECK(cr_attn_values(ctx, v, ggml_reshape_4d(ctx, p, T, Tq, B, H)) == NULL || H == B,
               "attn_values: heads differ");
         ggml_free(ctx);
     }

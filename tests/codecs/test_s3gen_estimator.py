@@ -107,11 +107,12 @@ def test_estimator_end_time(s3):
 
 
 def test_the_graphs_gpus_run_match_the_reference_with_and_without_the_attention_ops(s3, monkeypatch):
-    """The portable graphs (what a GPU runs) on the CPU: the attention's softmax and its
-    weighted values as ggml's softmax, product and permutation (CODECRT_FUSED_UNIT=0) and as
-    codecrt's ops (=1: ops/ops_softmax.c's and ops/ops_attn_values.c's C functions, which the
-    CUDA kernel and products are checked against in tests/native/test_gpu.py) both match
-    estimator.forward, and differ from each other (the switch reached the graph)."""
+    """The portable graphs (what a GPU runs) on the CPU: the estimator composed from ggml's
+    ops (CODECRT_FUSED_UNIT=0) and as codecrt's ops (=1: the C functions of the norms, the
+    products, the attention's scores, softmax and values, and the biases with GELU or the
+    residual, which the CUDA kernels and cuBLAS products are checked against in
+    tests/native/test_gpu.py) both match estimator.forward, and differ from each other (the
+    switch reached the graph)."""
     meanflow, est, _, model = s3
     inp = _inputs(11, 2, 40, meanflow)
     theirs = _reference(est, inp)

@@ -311,8 +311,9 @@ def test_s3gen_cuda_matches_cpu(codecrt, s3gen_gguf):
 
 def test_s3gen_estimator_ops_match_their_cpu_functions_and_ggml(codecrt, s3gen_gguf):
     """The flow estimator's device ops on CUDA (cuda/cuda_ops.cu, the default where the ops
-    backend is: the norms with their affine and Mish, the attention's softmax and its values
-    through cuBLAS, the biases with GELU or the residual, the convs' columns) against the ops'
+    backend is: the norms with their affine and Mish, the products and the attention's scores
+    and values through cuBLAS, its softmax, the biases with GELU or the residual, the convs'
+    columns) against the ops'
     C functions on the CPU's portable graphs (CODECRT_FUSED_UNIT=1) and against ggml's own ops
     on CUDA (=0): the flow's mel, every Euler step."""
     tokens = np.random.default_rng(9).integers(0, 6561, 40).astype(np.int32)

@@ -470,7 +470,8 @@ cudaError_t launch_cols(const ggml_tensor *dst, cudaStream_t stream, bool precis
 /* ------------------------------------------------------------ the products */
 
 /* Their handle takes ggml's math mode (TF32 allowed; NVIDIA_TF32_OVERRIDE=0 forbids it), so
-   these products round as ggml's own would. */
+   these products round as ggml's cuBLAS products would. (ggml runs an F32 product of 16
+   columns or fewer in kernels of its own instead: cr_mm pads those to 17 for cuBLAS.) */
 
 /* dst [N, M] = a^T b: ggml_mul_mat(a [K, N], b [K, M]) in cuBLAS' column-major terms,
    C (N x M, ldc N) = A^T (A: K x N, lda K) x B (K x M, ldb K), as ggml's own SGEMM call. */
@@ -720,8 +721,9 @@ ggml_backend_buffer_type_t dev_get_buffer_type(ggml_backend_dev_t dev) {
     return ggml_backend_dev_buffer_type(ctx_of(dev)->cuda);
 }
 
-/* Only codecrt's ops, F32 and contiguous as their builders make them, and only a reach
-   whose tile fits the block's shared memory. */
+/* Only codecrt's ops, F32 and laid out as their builders make them (contiguous, or for the
+   attention's products strided views whose strides and offsets are whole floats), and only
+   extents their kernels and cuBLAS' int arguments hold. */
 bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
     if (is_unit_tail(op)) {
         const ggml_tensor *y = op->src[0], *b = op->src[1], *x = op->src[2];
@@ -765,7 +767,8 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
                   k->ne[0] == q->ne[0] && k->ne[2] == q->ne[2] && k->ne[3] == q->ne[3] && op->ne[0] == k->ne[1] &&
                   op->ne[1] == q->ne[1] && op->ne[2] == q->ne[2] && op->ne[3] == q->ne[3] &&
                   k->nb[1] / sizeof(float) >= (size_t)k->ne[0] && q->nb[1] / sizeof(float) >= (size_t)q->ne[0] &&
-                  k->nb[1] / sizeof(float) <= INT32_MAX && q->nb[1] / sizeof(float) <= INT32_MAX;
+                  k->nb[1] / sizeof(float) <= INT32_MAX && q->nb[1] / sizeof(float) <= INT32_MAX &&
+                  k->view_offs % sizeof(float) == 0 && q->view_offs % sizeof(float) == 0;
         for (int i = 0; ok && i < 4; i++) {
             ok = k->ne[i] <= INT32_MAX && q->ne[i] <= INT32_MAX && k->nb[i] % sizeof(float) == 0 &&
                  q->nb[i] % sizeof(float) == 0;
@@ -780,7 +783,7 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
                   v->ne[0] == p->ne[0] && v->ne[2] == p->ne[2] && v->ne[3] == p->ne[3] && op->ne[0] == v->ne[1] &&
                   op->ne[1] == p->ne[2] && op->ne[2] == p->ne[1] && op->ne[3] == p->ne[3] &&
                   v->nb[1] / sizeof(float) >= (size_t)v->ne[0] && v->nb[1] / sizeof(float) <= INT32_MAX &&
-                  op->ne[0] * op->ne[1] <= INT32_MAX;
+                  v->view_offs % sizeof(float) == 0 && op->ne[0] * op->ne[1] <= INT32_MAX;
         for (int i = 0; ok && i < 4; i++) {
             ok = p->ne[i] <= INT32_MAX && v->ne[i] <= INT32_MAX && v->nb[i] % sizeof(float) == 0;
         }
@@ -969,7 +972,9 @@ extern "C" ggml_backend_t cr_cuda_ops_new(ggml_backend_t device, bool precise_si
                  cudaSuccess &&
              cudaFuncSetAttribute(unit_core_kernel<0, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) ==
                  cudaSuccess;
-        /* cuBLAS on our stream, with ggml's math mode (ggml-cuda/common.cuh: TF32 allowed) */
+        /* cuBLAS on our stream, with ggml's math mode (ggml-cuda/common.cuh: TF32 allowed).
+           Without a handle there is no ops backend at all: graphs built for it would put
+           its products on the CPU, where the composed graphs run all on ggml's CUDA. */
         ok = ok && cublasCreate(&c->blas) == CUBLAS_STATUS_SUCCESS;
         if (ok && (cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS ||
                    cublasSetMathMode(c->blas, CUBLAS_TF32_TENSOR_OP_MATH) != CUBLAS_STATUS_SUCCESS)) {

@@ -54,10 +54,10 @@ void cr_attn_values_cpu(struct ggml_tensor *dst, int ith, int nth, void *user) {
     }
 }
 
-/* F32 with nb0 = 4 and every stride a whole number of floats (what cuBLAS' leading
-   dimensions and batch strides are counted in). */
+/* F32 with nb0 = 4, every stride and a view's offset a whole number of floats (what
+   cuBLAS' pointers, leading dimensions and batch strides are counted in). */
 static bool attn_operand(const struct ggml_tensor *t) {
-    bool ok = t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float);
+    bool ok = t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->view_offs % sizeof(float) == 0;
     for (int i = 1; i < 4; i++) {
         ok = ok && t->nb[i] % sizeof(float) == 0;
     }

@@ -3,8 +3,8 @@
  * codecrt's too (S3Gen's flow estimator: a transformer block is norms, products, the
  * attention and biases).
  *
- * ggml's product is as fast (on CUDA both are cuBLAS' SGEMM with TF32 allowed), but it
- * runs on ggml's backend: each product between two of codecrt's ops cut the graph into
+ * ggml's product is as fast (on CUDA, past 16 columns, both are cuBLAS' SGEMM with TF32
+ * allowed; ggml takes kernels of its own for fewer), but it runs on ggml's backend: each product between two of codecrt's ops cut the graph into
  * another split, each with its events between the two streams and the scheduler's host
  * work. With the products, the biases, the norms and the attention all codecrt's, a
  * transformer block is one split: on an H100 the 24-stream original S3Gen tick had 571

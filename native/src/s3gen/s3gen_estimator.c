@@ -30,8 +30,11 @@
  * of ops/ on AVX-512 CPUs (F32, or BF16 in a BF16 context; no
  * [T, T, 8, B] score tensor) and ggml's tiled F32 flash attention elsewhere,
  * and the element-wise chains around LayerNorm, Mish and GELU are fused
- * kernels of this file; other backends get the same arithmetic composed from
- * ggml ops.
+ * kernels of this file. Where codecrt's device ops are (CUDA, or the portable
+ * graphs with CODECRT_FUSED_UNIT=1) a transformer block is all codecrt's ops:
+ * the norms, the products, the attention's scores, softmax and values, the
+ * biases with GELU or the residual (est_graph below). Elsewhere the same
+ * arithmetic is composed from ggml ops.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -146,7 +149,7 @@ void s3_estimator_specs(const s3gen_hparams *hp, cr_spec_list *s) {
  * (libm's scalar erff, and Mish as softplus, tanh and a product: 20-40 ns per
  * element against ~1 ns here). Written branch-free (selects of ready values
  * only, bit-level scaling) so that the compiler vectorizes the row loops even
- * with trapping math. GPU graphs use the composed ops.
+ * with trapping math. Other graphs use codecrt's device ops or ggml's.
  */
 
 /* e^x to ~1e-7 relative for x in [-87, 88] (clamped there): n = round(x / ln 2)
@@ -271,9 +274,9 @@ static void est_bias_gelu_kernel(struct ggml_tensor *dst, const struct ggml_tens
 
 /* What every piece needs: contexts, the time embedding after its Mish, whether the
    graph runs on the CPU backend (fused kernels, flash attention), and whether codecrt's
-   device ops are there (the norms as cr_norm_rows, the attention's softmax as
-   cr_softmax_rows, its values as cr_attn_values, biases with their activation or residual
-   as cr_bias_act). */
+   device ops are there (the norms as cr_norm_rows, the products as cr_matmul, the
+   attention's scores as cr_attn_scores, its softmax as cr_softmax_rows, its values as
+   cr_attn_values, biases with their activation or residual as cr_bias_act). */
 typedef struct est_graph {
     struct ggml_context *ctx;
     struct ggml_context *w;
@@ -313,15 +316,15 @@ static struct ggml_tensor *est_norm(const est_graph *g, struct ggml_tensor *x, c
 static struct ggml_tensor *est_linear(const est_graph *g, struct ggml_tensor *x, struct ggml_tensor *w,
                                       struct ggml_tensor *b, struct ggml_tensor *res) {
     struct ggml_tensor *y = g->ops ? cr_matmul(g->ctx, w, x) : NULL;
-    if (y && b) {
-        y = cr_bias_act(g->ctx, y, b, res, CR_ACT_NONE);
-    } else if (y && res) {
-        y = ggml_add(g->ctx, res, y);
+    struct ggml_tensor *out = y && b ? cr_bias_act(g->ctx, y, b, res, CR_ACT_NONE) : NULL;
+    if (out) {
+        return out;
     }
-    if (y) {
-        return y;
+    if (y) { /* a bias the op does not take: ggml's adds after codecrt's product */
+        y = b ? ggml_add(g->ctx, y, b) : y;
+    } else {
+        y = cr_linear(g->ctx, x, w, b, g->cpu);
     }
-    y = cr_linear(g->ctx, x, w, b, g->cpu);
     return res ? ggml_add(g->ctx, res, y) : y;
 }
 
