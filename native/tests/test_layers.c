@@ -66,6 +66,16 @@ static void compare(const char *what, const float *got, const double *ref, int64
     CHECK(!bad && err <= TOL * fmax(mx, 1e-3), "%s: max error %.3g of max |ref| %.3g", what, err, mx);
 }
 
+/* got against another implementation's floats (ggml's ops), by compare's rule. */
+static void compare_f32(const char *what, const float *got, const float *want, int64_t n) {
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        ref[i] = want[i];
+    }
+    compare(what, got, ref, n);
+    free(ref);
+}
+
 static void check_shape(const char *what, const struct ggml_tensor *y, int64_t ne0, int64_t ne1, int64_t ne2) {
     CHECK(y->ne[0] == ne0 && y->ne[1] == ne1 && y->ne[2] == ne2 && y->ne[3] == 1,
           "%s: shape [%lld, %lld, %lld, %lld], want [%lld, %lld, %lld]", what, (long long)y->ne[0],
@@ -710,12 +720,9 @@ static void test_softmax_rows(void) {
         compare(what, got, ref, n * R * B);
         struct ggml_tensor *g = ggml_soft_max_ext(ctx, a, NULL, scale, 0.0f);
         const float *want = compute(ctx, graph(ctx), &g);
-        for (int64_t i = 0; i < n * R * B; i++) {
-            ref[i] = want[i];
-        }
-        snprintf(what, sizeof(what), "softmax_rows n %lld vs ggml", (long long)n);
-        compare(what, got, ref, n * R * B);
         free(ref);
+        snprintf(what, sizeof(what), "softmax_rows n %lld vs ggml", (long long)n);
+        compare_f32(what, got, want, n * R * B);
         CHECK(n == 1 || cr_softmax_rows(ctx, ggml_transpose(ctx, a), scale) == NULL, "softmax_rows: a view, no op");
         CHECK(cr_softmax_rows(ctx, a, INFINITY) == NULL, "softmax_rows: no infinite scale");
         ggml_free(ctx);
@@ -827,12 +834,9 @@ static void test_attn_values(void) {
         compare(what, got, ref, n);
         struct ggml_tensor *g = ggml_cont(ctx, ggml_permute(ctx, ggml_mul_mat(ctx, v, p), 0, 2, 1, 3));
         const float *want = compute(ctx, graph(ctx), &g);
-        for (int64_t i = 0; i < n; i++) {
-            ref[i] = want[i];
-        }
-        snprintf(what, sizeof(what), "attn_values T %lld vs ggml", (long long)T);
-        compare(what, got, ref, n);
         free(ref);
+        snprintf(what, sizeof(what), "attn_values T %lld vs ggml", (long long)T);
+        compare_f32(what, got, want, n);
         struct ggml_tensor *vd = ggml_reshape_4d(ctx, rnd(ctx, D, T, H * B, 1.0f, -1.0f), D, T, H, B);
         CHECK(cr_attn_values(ctx, ggml_permute(ctx, vd, 1, 0, 2, 3), p) == NULL, "attn_values: keys not fastest");
         CHECK(cr_attn_values(ctx, v, ggml_view_4d(ctx, p, T, Tq - 1, H, B, p->nb[1], p->nb[2], p->nb[3], 0)) ==
@@ -874,11 +878,8 @@ static void test_bias_act(void) {
         ref[i] = 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
     }
     compare("bias_act gelu", gg, ref, C * T * B);
-    for (int64_t i = 0; i < C * T * B; i++) {
-        ref[i] = gwant[i];
-    }
-    compare("bias_act gelu vs ggml", gg, ref, C * T * B);
     free(ref);
+    compare_f32("bias_act gelu vs ggml", gg, gwant, C * T * B);
     CHECK(cr_bias_act(ctx, ggml_transpose(ctx, y), b, NULL, CR_ACT_NONE) == NULL, "bias_act: a view, no op");
     CHECK(cr_bias_act(ctx, y, ggml_view_1d(ctx, b, C - 1, 0), NULL, CR_ACT_NONE) == NULL, "bias_act: a short bias");
     CHECK(cr_bias_act(ctx, y, b, ggml_view_2d(ctx, r, C, T, r->nb[1], 0), CR_ACT_NONE) == NULL,
@@ -924,12 +925,9 @@ static void test_attn_scores(void) {
         compare(what, got, ref, n);
         struct ggml_tensor *g = ggml_mul_mat(ctx, k, q);
         const float *want = compute(ctx, graph(ctx), &g);
-        for (int64_t i = 0; i < n; i++) {
-            ref[i] = want[i];
-        }
-        snprintf(what, sizeof(what), "attn_scores T %lld vs ggml", (long long)T);
-        compare(what, got, ref, n);
         free(ref);
+        snprintf(what, sizeof(what), "attn_scores T %lld vs ggml", (long long)T);
+        compare_f32(what, got, want, n);
         CHECK(cr_attn_scores(ctx, ggml_permute(ctx, ggml_reshape_4d(ctx, kp, D, H, T, B), 1, 0, 2, 3), q) == NULL,
               "attn_scores: channels not fastest");
         CHECK(cr_attn_scores(ctx, k, ggml_view_4d(ctx, q, D - 1, T + 2, H, B, q->nb[1], q->nb[2], q->nb[3], 0)) == NULL,
@@ -963,11 +961,8 @@ static void test_matmul(void) {
     compare("matmul", got, ref, N * T * B);
     struct ggml_tensor *g = ggml_mul_mat(ctx, a, x);
     const float *want = compute(ctx, graph(ctx), &g);
-    for (int64_t i = 0; i < N * T * B; i++) {
-        ref[i] = want[i];
-    }
-    compare("matmul vs ggml", got, ref, N * T * B);
     free(ref);
+    compare_f32("matmul vs ggml", got, want, N * T * B);
     CHECK(cr_matmul(ctx, ggml_transpose(ctx, a), x) == NULL, "matmul: a view, no op");
     CHECK(cr_matmul(ctx, a, ggml_view_3d(ctx, x, K - 1, T, B, x->nb[1], x->nb[2], 0)) == NULL,
           "matmul: inner extents differ");

@@ -721,6 +721,17 @@ ggml_backend_buffer_type_t dev_get_buffer_type(ggml_backend_dev_t dev) {
     return ggml_backend_dev_buffer_type(ctx_of(dev)->cuda);
 }
 
+/* An operand cuBLAS reads where it lies (cr_attn_operand), whose extents and leading
+   dimension (nb1, at least a row of ne0) fit cuBLAS' ints. */
+bool blas_operand(const ggml_tensor *t) {
+    bool ok = t && cr_attn_operand(t) && t->nb[1] / sizeof(float) >= (size_t)t->ne[0] &&
+              t->nb[1] / sizeof(float) <= INT32_MAX;
+    for (int i = 0; ok && i < 4; i++) {
+        ok = t->ne[i] <= INT32_MAX;
+    }
+    return ok;
+}
+
 /* Only codecrt's ops, F32 and laid out as their builders make them (contiguous, or for the
    attention's products strided views whose strides and offsets are whole floats), and only
    extents their kernels and cuBLAS' int arguments hold. */
@@ -762,30 +773,18 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
     }
     if (is_attn_scores(op)) {
         const ggml_tensor *k = op->src[0], *q = op->src[1];
-        bool ok = op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && k && q && k->type == GGML_TYPE_F32 &&
-                  q->type == GGML_TYPE_F32 && k->nb[0] == sizeof(float) && q->nb[0] == sizeof(float) &&
-                  k->ne[0] == q->ne[0] && k->ne[2] == q->ne[2] && k->ne[3] == q->ne[3] && op->ne[0] == k->ne[1] &&
-                  op->ne[1] == q->ne[1] && op->ne[2] == q->ne[2] && op->ne[3] == q->ne[3] &&
-                  k->nb[1] / sizeof(float) >= (size_t)k->ne[0] && q->nb[1] / sizeof(float) >= (size_t)q->ne[0] &&
-                  k->nb[1] / sizeof(float) <= INT32_MAX && q->nb[1] / sizeof(float) <= INT32_MAX &&
-                  k->view_offs % sizeof(float) == 0 && q->view_offs % sizeof(float) == 0;
-        for (int i = 0; ok && i < 4; i++) {
-            ok = k->ne[i] <= INT32_MAX && q->ne[i] <= INT32_MAX && k->nb[i] % sizeof(float) == 0 &&
-                 q->nb[i] % sizeof(float) == 0;
-        }
-        return ok;
+        return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && blas_operand(k) && blas_operand(q) &&
+               k->ne[0] == q->ne[0] && k->ne[2] == q->ne[2] && k->ne[3] == q->ne[3] && op->ne[0] == k->ne[1] &&
+               op->ne[1] == q->ne[1] && op->ne[2] == q->ne[2] && op->ne[3] == q->ne[3];
     }
     if (is_attn_values(op)) {
-        /* cuBLAS takes ints: the extents, the leading dimensions and the batch */
         const ggml_tensor *v = op->src[0], *p = op->src[1];
-        bool ok = op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && v && p && v->type == GGML_TYPE_F32 &&
-                  p->type == GGML_TYPE_F32 && ggml_is_contiguous(p) && v->nb[0] == sizeof(float) &&
-                  v->ne[0] == p->ne[0] && v->ne[2] == p->ne[2] && v->ne[3] == p->ne[3] && op->ne[0] == v->ne[1] &&
-                  op->ne[1] == p->ne[2] && op->ne[2] == p->ne[1] && op->ne[3] == p->ne[3] &&
-                  v->nb[1] / sizeof(float) >= (size_t)v->ne[0] && v->nb[1] / sizeof(float) <= INT32_MAX &&
-                  v->view_offs % sizeof(float) == 0 && op->ne[0] * op->ne[1] <= INT32_MAX;
+        bool ok = op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && blas_operand(v) && p &&
+                  p->type == GGML_TYPE_F32 && ggml_is_contiguous(p) && v->ne[0] == p->ne[0] &&
+                  v->ne[2] == p->ne[2] && v->ne[3] == p->ne[3] && op->ne[0] == v->ne[1] && op->ne[1] == p->ne[2] &&
+                  op->ne[2] == p->ne[1] && op->ne[3] == p->ne[3] && op->ne[0] * op->ne[1] <= INT32_MAX;
         for (int i = 0; ok && i < 4; i++) {
-            ok = p->ne[i] <= INT32_MAX && v->ne[i] <= INT32_MAX && v->nb[i] % sizeof(float) == 0;
+            ok = p->ne[i] <= INT32_MAX;
         }
         return ok;
     }

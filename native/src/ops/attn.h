@@ -6,11 +6,24 @@
 #ifndef CODECRT_ATTN_H
 #define CODECRT_ATTN_H
 
+#include <stdbool.h>
+
 #include "ggml.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* An operand the attention's products take as it lies: F32, nb0 = 4, every stride and a
+   view's offset a whole number of floats (what cuBLAS' pointers, leading dimensions and
+   batch strides are counted in). Their builders and the device backends check it. */
+static inline bool cr_attn_operand(const struct ggml_tensor *t) {
+    bool ok = t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->view_offs % sizeof(float) == 0;
+    for (int i = 1; i < 4; i++) {
+        ok = ok && t->nb[i] % sizeof(float) == 0;
+    }
+    return ok;
+}
 
 /* The scores, a ggml_custom_op_t (GGML_OP_CUSTOM): src[0] = k [D, Tk, H, B], src[1] = q
    [D, Tq, H, B] (F32, channels fastest: nb0 = 4, any other strides: views of the

@@ -54,18 +54,8 @@ void cr_attn_values_cpu(struct ggml_tensor *dst, int ith, int nth, void *user) {
     }
 }
 
-/* F32 with nb0 = 4, every stride and a view's offset a whole number of floats (what
-   cuBLAS' pointers, leading dimensions and batch strides are counted in). */
-static bool attn_operand(const struct ggml_tensor *t) {
-    bool ok = t->type == GGML_TYPE_F32 && t->nb[0] == sizeof(float) && t->view_offs % sizeof(float) == 0;
-    for (int i = 1; i < 4; i++) {
-        ok = ok && t->nb[i] % sizeof(float) == 0;
-    }
-    return ok;
-}
-
 struct ggml_tensor *cr_attn_scores(struct ggml_context *ctx, struct ggml_tensor *k, struct ggml_tensor *q) {
-    if (!attn_operand(k) || !attn_operand(q) || k->ne[0] != q->ne[0] || k->ne[2] != q->ne[2] ||
+    if (!cr_attn_operand(k) || !cr_attn_operand(q) || k->ne[0] != q->ne[0] || k->ne[2] != q->ne[2] ||
         k->ne[3] != q->ne[3] || k->ne[0] < 1 || k->ne[1] < 1) {
         return NULL;
     }
@@ -75,7 +65,7 @@ struct ggml_tensor *cr_attn_scores(struct ggml_context *ctx, struct ggml_tensor 
 }
 
 struct ggml_tensor *cr_attn_values(struct ggml_context *ctx, struct ggml_tensor *v, struct ggml_tensor *p) {
-    if (!attn_operand(v) || p->type != GGML_TYPE_F32 || !ggml_is_contiguous(p) || v->ne[0] != p->ne[0] ||
+    if (!cr_attn_operand(v) || p->type != GGML_TYPE_F32 || !ggml_is_contiguous(p) || v->ne[0] != p->ne[0] ||
         v->ne[2] != p->ne[2] || v->ne[3] != p->ne[3] || p->ne[0] < 1 || v->ne[1] < 1) {
         return NULL;
     }
