@@ -291,9 +291,11 @@ struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *
  * the conv is valid and the residual is buf[P : P+n]. fused: Snake1, the conv,
  * Snake2 and the transpose as ONE op (cr_unit_core, ops/ops_res_unit.c; a device
  * kernel on CUDA), and the product's bias and the residual as another (cr_unit_tail);
- * else composed from ggml ops (seven passes over memory besides the product).
+ * else composed from ggml ops (seven passes over memory besides the product). mask
+ * [n, B] (contiguous) or NULL: the output times a masked graph's 0/1 factor, in the
+ * tail's pass when fused.
  */
 struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
-                                   const cr_res_unit *u, int dil, bool same, bool fused);
+                                   const cr_res_unit *u, int dil, bool same, bool fused, struct ggml_tensor *mask);
 
 #endif /* CODECRT_LAYERS_H */

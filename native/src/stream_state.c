@@ -227,6 +227,13 @@ struct ggml_tensor *cr_states_mask(cr_states *s, struct ggml_tensor *x, int32_t 
     return cr_states_scale(s, x, cr_states_time(s, CR_TIME_MASK, x->ne[1], rate, delay, 0));
 }
 
+struct ggml_tensor *cr_states_mask_of(cr_states *s, int64_t n, int32_t rate, int32_t delay) {
+    if (!s->masked) {
+        return NULL;
+    }
+    return ggml_reshape_2d(s->ctx, cr_states_time(s, CR_TIME_MASK, n, rate, delay, 0), n, s->B);
+}
+
 struct ggml_tensor *cr_states_mask_tf(cr_states *s, struct ggml_tensor *x, int32_t rate, int32_t delay) {
     if (!s->masked) {
         return x;

@@ -144,6 +144,11 @@ struct ggml_tensor *cr_states_mask(cr_states *s, struct ggml_tensor *x, int32_t 
 /* The same for a time-fastest x [n, B, C]. */
 struct ggml_tensor *cr_states_mask_tf(cr_states *s, struct ggml_tensor *x, int32_t rate, int32_t delay);
 
+/* The 0/1 mask [n, B] itself on edge ticks, for an op that applies it in its own pass
+   (cr_unit_tail, cr_upconv_tail: one pass over x fewer than cr_states_mask_tf after it);
+   NULL on steady ones. */
+struct ggml_tensor *cr_states_mask_of(cr_states *s, int64_t n, int32_t rate, int32_t delay);
+
 /*
  * An architecture's stream_states list: state *n (channels x frames) written into
  * s when *n < max, *n counted either way (the caller returns it: the list's length,

@@ -613,6 +613,23 @@ static void test_upconv_step(void) {
             char what[48];
             snprintf(what, sizeof(what), "upconv_step s %d n %lld", s, (long long)n);
             compare(what, got, ref, Cout * n * s * B);
+            /* the stream graph's form where the codecrt ops run (snac_stream.c): the tail op with
+               crop s over the 1+n frames, time fastest [n s, B, Cout]; bit for bit the step's
+               floats (the same two adds in the same order) */
+            struct ggml_tensor *yt = cr_upconv_tail(ctx, cr_mm(ctx, w, buf), b, NULL, s, s, n * s);
+            CHECK(yt != NULL, "%s: the tail op applies with crop s", what);
+            check_shape("upconv_tail crop s", yt, n * s, B, Cout);
+            const float *gt = compute(ctx, graph(ctx), &yt);
+            int64_t differ = 0;
+            for (int64_t bb = 0; bb < B; bb++) {
+                for (int64_t t = 0; t < n * s; t++) {
+                    for (int64_t o = 0; o < Cout; o++) {
+                        differ += gt[t + n * s * (bb + B * o)] != got[o + Cout * (t + n * s * bb)];
+                    }
+                }
+            }
+            CHECK(differ == 0, "%s: the tail op with crop s equals the step bit for bit (%lld differ)", what,
+                  (long long)differ);
             free(acc);
             free(ref);
             ggml_free(ctx);
@@ -626,10 +643,13 @@ static void test_res_unit(void) {
     const int64_t C = 6, K = 7, B = 3, n = 9;
     for (int d = 1; d <= 9; d *= 3) {
         const int P = d * (int)(K - 1) / 2;
-        for (int mode = 0; mode < 8; mode++) { /* same fused/portable, valid fused/portable, time fastest
-                                                   valid (a stream tick) and same (an offline decode), the
-                                                   same two with the core as one op (cr_unit_core) */
-            const bool same = mode < 2 || mode == 5 || mode == 7, cpu_ops = mode == 0 || mode == 2;
+        for (int mode = 0; mode < 12; mode++) { /* same fused/portable, valid fused/portable, time fastest
+                                                    valid (a stream tick) and same (an offline decode), the
+                                                    same two with the core as one op (cr_unit_core), then
+                                                    modes 4-7 again with a masked graph's 0/1 mask */
+            const bool masked = mode >= 8;
+            const int m4 = masked ? mode - 4 : mode;
+            const bool same = m4 < 2 || m4 == 5 || m4 == 7, cpu_ops = m4 == 0 || m4 == 2;
             const int64_t L = same ? n : n + 2 * P;
             struct ggml_context *ctx = new_ctx();
             struct ggml_tensor *buf = rnd(ctx, C, L, B, 2.0f, -2.0f);
@@ -641,19 +661,32 @@ static void test_res_unit(void) {
             };
             struct ggml_cgraph *gf = graph(ctx);
             struct ggml_tensor *y;
-            if (mode < 4) {
+            /* the mask: stream b's points [b, n - b) (a start and an end inside the tick) */
+            struct ggml_tensor *mask = NULL;
+            if (masked) {
+                mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, B);
+                for (int64_t bb = 0; bb < B; bb++) {
+                    for (int64_t t = 0; t < n; t++) {
+                        ((float *)mask->data)[t + n * bb] = t >= bb && t < n - bb ? 1.0f : 0.0f;
+                    }
+                }
+            }
+            if (m4 < 4) {
                 y = cr_res_branch(ctx, gf, buf, &u, d, same, cr_graph_ops(cpu_ops, NULL));
             } else { /* the whole unit time fastest, back to channels fastest to compare */
                 struct ggml_tensor *t = ggml_reshape_3d(ctx, cr_to_tf(ctx, buf), L, B, C);
-                t = cr_res_unit_tf(ctx, gf, t, &u, d, same, mode >= 6);
+                t = cr_res_unit_tf(ctx, gf, t, &u, d, same, m4 >= 6, mask);
                 CHECK(t->ne[0] == n && t->ne[1] == B && t->ne[2] == C, "res_unit_tf shape");
                 y = cr_to_cf(ctx, ggml_reshape_2d(ctx, t, n * B, C), n, B);
                 ggml_build_forward_expand(gf, y);
-                int cores = 0;
+                int cores = 0, muls = 0;
                 for (int i = 0; i < ggml_graph_n_nodes(gf); i++) {
                     cores += ggml_graph_node(gf, i)->op == GGML_OP_CUSTOM;
+                    muls += ggml_graph_node(gf, i)->op == GGML_OP_MUL;
                 }
-                CHECK(cores == (mode >= 6 ? 2 : 0), "res_unit_tf: the core and the tail are ops exactly when asked");
+                CHECK(cores == (m4 >= 6 ? 2 : 0), "res_unit_tf: the core and the tail are ops exactly when asked");
+                /* the composed Snakes have products of their own: count the mask's alone */
+                CHECK(m4 < 6 || muls == 0, "res_unit_tf: the fused tail applies the mask itself");
             }
             check_shape("res unit", y, C, n, B);
             const float *got = compute(ctx, gf, &y);
@@ -669,11 +702,12 @@ static void test_res_unit(void) {
                 h[i] = snake_ref(h[i], F(u.alpha2)[i % C], F(u.inv_alpha2)[i % C]);
             }
             pw_ref(ref, h, F(u.pw_w), F(u.pw_b), C, C, n * B);
-            if (mode >= 4) {
+            if (m4 >= 4) {
                 for (int64_t bb = 0; bb < B; bb++) {
                     for (int64_t t = 0; t < n; t++) {
                         for (int64_t c = 0; c < C; c++) {
                             ref[c + C * (t + n * bb)] += at(F(buf), C, L, c, t + (same ? 0 : P), bb);
+                            ref[c + C * (t + n * bb)] *= mask ? F(mask)[t + n * bb] : 1.0f;
                         }
                     }
                 }

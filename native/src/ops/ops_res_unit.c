@@ -83,13 +83,15 @@ struct ggml_tensor *cr_unit_core(struct ggml_context *ctx, struct ggml_tensor *t
                           cr_unit_core_pack((cr_unit_core_params){.dil = dil, .same = same}));
 }
 
-/* dst (t, b, c) = (y[t + n b, c] + bias[c]) + x(t, b, c), in the composed adds' order.
-   One task per range of (b, c) rows. */
+/* dst (t, b, c) = ((y[t + n b, c] + bias[c]) + x(t, b, c)) * mask(t, b), in the composed ops'
+   order (two adds, then the mask's product where a masked graph has one). One task per range
+   of (b, c) rows. */
 void cr_unit_tail_cpu(struct ggml_tensor *dst, int ith, int nth, void *user) {
     (void)user;
-    const struct ggml_tensor *y = dst->src[0], *bias = dst->src[1], *x = dst->src[2];
+    const struct ggml_tensor *y = dst->src[0], *bias = dst->src[1], *x = dst->src[2], *mask = dst->src[3];
     const int64_t n = dst->ne[0], B = dst->ne[1], C = dst->ne[2];
     const float *yd = (const float *)y->data, *bd = (const float *)bias->data;
+    const float *md = mask ? (const float *)mask->data : NULL;
     const char *xd = (const char *)x->data;
     float *od = (float *)dst->data;
     const int64_t rows = B * C, r0 = rows * ith / nth, r1 = rows * (ith + 1) / nth;
@@ -98,22 +100,33 @@ void cr_unit_tail_cpu(struct ggml_tensor *dst, int ith, int nth, void *user) {
         const float *xr = (const float *)(xd + b * x->nb[1] + c * x->nb[2]);
         const float *yr = yd + r * n;
         float *o = od + r * n;
-        for (int64_t t = 0; t < n; t++) {
-            o[t] = (yr[t] + bd[c]) + xr[t];
+        if (md) {
+            const float *mr = md + b * n;
+            for (int64_t t = 0; t < n; t++) {
+                o[t] = ((yr[t] + bd[c]) + xr[t]) * mr[t];
+            }
+        } else {
+            for (int64_t t = 0; t < n; t++) {
+                o[t] = (yr[t] + bd[c]) + xr[t];
+            }
         }
     }
 }
 
 struct ggml_tensor *cr_unit_tail(struct ggml_context *ctx, struct ggml_tensor *y, struct ggml_tensor *b,
-                                 struct ggml_tensor *x) {
+                                 struct ggml_tensor *x, struct ggml_tensor *mask) {
     const int64_t n = x->ne[0], B = x->ne[1], C = x->ne[2];
-    const bool ok = y->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 &&
-                    ggml_is_contiguous(y) && ggml_is_contiguous(b) && ggml_nelements(b) == C &&
-                    y->ne[0] == n * B && y->ne[1] == C && y->ne[2] == 1 && y->ne[3] == 1 && x->ne[3] == 1 &&
-                    x->nb[0] == sizeof(float);
+    bool ok = y->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 &&
+              ggml_is_contiguous(y) && ggml_is_contiguous(b) && ggml_nelements(b) == C &&
+              y->ne[0] == n * B && y->ne[1] == C && y->ne[2] == 1 && y->ne[3] == 1 && x->ne[3] == 1 &&
+              x->nb[0] == sizeof(float);
+    if (ok && mask) {
+        ok = mask->type == GGML_TYPE_F32 && ggml_is_contiguous(mask) && ggml_nelements(mask) == n * B;
+    }
     if (!ok) {
         return NULL;
     }
-    struct ggml_tensor *args[3] = {y, b, x};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, n, B, C, 1, args, 3, cr_unit_tail_cpu, GGML_N_TASKS_MAX, NULL);
+    struct ggml_tensor *args[4] = {y, b, x, mask};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, n, B, C, 1, args, mask ? 4 : 3, cr_unit_tail_cpu, GGML_N_TASKS_MAX,
+                          NULL);
 }

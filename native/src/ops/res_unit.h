@@ -45,7 +45,8 @@ static inline cr_unit_core_params cr_unit_core_unpack(const void *user) {
 void cr_unit_core_cpu(struct ggml_tensor *dst, int ith, int nth, void *user);
 
 /* The unit tail's CPU implementation: src = y [n*B, C] (the 1x1 conv's product, contiguous),
-   b [C], x [n, B, C] (the residual, any strides); dst [n, B, C] = (y + b) + x. */
+   b [C], x [n, B, C] (the residual, any strides) and, in a masked graph, mask [n, B]
+   (contiguous; absent: no src[3]); dst [n, B, C] = ((y + b) + x) * mask. */
 void cr_unit_tail_cpu(struct ggml_tensor *dst, int ith, int nth, void *user);
 
 #ifdef __cplusplus

@@ -101,13 +101,13 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
                 xt = ggml_reshape_3d(ctx, cr_to_tf(ctx, x), t, B, x->ne[0]);
             }
         }
-        /* the mask of this resolution as [t, B, 1], for the time-fastest stream */
-        struct ggml_tensor *mt = masks[i + 1] && tf ? ggml_reshape_3d(ctx, masks[i + 1], t, B, 1) : NULL;
+        /* the mask of this resolution as [t, B], for the time-fastest stream's units */
+        struct ggml_tensor *mt = masks[i + 1] && tf ? ggml_reshape_2d(ctx, masks[i + 1], t, B) : NULL;
         int dil = 1;
         for (int j = 0; j < 3; j++, dil *= 3) {
             const cr_res_unit u = snac_res_unit(w, i, j);
             if (tf) {
-                xt = snac_mask(ctx, cr_res_unit_tf(ctx, gf, xt, &u, dil, true, shape->fused_unit), mt);
+                xt = cr_res_unit_tf(ctx, gf, xt, &u, dil, true, shape->fused_unit, mt);
                 continue;
             }
             struct ggml_tensor *y = cr_res_branch(ctx, gf, x, &u, dil, true, ops);

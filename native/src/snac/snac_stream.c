@@ -94,19 +94,33 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
             buf = cr_states_append(st, x, 1); /* [Cin, 1+n, B] */
             buf = snac_snake(ctx, w, gf, buf, p, true);
         }
-        x = cr_upconv_step(ctx, buf, snac_w(w, "decoder.block.%d.up.weight", i), snac_w(w, "decoder.block.%d.up.bias", i),
-                           s, ops); /* [Cout, n*s, B] */
+        struct ggml_tensor *up_w = snac_w(w, "decoder.block.%d.up.weight", i);
+        struct ggml_tensor *up_b = snac_w(w, "decoder.block.%d.up.bias", i);
         n *= s;
         r *= s;
         d = d * s + (s + 1) / 2;
-        if (hp->noise && shape->noise) { /* with every stream's noise off it adds exactly 0 */
-            struct ggml_tensor *nz = cr_states_time(st, CR_TIME_NOISE, n, r, d, i);
-            struct ggml_tensor *h = cr_mm(ctx, snac_w(w, "decoder.block.%d.noise.weight", i), x);
-            x = ggml_add(ctx, x, ggml_mul(ctx, h, nz));
-        }
-        x = cr_states_mask(st, x, r, d);
-        if (tf) {
-            xt = ggml_reshape_3d(ctx, cr_to_tf(ctx, x), n, B, Cout);
+        /* where the codecrt ops run and no noise comes between: the tail op straight into the
+           time-fastest stream ([n*s, B, Cout], masked on edge ticks), one pass where the
+           composed halves' add, the bias, the mask and the transpose are four. Output sample
+           o of the step is the buffer's frame 1 + o/s (lo half) plus frame o/s (hi half):
+           the offline tail's formula with crop s over the 1+n frames of buf. */
+        struct ggml_tensor *up = tf && shape->fused_unit && !(hp->noise && shape->noise)
+                                     ? cr_upconv_tail(ctx, cr_mm(ctx, up_w, buf), up_b, cr_states_mask_of(st, n, r, d),
+                                                      s, s, n)
+                                     : NULL;
+        if (up) {
+            xt = up;
+        } else {
+            x = cr_upconv_step(ctx, buf, up_w, up_b, s, ops); /* [Cout, n*s, B] */
+            if (hp->noise && shape->noise) { /* with every stream's noise off it adds exactly 0 */
+                struct ggml_tensor *nz = cr_states_time(st, CR_TIME_NOISE, n, r, d, i);
+                struct ggml_tensor *h = cr_mm(ctx, snac_w(w, "decoder.block.%d.noise.weight", i), x);
+                x = ggml_add(ctx, x, ggml_mul(ctx, h, nz));
+            }
+            x = cr_states_mask(st, x, r, d);
+            if (tf) {
+                xt = ggml_reshape_3d(ctx, cr_to_tf(ctx, x), n, B, Cout);
+            }
         }
         int dil = 1;
         for (int j = 0; j < 3; j++, dil *= 3) {
@@ -115,7 +129,7 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
             d += P;
             if (tf) {
                 buf = cr_states_append_tf(st, xt, 2 * P); /* [2P+n, B, C] */
-                xt = cr_states_mask_tf(st, cr_res_unit_tf(ctx, gf, buf, &u, dil, false, shape->fused_unit), r, d);
+                xt = cr_res_unit_tf(ctx, gf, buf, &u, dil, false, shape->fused_unit, cr_states_mask_of(st, n, r, d));
                 continue;
             }
             buf = cr_states_append(st, x, 2 * P); /* [C, 2P+n, B] */
