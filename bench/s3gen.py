@@ -1,7 +1,7 @@
 """Chatterbox S3Gen throughput and streaming latency: codecrt against the reference, same run.
 
     python -m bench s3gen [--threads 2] [--seconds 10] [--prompt 3] [--device cpu] [--repeat 1] [--streams K]
-                       [--precisions f32,bf16] [--reference-bf16]
+                       [--precisions f32,bf16] [--reference-bf16] [--reference-device cpu]
                        [--capacity 1,10,30] [--stagger 4] [--max-row-s 120] [--chunk-growth 2 --max-chunk 100]
 
 Random seeded weights (tests/s3ref.py), the original model (10 Euler steps with
@@ -11,7 +11,10 @@ the seconds of audio per second (x real time), for codecrt (in each precision
 of --precisions: F32, and BF16 products where the CPU has AVX512-BF16) and for
 the reference (chatterbox-tts, F32, torch with the same thread count; with
 --reference-bf16 also its flow under torch.autocast to bfloat16, the vocoder
-staying F32); then the time to
+staying F32; on the torch device of --reference-device, cuda:0 for the GPU's
+row, its inputs moved there and its outputs back to the host inside the timed
+region, which ends with torch.cuda.synchronize; on a GPU one untimed warm-up
+run first, as codecrt has); then the time to
 first audio of a FlowStream (first chunk of 10 tokens plus 3 of lookahead),
 counting compute only and compute plus the wait for 13 tokens at 25 Hz.
 Needs the test extra and the chatterbox-tts reference (see .ci/run).
@@ -89,7 +92,10 @@ def main() -> None:
     ap.add_argument("--models", default="orig,turbo")
     ap.add_argument("--no-reference", action="store_true")
     ap.add_argument("--reference-bf16", action="store_true",
-                    help="also time the reference's flow under torch.autocast(cpu, bfloat16)")
+                    help="also time the reference's flow under torch.autocast(bfloat16) on its device")
+    ap.add_argument("--reference-device", default="cpu",
+                    help="torch device of the reference and its inputs (e.g. cuda:0); its row reads "
+                         "'reference torch DEVICE'")
     ap.add_argument("--precisions", default="f32,bf16",
                     help="codecrt product precisions to time (bf16 is skipped where the CPU lacks it)")
     ap.add_argument("--streams", type=int, default=0,
@@ -121,6 +127,25 @@ def main() -> None:
     from .s3gen_capacity import capacity, print_capacity
 
     torch.set_num_threads(args.threads)
+    ref_dev = torch.device(args.reference_device)
+    ref_label = f"reference torch {args.reference_device}"
+
+    def ref_sync() -> None:
+        if ref_dev.type == "cuda":
+            torch.cuda.synchronize(ref_dev)
+
+    def ref_timed(fn, repeat: int) -> tuple[float, object]:
+        # the reference's outputs come back to the host (ref_mel, ref_wav), which waits for the
+        # device; the synchronize makes the timed region's end explicit whatever ref_* returns
+        def run():
+            out = fn()
+            ref_sync()
+            return out
+        if ref_dev.type != "cpu":
+            run()  # warm-up: CUDA context, kernel loading, cuDNN/cuBLAS handles
+        ref_sync()
+        return timed(run, repeat)
+
     n_tok = int(round(args.seconds * 25))
     voice_data = s3ref.random_voice(1, int(round(args.prompt * 25)))
     tokens = np.random.default_rng(2).integers(0, 6561, n_tok).astype(np.int32)
@@ -169,17 +194,19 @@ def main() -> None:
                 cap_rows.setdefault(prec, []).extend(rows_)
                 cap_notes.setdefault(prec, []).append(notes)
         if not args.no_reference:
-            ref = s3ref.reference(meanflow)
-            t_rflow, rmel = timed(lambda r=ref, n=steps: s3ref.ref_mel(r, tokens, voice_data, 1, n), args.repeat)
-            t_rvoc, rpcm = timed(lambda r=ref, x=rmel: s3ref.ref_wav(r, x, 1), args.repeat)
-            rows.append((name, "reference torch cpu", steps, t_rflow, t_rvoc))
+            # s3ref's cached model (its GGUF was converted above, on the CPU), moved in place
+            ref = s3ref.reference(meanflow).to(ref_dev)
+            t_rflow, rmel = ref_timed(lambda r=ref, n=steps: s3ref.ref_mel(r, tokens, voice_data, 1, n),
+                                      args.repeat)
+            t_rvoc, rpcm = ref_timed(lambda r=ref, x=rmel: s3ref.ref_wav(r, x, 1), args.repeat)
+            rows.append((name, ref_label, steps, t_rflow, t_rvoc))
             if args.reference_bf16:
                 # the flow under autocast; the vocoder stays F32 (its iSTFT's
                 # torch.complex does not take bfloat16)
-                with torch.autocast("cpu", dtype=torch.bfloat16):
-                    t_bflow, bmel = timed(lambda r=ref, n=steps: s3ref.ref_mel(r, tokens, voice_data, 1, n),
-                                          args.repeat)
-                t_bvoc, bpcm = timed(lambda r=ref, x=bmel: s3ref.ref_wav(r, x, 1), args.repeat)
+                with torch.autocast(ref_dev.type, dtype=torch.bfloat16):
+                    t_bflow, bmel = ref_timed(lambda r=ref, n=steps: s3ref.ref_mel(r, tokens, voice_data, 1, n),
+                                              args.repeat)
+                t_bvoc, bpcm = ref_timed(lambda r=ref, x=bmel: s3ref.ref_wav(r, x, 1), args.repeat)
                 rows.append((name, "reference flow autocast", steps, t_bflow, t_bvoc))
                 errors.append((name, "(reference flow autocast)", s3ref.rel_l2(bmel, rmel),
                                s3ref.rel_l2(bpcm[: rpcm.size], rpcm)))
@@ -190,11 +217,15 @@ def main() -> None:
 
     print(f"# S3Gen, random weights, {audio_s:.1f} s of audio ({n_tok} tokens) after a {args.prompt:.1f} s prompt;"
           f" {args.threads} threads; {platform.machine()} {platform.processor() or ''}".rstrip())
+    if not args.no_reference and ref_dev.type == "cuda":
+        print(f"# reference: torch {torch.__version__} on {args.reference_device} "
+              f"({torch.cuda.get_device_name(ref_dev)}), TF32 matmul {torch.backends.cuda.matmul.allow_tf32},"
+              f" cuDNN TF32 {torch.backends.cudnn.allow_tf32}")
     print(f"{'model':<6} {'engine':<22} {'steps':>5} {'flow s':>8} {'hift s':>8} {'total s':>8} {'x RT':>7}")
     for name, eng, steps, tf, tv in rows:
         print(f"{name:<6} {eng:<22} {steps:>5} {tf:>8.2f} {tv:>8.2f} {tf + tv:>8.2f} {audio_s / (tf + tv):>7.2f}")
     if not args.no_reference:
-        refs = {r[0]: r for r in rows if r[1] == "reference torch cpu"}
+        refs = {r[0]: r for r in rows if r[1] == ref_label}
         for ours in rows:
             theirs = refs.get(ours[0])
             if theirs is not None and ours is not theirs:

@@ -125,7 +125,8 @@ class patched_noise:
     ``torch.randn_like`` on the flow's (1, 80, T) gives z[:, :T]; on SineGen's
     (1, 9, N) the sine noise; on SourceModule's unused (1, N, 1), zeros.
     ``torch.randn`` (Turbo's noised mels, (1, 80, 2n)) gives z's last 2n frames;
-    ``Uniform.sample`` gives the harmonics' phases.
+    ``Uniform.sample`` gives the harmonics' phases. Each on the device of the tensor it
+    stands for (the reference may be moved to a GPU: bench/s3gen.py --reference-device).
     """
 
     def __init__(self, z: np.ndarray | None = None, phases: np.ndarray | None = None,
@@ -143,9 +144,9 @@ class patched_noise:
         def randn_like(t, *a, **k):
             shape = tuple(t.shape)
             if z is not None and len(shape) == 3 and shape[:2] == (1, 80):
-                return torch.from_numpy(np.ascontiguousarray(z[:, : shape[2]]))[None].to(t.dtype)
+                return torch.from_numpy(np.ascontiguousarray(z[:, : shape[2]]))[None].to(t.device, t.dtype)
             if sine is not None and len(shape) == 3 and shape[:2] == (1, HARMONICS):
-                return torch.from_numpy(np.ascontiguousarray(sine[:, : shape[2]]))[None].to(t.dtype)
+                return torch.from_numpy(np.ascontiguousarray(sine[:, : shape[2]]))[None].to(t.device, t.dtype)
             if len(shape) == 3 and shape[0] == 1 and shape[2] == 1:
                 return torch.zeros_like(t)
             return orig_like(t, *a, **k)
@@ -153,7 +154,8 @@ class patched_noise:
         def randn(*size, **k):
             shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
             if z is not None and len(shape) == 3 and shape[:2] == (1, 80):
-                return torch.from_numpy(np.ascontiguousarray(z[:, -shape[2]:]))[None]
+                out = torch.from_numpy(np.ascontiguousarray(z[:, -shape[2]:]))[None]
+                return out if k.get("device") is None else out.to(k["device"])
             return orig_randn(*size, **k)
 
         def sample(self_, sample_shape=()):
@@ -179,6 +181,7 @@ def random_voice(seed: int, n_tokens: int) -> dict[str, np.ndarray]:
 
 
 def ref_dict(voice: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The voice as the reference's ref_dict (host tensors: S3Gen's forward moves them to its device)."""
     torch, _ = import_reference()
     n = voice["prompt_tokens"].size
     return dict(prompt_token=torch.from_numpy(voice["prompt_tokens"].astype(np.int64))[None],
@@ -190,28 +193,32 @@ def ref_dict(voice: dict[str, np.ndarray]) -> dict[str, Any]:
 
 def ref_mel(model: Any, tokens: np.ndarray, voice: dict[str, np.ndarray], seed: int, n_steps: int,
             finalize: bool = True) -> np.ndarray:
-    """The reference flow (S3Token2Wav.flow_inference) with our noise: mel [80, frames]."""
+    """The reference flow (S3Token2Wav.flow_inference) with our noise: mel [80, frames].
+
+    Runs on the model's device (inputs moved there, the mel copied back to the host)."""
     torch, _ = import_reference()
     n_all = voice["prompt_tokens"].size + tokens.size
     z = flow_noise(seed, 2 * n_all)
     with patched_noise(z=z), torch.inference_mode():
-        mel = model.flow_inference(torch.from_numpy(tokens.astype(np.int64))[None], ref_dict=ref_dict(voice),
-                                   n_cfm_timesteps=n_steps, finalize=finalize)
-    return mel[0].float().numpy()
+        mel = model.flow_inference(torch.from_numpy(tokens.astype(np.int64))[None].to(model.device),
+                                   ref_dict=ref_dict(voice), n_cfm_timesteps=n_steps, finalize=finalize)
+    return mel[0].float().cpu().numpy()
 
 
 def ref_wav(model: Any, mel: np.ndarray, seed: int) -> np.ndarray:
-    """The reference vocoder (hift_inference, no fade) with our source noise: PCM [frames * 480]."""
+    """The reference vocoder (hift_inference, no fade) with our source noise: PCM [frames * 480].
+
+    Runs on the model's device (the mel moved there, the PCM copied back to the host)."""
     torch, _ = import_reference()
     phases, sine = source_noise(seed, mel.shape[1] * MEL_HOP)
     with patched_noise(phases=phases, sine=sine), torch.inference_mode():
-        wav, _ = model.hift_inference(torch.from_numpy(np.ascontiguousarray(mel))[None], None)
-    return wav[0].float().numpy()
+        wav, _ = model.hift_inference(torch.from_numpy(np.ascontiguousarray(mel))[None].to(model.device), None)
+    return wav[0].float().cpu().numpy()
 
 
 def fade_in(pcm: np.ndarray, model: Any) -> np.ndarray:
     out = pcm.copy()
-    fade = model.trim_fade.numpy()
+    fade = model.trim_fade.cpu().numpy()
     out[: fade.size] *= fade
     return out
 

@@ -48,6 +48,13 @@
 #            DEFAULT batch buckets: SIGKILL the worker 3 times, seconds to a new stream's audio
 #            $RECOVERY_EXTRA is appended
 #   s3bench  python -m bench s3gen --random --device cuda:0 --threads 16 $S3GEN_ARGS [--repeat 2]
+#   s3ref    python -m bench s3gen --device cuda:0 --threads 16 --reference-device cuda:0 --precisions f32
+#            $S3REF_ARGS: codecrt and the chatterbox-tts reference (tests/s3ref.py: seeded random
+#            weights, converted to the GGUF codecrt runs), both on cuda:0, original and Turbo: offline
+#            flow and HiFT wall time, x real time, the codecrt/reference speed ratio and mel/PCM rel L2
+#            against the reference, into $OUT/s3gen_reference.md (issue 19) [--models orig,turbo
+#            --seconds 10 --repeat 2]; the reference's wheels are carried in .whl
+#            (bash bench/gpu/reference-wheels.sh, REFWHEELS_SET=s3gen for that set alone)
 #   s3cap    python -m bench s3gen $S3CAP_ARGS: S3Gen real-time stream capacity, original and Turbo, N
 #            FlowStreams stepped by step_flows, together and in 4 staggered phases, time to first audio,
 #            after the offline rows (issue 19) [--random --device cuda:0 --threads 16 --no-reference
@@ -268,6 +275,14 @@ s3bench() {
     # shellcheck disable=SC2086
     python3 -m bench s3gen --random --device cuda:0 --threads 16 $args 2>&1 | tee "$OUT/s3gen_bench.md" \
         | tee -a "$OUT/report.txt"
+}
+
+s3ref() {
+    local args=${S3REF_ARGS:---models orig,turbo --seconds 10 --repeat 2}
+    local cmd="python3 -m bench s3gen --device cuda:0 --threads 16 --reference-device cuda:0 --precisions f32 $args"
+    stage "S3Gen against the PyTorch reference on the GPU: $cmd"
+    # shellcheck disable=SC2086
+    $cmd 2>&1 | grep -v -E "it/s]|Inference\.\.\.$" | tee "$OUT/s3gen_reference.md" | tee -a "$OUT/report.txt"
 }
 
 s3cap() {
@@ -506,6 +521,7 @@ for what in "$@"; do
         worker) worker ;;
         recovery) recovery ;;
         s3bench) s3bench ;;
+        s3ref) s3ref ;;
         s3cap) s3cap ;;
         s3prof) s3prof ;;
         check) check ;;
