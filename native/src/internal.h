@@ -687,10 +687,21 @@ struct codecrt_stream {
     bool done;
     bool stepping;                          /* set while codecrt_context_step_begin checks its list */
     cr_f32_vec out;                         /* final PCM not pulled yet */
+    /* the last tick's PCM where it landed, in the context's output staging (out_stage), when
+       out was empty then: pulled from there after out (one host copy fewer for a caller that
+       pulls every tick), or copied into out before the next tick's PCM lands there
+       (cr_stream_keep_outputs). lazy_n = 0: none. */
+    const float *lazy;
+    int64_t lazy_n;
     cr_err err;
 };
 
 void cr_pool_free(cr_stream_pool *pool);
+/* Every stream's lazy output (the last tick's PCM left in ctx->out_stage) copied into its own
+   buffer: before the staging takes another tick's PCM or is freed. */
+codecrt_status cr_stream_keep_outputs(codecrt_context *ctx);
+/* The output staging freed (after cr_stream_keep_outputs). */
+void cr_out_stage_free(codecrt_context *ctx);
 
 /* ----------------------------------------------------------------- context */
 
@@ -724,6 +735,12 @@ struct codecrt_context {
     codecrt_context_params params;
     float *scratch;
     size_t scratch_cap;
+    /* a tick's PCM from the device (cr_stream_collect), which streams' lazy outputs point into:
+       page-locked where the device's backend offers a host buffer (CUDA: the copy is one DMA
+       at the bus' speed, not staged through the driver's own pinned pages), else malloc'd */
+    float *out_stage;
+    size_t out_stage_cap;                /* floats */
+    ggml_backend_buffer_t out_stage_buf; /* the page-locked buffer, or NULL */
     uint64_t *seed_scratch;
     size_t seed_cap;
     int32_t *piece_codes;            /* the codes of one piece of a long decode */

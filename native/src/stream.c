@@ -179,6 +179,8 @@ static void cr_stream_clear(codecrt_stream *s) {
     s->done = false;
     s->out.n = 0;
     s->out.start = 0;
+    s->lazy = NULL;
+    s->lazy_n = 0;
 }
 
 codecrt_status codecrt_stream_init(codecrt_context *ctx, const codecrt_stream_params *params,
@@ -369,18 +371,25 @@ codecrt_status codecrt_stream_pull(codecrt_stream *s, float *pcm, size_t capacit
     if (!s || (!pcm && capacity > 0)) {
         return CODECRT_E_INVALID_ARGUMENT;
     }
+    /* the older samples first (out), then the last tick's where they landed (lazy) */
     const int64_t avail = s->out.n - s->out.start;
     const int64_t n = avail < (int64_t)capacity ? avail : (int64_t)capacity;
     if (n > 0) {
         memcpy(pcm, s->out.data + s->out.start, (size_t)n * sizeof(float));
         s->out.start += n;
-        s->samples_pulled += n;
     }
     if (s->out.start == s->out.n) {
         s->out.start = s->out.n = 0;
     }
+    const int64_t room = (int64_t)capacity - n, m = s->lazy_n < room ? s->lazy_n : room;
+    if (m > 0) {
+        memcpy(pcm + n, s->lazy, (size_t)m * sizeof(float));
+        s->lazy += m;
+        s->lazy_n -= m;
+    }
+    s->samples_pulled += n + m;
     if (n_out) {
-        *n_out = (size_t)n;
+        *n_out = (size_t)(n + m);
     }
     return CODECRT_OK;
 }
@@ -443,7 +452,7 @@ codecrt_status codecrt_streams_pull(codecrt_stream *const *streams, int32_t n, f
         at += got;
         counts[i] = (int64_t)got;
         flags[i] = (cr_stream_ready(s) ? CODECRT_PULL_READY : 0) | (s->done ? CODECRT_PULL_DONE : 0) |
-                   (s->out.n > s->out.start ? CODECRT_PULL_MORE : 0);
+                   (s->out.n > s->out.start || s->lazy_n > 0 ? CODECRT_PULL_MORE : 0);
     }
     return CODECRT_OK;
 }
@@ -456,7 +465,7 @@ codecrt_status codecrt_stream_get_info(const codecrt_stream *s, codecrt_stream_i
     memset(info, 0, sizeof(*info));
     info->frames_pushed = cr_stream_frames_complete(s);
     info->frames_decoded = s->ticks * pool->chunk;
-    info->samples_ready = s->out.n - s->out.start;
+    info->samples_ready = s->out.n - s->out.start + s->lazy_n;
     info->samples_pulled = s->samples_pulled;
     info->total_samples = s->total_frames < 0 ? -1 : s->total_frames * s->ctx->model->info.hop_length;
     info->chunk_frames = pool->chunk;
@@ -651,14 +660,69 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
     return CODECRT_OK;
 }
 
-/* Append the final samples of the tick's output to each stream. */
+codecrt_status cr_stream_keep_outputs(codecrt_context *ctx) {
+    const cr_stream_pool *pool = &ctx->pool;
+    for (int32_t i = 0; pool->owner && i < pool->n_slots; i++) {
+        codecrt_stream *s = pool->owner[i];
+        if (!s || s->lazy_n == 0) {
+            continue;
+        }
+        float *dst = cr_f32_reserve(&s->out, s->lazy_n);
+        if (!dst) {
+            return cr_fail(&ctx->err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+        }
+        memcpy(dst, s->lazy, (size_t)s->lazy_n * sizeof(float));
+        s->out.n += s->lazy_n;
+        s->lazy = NULL;
+        s->lazy_n = 0;
+    }
+    return CODECRT_OK;
+}
+
+void cr_out_stage_free(codecrt_context *ctx) {
+    if (ctx->out_stage_buf) {
+        ggml_backend_buffer_free(ctx->out_stage_buf);
+    } else {
+        free(ctx->out_stage);
+    }
+    ctx->out_stage_buf = NULL;
+    ctx->out_stage = NULL;
+    ctx->out_stage_cap = 0;
+}
+
+/* ctx->out_stage for at least `floats`, with no stream's lazy output in it (the caller kept
+   them): page-locked memory from the device's host buffer type where it has one. */
+static codecrt_status cr_out_stage_reserve(codecrt_context *ctx, size_t floats, cr_err *err) {
+    if (floats <= ctx->out_stage_cap) {
+        return CODECRT_OK;
+    }
+    cr_out_stage_free(ctx);
+    const size_t cap = floats + floats / 4; /* room for a few more streams without a new one */
+    ggml_backend_dev_t dev = ctx->backend && ctx->backend != ctx->cpu ? ggml_backend_get_device(ctx->backend) : NULL;
+    ggml_backend_buffer_type_t host = dev ? ggml_backend_dev_host_buffer_type(dev) : NULL;
+    if (host && (ctx->out_stage_buf = ggml_backend_buft_alloc_buffer(host, cap * sizeof(float))) != NULL) {
+        ctx->out_stage = ggml_backend_buffer_get_base(ctx->out_stage_buf);
+    } else if ((ctx->out_stage = malloc(cap * sizeof(float))) == NULL) {
+        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+    }
+    ctx->out_stage_cap = cap;
+    return CODECRT_OK;
+}
+
+/* Append the final samples of the tick's output to each stream: left where they land
+   (lazy) for a stream with nothing else to pull, copied into its buffer otherwise. */
 static codecrt_status cr_stream_collect(codecrt_context *ctx, const cr_graph_io *io, codecrt_stream **ready,
                                         int32_t n, cr_err *err) {
     const int64_t len = io->out->ne[1];
+    /* the staging takes this tick's PCM: what an earlier tick left there (not pulled) goes
+       into its stream's own buffer first */
+    codecrt_status st = cr_stream_keep_outputs(ctx);
+    if (st != CODECRT_OK || (st = cr_out_stage_reserve(ctx, (size_t)n * (size_t)len, err)) != CODECRT_OK) {
+        return st;
+    }
     /* one device-to-host copy for the tick (a copy per stream costs a
-       synchronisation each: 256 of them were 2 ms of a 37 ms CUDA tick);
-       cr_stream_set_inputs sized the scratch for it */
-    ggml_backend_tensor_get(io->out, ctx->scratch, 0, (size_t)n * (size_t)len * sizeof(float));
+       synchronisation each: 256 of them were 2 ms of a 37 ms CUDA tick) */
+    ggml_backend_tensor_get(io->out, ctx->out_stage, 0, (size_t)n * (size_t)len * sizeof(float));
     for (int32_t b = 0; b < n; b++) {
         codecrt_stream *s = ready[b];
         const int64_t t0 = s->ticks * ctx->pool.chunk * io->out_rate - io->out_delay;
@@ -666,12 +730,18 @@ static codecrt_status cr_stream_collect(codecrt_context *ctx, const cr_graph_io 
         int64_t lo = t0 < 0 ? -t0 : 0;
         int64_t hi = end == CR_NO_END ? len : (end - t0 < len ? end - t0 : len);
         if (hi > lo) {
-            float *dst = cr_f32_reserve(&s->out, hi - lo);
-            if (!dst) {
-                return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+            const float *src = ctx->out_stage + (size_t)b * (size_t)len + (size_t)lo;
+            if (s->out.n == s->out.start) { /* nothing older to pull: pulled from here */
+                s->lazy = src;
+                s->lazy_n = hi - lo;
+            } else {
+                float *dst = cr_f32_reserve(&s->out, hi - lo);
+                if (!dst) {
+                    return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+                }
+                memcpy(dst, src, (size_t)(hi - lo) * sizeof(float));
+                s->out.n += hi - lo;
             }
-            memcpy(dst, ctx->scratch + (size_t)b * (size_t)len + (size_t)lo, (size_t)(hi - lo) * sizeof(float));
-            s->out.n += hi - lo;
         }
         s->ticks++;
         if (end != CR_NO_END && s->ticks * ctx->pool.chunk * io->out_rate - io->out_delay >= end) {

@@ -2,8 +2,9 @@
  * test_stream.c: streaming through the public API on small random SNAC
  * models: streamed output equals the offline decode for any way of pushing the
  * codes, batched ticks equal single ticks, slots are reused without growth,
- * bad input leaves a stream in a defined state, and packed pushes and pulls of
- * many streams (codecrt_streams_push, codecrt_streams_pull) equal one by one.
+ * bad input leaves a stream in a defined state, packed pushes and pulls of
+ * many streams (codecrt_streams_push, codecrt_streams_pull) equal one by one, and
+ * pulls of any size between ticks give the samples in order.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "test_common.h"
@@ -432,6 +433,61 @@ static void test_many(codecrt_model *m, const test_cfg *c) {
     codecrt_context_free(ctx);
 }
 
+/* A tick's PCM stays where it landed until pulled (codecrt_stream's lazy output): pulls of
+   every size between ticks, none for a few ticks, and a short pull that spans the older
+   samples and the last tick's, all give the offline decode's samples in order, with
+   samples_ready and PULL_MORE telling what is left. */
+static void test_pull_where_it_landed(codecrt_model *m, const test_cfg *c) {
+    codecrt_context *ctx = stream_ctx(m, 4, 0);
+    test_codes tc;
+    make_codes(&tc, c, 36, 1, 21);
+    size_t n_off = 0;
+    float *off = decode_alloc(ctx, &tc, 0, &n_off);
+    codecrt_stream *s = NULL;
+    CHECK_OK(codecrt_stream_init(ctx, NULL, &s));
+    CHECK_OK(codecrt_stream_push(s, &tc.codes));
+    CHECK_OK(codecrt_stream_finish(s));
+    float *got = malloc(sizeof(float) * (n_off + 1));
+    size_t have = 0;
+    const size_t caps[] = {0, 1, 0, 0, 37, (size_t)-1, 5000, 3, (size_t)-1};
+    int32_t stepped = 1;
+    for (int t = 0; stepped > 0 || t < 9; t++) {
+        CHECK_OK(codecrt_context_step(ctx, &s, 1, &stepped));
+        codecrt_stream_info info;
+        CHECK_OK(codecrt_stream_get_info(s, &info));
+        const size_t cap = caps[t % 9] == (size_t)-1 ? (size_t)info.samples_ready : caps[t % 9];
+        const size_t room = n_off - have, ask = cap < room ? cap : room;
+        size_t n = 0;
+        int64_t count = 0;
+        int32_t flags = 0;
+        if (t % 2) { /* the packed pull, then the one-stream pull */
+            CHECK_OK(codecrt_streams_pull(&s, 1, got + have, ask, &count, &flags));
+            n = (size_t)count;
+            CHECK(((flags & CODECRT_PULL_MORE) != 0) == ((int64_t)n < info.samples_ready),
+                  "tick %d: PULL_MORE %d after %zu of %lld", t, flags, n, (long long)info.samples_ready);
+        } else {
+            CHECK_OK(codecrt_stream_pull(s, got + have, ask, &n));
+        }
+        CHECK((int64_t)n == (info.samples_ready < (int64_t)ask ? info.samples_ready : (int64_t)ask),
+              "tick %d: pulled %zu of %lld ready, asked %zu", t, n, (long long)info.samples_ready, ask);
+        have += n;
+        codecrt_stream_info after;
+        CHECK_OK(codecrt_stream_get_info(s, &after));
+        CHECK(after.samples_ready == info.samples_ready - (int64_t)n, "tick %d: %lld left, want %lld", t,
+              (long long)after.samples_ready, (long long)(info.samples_ready - (int64_t)n));
+        if (stepped == 0 && after.samples_ready == 0) {
+            break;
+        }
+    }
+    CHECK(have == n_off, "pulled %zu samples, offline %zu", have, n_off);
+    CHECK(have == n_off && max_abs_diff(got, off, n_off) < 1e-5, "pulled samples differ from offline");
+    codecrt_stream_free(s);
+    free(got);
+    free(off);
+    free_codes(&tc, c);
+    codecrt_context_free(ctx);
+}
+
 int main(void) {
     char dir[] = "/tmp/codecrt-stream-XXXXXX";
     if (!mkdtemp(dir)) {
@@ -457,6 +513,7 @@ int main(void) {
         test_slots(m, c, 60);
         test_bad_input(m, c);
         test_many(m, c);
+        test_pull_where_it_landed(m, c);
         codecrt_model_free(m);
         unlink(path);
     }
