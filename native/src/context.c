@@ -365,7 +365,7 @@ void codecrt_context_free(codecrt_context *ctx) {
     (void)cr_settle(ctx); /* the graphs go: nothing may be left on the device */
     /* a stream still open keeps its last tick's PCM; the staging (page-locked by the device's
        backend) goes before the backends */
-    (void)cr_stream_keep_outputs(ctx);
+    (void)cr_stream_keep_outputs(ctx, true);
     cr_out_stage_free(ctx);
     /* graphs first (they point into the weights and the state pool), then the
        pool, the weights, the backends */

@@ -698,8 +698,10 @@ struct codecrt_stream {
 
 void cr_pool_free(cr_stream_pool *pool);
 /* Every stream's lazy output (the last tick's PCM left in ctx->out_stage) copied into its own
-   buffer: before the staging takes another tick's PCM or is freed. */
-codecrt_status cr_stream_keep_outputs(codecrt_context *ctx);
+   buffer: before the staging takes another tick's PCM or is freed. Out of memory: the error,
+   every lazy output left as it was (or_drop false: the staging stays), or dropped (or_drop:
+   the staging goes, and no stream may point into it). */
+codecrt_status cr_stream_keep_outputs(codecrt_context *ctx, bool or_drop);
 /* The output staging freed (after cr_stream_keep_outputs). */
 void cr_out_stage_free(codecrt_context *ctx);
 

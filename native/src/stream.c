@@ -372,6 +372,9 @@ codecrt_status codecrt_stream_pull(codecrt_stream *s, float *pcm, size_t capacit
         return CODECRT_E_INVALID_ARGUMENT;
     }
     /* the older samples first (out), then the last tick's where they landed (lazy) */
+    if (capacity > (size_t)INT64_MAX) {
+        capacity = (size_t)INT64_MAX;
+    }
     const int64_t avail = s->out.n - s->out.start;
     const int64_t n = avail < (int64_t)capacity ? avail : (int64_t)capacity;
     if (n > 0) {
@@ -514,6 +517,64 @@ static int32_t cr_stream_bucket(const codecrt_context *ctx, int32_t n) {
     return b;
 }
 
+codecrt_status cr_stream_keep_outputs(codecrt_context *ctx, bool or_drop) {
+    const cr_stream_pool *pool = &ctx->pool;
+    codecrt_status st = CODECRT_OK;
+    for (int32_t i = 0; pool->owner && i < pool->n_slots; i++) {
+        codecrt_stream *s = pool->owner[i];
+        if (!s || s->lazy_n == 0) {
+            continue;
+        }
+        float *dst = st == CODECRT_OK ? cr_f32_reserve(&s->out, s->lazy_n) : NULL;
+        if (!dst) {
+            if (st == CODECRT_OK) {
+                st = cr_fail(&ctx->err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+            }
+            if (!or_drop) {
+                return st; /* the staging stays as it is: every lazy output still valid */
+            }
+            s->lazy = NULL; /* the staging goes: never left pointing into it */
+            s->lazy_n = 0;
+            continue;
+        }
+        memcpy(dst, s->lazy, (size_t)s->lazy_n * sizeof(float));
+        s->out.n += s->lazy_n;
+        s->lazy = NULL;
+        s->lazy_n = 0;
+    }
+    return st;
+}
+
+void cr_out_stage_free(codecrt_context *ctx) {
+    if (ctx->out_stage_buf) {
+        ggml_backend_buffer_free(ctx->out_stage_buf);
+    } else {
+        free(ctx->out_stage);
+    }
+    ctx->out_stage_buf = NULL;
+    ctx->out_stage = NULL;
+    ctx->out_stage_cap = 0;
+}
+
+/* ctx->out_stage for at least `floats`, with no stream's lazy output in it (the caller kept
+   them): page-locked memory from the device's host buffer type where it has one. */
+static codecrt_status cr_out_stage_reserve(codecrt_context *ctx, size_t floats, cr_err *err) {
+    if (floats <= ctx->out_stage_cap) {
+        return CODECRT_OK;
+    }
+    cr_out_stage_free(ctx);
+    const size_t cap = floats + floats / 4; /* room for a few more streams without a new one */
+    ggml_backend_dev_t dev = ctx->backend && ctx->backend != ctx->cpu ? ggml_backend_get_device(ctx->backend) : NULL;
+    ggml_backend_buffer_type_t host = dev ? ggml_backend_dev_host_buffer_type(dev) : NULL;
+    if (host && (ctx->out_stage_buf = ggml_backend_buft_alloc_buffer(host, cap * sizeof(float))) != NULL) {
+        ctx->out_stage = ggml_backend_buffer_get_base(ctx->out_stage_buf);
+    } else if ((ctx->out_stage = malloc(cap * sizeof(float))) == NULL) {
+        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
+    }
+    ctx->out_stage_cap = cap;
+    return CODECRT_OK;
+}
+
 /* Fill every input of the tick graph for the streams in ready[0..n). */
 static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_io *io, codecrt_stream **ready,
                                            int32_t n, int32_t B, cr_err *err) {
@@ -538,11 +599,12 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
         const size_t sz = (size_t)ggml_nelements(io->codes[l]);
         need = sz > need ? sz : need;
     }
-    /* the output's host copy too: grown now, a failure leaves every stream as it was */
-    const size_t out = (size_t)ggml_nelements(io->out);
-    need = out > need ? out : need;
-    codecrt_status st = cr_grow((void **)&ctx->scratch, &ctx->scratch_cap, need, sizeof(float), err);
-    if (st != CODECRT_OK) {
+    /* the output's staging too, before the graph runs (its states are written then): grown
+       now, and what an earlier tick left there (not pulled) moved into its stream's own
+       buffer, so that a failure leaves every stream as it was */
+    codecrt_status st = cr_stream_keep_outputs(ctx, false);
+    if (st != CODECRT_OK || (st = cr_out_stage_reserve(ctx, (size_t)ggml_nelements(io->out), err)) != CODECRT_OK ||
+        (st = cr_grow((void **)&ctx->scratch, &ctx->scratch_cap, need, sizeof(float), err)) != CODECRT_OK) {
         return st;
     }
     float *f = ctx->scratch;
@@ -660,65 +722,15 @@ static codecrt_status cr_stream_set_inputs(codecrt_context *ctx, const cr_graph_
     return CODECRT_OK;
 }
 
-codecrt_status cr_stream_keep_outputs(codecrt_context *ctx) {
-    const cr_stream_pool *pool = &ctx->pool;
-    for (int32_t i = 0; pool->owner && i < pool->n_slots; i++) {
-        codecrt_stream *s = pool->owner[i];
-        if (!s || s->lazy_n == 0) {
-            continue;
-        }
-        float *dst = cr_f32_reserve(&s->out, s->lazy_n);
-        if (!dst) {
-            return cr_fail(&ctx->err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
-        }
-        memcpy(dst, s->lazy, (size_t)s->lazy_n * sizeof(float));
-        s->out.n += s->lazy_n;
-        s->lazy = NULL;
-        s->lazy_n = 0;
-    }
-    return CODECRT_OK;
-}
-
-void cr_out_stage_free(codecrt_context *ctx) {
-    if (ctx->out_stage_buf) {
-        ggml_backend_buffer_free(ctx->out_stage_buf);
-    } else {
-        free(ctx->out_stage);
-    }
-    ctx->out_stage_buf = NULL;
-    ctx->out_stage = NULL;
-    ctx->out_stage_cap = 0;
-}
-
-/* ctx->out_stage for at least `floats`, with no stream's lazy output in it (the caller kept
-   them): page-locked memory from the device's host buffer type where it has one. */
-static codecrt_status cr_out_stage_reserve(codecrt_context *ctx, size_t floats, cr_err *err) {
-    if (floats <= ctx->out_stage_cap) {
-        return CODECRT_OK;
-    }
-    cr_out_stage_free(ctx);
-    const size_t cap = floats + floats / 4; /* room for a few more streams without a new one */
-    ggml_backend_dev_t dev = ctx->backend && ctx->backend != ctx->cpu ? ggml_backend_get_device(ctx->backend) : NULL;
-    ggml_backend_buffer_type_t host = dev ? ggml_backend_dev_host_buffer_type(dev) : NULL;
-    if (host && (ctx->out_stage_buf = ggml_backend_buft_alloc_buffer(host, cap * sizeof(float))) != NULL) {
-        ctx->out_stage = ggml_backend_buffer_get_base(ctx->out_stage_buf);
-    } else if ((ctx->out_stage = malloc(cap * sizeof(float))) == NULL) {
-        return cr_fail(err, CODECRT_E_OUT_OF_MEMORY, "out of host memory");
-    }
-    ctx->out_stage_cap = cap;
-    return CODECRT_OK;
-}
-
 /* Append the final samples of the tick's output to each stream: left where they land
    (lazy) for a stream with nothing else to pull, copied into its buffer otherwise. */
 static codecrt_status cr_stream_collect(codecrt_context *ctx, const cr_graph_io *io, codecrt_stream **ready,
                                         int32_t n, cr_err *err) {
     const int64_t len = io->out->ne[1];
-    /* the staging takes this tick's PCM: what an earlier tick left there (not pulled) goes
-       into its stream's own buffer first */
-    codecrt_status st = cr_stream_keep_outputs(ctx);
-    if (st != CODECRT_OK || (st = cr_out_stage_reserve(ctx, (size_t)n * (size_t)len, err)) != CODECRT_OK) {
-        return st;
+    /* the staging takes this tick's PCM: cr_stream_set_inputs sized it and moved what an
+       earlier tick left there into its stream's own buffer, before the graph ran */
+    if ((size_t)n * (size_t)len > ctx->out_stage_cap) {
+        return cr_fail(err, CODECRT_E_COMPUTE, "output staging smaller than the tick's output");
     }
     /* one device-to-host copy for the tick (a copy per stream costs a
        synchronisation each: 256 of them were 2 ms of a 37 ms CUDA tick) */

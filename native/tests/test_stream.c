@@ -488,6 +488,74 @@ static void test_pull_where_it_landed(codecrt_model *m, const test_cfg *c) {
     codecrt_context_free(ctx);
 }
 
+/* The same with several streams that start at different ticks, so that the CPU's ticks run
+   two graphs (streams at their edges, steady ones) and the staging takes two graphs' PCM in
+   one step; pulls of varied sizes between step_begin and step_end and after it, some ticks
+   none. Each stream's samples equal its offline decode. */
+static void test_pull_across_split_ticks(codecrt_model *m, const test_cfg *c) {
+    codecrt_context *ctx = stream_ctx(m, 4, 0);
+    enum { NS = 4 };
+    const int start[NS] = {0, 2, 5, 7};
+    test_codes tc[NS];
+    float *off[NS], *got[NS];
+    size_t n_off[NS], have[NS] = {0};
+    codecrt_stream *ss[NS] = {0};
+    for (int i = 0; i < NS; i++) {
+        make_codes(&tc[i], c, 36 + 4 * i, 1, (uint32_t)(40 + i));
+        off[i] = decode_alloc(ctx, &tc[i], 0, &n_off[i]);
+        got[i] = malloc(sizeof(float) * (n_off[i] + 1));
+    }
+    for (int t = 0; t < 200; t++) {
+        codecrt_stream *live[NS];
+        int k = 0;
+        for (int i = 0; i < NS; i++) {
+            if (t == start[i]) {
+                CHECK_OK(codecrt_stream_init(ctx, NULL, &ss[i]));
+                CHECK_OK(codecrt_stream_push(ss[i], &tc[i].codes));
+                CHECK_OK(codecrt_stream_finish(ss[i]));
+            }
+            if (ss[i]) {
+                live[k++] = ss[i];
+            }
+        }
+        CHECK_OK(codecrt_context_step_begin(ctx, live, k));
+        for (int half = 0; half < 2; half++) { /* between begin and end, then after end */
+            int32_t stepped = 0;
+            if (half == 1) {
+                CHECK_OK(codecrt_context_step_end(ctx, &stepped));
+                if (stepped == 0 && t > start[NS - 1]) {
+                    t = 200;
+                }
+                if (t % 3 == 0) {
+                    continue; /* no pull: the next tick keeps these samples */
+                }
+            }
+            for (int i = 0; i < NS; i++) {
+                const size_t want = (size_t)((t * (half ? 11 : 7) + i * (half ? 5 : 3)) % (half ? 300 : 50));
+                const size_t room = n_off[i] - have[i], cap = want < room ? want : room;
+                size_t n = 0;
+                if (ss[i]) {
+                    CHECK_OK(codecrt_stream_pull(ss[i], got[i] + have[i], cap, &n));
+                }
+                have[i] += n;
+            }
+        }
+    }
+    for (int i = 0; i < NS; i++) {
+        size_t n = 0;
+        CHECK_OK(codecrt_stream_pull(ss[i], got[i] + have[i], n_off[i] - have[i], &n));
+        have[i] += n;
+        CHECK(have[i] == n_off[i], "stream %d: pulled %zu samples, offline %zu", i, have[i], n_off[i]);
+        CHECK(have[i] == n_off[i] && max_abs_diff(got[i], off[i], n_off[i]) < 1e-5,
+              "stream %d: pulled samples differ from offline", i);
+        codecrt_stream_free(ss[i]);
+        free(got[i]);
+        free(off[i]);
+        free_codes(&tc[i], c);
+    }
+    codecrt_context_free(ctx);
+}
+
 int main(void) {
     char dir[] = "/tmp/codecrt-stream-XXXXXX";
     if (!mkdtemp(dir)) {
@@ -514,6 +582,7 @@ int main(void) {
         test_bad_input(m, c);
         test_many(m, c);
         test_pull_where_it_landed(m, c);
+        test_pull_across_split_ticks(m, c);
         codecrt_model_free(m);
         unlink(path);
     }
