@@ -391,10 +391,11 @@ struct ggml_tensor *cr_unit_core(struct ggml_context *ctx, struct ggml_tensor *t
 /* The unit's tail as one op: ((y + b) + x) * mask, y [n*B, C] the 1x1 conv's product (time
    fastest), b [C], x [n, B, C] the residual (time fastest, any strides: a view of the unit's
    input), mask [n, B] contiguous or NULL (a masked graph's 0/1 factor: one pass fewer than a
-   product after the op) -> [n, B, C] contiguous (ops/ops_res_unit.c). NULL where the shapes or
-   types do not fit. */
+   product after the op), prefix [S, B, C] (time contiguous, any strides) or NULL: written
+   first, so that the output is the next layer's concat(state, output) with no concat pass
+   -> [S + n, B, C] contiguous (ops/ops_res_unit.c). NULL where the shapes or types do not fit. */
 struct ggml_tensor *cr_unit_tail(struct ggml_context *ctx, struct ggml_tensor *y, struct ggml_tensor *b,
-                                 struct ggml_tensor *x, struct ggml_tensor *mask);
+                                 struct ggml_tensor *x, struct ggml_tensor *mask, struct ggml_tensor *prefix);
 
 /* A transposed conv's tail as one op (ops/ops_upconv.c, ops/upconv.h): z [2s*C, T, B], the
    kernel's product with the unpadded input, its halves added, the bias b [C] and an optional

@@ -376,7 +376,8 @@ struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *
 }
 
 struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
-                                   const cr_res_unit *u, int dil, bool same, bool fused, struct ggml_tensor *mask) {
+                                   const cr_res_unit *u, int dil, bool same, bool fused, struct ggml_tensor *mask,
+                                   struct ggml_tensor *prefix) {
     const int64_t Lb = buf->ne[0], B = buf->ne[1], C = buf->ne[2], K = u->dw_w->ne[1];
     const int64_t P = dil * (K - 1) / 2, n = same ? Lb : Lb - 2 * P;
     /* y [C, n*B]: the branch before its 1x1 conv, channels fastest */
@@ -396,12 +397,17 @@ struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph 
     y = ggml_mul_mat(ctx, y, u->pw_w);
     struct ggml_tensor *xd =
         same ? buf : ggml_view_3d(ctx, buf, n, B, C, buf->nb[1], buf->nb[2], (size_t)P * sizeof(float));
-    /* + bias + residual (x mask): one op when fused, else two adds (and a product) */
-    struct ggml_tensor *out = fused ? cr_unit_tail(ctx, y, u->pw_b, xd, mask) : NULL;
+    /* + bias + residual (x mask) (after the prefix): one op when fused, else two adds (and a
+       product, and a concat) */
+    struct ggml_tensor *out = fused ? cr_unit_tail(ctx, y, u->pw_b, xd, mask, prefix) : NULL;
     if (out) {
         return out;
     }
     y = ggml_add(ctx, y, ggml_reshape_2d(ctx, u->pw_b, 1, u->pw_b->ne[0]));
     out = ggml_add(ctx, ggml_reshape_3d(ctx, y, n, B, C), xd);
-    return mask ? ggml_mul(ctx, out, ggml_reshape_3d(ctx, mask, n, B, 1)) : out;
+    out = mask ? ggml_mul(ctx, out, ggml_reshape_3d(ctx, mask, n, B, 1)) : out;
+    if (prefix) {
+        out = ggml_concat(ctx, ggml_is_contiguous(prefix) ? prefix : ggml_cont(ctx, prefix), out, 0);
+    }
+    return out;
 }

@@ -293,9 +293,12 @@ struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *
  * kernel on CUDA), and the product's bias and the residual as another (cr_unit_tail);
  * else composed from ggml ops (seven passes over memory besides the product). mask
  * [n, B] (contiguous) or NULL: the output times a masked graph's 0/1 factor, in the
- * tail's pass when fused.
+ * tail's pass when fused. prefix [S, B, C] (time contiguous) or NULL: the output is
+ * concat(prefix, unit) [S + n, B, C] (a stream tick's next layer's buffer, its state
+ * first), written by the tail op itself when fused.
  */
 struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
-                                   const cr_res_unit *u, int dil, bool same, bool fused, struct ggml_tensor *mask);
+                                   const cr_res_unit *u, int dil, bool same, bool fused, struct ggml_tensor *mask,
+                                   struct ggml_tensor *prefix);
 
 #endif /* CODECRT_LAYERS_H */

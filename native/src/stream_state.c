@@ -99,23 +99,33 @@ struct ggml_tensor *cr_states_append(cr_states *s, struct ggml_tensor *x, int64_
     return buf;
 }
 
-struct ggml_tensor *cr_states_append_tf(cr_states *s, struct ggml_tensor *x, int64_t S) {
+cr_state_tf cr_states_take_tf(cr_states *s, int64_t S, int64_t C) {
     struct ggml_context *ctx = s->ctx;
-    const int64_t n = x->ne[0], B = x->ne[1], C = x->ne[2];
+    const int64_t B = s->B;
     struct ggml_tensor *pool = cr_states_next(s, S * C);                    /* [S*C, slots+1] */
     struct ggml_tensor *st = ggml_get_rows(ctx, pool, s->io->slot_read);    /* [S*C, B] */
     st = ggml_permute(ctx, ggml_reshape_3d(ctx, st, S, C, B), 0, 2, 1, 3); /* [S, B, C] view */
     if (s->io->keep) {
         st = ggml_mul(ctx, st, ggml_reshape_3d(ctx, s->io->keep, 1, B, 1));
-    } else {
-        st = ggml_cont(ctx, st);
     }
-    struct ggml_tensor *buf = ggml_concat(ctx, st, x, 0); /* [S+n, B, C] */
+    return (cr_state_tf){pool, st, S};
+}
+
+struct ggml_tensor *cr_states_put_tf(cr_states *s, const cr_state_tf *t, struct ggml_tensor *buf) {
+    struct ggml_context *ctx = s->ctx;
+    const int64_t S = t->S, n = buf->ne[0] - S, B = buf->ne[1], C = buf->ne[2];
     struct ggml_tensor *tail = ggml_view_3d(ctx, buf, S, B, C, buf->nb[1], buf->nb[2], (size_t)n * sizeof(float));
     /* the pool viewed [S, slots+1, C]: rows strided by S*C, channels by S */
-    struct ggml_tensor *rows = ggml_view_3d(ctx, pool, S, pool->ne[1], C, pool->nb[1], (size_t)S * sizeof(float), 0);
+    struct ggml_tensor *rows =
+        ggml_view_3d(ctx, t->pool, S, t->pool->ne[1], C, t->pool->nb[1], (size_t)S * sizeof(float), 0);
     ggml_build_forward_expand(s->gf, ggml_set_rows(ctx, rows, tail, s->io->slot_write));
     return buf;
+}
+
+struct ggml_tensor *cr_states_append_tf(cr_states *s, struct ggml_tensor *x, int64_t S) {
+    cr_state_tf t = cr_states_take_tf(s, S, x->ne[2]);
+    struct ggml_tensor *st = ggml_is_contiguous(t.st) ? t.st : ggml_cont(s->ctx, t.st);
+    return cr_states_put_tf(s, &t, ggml_concat(s->ctx, st, x, 0)); /* [S+n, B, C] */
 }
 
 /* The index inputs of rings of Q blocks of n steps, made on first use (one pair per shape). */

@@ -116,6 +116,22 @@ struct ggml_tensor *cr_states_append(cr_states *s, struct ggml_tensor *x, int64_
 struct ggml_tensor *cr_states_append_tf(cr_states *s, struct ggml_tensor *x, int64_t S);
 
 /*
+ * cr_states_append_tf in two halves, for an op that writes its output after the state
+ * itself (cr_unit_tail's prefix: no concat pass over the residual stream). take: the next
+ * state of the list as [S, B, C] (a strided view of the gathered rows, or zeros on a
+ * stream's first tick when masked), in the list's order like append; put: buf [S+n, B, C]
+ * (the state, then n new frames) -> its last S frames written back as the state; returns
+ * buf.
+ */
+typedef struct cr_state_tf {
+    struct ggml_tensor *pool; /* [S*C, slots+1] */
+    struct ggml_tensor *st;   /* [S, B, C], any strides (nb0 a float) */
+    int64_t S;
+} cr_state_tf;
+cr_state_tf cr_states_take_tf(cr_states *s, int64_t S, int64_t C);
+struct ggml_tensor *cr_states_put_tf(cr_states *s, const cr_state_tf *t, struct ggml_tensor *buf);
+
+/*
  * x [C, n, B] (rows may be strided; n new steps a tick) -> the window [C, W, B]
  * of the steps t - W + n .. t + n - 1 (W = cr_window_steps(S, n)): the layer's
  * ring state takes the n steps and gives back its Q blocks in time order.

@@ -675,7 +675,7 @@ static void test_res_unit(void) {
                 y = cr_res_branch(ctx, gf, buf, &u, d, same, cr_graph_ops(cpu_ops, NULL));
             } else { /* the whole unit time fastest, back to channels fastest to compare */
                 struct ggml_tensor *t = ggml_reshape_3d(ctx, cr_to_tf(ctx, buf), L, B, C);
-                t = cr_res_unit_tf(ctx, gf, t, &u, d, same, m4 >= 6, mask);
+                t = cr_res_unit_tf(ctx, gf, t, &u, d, same, m4 >= 6, mask, NULL);
                 CHECK(t->ne[0] == n && t->ne[1] == B && t->ne[2] == C, "res_unit_tf shape");
                 y = cr_to_cf(ctx, ggml_reshape_2d(ctx, t, n * B, C), n, B);
                 ggml_build_forward_expand(gf, y);
@@ -720,6 +720,53 @@ static void test_res_unit(void) {
             free(ref);
             ggml_free(ctx);
         }
+    }
+}
+
+/* The unit with a prefix (a stream tick's next layer's state written first by the tail op):
+   concat(prefix, unit) bit for bit, fused and composed, masked and not, with the prefix a
+   strided view (the gathered state rows permuted, as cr_states_take_tf gives them). */
+static void test_res_unit_prefix(void) {
+    const int64_t C = 5, K = 7, B = 3, n = 8, S = 4;
+    for (int mode = 0; mode < 4; mode++) {
+        const bool fused = mode & 1, masked = mode & 2;
+        const int d = 3, P = d * (int)(K - 1) / 2;
+        struct ggml_context *ctx = new_ctx();
+        struct ggml_tensor *buf = rnd(ctx, n + 2 * P, B, C, 2.0f, -2.0f);
+        cr_res_unit u = {
+            .alpha1 = rnd(ctx, C, 1, 1, 0.5f, 0.3f), .inv_alpha1 = rnd(ctx, C, 1, 1, 0.5f, 0.5f),
+            .dw_w = rnd(ctx, C, K, 1, 0.5f, -0.5f), .dw_b = rnd1(ctx, C),
+            .alpha2 = rnd(ctx, C, 1, 1, 0.5f, 0.3f), .inv_alpha2 = rnd(ctx, C, 1, 1, 0.5f, 0.5f),
+            .pw_w = rnd(ctx, C, C, 1, 0.5f, -0.5f), .pw_b = rnd1(ctx, C),
+        };
+        struct ggml_tensor *mask = NULL;
+        if (masked) {
+            mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, B);
+            for (int64_t i = 0; i < n * B; i++) {
+                ((float *)mask->data)[i] = i % 3 ? 1.0f : 0.0f;
+            }
+        }
+        /* rows [S*C, B] as gathered, viewed [S, B, C] */
+        struct ggml_tensor *rows = rnd(ctx, S * C, B, 1, 1.0f, -1.0f);
+        struct ggml_tensor *pre = ggml_permute(ctx, ggml_reshape_3d(ctx, rows, S, C, B), 0, 2, 1, 3);
+        struct ggml_cgraph *gf = graph(ctx);
+        struct ggml_tensor *plain = cr_res_unit_tf(ctx, gf, buf, &u, d, false, fused, mask, NULL);
+        struct ggml_tensor *with = cr_res_unit_tf(ctx, gf, buf, &u, d, false, fused, mask, pre);
+        check_shape("res_unit_tf prefix", with, S + n, B, C);
+        ggml_build_forward_expand(gf, plain);
+        const float *got = compute(ctx, gf, &with);
+        int64_t differ = 0;
+        for (int64_t c = 0; c < C; c++) {
+            for (int64_t bb = 0; bb < B; bb++) {
+                for (int64_t t = 0; t < S + n; t++) {
+                    const float want = t < S ? F(rows)[t + S * c + S * C * bb] : F(plain)[(t - S) + n * (bb + B * c)];
+                    differ += got[t + (S + n) * (bb + B * c)] != want;
+                }
+            }
+        }
+        CHECK(differ == 0, "res_unit_tf prefix (fused %d, masked %d): %lld values differ from concat(prefix, unit)",
+              fused, masked, (long long)differ);
+        ggml_free(ctx);
     }
 }
 
@@ -1022,6 +1069,7 @@ int main(void) {
     test_matmul();
     test_bias_act();
     test_res_unit();
+    test_res_unit_prefix();
     printf("test_layers: %d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }

@@ -146,20 +146,29 @@ __global__ void __launch_bounds__(32 * ROWS)
 /* ------------------------------------------------------------ the unit tail */
 
 /*
- * out (t, b, c) = ((y[t + n b, c] + bias[c]) + x(t, b, c)) * mask[t + n b]: y [n*B, C] and
- * out [n, B, C] contiguous, x [n, B, C] with time contiguous and rows at nb1, nb2 bytes, mask
- * [n, B] contiguous or absent (a steady graph's units: no factor). Flat over
+ * out (S + t, b, c) = ((y[t + n b, c] + bias[c]) + x(t, b, c)) * mask[t + n b], after
+ * out (s, b, c) = prefix (s, b, c) for s < S (the next layer's state, where the op has one;
+ * S = 0 else): y [n*B, C] and out [S+n, B, C] contiguous, x [n, B, C] and prefix [S, B, C]
+ * with time contiguous and rows at (nb1, nb2), (pnb1, pnb2) bytes, mask [n, B] contiguous or
+ * absent (a steady graph's units: no factor). Flat over
  * out, so that short rows (a tick's first decoder block: 32 frames) fill the warps; I:
  * uint32_t where out has fewer than 2^32 elements (cheaper divisions), else uint64_t.
  */
 template <typename I>
 __global__ void unit_tail_kernel(const float *__restrict__ y, const float *__restrict__ bias,
                                  const char *__restrict__ x, const float *__restrict__ mask,
-                                 float *__restrict__ out, I n, I B, I total, int64_t nb1, int64_t nb2) {
+                                 const char *__restrict__ pre, float *__restrict__ out, I n, I S, I B, I total,
+                                 int64_t nb1, int64_t nb2, int64_t pnb1, int64_t pnb2) {
+    const I L = S + n; /* a row of out: the prefix's S frames, then the tail's n */
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (I)gridDim.x * blockDim.x) {
-        const I r = i / n, t = i - r * n, b = r % B, c = r / B;
+        const I r = i / L, u = i - r * L, b = r % B, c = r / B;
+        if (u < S) {
+            out[i] = *(const float *)(pre + (int64_t)b * pnb1 + (int64_t)c * pnb2 + (int64_t)u * sizeof(float));
+            continue;
+        }
+        const I t = u - S;
         const float xv = *(const float *)(x + (int64_t)b * nb1 + (int64_t)c * nb2 + (int64_t)t * sizeof(float));
-        const float v = (y[i] + bias[c]) + xv;
+        const float v = (y[t + r * n] + bias[c]) + xv;
         out[i] = mask ? v * mask[t + b * n] : v; /* mask [n, B]: one factor per (t, b) */
     }
 }
@@ -303,21 +312,24 @@ cudaError_t launch_unit_core(const ggml_tensor *dst, cudaStream_t stream, bool p
 }
 
 cudaError_t launch_unit_tail(const ggml_tensor *dst, cudaStream_t stream) {
-    const ggml_tensor *y = dst->src[0], *b = dst->src[1], *x = dst->src[2], *m = dst->src[3];
-    const int64_t n = dst->ne[0], B = dst->ne[1], total = ggml_nelements(dst);
+    const ggml_tensor *y = dst->src[0], *b = dst->src[1], *x = dst->src[2], *m = dst->src[3], *p = dst->src[4];
+    const int64_t S = p ? p->ne[0] : 0, n = dst->ne[0] - S, B = dst->ne[1], total = ggml_nelements(dst);
     const int threads = 256;
     const int64_t want = (total + threads - 1) / threads;
     const unsigned blocks = (unsigned)(want < (1 << 20) ? want : (1 << 20));
     const float *yd = (const float *)y->data, *bd = (const float *)b->data;
     const float *md = m ? (const float *)m->data : nullptr;
-    const char *xd = (const char *)x->data;
+    const char *xd = (const char *)x->data, *pd = p ? (const char *)p->data : nullptr;
+    const int64_t pnb1 = p ? (int64_t)p->nb[1] : 0, pnb2 = p ? (int64_t)p->nb[2] : 0;
     float *od = (float *)dst->data;
     if (total < ((int64_t)1 << 32) - (int64_t)blocks * threads) {
-        unit_tail_kernel<uint32_t><<<blocks, threads, 0, stream>>>(yd, bd, xd, md, od, (uint32_t)n, (uint32_t)B,
-                                                                    (uint32_t)total, x->nb[1], x->nb[2]);
+        unit_tail_kernel<uint32_t><<<blocks, threads, 0, stream>>>(yd, bd, xd, md, pd, od, (uint32_t)n, (uint32_t)S,
+                                                                    (uint32_t)B, (uint32_t)total, x->nb[1], x->nb[2],
+                                                                    pnb1, pnb2);
     } else {
-        unit_tail_kernel<uint64_t><<<blocks, threads, 0, stream>>>(yd, bd, xd, md, od, (uint64_t)n, (uint64_t)B,
-                                                                    (uint64_t)total, x->nb[1], x->nb[2]);
+        unit_tail_kernel<uint64_t><<<blocks, threads, 0, stream>>>(yd, bd, xd, md, pd, od, (uint64_t)n, (uint64_t)S,
+                                                                    (uint64_t)B, (uint64_t)total, x->nb[1], x->nb[2],
+                                                                    pnb1, pnb2);
     }
     return cudaGetLastError();
 }
@@ -740,11 +752,12 @@ bool blas_operand(const ggml_tensor *t) {
    extents their kernels and cuBLAS' int arguments hold. */
 bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
     if (is_unit_tail(op)) {
-        const ggml_tensor *y = op->src[0], *b = op->src[1], *x = op->src[2], *m = op->src[3];
+        const ggml_tensor *y = op->src[0], *b = op->src[1], *x = op->src[2], *m = op->src[3], *p = op->src[4];
         return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && y && b && x && y->type == GGML_TYPE_F32 &&
                b->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && ggml_is_contiguous(y) &&
                ggml_is_contiguous(b) && x->nb[0] == sizeof(float) &&
-               (!m || (m->type == GGML_TYPE_F32 && ggml_is_contiguous(m)));
+               (!m || (m->type == GGML_TYPE_F32 && ggml_is_contiguous(m))) &&
+               (!p || (p->type == GGML_TYPE_F32 && p->nb[0] == sizeof(float)));
     }
     if (is_upconv_tail(op)) {
         const ggml_tensor *z = op->src[0], *b = op->src[1], *m = op->src[2];

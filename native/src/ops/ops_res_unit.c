@@ -83,13 +83,15 @@ struct ggml_tensor *cr_unit_core(struct ggml_context *ctx, struct ggml_tensor *t
                           cr_unit_core_pack((cr_unit_core_params){.dil = dil, .same = same}));
 }
 
-/* dst (t, b, c) = ((y[t + n b, c] + bias[c]) + x(t, b, c)) * mask(t, b), in the composed ops'
-   order (two adds, then the mask's product where a masked graph has one). One task per range
-   of (b, c) rows. */
+/* dst (S + t, b, c) = ((y[t + n b, c] + bias[c]) + x(t, b, c)) * mask(t, b), in the composed
+   ops' order (two adds, then the mask's product where a masked graph has one), after the S
+   frames dst (s, b, c) = prefix(s, b, c) where the op has a prefix (the next layer's state:
+   what ggml_concat(prefix, out) would hold). One task per range of (b, c) rows. */
 void cr_unit_tail_cpu(struct ggml_tensor *dst, int ith, int nth, void *user) {
     (void)user;
-    const struct ggml_tensor *y = dst->src[0], *bias = dst->src[1], *x = dst->src[2], *mask = dst->src[3];
-    const int64_t n = dst->ne[0], B = dst->ne[1], C = dst->ne[2];
+    const struct ggml_tensor *y = dst->src[0], *bias = dst->src[1], *x = dst->src[2], *mask = dst->src[3],
+                             *pre = dst->src[4];
+    const int64_t L = dst->ne[0], B = dst->ne[1], C = dst->ne[2], S = pre ? pre->ne[0] : 0, n = L - S;
     const float *yd = (const float *)y->data, *bd = (const float *)bias->data;
     const float *md = mask ? (const float *)mask->data : NULL;
     const char *xd = (const char *)x->data;
@@ -99,7 +101,14 @@ void cr_unit_tail_cpu(struct ggml_tensor *dst, int ith, int nth, void *user) {
         const int64_t c = r / B, b = r % B;
         const float *xr = (const float *)(xd + b * x->nb[1] + c * x->nb[2]);
         const float *yr = yd + r * n;
-        float *o = od + r * n;
+        float *o = od + r * L;
+        if (pre) {
+            const float *pr = (const float *)((const char *)pre->data + b * pre->nb[1] + c * pre->nb[2]);
+            for (int64_t t = 0; t < S; t++) {
+                o[t] = pr[t];
+            }
+            o += S;
+        }
         if (md) {
             const float *mr = md + b * n;
             for (int64_t t = 0; t < n; t++) {
@@ -114,7 +123,7 @@ void cr_unit_tail_cpu(struct ggml_tensor *dst, int ith, int nth, void *user) {
 }
 
 struct ggml_tensor *cr_unit_tail(struct ggml_context *ctx, struct ggml_tensor *y, struct ggml_tensor *b,
-                                 struct ggml_tensor *x, struct ggml_tensor *mask) {
+                                 struct ggml_tensor *x, struct ggml_tensor *mask, struct ggml_tensor *prefix) {
     const int64_t n = x->ne[0], B = x->ne[1], C = x->ne[2];
     bool ok = y->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 &&
               ggml_is_contiguous(y) && ggml_is_contiguous(b) && ggml_nelements(b) == C &&
@@ -123,10 +132,16 @@ struct ggml_tensor *cr_unit_tail(struct ggml_context *ctx, struct ggml_tensor *y
     if (ok && mask) {
         ok = mask->type == GGML_TYPE_F32 && ggml_is_contiguous(mask) && ggml_nelements(mask) == n * B;
     }
+    if (ok && prefix) {
+        ok = prefix->type == GGML_TYPE_F32 && prefix->nb[0] == sizeof(float) && prefix->ne[0] >= 1 &&
+             prefix->ne[1] == B && prefix->ne[2] == C && prefix->ne[3] == 1 && prefix->nb[1] % sizeof(float) == 0 &&
+             prefix->nb[2] % sizeof(float) == 0;
+    }
     if (!ok) {
         return NULL;
     }
-    struct ggml_tensor *args[4] = {y, b, x, mask};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, n, B, C, 1, args, mask ? 4 : 3, cr_unit_tail_cpu, GGML_N_TASKS_MAX,
-                          NULL);
+    struct ggml_tensor *args[5] = {y, b, x, mask, prefix};
+    const int64_t S = prefix ? prefix->ne[0] : 0;
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, S + n, B, C, 1, args, prefix ? 5 : mask ? 4 : 3, cr_unit_tail_cpu,
+                          GGML_N_TASKS_MAX, NULL);
 }

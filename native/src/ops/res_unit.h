@@ -45,8 +45,10 @@ static inline cr_unit_core_params cr_unit_core_unpack(const void *user) {
 void cr_unit_core_cpu(struct ggml_tensor *dst, int ith, int nth, void *user);
 
 /* The unit tail's CPU implementation: src = y [n*B, C] (the 1x1 conv's product, contiguous),
-   b [C], x [n, B, C] (the residual, any strides) and, in a masked graph, mask [n, B]
-   (contiguous; absent: no src[3]); dst [n, B, C] = ((y + b) + x) * mask. */
+   b [C], x [n, B, C] (the residual, any strides), in a masked graph mask [n, B] (contiguous;
+   else src[3] NULL) and, where the op writes the next layer's state first, prefix [S, B, C]
+   (time contiguous, any strides; else no src[4]); dst [S + n, B, C] = concat(prefix,
+   ((y + b) + x) * mask) along time. */
 void cr_unit_tail_cpu(struct ggml_tensor *dst, int ith, int nth, void *user);
 
 #ifdef __cplusplus

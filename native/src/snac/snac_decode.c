@@ -107,7 +107,7 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
         for (int j = 0; j < 3; j++, dil *= 3) {
             const cr_res_unit u = snac_res_unit(w, i, j);
             if (tf) {
-                xt = cr_res_unit_tf(ctx, gf, xt, &u, dil, true, shape->fused_unit, mt);
+                xt = cr_res_unit_tf(ctx, gf, xt, &u, dil, true, shape->fused_unit, mt, NULL);
                 continue;
             }
             struct ggml_tensor *y = cr_res_branch(ctx, gf, x, &u, dil, true, ops);
