@@ -150,9 +150,10 @@ codecrt_status cr_guard_graph(const cr_limits *lim, struct ggml_cgraph *gf, cr_e
         if (st != CODECRT_OK) {
             return st;
         }
-        for (int s = 0; s < GGML_MAX_SRC && t->src[s]; s++) {
-            /* leaves (inputs) are allocated too, and read with the same indexing */
-            if ((st = cr_guard_node(lim, t->src[s], err)) != CODECRT_OK) {
+        for (int s = 0; s < GGML_MAX_SRC; s++) {
+            /* leaves (inputs) are allocated too, and read with the same indexing; an op's
+               optional source may be NULL before a later one (cr_unit_tail: no mask, a prefix) */
+            if (t->src[s] && (st = cr_guard_node(lim, t->src[s], err)) != CODECRT_OK) {
                 return st;
             }
         }
