@@ -105,7 +105,8 @@
 #            splits and launch of $INPUTS_N [1000] streams' ticks (GGML_SCHED_DEBUG=1 python -m
 #            bench.gpu.splits), SNAC capacity at $INPUTS_STREAMS [1600,2000] streams each way,
 #            then the GPU test file TF32 off with the inputs on the device
-#   cadence  one daemon (4 fronts, as fronts; --max-batch 2000, buckets 64,256,2000, limits 2100)
+#   cadence  one daemon (4 fronts, as fronts; --max-batch $CADENCE_MAX [3000], buckets 64,256,MAX,
+#            stream and connection limits MAX + 100)
 #            at $CADENCE_N [1300,1600] SNAC streams four ways (or five: gap, below),
 #            each with its tick trace (CODECD_TICK_TRACE, all in $OUT/traces.tgz): the shipped
 #            cadence (and the runtime alone), with --tick-slack-ms $CADENCE_SLACK [0] (the
@@ -471,9 +472,11 @@ convcheck() {
 
 cadence() {
     local n=${CADENCE_N:-1300,1600} way extra rt g
-    local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=2000
-                  --serve-arg=--batch-buckets=64,256,2000 --serve-arg=--max-streams=2100
-                  --serve-arg=--max-connections=2100 --serve-arg=--max-connections-per-ip=2100)
+    # the batch limit above the loads tried (2,800 SNAC streams hold on an H100's runtime alone)
+    local mb=${CADENCE_MAX:-3000}
+    local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=$mb
+                  --serve-arg=--batch-buckets=64,256,$mb --serve-arg=--max-streams=$((mb + 100))
+                  --serve-arg=--max-connections=$((mb + 100)) --serve-arg=--max-connections-per-ip=$((mb + 100)))
     local traces=/tmp/codecd-cadence-traces
     rm -rf "$traces" && mkdir -p "$traces"
     for way in ${CADENCE_WAYS:-shipped slack now half}; do
