@@ -245,9 +245,6 @@ struct ggml_tensor *cr_states_mask_of(cr_states *s, int64_t n, int32_t rate, int
 }
 
 struct ggml_tensor *cr_states_mask_tf(cr_states *s, struct ggml_tensor *x, int32_t rate, int32_t delay) {
-    if (!s->masked) {
-        return x;
-    }
-    struct ggml_tensor *m = cr_states_time(s, CR_TIME_MASK, x->ne[0], rate, delay, 0); /* [1, n, B] */
-    return ggml_mul(s->ctx, x, ggml_reshape_3d(s->ctx, m, x->ne[0], x->ne[1], 1));
+    struct ggml_tensor *m = cr_states_mask_of(s, x->ne[0], rate, delay); /* [n, B] */
+    return m ? ggml_mul(s->ctx, x, ggml_reshape_3d(s->ctx, m, x->ne[0], x->ne[1], 1)) : x;
 }
