@@ -22,12 +22,16 @@ def random_pushes(rng: np.random.Generator, total: int, most: int = 9) -> list[i
     return pushes
 
 
-def stream_decode(ctx: Any, codes: np.ndarray, pushes: Sequence[int]) -> np.ndarray:
-    """One stream, codes [K, T] pushed in pieces of the given sizes, a tick after each push."""
+def stream_decode(ctx: Any, codes: Any, pushes: Sequence[int],
+                  strides: Sequence[int] | None = None) -> np.ndarray:
+    """One stream, codes [K, T] pushed in pieces of the given sizes, a tick after each push.
+    With ``strides`` (``Model.info.level_strides``), codes is one 1-D array per level (SNAC's
+    coarser levels shorter) and a push of n finest frames takes n // stride of each."""
+    strides = [1] * len(codes) if strides is None else list(strides)
     s = ctx.stream()
     out, t = [], 0
     for n in pushes:
-        s.push([codes[k, t:t + n] for k in range(codes.shape[0])])
+        s.push([codes[k][t // st:(t + n) // st] for k, st in enumerate(strides)])
         t += n
         ctx.step([s])
         out.append(s.pull())

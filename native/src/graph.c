@@ -163,7 +163,8 @@ static codecrt_status cr_reserve_envelope(cr_graphs *g, cr_graph_slot *slot, con
     codecrt_status st = CODECRT_OK;
     if (!worst || failed) {
         st = cr_fail(err, CODECRT_E_COMPUTE, "cannot build the worst-case graph");
-    } else if ((st = cr_guard_graph(&g->limits, worst, err)) != CODECRT_OK) {
+    } else if ((st = cr_guard_graph(&g->limits, worst, err)) != CODECRT_OK ||
+               (st = cr_guard_supported(g->backends, g->n_backends, worst, err)) != CODECRT_OK) {
         /* rule 5: refused before the scheduler sees it */
     } else if (!cr_reserve_graph(g, slot->sched, worst)) {
         st = cr_fail(err, CODECRT_E_OUT_OF_MEMORY,
@@ -261,7 +262,8 @@ static codecrt_status cr_graphs_take(cr_graphs *g, const cr_graph_key *key, cr_b
         cr_graphs_release(g, key->kind);
         return cr_fail(err, CODECRT_E_COMPUTE, "cannot build the graph");
     }
-    if ((st = cr_guard_graph(&g->limits, slot->graph, err)) != CODECRT_OK) {
+    if ((st = cr_guard_graph(&g->limits, slot->graph, err)) != CODECRT_OK ||
+        (st = cr_guard_supported(g->backends, g->n_backends, slot->graph, err)) != CODECRT_OK) {
         cr_graphs_release(g, key->kind); /* rule 5 */
         return st;
     }

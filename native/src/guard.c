@@ -160,3 +160,30 @@ codecrt_status cr_guard_graph(const cr_limits *lim, struct ggml_cgraph *gf, cr_e
     }
     return CODECRT_OK;
 }
+
+codecrt_status cr_guard_supported(ggml_backend_t const *backends, int n_backends, struct ggml_cgraph *gf,
+                                  cr_err *err) {
+    const int n = ggml_graph_n_nodes(gf);
+    for (int i = 0; i < n; i++) {
+        const struct ggml_tensor *t = ggml_graph_node(gf, i);
+        bool ok = false;
+        for (int b = 0; b < n_backends && !ok; b++) {
+            ok = ggml_backend_supports_op(backends[b], t);
+        }
+        if (!ok) {
+            /* the scheduler would assert (ggml-backend.cpp, pass 4: no backend for the node) */
+            char types[96] = "";
+            size_t used = 0;
+            for (int j = 0; j < GGML_MAX_SRC && t->src[j] && used < sizeof(types); j++) {
+                const int k = snprintf(types + used, sizeof(types) - used, "%s%s", j ? ", " : "",
+                                       ggml_type_name(t->src[j]->type));
+                used += k > 0 ? (size_t)k : 0;
+            }
+            return cr_fail(err, CODECRT_E_UNSUPPORTED,
+                           "no backend of this context runs a %s node [%lld, %lld, %lld, %lld] of %s (sources %s)",
+                           ggml_op_desc(t), (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                           (long long)t->ne[3], ggml_type_name(t->type), types);
+        }
+    }
+    return CODECRT_OK;
+}

@@ -399,10 +399,13 @@ struct ggml_tensor *cr_unit_tail(struct ggml_context *ctx, struct ggml_tensor *y
 
 /* A transposed conv's tail as one op (ops/ops_upconv.c, ops/upconv.h): z [2s*C, T, B], the
    kernel's product with the unpadded input, its halves added, the bias b [C] and an optional
-   mask [n_out, B] applied -> [n_out, B, C] time fastest, the first `crop` samples dropped.
+   mask [n_out, B] applied -> [n_out, B, C] time fastest, the first `crop` samples dropped;
+   with a prefix [S, B, C] (the next layer's state, any strides, time contiguous) written
+   first -> [S + n_out, B, C], what the state's concat would hold, with no concat pass.
    NULL where the shapes or types do not fit. */
 struct ggml_tensor *cr_upconv_tail(struct ggml_context *ctx, struct ggml_tensor *z, struct ggml_tensor *b,
-                                   struct ggml_tensor *mask, int s, int crop, int64_t n_out);
+                                   struct ggml_tensor *mask, int s, int crop, int64_t n_out,
+                                   struct ggml_tensor *prefix);
 
 /* A scaled softmax over each row as one op (ops/ops_softmax.c, ops/softmax.h): a [n, ...]
    contiguous F32 -> a's shape, softmax(scale a) along ne0. NULL where the type or layout
@@ -548,6 +551,11 @@ cr_limits cr_limits_for(ggml_backend_t const *backends, int n_backends);
 codecrt_status cr_guard_node(const cr_limits *lim, const struct ggml_tensor *t, cr_err *err);
 /* Every node of gf and its sources; call before ggml allocates or computes gf. */
 codecrt_status cr_guard_graph(const cr_limits *lim, struct ggml_cgraph *gf, cr_err *err);
+/* CODECRT_E_UNSUPPORTED, naming the op and its types, where no backend of the set runs a node
+   of gf (ggml's scheduler asserts on such a node: an op and type pairing that a build or an
+   environment switch leaves without a kernel); call with cr_guard_graph. */
+codecrt_status cr_guard_supported(ggml_backend_t const *backends, int n_backends, struct ggml_cgraph *gf,
+                                  cr_err *err);
 
 /* --------------------------------------------------------- graph lifecycle */
 

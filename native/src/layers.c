@@ -64,6 +64,10 @@ struct ggml_tensor *cr_dense(struct ggml_context *ctx, struct ggml_tensor *t) {
     return ggml_is_contiguous(t) ? t : ggml_cont(ctx, t);
 }
 
+struct ggml_tensor *cr_f32(struct ggml_context *ctx, struct ggml_tensor *w) {
+    return w->type == GGML_TYPE_F32 ? w : ggml_cast(ctx, w, GGML_TYPE_F32);
+}
+
 struct ggml_tensor *cr_input(struct ggml_context *ctx, enum ggml_type type, int64_t ne0, int64_t ne1, int64_t ne2,
                              const char *name) {
     struct ggml_tensor *t = ggml_new_tensor_3d(ctx, type, ne0, ne1, ne2);
@@ -340,7 +344,7 @@ struct ggml_tensor *cr_upconv_tf(struct ggml_context *ctx, struct ggml_tensor *x
         return NULL;
     }
     struct ggml_tensor *z = cr_mm(ctx, w, cr_dense(ctx, x)); /* [2s*Cout, T, B] */
-    return cr_upconv_tail(ctx, z, b, mask, s, crop, n_out);   /* [n_out, B, Cout] */
+    return cr_upconv_tail(ctx, z, b, mask, s, crop, n_out, NULL); /* [n_out, B, Cout] */
 }
 
 struct ggml_tensor *cr_upconv_step(struct ggml_context *ctx, struct ggml_tensor *buf, struct ggml_tensor *w,
@@ -394,7 +398,7 @@ struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph 
         y = ggml_cont(ctx, ggml_transpose(ctx, t)); /* the one transpose */
     }
     /* 1x1 conv as y^T w: y [C, n*B], w [C, Cout] -> [n*B, Cout] */
-    y = ggml_mul_mat(ctx, y, u->pw_w);
+    y = ggml_mul_mat(ctx, y, cr_f32(ctx, u->pw_w));
     struct ggml_tensor *xd =
         same ? buf : ggml_view_3d(ctx, buf, n, B, C, buf->nb[1], buf->nb[2], (size_t)P * sizeof(float));
     /* + bias + residual (x mask) (after the prefix): one op when fused, else two adds (and a

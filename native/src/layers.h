@@ -60,6 +60,12 @@ struct ggml_tensor *cr_mm_padded(struct ggml_context *ctx, struct ggml_tensor *w
 /* t itself when contiguous, else a contiguous copy (ggml_cont always adds a copy node). */
 struct ggml_tensor *cr_dense(struct ggml_context *ctx, struct ggml_tensor *t);
 
+/* A weight as F32 (itself, or an F16 weight cast in the graph): for a product that takes the
+   weight as its second operand (x^T w, time fastest), which ggml's CPU and CUDA backends run
+   only with an F32 second operand beside an F32 first (their supports_op; the scheduler
+   asserted on the F16 one). The cast costs a pass over the weight each graph. */
+struct ggml_tensor *cr_f32(struct ggml_context *ctx, struct ggml_tensor *w);
+
 /* A named graph input [ne0, ne1, ne2] of type (an offline decode's codes, masks, positions). */
 struct ggml_tensor *cr_input(struct ggml_context *ctx, enum ggml_type type, int64_t ne0, int64_t ne1, int64_t ne2,
                              const char *name);

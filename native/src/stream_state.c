@@ -122,10 +122,14 @@ struct ggml_tensor *cr_states_put_tf(cr_states *s, const cr_state_tf *t, struct 
     return buf;
 }
 
+struct ggml_tensor *cr_states_join_tf(cr_states *s, const cr_state_tf *t, struct ggml_tensor *x) {
+    struct ggml_tensor *st = ggml_is_contiguous(t->st) ? t->st : ggml_cont(s->ctx, t->st);
+    return cr_states_put_tf(s, t, ggml_concat(s->ctx, st, x, 0)); /* [S+n, B, C] */
+}
+
 struct ggml_tensor *cr_states_append_tf(cr_states *s, struct ggml_tensor *x, int64_t S) {
     cr_state_tf t = cr_states_take_tf(s, S, x->ne[2]);
-    struct ggml_tensor *st = ggml_is_contiguous(t.st) ? t.st : ggml_cont(s->ctx, t.st);
-    return cr_states_put_tf(s, &t, ggml_concat(s->ctx, st, x, 0)); /* [S+n, B, C] */
+    return cr_states_join_tf(s, &t, x);
 }
 
 /* The index inputs of rings of Q blocks of n steps, made on first use (one pair per shape). */

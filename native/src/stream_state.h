@@ -130,6 +130,9 @@ typedef struct cr_state_tf {
 } cr_state_tf;
 cr_state_tf cr_states_take_tf(cr_states *s, int64_t S, int64_t C);
 struct ggml_tensor *cr_states_put_tf(cr_states *s, const cr_state_tf *t, struct ggml_tensor *buf);
+/* put after the concat pass, for where no op writes the prefix (the op did not apply):
+   x [n, B, C] -> concat(t's state, x) [S+n, B, C], its last S frames the state */
+struct ggml_tensor *cr_states_join_tf(cr_states *s, const cr_state_tf *t, struct ggml_tensor *x);
 
 /*
  * x [C, n, B] (rows may be strided; n new steps a tick) -> the window [C, W, B]

@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "ggml.h"
 #include "internal.h"
+#include "layers.h"
 #include "test_common.h"
 
 /* Snakes in gf that a backend can fuse: the five ops in a row, wired as one Snake. */
@@ -194,6 +195,33 @@ static void check_guard_refuses(void) {
     ggml_free(ctx);
 }
 
+/* A node that no backend of the set runs (a product with an F16 second operand beside an
+   F32 first: what an F16 model's time-fastest graphs once built, and ggml's scheduler
+   asserted on) is refused, naming the op and types; the same product with the weight cast
+   (cr_f32) passes. */
+static void check_guard_unsupported(void) {
+    ggml_backend_t cpu = ggml_backend_init_by_type(GGML_BACKEND_DEVICE_TYPE_CPU, NULL);
+    CHECK(cpu != NULL, "a CPU backend");
+    if (!cpu) {
+        return;
+    }
+    struct ggml_context *ctx = graph_ctx();
+    cr_err err = {{0}};
+    struct ggml_tensor *y = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 16, 40); /* [C, n*B] */
+    struct ggml_tensor *w = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 16, 8);  /* [C, Cout] */
+    struct ggml_cgraph *bad = ggml_new_graph(ctx);
+    ggml_build_forward_expand(bad, ggml_mul_mat(ctx, y, w));
+    CHECK(cr_guard_supported(&cpu, 1, bad, &err) == CODECRT_E_UNSUPPORTED && strstr(err.msg, "MUL_MAT") &&
+              strstr(err.msg, "f32, f16"),
+          "guard: a product with an F16 second operand passed (%s)", err.msg);
+    struct ggml_cgraph *good = ggml_new_graph(ctx);
+    ggml_build_forward_expand(good, ggml_mul_mat(ctx, y, cr_f32(ctx, w)));
+    CHECK(cr_guard_supported(&cpu, 1, good, &err) == CODECRT_OK, "guard: the cast product was refused (%s)",
+          err.msg);
+    ggml_free(ctx);
+    ggml_backend_free(cpu);
+}
+
 /* m's GPU graphs (cpu_ops off) at n_frames x n_batch pass the GPU limits. */
 static void check_gpu_decode_shapes(const cr_model *m, const char *name, int32_t n_frames, int32_t n_batch) {
     const cr_limits gpu = {.grid_yz = 65535, .max_elements = CR_MAX_TENSOR_ELEMENTS, .piece_elements = 0};
@@ -257,6 +285,7 @@ int main(void) {
         remove(path);
     }
     check_guard_refuses();
+    check_guard_unsupported();
     {
         /* the 24 kHz model's rates and strides (hop 512), narrow channels: the
            shapes that matter here are time and batch */

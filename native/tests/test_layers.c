@@ -616,7 +616,7 @@ static void test_upconv_step(void) {
             /* the stream graph's form where the codecrt ops run (snac_stream.c): the tail op with
                crop s over the 1+n frames, time fastest [n s, B, Cout]; bit for bit the step's
                floats (the same two adds in the same order) */
-            struct ggml_tensor *yt = cr_upconv_tail(ctx, cr_mm(ctx, w, buf), b, NULL, s, s, n * s);
+            struct ggml_tensor *yt = cr_upconv_tail(ctx, cr_mm(ctx, w, buf), b, NULL, s, s, n * s, NULL);
             CHECK(yt != NULL, "%s: the tail op applies with crop s", what);
             check_shape("upconv_tail crop s", yt, n * s, B, Cout);
             const float *gt = compute(ctx, graph(ctx), &yt);
@@ -630,6 +630,35 @@ static void test_upconv_step(void) {
             }
             CHECK(differ == 0, "%s: the tail op with crop s equals the step bit for bit (%lld differ)", what,
                   (long long)differ);
+            /* with the next unit's state written first (a strided [S, B, Cout] view of gathered
+               rows, as cr_states_take_tf gives it) and a mask: concat(prefix, masked step) bit
+               for bit */
+            const int64_t S = 6, no = n * s;
+            struct ggml_tensor *rows = rnd(ctx, S * Cout, B, 1, 1.0f, -1.0f);
+            struct ggml_tensor *pre = ggml_permute(ctx, ggml_reshape_3d(ctx, rows, S, Cout, B), 0, 2, 1, 3);
+            struct ggml_tensor *mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, no, B);
+            for (int64_t i = 0; i < no * B; i++) {
+                ((float *)mask->data)[i] = i % 3 ? 1.0f : 0.0f;
+            }
+            struct ggml_tensor *yp = cr_upconv_tail(ctx, cr_mm(ctx, w, buf), b, mask, s, s, no, pre);
+            CHECK(yp != NULL, "%s: the tail op applies with a prefix", what);
+            check_shape("upconv_tail prefix", yp, S + no, B, Cout);
+            CHECK(cr_upconv_tail(ctx, cr_mm(ctx, w, buf), b, mask, s, s, no,
+                                 ggml_view_3d(ctx, rows, S, B - 1, Cout, pre->nb[1], pre->nb[2], 0)) == NULL,
+                  "%s: a prefix of other streams, no op", what);
+            const float *gp = compute(ctx, graph(ctx), &yp);
+            differ = 0;
+            for (int64_t bb = 0; bb < B; bb++) {
+                for (int64_t o = 0; o < Cout; o++) {
+                    for (int64_t t = 0; t < S + no; t++) {
+                        const float want = t < S ? F(rows)[t + S * o + S * Cout * bb]
+                                                 : got[o + Cout * ((t - S) + no * bb)] * F(mask)[(t - S) + no * bb];
+                        differ += gp[t + (S + no) * (bb + B * o)] != want;
+                    }
+                }
+            }
+            CHECK(differ == 0, "%s: the tail op with a prefix and a mask equals concat(prefix, step) (%lld differ)",
+                  what, (long long)differ);
             free(acc);
             free(ref);
             ggml_free(ctx);

@@ -176,16 +176,19 @@ __global__ void unit_tail_kernel(const float *__restrict__ y, const float *__res
 /* ------------------------------------------------------------ the upconv tail */
 
 /*
- * z [2s*C, T, B] (channels fastest) -> out [n, B, C] (time fastest):
- *   out[o, b, c] = ((z[r C + c, j, b] + z[(s + r) C + c, j - 1, b]) + bias[c]) * mask[o, b],
- *   u = o + crop, j = u / s, r = u % s, frames -1 and T zeros. A block transposes a tile of
- * TILE_T samples x 32 channels through shared memory: its lanes read channels (128-byte rows
- * of z), then write samples (128-byte rows of out).
+ * z [2s*C, T, B] (channels fastest) -> out [S + n, B, C] (time fastest):
+ *   out[S + o, b, c] = ((z[r C + c, j, b] + z[(s + r) C + c, j - 1, b]) + bias[c]) * mask[o, b],
+ *   u = o + crop, j = u / s, r = u % s, frames -1 and T zeros; out[s', b, c] = prefix(s', b, c)
+ * for s' < S (the next layer's state, rows at (pnb1, pnb2) bytes; S = 0 without one). A block
+ * transposes a tile of TILE_T samples x 32 channels through shared memory: its lanes read
+ * channels (128-byte rows of z), then write samples (128-byte rows of out); the blocks of the
+ * first tile in time also copy the prefix of their rows.
  * Grid (ceil(n / TILE_T), ceil(C / 32), min(B, 65535)); block (32, ROWS).
  */
 __global__ void __launch_bounds__(32 * ROWS)
     upconv_tail_kernel(const float *__restrict__ z, const float *__restrict__ bias, const float *__restrict__ mask,
-                       float *__restrict__ out, int64_t n, int B, int C, int64_t T, int s, int crop) {
+                       const char *__restrict__ pre, float *__restrict__ out, int64_t n, int B, int C, int64_t T,
+                       int s, int crop, int64_t S, int64_t pnb1, int64_t pnb2) {
     __shared__ float tile[TILE_C][TILE_T + 1];
     const int c0 = blockIdx.y * TILE_C, lane = threadIdx.x, row = threadIdx.y;
     const int64_t o0 = (int64_t)blockIdx.x * TILE_T;
@@ -206,7 +209,14 @@ __global__ void __launch_bounds__(32 * ROWS)
         }
         __syncthreads();
         for (int cc = row; cc < TILE_C && c0 + cc < C; cc += ROWS) {
-            float *dst = out + ((int64_t)(c0 + cc) * B + b) * n;
+            float *dst = out + ((int64_t)(c0 + cc) * B + b) * (S + n);
+            if (pre && blockIdx.x == 0) {
+                const float *pr = (const float *)(pre + (int64_t)b * pnb1 + (int64_t)(c0 + cc) * pnb2);
+                for (int64_t i = lane; i < S; i += 32) {
+                    dst[i] = pr[i];
+                }
+            }
+            dst += S;
             for (int oo = lane; oo < TILE_T && o0 + oo < n; oo += 32) {
                 dst[o0 + oo] = tile[cc][oo];
             }
@@ -335,15 +345,16 @@ cudaError_t launch_unit_tail(const ggml_tensor *dst, cudaStream_t stream) {
 }
 
 cudaError_t launch_upconv_tail(const ggml_tensor *dst, cudaStream_t stream) {
-    const ggml_tensor *z = dst->src[0], *b = dst->src[1], *mask = dst->src[2];
+    const ggml_tensor *z = dst->src[0], *b = dst->src[1], *mask = dst->src[2], *pre = dst->src[3];
     const cr_upconv_params p = cr_upconv_unpack(custom_params(dst).userdata);
-    const int64_t n = dst->ne[0], T = z->ne[1];
+    const int64_t S = pre ? pre->ne[0] : 0, n = dst->ne[0] - S, T = z->ne[1];
     const int B = (int)dst->ne[1], C = (int)dst->ne[2];
     const dim3 grid((unsigned)((n + TILE_T - 1) / TILE_T), (unsigned)((C + TILE_C - 1) / TILE_C),
                     (unsigned)(B < MAX_GRID_Z ? B : MAX_GRID_Z));
     upconv_tail_kernel<<<grid, dim3(32, ROWS), 0, stream>>>(
         (const float *)z->data, (const float *)b->data, mask ? (const float *)mask->data : nullptr,
-        (float *)dst->data, n, B, C, T, p.s, p.crop);
+        pre ? (const char *)pre->data : nullptr, (float *)dst->data, n, B, C, T, p.s, p.crop, S,
+        pre ? (int64_t)pre->nb[1] : 0, pre ? (int64_t)pre->nb[2] : 0);
     return cudaGetLastError();
 }
 
@@ -760,10 +771,11 @@ bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
                (!p || (p->type == GGML_TYPE_F32 && p->nb[0] == sizeof(float)));
     }
     if (is_upconv_tail(op)) {
-        const ggml_tensor *z = op->src[0], *b = op->src[1], *m = op->src[2];
+        const ggml_tensor *z = op->src[0], *b = op->src[1], *m = op->src[2], *p = op->src[3];
         return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && z && b && z->type == GGML_TYPE_F32 &&
                b->type == GGML_TYPE_F32 && ggml_is_contiguous(z) && ggml_is_contiguous(b) &&
-               (!m || (m->type == GGML_TYPE_F32 && ggml_is_contiguous(m))) && op->ne[1] <= INT32_MAX &&
+               (!m || (m->type == GGML_TYPE_F32 && ggml_is_contiguous(m))) &&
+               (!p || (p->type == GGML_TYPE_F32 && p->nb[0] == sizeof(float))) && op->ne[1] <= INT32_MAX &&
                (op->ne[2] + TILE_C - 1) / TILE_C <= MAX_GRID_Y && (op->ne[0] + TILE_T - 1) / TILE_T <= INT32_MAX;
     }
     if (is_cols(op)) {

@@ -18,12 +18,14 @@
  */
 #include "internal.h"
 
-/* One task per range of (b, c) rows: the halves in the composed add's order (lower +
-   upper), then the bias, then the mask, as cr_upconv and snac_mask compose them. */
+/* One task per range of (b, c) rows: the prefix's S frames where the op has one (the next
+   layer's state: what ggml_concat(prefix, out) would hold), then the halves in the composed
+   add's order (lower + upper), the bias, the mask, as cr_upconv and snac_mask compose them. */
 void cr_upconv_tail_cpu(struct ggml_tensor *dst, int ith, int nth, void *user) {
-    const struct ggml_tensor *z = dst->src[0], *bias = dst->src[1], *mask = dst->src[2];
+    const struct ggml_tensor *z = dst->src[0], *bias = dst->src[1], *mask = dst->src[2], *pre = dst->src[3];
     const cr_upconv_params p = cr_upconv_unpack(user);
-    const int64_t n = dst->ne[0], B = dst->ne[1], C = dst->ne[2], T = z->ne[1], s = p.s;
+    const int64_t S = pre ? pre->ne[0] : 0, L = dst->ne[0], n = L - S, B = dst->ne[1], C = dst->ne[2];
+    const int64_t T = z->ne[1], s = p.s;
     const float *zd = (const float *)z->data, *bd = (const float *)bias->data;
     const float *md = mask ? (const float *)mask->data : NULL;
     float *od = (float *)dst->data;
@@ -31,7 +33,14 @@ void cr_upconv_tail_cpu(struct ggml_tensor *dst, int ith, int nth, void *user) {
     for (int64_t row = r0; row < r1; row++) {
         const int64_t c = row / B, b = row % B;
         const float *zb = zd + b * T * 2 * s * C;
-        float *o = od + row * n;
+        float *o = od + row * L;
+        if (pre) {
+            const float *pr = (const float *)((const char *)pre->data + b * pre->nb[1] + c * pre->nb[2]);
+            for (int64_t i = 0; i < S; i++) {
+                o[i] = pr[i];
+            }
+            o += S;
+        }
         for (int64_t i = 0; i < n; i++) {
             const int64_t u = i + p.crop, j = u / s, r = u % s;
             const float lo = j < T ? zb[j * 2 * s * C + r * C + c] : 0.0f;
@@ -43,7 +52,8 @@ void cr_upconv_tail_cpu(struct ggml_tensor *dst, int ith, int nth, void *user) {
 }
 
 struct ggml_tensor *cr_upconv_tail(struct ggml_context *ctx, struct ggml_tensor *z, struct ggml_tensor *b,
-                                   struct ggml_tensor *mask, int s, int crop, int64_t n_out) {
+                                   struct ggml_tensor *mask, int s, int crop, int64_t n_out,
+                                   struct ggml_tensor *prefix) {
     const int64_t C = b ? ggml_nelements(b) : 0, T = z->ne[1], B = z->ne[2];
     bool ok = b && z->type == GGML_TYPE_F32 && b->type == GGML_TYPE_F32 && ggml_is_contiguous(z) &&
               ggml_is_contiguous(b) && s >= 1 && s < CR_UPCONV_MAX_STRIDE && crop >= 0 &&
@@ -52,10 +62,17 @@ struct ggml_tensor *cr_upconv_tail(struct ggml_context *ctx, struct ggml_tensor 
     if (ok && mask) {
         ok = mask->type == GGML_TYPE_F32 && ggml_is_contiguous(mask) && ggml_nelements(mask) == n_out * B;
     }
+    if (ok && prefix) { /* [S, B, C], time contiguous, rows at whole floats (a gathered state's view) */
+        ok = prefix->type == GGML_TYPE_F32 && prefix->nb[0] == sizeof(float) && prefix->ne[0] >= 1 &&
+             prefix->ne[1] == B && prefix->ne[2] == C && prefix->ne[3] == 1 && prefix->nb[1] % sizeof(float) == 0 &&
+             prefix->nb[2] % sizeof(float) == 0;
+    }
     if (!ok) {
         return NULL;
     }
-    struct ggml_tensor *args[3] = {z, b, mask};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, n_out, B, C, 1, args, mask ? 3 : 2, cr_upconv_tail_cpu,
-                          GGML_N_TASKS_MAX, cr_upconv_pack((cr_upconv_params){.s = s, .crop = crop}));
+    struct ggml_tensor *args[4] = {z, b, mask, prefix};
+    const int64_t S = prefix ? prefix->ne[0] : 0;
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, S + n_out, B, C, 1, args, prefix ? 4 : mask ? 3 : 2,
+                          cr_upconv_tail_cpu, GGML_N_TASKS_MAX,
+                          cr_upconv_pack((cr_upconv_params){.s = s, .crop = crop}));
 }

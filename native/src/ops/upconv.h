@@ -36,9 +36,11 @@ static inline cr_upconv_params cr_upconv_unpack(const void *user) {
 }
 
 /* The CPU implementation, a ggml_custom_op_t (GGML_OP_CUSTOM): src = z [2s*C, T, B] (the
-   kernel's product with the unpadded input, channels fastest), b [C], and optionally a
-   mask [n, B] (1 where a sample is real); dst [n, B, C] (time fastest):
-     dst[o, b, c] = ((z[r C + c, j, b] + z[(s + r) C + c, j - 1, b]) + b[c]) * mask[o, b]
+   kernel's product with the unpadded input, channels fastest), b [C], optionally a
+   mask [n, B] (1 where a sample is real; else src[2] NULL) and, where the op writes the next
+   layer's state first, prefix [S, B, C] (time contiguous, any strides; else no src[3]);
+   dst [S + n, B, C] (time fastest) = concat(prefix, out) along time, with
+     out[o, b, c] = ((z[r C + c, j, b] + z[(s + r) C + c, j - 1, b]) + b[c]) * mask[o, b]
    with u = o + crop, j = u / s, r = u % s, and frames -1 and T reading as zeros. */
 void cr_upconv_tail_cpu(struct ggml_tensor *dst, int ith, int nth, void *user);
 

@@ -80,21 +80,21 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
     }
     char p[64];
     const bool tf = !shape->cpu_ops;
-    struct ggml_tensor *xt = NULL; /* the residual stream [n, B, C] on the time-fastest path */
-    /* or, after a block's last unit, the next layer's buffer [S+n, B, C] that the unit's tail
-       op wrote after that layer's state (cr_unit_tail's prefix): the concat it replaces was
-       28 % of a tick's kernel time at 2,000 streams on an H100 */
+    /* on the time-fastest path, the next layer's buffer [S+n, B, C] that the previous op (a
+       unit's tail, a transposed conv's tail) wrote after that layer's state (the ops' prefix):
+       the concats they replace were 28 % of a tick's kernel time at 2,000 streams on an H100 */
     struct ggml_tensor *next = NULL;
     for (int i = 0; i < hp->n_blocks; i++) {
         const int s = hp->rates[i];
         const int64_t Cout = snac_w(w, "decoder.block.%d.up.bias", i)->ne[0];
         snprintf(p, sizeof(p), "decoder.block.%d.snake", i);
         if (tf) {
-            if (!xt && !next) {
-                xt = ggml_reshape_3d(ctx, cr_to_tf(ctx, x), n, B, x->ne[0]);
+            /* [1+n, B, Cin]: the last unit's tail op wrote it after this state, or (the first
+               block) the concat */
+            if (!next) {
+                next = cr_states_append_tf(st, ggml_reshape_3d(ctx, cr_to_tf(ctx, x), n, B, x->ne[0]), 1);
             }
-            /* [1+n, B, Cin]: the last unit's tail op wrote it after this state (next), or the concat */
-            buf = snac_snake_tf_to_cf(ctx, w, gf, next ? next : cr_states_append_tf(st, xt, 1), p); /* [Cin, 1+n, B] */
+            buf = snac_snake_tf_to_cf(ctx, w, gf, next, p); /* [Cin, 1+n, B] */
             next = NULL;
         } else {
             buf = cr_states_append(st, x, 1); /* [Cin, 1+n, B] */
@@ -105,17 +105,25 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
         n *= s;
         r *= s;
         d = d * s + (s + 1) / 2;
+        /* on the time-fastest path the block's first unit's state (2P = 6 frames, dil 1) is
+           taken here, in the list's order, so that the transposed conv's tail op writes it
+           before its output */
+        cr_state_tf ux = {0};
+        if (tf) {
+            ux = cr_states_take_tf(st, 2 * 3, Cout);
+        }
         /* where the codecrt ops run and no noise comes between: the tail op straight into the
-           time-fastest stream ([n*s, B, Cout], masked on edge ticks), one pass where the
-           composed halves' add, the bias, the mask and the transpose are four. Output sample
-           o of the step is the buffer's frame 1 + o/s (lo half) plus frame o/s (hi half):
-           the offline tail's formula with crop s over the 1+n frames of buf. */
+           time-fastest stream ([6+n*s, B, Cout]: the unit's state, then the step masked on
+           edge ticks), one pass where the concat, the composed halves' add, the bias, the mask
+           and the transpose are five. Output sample o of the step is the buffer's frame 1 + o/s
+           (lo half) plus frame o/s (hi half): the offline tail's formula with crop s over the
+           1+n frames of buf. */
         struct ggml_tensor *up = tf && shape->fused_unit && !(hp->noise && shape->noise)
                                      ? cr_upconv_tail(ctx, cr_mm(ctx, up_w, buf), up_b, cr_states_mask_of(st, n, r, d),
-                                                      s, s, n)
+                                                      s, s, n, ux.st)
                                      : NULL;
         if (up) {
-            xt = up;
+            next = cr_states_put_tf(st, &ux, up);
         } else {
             x = cr_upconv_step(ctx, buf, up_w, up_b, s, ops); /* [Cout, n*s, B] */
             if (hp->noise && shape->noise) { /* with every stream's noise off it adds exactly 0 */
@@ -124,8 +132,8 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
                 x = ggml_add(ctx, x, ggml_mul(ctx, h, nz));
             }
             x = cr_states_mask(st, x, r, d);
-            if (tf) {
-                xt = ggml_reshape_3d(ctx, cr_to_tf(ctx, x), n, B, Cout);
+            if (tf) { /* [6+n*s, B, Cout] by the concat pass */
+                next = cr_states_join_tf(st, &ux, ggml_reshape_3d(ctx, cr_to_tf(ctx, x), n, B, Cout));
             }
         }
         int dil = 1;
@@ -134,9 +142,9 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
             const cr_res_unit u = snac_res_unit(w, i, j);
             d += P;
             if (tf) {
-                /* [2P+n, B, C]: the upconv's output after this unit's state, or the last unit's
-                   tail op's output, which it wrote after this state itself (no concat pass) */
-                buf = j == 0 ? cr_states_append_tf(st, xt, 2 * P) : next;
+                /* [2P+n, B, C]: the upconv's or the previous unit's tail op's output, which it
+                   wrote after this unit's state itself (no concat pass) */
+                buf = next;
                 /* the next layer's state, S frames: the next unit's 2P', the next block's
                    Snake input (1 frame) or the last conv's (6) */
                 const int64_t S = j < 2 ? 2 * 3 * (3 * dil) : i + 1 < hp->n_blocks ? 1 : 6;
@@ -144,7 +152,6 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
                 next = cr_states_put_tf(st, &nx,
                                         cr_res_unit_tf(ctx, gf, buf, &u, dil, false, shape->fused_unit,
                                                        cr_states_mask_of(st, n, r, d), nx.st)); /* [S+n, B, C] */
-                xt = NULL;
                 continue;
             }
             buf = cr_states_append(st, x, 2 * P); /* [C, 2P+n, B] */
@@ -158,10 +165,13 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
     if (tf) {
         /* the last conv (C -> 1, k7) as one product buf^T w [(n+6)*B, 7], then
            its 7 shifted columns summed: out[t, b] = sum_k zc[t + k + (n+6) b, k] */
-        buf = snac_snake_tf_to_cf(ctx, w, gf, next ? next : cr_states_append_tf(st, xt, 6),
+        if (!next) { /* no block */
+            next = cr_states_append_tf(st, ggml_reshape_3d(ctx, cr_to_tf(ctx, x), n, B, x->ne[0]), 6);
+        }
+        buf = snac_snake_tf_to_cf(ctx, w, gf, next,
                                   "decoder.out_snake"); /* [C, n+6, B] */
         struct ggml_tensor *zc = ggml_mul_mat(ctx, ggml_reshape_2d(ctx, buf, buf->ne[0], (n + 6) * B),
-                                              snac_w(w, "decoder.out.weight")); /* [(n+6)*B, 7] */
+                                              cr_f32(ctx, snac_w(w, "decoder.out.weight"))); /* [(n+6)*B, 7] */
         for (int64_t k = 0; k < SNAC_DW_K; k++) {
             struct ggml_tensor *v = ggml_view_2d(ctx, zc, n, B, (size_t)(n + 6) * sizeof(float),
                                                  (size_t)k * zc->nb[1] + (size_t)k * sizeof(float));
