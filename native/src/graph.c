@@ -19,7 +19,10 @@
  *     decode through the same context came out silent.
  *  3. Compute buffers are reserved for an envelope (frames, batch) that only
  *     grows, built from the worst case of that envelope, so steady traffic
- *     never re-plans buffers; every reservation is counted.
+ *     never re-plans buffers; every reservation is counted. Where the grown
+ *     envelope would break a limit (or a kind forgets it: S3Gen's quadratic
+ *     attention), the key alone is reserved on the same scheduler, whose
+ *     buffers ggml only grows.
  *  4. A kind may ask for its scheduler to be freed and created again after each
  *     release (the seed's remedy for very large graphs). The new scheduler is
  *     reserved again at its next use.
@@ -105,15 +108,9 @@ void cr_graphs_release(cr_graphs *g, int32_t kind) {
     }
 }
 
-void cr_graphs_drop_reservation(cr_graphs *g, int32_t kind) {
-    cr_graph_slot *slot = &g->slots[kind];
+void cr_graphs_forget_envelope(cr_graphs *g, int32_t kind) {
     cr_graphs_release(g, kind);
-    if (slot->sched) {
-        ggml_backend_sched_free(slot->sched);
-        slot->sched = NULL;
-        slot->reserved = false;
-        g->recreations++;
-    }
+    g->slots[kind].reserved = false; /* the scheduler and its buffers stay */
 }
 
 /*
@@ -243,11 +240,12 @@ static codecrt_status cr_graphs_take(cr_graphs *g, const cr_graph_key *key, cr_b
         st = cr_reserve_envelope(g, slot, &env, build, user, err);
         if (st == CODECRT_E_TOO_LARGE && slot->reserved) {
             /* the grown envelope (frames of one key, batch of another) breaks a
-               backend limit that this key alone may not: reserve for the key */
-            cr_graphs_drop_reservation(g, key->kind);
-            if ((st = cr_slot_ensure_sched(g, slot, err)) == CODECRT_OK) {
-                st = cr_reserve_envelope(g, slot, key, build, user, err);
-            }
+               backend limit that this key alone may not: reserve for the key, on the
+               same scheduler. ggml's allocator only grows its buffers, so they keep
+               covering the earlier envelope too, and keys that alternate between the
+               two re-plan on the host instead of reallocating device buffers each time
+               (as cr_graphs_forget_envelope) */
+            st = cr_reserve_envelope(g, slot, key, build, user, err);
         }
         if (st != CODECRT_OK) {
             return st;

@@ -633,9 +633,13 @@ void cr_graphs_free(cr_graphs *g);
 codecrt_status cr_graphs_acquire(cr_graphs *g, const cr_graph_key *key, cr_build_fn build,
                                  void *user, cr_graph_slot **out, cr_err *err);
 
-/* Release the kind's graph and free its scheduler: the next acquire reserves
-   afresh for its own key (counted as a recreation). */
-void cr_graphs_drop_reservation(cr_graphs *g, int32_t kind);
+/* Release the kind's graph and forget its envelope: the next acquire reserves for its
+   own key rather than the union with the envelope, on the same scheduler. ggml's
+   allocator only grows the buffers, so no device memory is freed or reallocated for a
+   key the buffers already hold: a new scheduler each time (as this once did) costs a
+   device allocation and a cold first compute at every switch between long flows and wide
+   batches (an S3Gen row of 30 streams on an H100 recreated its schedulers 4 times). */
+void cr_graphs_forget_envelope(cr_graphs *g, int32_t kind);
 
 /* Reserve the kind's buffers for an envelope (n_frames, n_batch, flags). */
 codecrt_status cr_graphs_reserve(cr_graphs *g, const cr_graph_key *envelope, cr_build_fn build,

@@ -174,17 +174,21 @@ def test_snac_model_refuses_two_stage_calls(snac_cases):
 @pytest.mark.slow
 def test_batch_envelope_does_not_outgrow_the_budget():
     """After a wide batch of short flows, a long flow alone re-reserves for itself (Turbo):
-    the per-axis envelope (longest T x widest batch) would pass the batch budget."""
+    the per-axis envelope (longest T x widest batch) would pass the batch budget. It does so on
+    the same schedulers (their buffers only grow), so switching back and forth recreates none."""
     model = codecrt.Model(s3ref.gguf(True))
     with codecrt.Context(model, device="cpu", n_threads=2) as ctx:
         _, voice = _voice(model, seed=5, n=8)
         short = np.stack([_tokens(40 + i, 4) for i in range(64)])
         mels = codecrt.diag.flow_batch(ctx, short, [voice] * 64, seeds=list(range(64)))
         assert mels.shape == (64, 80, 8)
-        r0 = ctx.stats.sched_recreations
+        r0, n0 = ctx.stats.sched_recreations, ctx.stats.reservations
         long = _tokens(7, 300)  # T = 616 mel frames; (616, 64) would be ~1.9e8 elements
         got = ctx.flow(long, voice, seed=3)
-        assert ctx.stats.sched_recreations > r0
+        assert ctx.stats.reservations > n0 and ctx.stats.sched_recreations == r0
+        again = codecrt.diag.flow_batch(ctx, short, [voice] * 64, seeds=list(range(64)))
+        np.testing.assert_array_equal(again, mels)
+        assert ctx.stats.sched_recreations == r0
         with codecrt.Context(model, device="cpu", n_threads=2) as fresh:
             np.testing.assert_array_equal(got, fresh.flow(long, voice, seed=3))
     model.close()

@@ -94,8 +94,8 @@ typedef int64_t (*s3_elements_fn)(int64_t T, int64_t B);
  * suits sizes linear in T and B; the estimator's attention is quadratic in T.
  * After a batch of short flows, one long flow alone would otherwise reserve
  * (the longest T) x (the largest batch), a shape that never runs: when that
- * envelope passes the batch budget, the kind's scheduler is dropped and
- * reserved for the request alone.
+ * envelope passes the batch budget, the kind's envelope is forgotten and the
+ * request reserved alone (on the same scheduler, whose buffers only grow).
  */
 static codecrt_status s3_acquire(codecrt_context *ctx, int32_t kind, const char *what, int64_t T, int64_t B,
                                  s3_elements_fn elems, cr_build_fn fn, cr_graph_slot **slot) {
@@ -109,7 +109,7 @@ static codecrt_status s3_acquire(codecrt_context *ctx, int32_t kind, const char 
         const int64_t eB = B > cur->reserved_batch ? B : cur->reserved_batch;
         const int64_t need = elems(T, B), env = elems(eT, eB);
         if (env > need && env > S3_BATCH_ELEMENTS) {
-            cr_graphs_drop_reservation(&ctx->graphs, kind);
+            cr_graphs_forget_envelope(&ctx->graphs, kind);
         }
     }
     const cr_graph_key key = {.kind = kind, .n_frames = (int32_t)T, .n_batch = (int32_t)B, .flags = 0};
