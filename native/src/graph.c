@@ -22,7 +22,9 @@
  *     never re-plans buffers; every reservation is counted. Where the grown
  *     envelope would break a limit (or a kind forgets it: S3Gen's quadratic
  *     attention), the key alone is reserved on the same scheduler, whose
- *     buffers ggml only grows.
+ *     buffers ggml only grows (CPU and CUDA buffers are one chunk; where a
+ *     backend caps a buffer's size, ggml re-plans the chunks, and a graph that
+ *     then misses its room is reserved again when allocated).
  *  4. A kind may ask for its scheduler to be freed and created again after each
  *     release (the seed's remedy for very large graphs). The new scheduler is
  *     reserved again at its next use.
@@ -164,6 +166,10 @@ static codecrt_status cr_reserve_envelope(cr_graphs *g, cr_graph_slot *slot, con
                (st = cr_guard_supported(g->backends, g->n_backends, worst, err)) != CODECRT_OK) {
         /* rule 5: refused before the scheduler sees it */
     } else if (!cr_reserve_graph(g, slot->sched, worst)) {
+        /* ggml has freed the buffer it could not grow and kept the failed plan: nothing
+           is covered any more, so the next graph of any size reserves again (a key inside
+           the old envelope would otherwise be allocated into the freed buffer) */
+        slot->reserved = false;
         st = cr_fail(err, CODECRT_E_OUT_OF_MEMORY,
                      "cannot reserve compute buffers for %d frames x %d sequences", env->n_frames,
                      env->n_batch);
@@ -241,7 +247,8 @@ static codecrt_status cr_graphs_take(cr_graphs *g, const cr_graph_key *key, cr_b
         if (st == CODECRT_E_TOO_LARGE && slot->reserved) {
             /* the grown envelope (frames of one key, batch of another) breaks a
                backend limit that this key alone may not: reserve for the key, on the
-               same scheduler. ggml's allocator only grows its buffers, so they keep
+               same scheduler. ggml's allocator only grows its buffers (one chunk each on
+               the CPU and CUDA: no size cap), so they keep
                covering the earlier envelope too, and keys that alternate between the
                two re-plan on the host instead of reallocating device buffers each time
                (as cr_graphs_forget_envelope) */

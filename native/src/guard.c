@@ -174,8 +174,11 @@ codecrt_status cr_guard_supported(ggml_backend_t const *backends, int n_backends
             /* the scheduler would assert (ggml-backend.cpp, pass 4: no backend for the node) */
             char types[96] = "";
             size_t used = 0;
-            for (int j = 0; j < GGML_MAX_SRC && t->src[j] && used < sizeof(types); j++) {
-                const int k = snprintf(types + used, sizeof(types) - used, "%s%s", j ? ", " : "",
+            for (int j = 0; j < GGML_MAX_SRC && used < sizeof(types); j++) {
+                if (!t->src[j]) { /* an optional source before a later one (cr_unit_tail) */
+                    continue;
+                }
+                const int k = snprintf(types + used, sizeof(types) - used, "%s%s", used ? ", " : "",
                                        ggml_type_name(t->src[j]->type));
                 used += k > 0 ? (size_t)k : 0;
             }

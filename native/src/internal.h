@@ -635,7 +635,7 @@ codecrt_status cr_graphs_acquire(cr_graphs *g, const cr_graph_key *key, cr_build
 
 /* Release the kind's graph and forget its envelope: the next acquire reserves for its
    own key rather than the union with the envelope, on the same scheduler. ggml's
-   allocator only grows the buffers, so no device memory is freed or reallocated for a
+   allocator only grows the buffers (CPU and CUDA), so no device memory is freed or reallocated for a
    key the buffers already hold: a new scheduler each time (as this once did) costs a
    device allocation and a cold first compute at every switch between long flows and wide
    batches (an S3Gen row of 30 streams on an H100 recreated its schedulers 4 times). */

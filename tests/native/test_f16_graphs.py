@@ -119,3 +119,33 @@ def test_f16_model_on_gpu_graphs(codecrt, models, monkeypatch, family, device):
     assert got["f16"][0].shape == got["f32"][0].shape and got["f16"][1].shape == got["f32"][1].shape
     assert np.isfinite(got["f16"][0]).all() and np.isfinite(got["f16"][1]).all()
     assert e_off <= TOL and e_str <= TOL
+
+
+@pytest.mark.parametrize("device", ["cpu-portable", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_f16_s3gen_on_gpu_graphs(codecrt, tmp_path_factory, monkeypatch, device):
+    """S3Gen Turbo (random weights) with F16 matrices: its flow's mel and a FlowStream's audio
+    within 1e-2 of the F32 model's on the same device (the estimator's value product took an
+    F16 weight as its second operand)."""
+    from codecd.convert.random_s3gen import write_random_s3gen
+
+    root = tmp_path_factory.mktemp("s3f16")
+    if device == "cpu-portable":
+        monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
+    dev = "cpu" if device == "cpu-portable" else GPU
+    tokens = np.random.default_rng(7).integers(0, 6561, 30).astype(np.int32)
+    got = {}
+    for dtype in ("f32", "f16"):
+        path = write_random_s3gen(root / f"turbo-{dtype}.gguf", meanflow=True, seed=2, dtype=dtype)
+        with codecrt.Model(str(path)) as m, codecrt.Context(m, device=dev) as ctx:
+            rng = np.random.default_rng(1)
+            v = codecrt.Voice(m, rng.integers(0, 6561, 20), rng.normal(-4, 2, (40, 80)).astype(np.float32),
+                              rng.normal(0, 1, 192).astype(np.float32))
+            mel = ctx.flow(tokens, v, seed=4)
+            fs = codecrt.FlowStream(ctx, v, seed=8, first_chunk=10, chunk=10)
+            fs.push(tokens)
+            fs.finish()
+            got[dtype] = (mel, fs.decode_all())
+    e_mel, e_pcm = _rel_l2(got["f16"][0], got["f32"][0]), _rel_l2(got["f16"][1], got["f32"][1])
+    print(f"\nS3Gen Turbo f16 vs f32 on {device}: mel {e_mel:.2e}, streamed audio {e_pcm:.2e}")
+    assert got["f16"][1].shape == got["f32"][1].shape == (30 * 960,)
+    assert e_mel <= TOL and e_pcm <= TOL

@@ -427,7 +427,8 @@ static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor 
            of every sequence, [T B, 512]; per head and sequence the view [T, 64] the second
            product reads (rows T B apart). No transposing copy of V (a cont(permute) of
            [512, T, B] before). */
-        struct ggml_tensor *wv = s3_w(g->w, "%s.to_v.weight", p);
+        /* F16 weights cast here: ggml's CPU and CUDA products take no F16 second operand */
+        struct ggml_tensor *wv = cr_f32(g->ctx, s3_w(g->w, "%s.to_v.weight", p));
         struct ggml_tensor *x2 = ggml_reshape_2d(g->ctx, cr_dense(g->ctx, x), x->ne[0], T * B);
         struct ggml_tensor *vt = g->ops ? cr_matmul(g->ctx, x2, wv) : NULL;
         vt = vt ? vt : ggml_mul_mat(g->ctx, x2, wv);

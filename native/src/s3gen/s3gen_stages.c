@@ -108,7 +108,8 @@ static codecrt_status s3_acquire(codecrt_context *ctx, int32_t kind, const char 
         const int64_t eT = T > cur->reserved_frames ? T : cur->reserved_frames;
         const int64_t eB = B > cur->reserved_batch ? B : cur->reserved_batch;
         const int64_t need = elems(T, B), env = elems(eT, eB);
-        if (env > need && env > S3_BATCH_ELEMENTS) {
+        /* only where the envelope would grow: one already covering the request costs nothing */
+        if ((T > cur->reserved_frames || B > cur->reserved_batch) && env > need && env > S3_BATCH_ELEMENTS) {
             cr_graphs_forget_envelope(&ctx->graphs, kind);
         }
     }
