@@ -533,6 +533,10 @@ def main() -> int:
                     g_first, g_later = r.gap_p99_split()
                     notes.append(f"gap p99 after the first audio {1e3 * g_first:.1f} ms, "
                                  f"later gaps {1e3 * g_later:.1f} ms")
+                    notes.append(f"the clients' sends behind their schedule: p99 "
+                                 f"{1e3 * r.send_lag(99):.1f} ms, largest {1e3 * r.send_lag(100):.1f} "
+                                 f"ms (codes sent late reach the daemon late: the load "
+                                 f"generator's lag, not the daemon's)")
                     if starts:
                         fixed = late_frames(r, sample_rate=load.sample_rate)
                         notes.append(f"codecd play starts playing p50 "

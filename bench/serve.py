@@ -100,6 +100,9 @@ class StreamResult:
     t_first: float = 0.0  # time.monotonic() of the first audio frame (system-wide clock)
     sizes: list[int] = field(default_factory=list)  # samples of each audio frame, in order
     conn: int = -1        # the load's connection index
+    # seconds each message went out behind its schedule (the load generator's own lag: its
+    # event loop busy; a frame sent late reaches the daemon late whatever the daemon does)
+    send_lags: list[float] = field(default_factory=list)
 
 
 def _p99(values: list[float]) -> float:
@@ -142,6 +145,11 @@ class RunResult:
         the later ones; gap_p99, the criterion's, pools both."""
         return (_p99([s.gaps[0] for s in self.streams if s.gaps]),
                 _p99([g for s in self.streams for g in s.gaps[1:]]))
+
+    def send_lag(self, q: float) -> float:
+        """Percentile q (100: the largest) of every message's lag behind its send schedule, s."""
+        v = [x for st in self.streams for x in st.send_lags]
+        return float(np.percentile(v, q)) if v else float("nan")
 
     @property
     def underruns(self) -> int:
@@ -191,8 +199,10 @@ async def one_stream(c: Client, model: str, n_groups: int, speed: float, delay: 
             d = due - time.monotonic()
             if d > 0:
                 await asyncio.sleep(d)
+            now = time.monotonic()
+            r.send_lags.append(max(0.0, now - due))
             if not t_send:
-                t_send.append(time.monotonic())
+                t_send.append(now)
             if load.layout == "orpheus_ids":
                 await s.send_tokens(ids[7 * g:7 * g + 7], binary=True)
             else:  # one JSON message per frame: one array of one code per codebook

@@ -3,6 +3,7 @@ criterion's 200 ms buffer counts what ``codecd play`` would do with a row's fram
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -54,3 +55,14 @@ def test_gap_p99_split_separates_the_first_gap() -> None:
     missed = RunResult(1, [StreamResult(ttfa=0.1, gaps=[P] * 15 + [2 * P] + [P] * 15)], 1.0, None)
     first, later = missed.gap_p99_split()
     assert first == P and later > 1.5 * P
+
+
+def test_send_lag_pools_every_message() -> None:
+    """The clients' own lag behind their send schedule, over every message of every stream:
+    the row's note that tells a late load generator from a late daemon."""
+    a = StreamResult(send_lags=[0.0] * 99 + [0.050])
+    b = StreamResult(send_lags=[0.001] * 100)
+    r = RunResult(2, [a, b], 1.0, None)
+    assert r.send_lag(100) == 0.050
+    assert 0.001 <= r.send_lag(99) < 0.050
+    assert math.isnan(RunResult(1, [StreamResult()], 1.0, None).send_lag(99))  # no message sent
