@@ -162,8 +162,7 @@ static codecrt_status cr_reserve_envelope(cr_graphs *g, cr_graph_slot *slot, con
     codecrt_status st = CODECRT_OK;
     if (!worst || failed) {
         st = cr_fail(err, CODECRT_E_COMPUTE, "cannot build the worst-case graph");
-    } else if ((st = cr_guard_graph(&g->limits, worst, err)) != CODECRT_OK ||
-               (st = cr_guard_supported(g->backends, g->n_backends, worst, err)) != CODECRT_OK) {
+    } else if ((st = cr_guard_graph(&g->limits, worst, err)) != CODECRT_OK) {
         /* rule 5: refused before the scheduler sees it */
     } else if (!cr_reserve_graph(g, slot->sched, worst)) {
         /* ggml has freed the buffer it could not grow and kept the failed plan: nothing
@@ -248,10 +247,9 @@ static codecrt_status cr_graphs_take(cr_graphs *g, const cr_graph_key *key, cr_b
             /* the grown envelope (frames of one key, batch of another) breaks a
                backend limit that this key alone may not: reserve for the key, on the
                same scheduler. ggml's allocator only grows its buffers (one chunk each on
-               the CPU and CUDA: no size cap), so they keep
-               covering the earlier envelope too, and keys that alternate between the
-               two re-plan on the host instead of reallocating device buffers each time
-               (as cr_graphs_forget_envelope) */
+               the CPU and CUDA: no size cap), so they keep covering the earlier envelope
+               too, and keys that alternate between the two re-plan on the host instead of
+               reallocating device buffers each time (as cr_graphs_forget_envelope) */
             st = cr_reserve_envelope(g, slot, key, build, user, err);
         }
         if (st != CODECRT_OK) {
@@ -267,8 +265,7 @@ static codecrt_status cr_graphs_take(cr_graphs *g, const cr_graph_key *key, cr_b
         cr_graphs_release(g, key->kind);
         return cr_fail(err, CODECRT_E_COMPUTE, "cannot build the graph");
     }
-    if ((st = cr_guard_graph(&g->limits, slot->graph, err)) != CODECRT_OK ||
-        (st = cr_guard_supported(g->backends, g->n_backends, slot->graph, err)) != CODECRT_OK) {
+    if ((st = cr_guard_graph(&g->limits, slot->graph, err)) != CODECRT_OK) {
         cr_graphs_release(g, key->kind); /* rule 5 */
         return st;
     }

@@ -71,7 +71,8 @@ static int64_t cr_device_piece_elements(ggml_backend_dev_t dev) {
 }
 
 cr_limits cr_limits_for(ggml_backend_t const *backends, int n_backends) {
-    cr_limits lim = {.grid_yz = 0, .max_elements = CR_MAX_TENSOR_ELEMENTS, .piece_elements = 0};
+    cr_limits lim = {.grid_yz = 0, .max_elements = CR_MAX_TENSOR_ELEMENTS, .piece_elements = 0,
+                     .backends = backends, .n_backends = n_backends};
     int64_t piece_default = CR_PIECE_ELEMENTS;
     for (int i = 0; i < n_backends; i++) {
         ggml_backend_dev_t dev = ggml_backend_get_device(backends[i]);
@@ -158,7 +159,7 @@ codecrt_status cr_guard_graph(const cr_limits *lim, struct ggml_cgraph *gf, cr_e
             }
         }
     }
-    return CODECRT_OK;
+    return lim->n_backends > 0 ? cr_guard_supported(lim->backends, lim->n_backends, gf, err) : CODECRT_OK;
 }
 
 codecrt_status cr_guard_supported(ggml_backend_t const *backends, int n_backends, struct ggml_cgraph *gf,

@@ -407,6 +407,23 @@ struct ggml_tensor *cr_upconv_tail(struct ggml_context *ctx, struct ggml_tensor 
                                    struct ggml_tensor *mask, int s, int crop, int64_t n_out,
                                    struct ggml_tensor *prefix);
 
+/* The tail ops' prefix (cr_unit_tail, cr_upconv_tail): [S, B, C] F32, time contiguous, rows
+   at whole floats (a gathered state's strided view). */
+static inline bool cr_prefix_fits(const struct ggml_tensor *p, int64_t B, int64_t C) {
+    return p->type == GGML_TYPE_F32 && p->nb[0] == sizeof(float) && p->ne[0] >= 1 && p->ne[1] == B &&
+           p->ne[2] == C && p->ne[3] == 1 && p->nb[1] % sizeof(float) == 0 && p->nb[2] % sizeof(float) == 0;
+}
+
+/* Row (b, c) of a tail op's prefix written at o (its S frames); returns o + S, where the op's
+   own output starts. */
+static inline float *cr_prefix_row(float *o, const struct ggml_tensor *pre, int64_t b, int64_t c) {
+    const float *pr = (const float *)((const char *)pre->data + b * pre->nb[1] + c * pre->nb[2]);
+    for (int64_t t = 0; t < pre->ne[0]; t++) {
+        o[t] = pr[t];
+    }
+    return o + pre->ne[0];
+}
+
 /* A scaled softmax over each row as one op (ops/ops_softmax.c, ops/softmax.h): a [n, ...]
    contiguous F32 -> a's shape, softmax(scale a) along ne0. NULL where the type or layout
    does not fit. */
@@ -542,6 +559,8 @@ typedef struct cr_limits {
     int64_t grid_yz;      /* GPU launch grid: most blocks in y and z (0: no GPU rules) */
     int64_t max_elements; /* most elements of one tensor */
     int64_t piece_elements; /* an offline decode above this runs in pieces (CR_PIECE_ELEMENTS) */
+    ggml_backend_t const *backends; /* the set that runs the graphs (none: no support check) */
+    int n_backends;
 } cr_limits;
 
 /* The limits of a backend set (GPU rules if any backend is not the CPU), with
@@ -549,11 +568,12 @@ typedef struct cr_limits {
 cr_limits cr_limits_for(ggml_backend_t const *backends, int n_backends);
 /* CODECRT_E_TOO_LARGE, naming the op, shape and limit, if t breaks a limit. */
 codecrt_status cr_guard_node(const cr_limits *lim, const struct ggml_tensor *t, cr_err *err);
-/* Every node of gf and its sources; call before ggml allocates or computes gf. */
+/* Every node of gf and its sources against the limits, then every node against the limits'
+   backends (cr_guard_supported); call before ggml allocates or computes gf. */
 codecrt_status cr_guard_graph(const cr_limits *lim, struct ggml_cgraph *gf, cr_err *err);
 /* CODECRT_E_UNSUPPORTED, naming the op and its types, where no backend of the set runs a node
    of gf (ggml's scheduler asserts on such a node: an op and type pairing that a build or an
-   environment switch leaves without a kernel); call with cr_guard_graph. */
+   environment switch leaves without a kernel). */
 codecrt_status cr_guard_supported(ggml_backend_t const *backends, int n_backends, struct ggml_cgraph *gf,
                                   cr_err *err);
 

@@ -247,8 +247,3 @@ struct ggml_tensor *cr_states_mask_of(cr_states *s, int64_t n, int32_t rate, int
     }
     return ggml_reshape_2d(s->ctx, cr_states_time(s, CR_TIME_MASK, n, rate, delay, 0), n, s->B);
 }
-
-struct ggml_tensor *cr_states_mask_tf(cr_states *s, struct ggml_tensor *x, int32_t rate, int32_t delay) {
-    struct ggml_tensor *m = cr_states_mask_of(s, x->ne[0], rate, delay); /* [n, B] */
-    return m ? ggml_mul(s->ctx, x, ggml_reshape_3d(s->ctx, m, x->ne[0], x->ne[1], 1)) : x;
-}

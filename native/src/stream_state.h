@@ -160,12 +160,9 @@ struct ggml_tensor *cr_states_time(cr_states *s, int32_t kind, int64_t n, int32_
 /* x [C, n, B] times its 0/1 mask over [0, end) on edge ticks; x itself on steady ones. */
 struct ggml_tensor *cr_states_mask(cr_states *s, struct ggml_tensor *x, int32_t rate, int32_t delay);
 
-/* The same for a time-fastest x [n, B, C]. */
-struct ggml_tensor *cr_states_mask_tf(cr_states *s, struct ggml_tensor *x, int32_t rate, int32_t delay);
-
-/* The 0/1 mask [n, B] itself on edge ticks, for an op that applies it in its own pass
-   (cr_unit_tail, cr_upconv_tail: one pass over x fewer than cr_states_mask_tf after it);
-   NULL on steady ones. */
+/* The 0/1 mask [n, B] itself on edge ticks, for the time-fastest layout, whose ops apply it
+   in their own pass (cr_unit_tail, cr_upconv_tail: one pass over x fewer than a product
+   after them); NULL on steady ones. */
 struct ggml_tensor *cr_states_mask_of(cr_states *s, int64_t n, int32_t rate, int32_t delay);
 
 /*

@@ -124,7 +124,8 @@ static void check_times(void) {
               "time inputs registered");
         struct ggml_tensor *xc = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, C, n, B);
         struct ggml_tensor *xt = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n, B, C);
-        struct ggml_tensor *mc = cr_states_mask(&st, xc, 4, 9), *mt = cr_states_mask_tf(&st, xt, 4, 9);
+        struct ggml_tensor *mc = cr_states_mask(&st, xc, 4, 9), *m = cr_states_mask_of(&st, n, 4, 9); /* [n, B] */
+        struct ggml_tensor *mt = m ? ggml_mul(ctx, xt, ggml_reshape_3d(ctx, m, n, B, 1)) : xt;
         if (!masked) {
             CHECK(mc == xc && mt == xt && io.n_times == 2, "steady tick: masks are no-ops");
             ggml_free(ctx);

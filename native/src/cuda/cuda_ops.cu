@@ -761,21 +761,24 @@ bool blas_operand(const ggml_tensor *t) {
 /* Only codecrt's ops, F32 and laid out as their builders make them (contiguous, or for the
    attention's products strided views whose strides and offsets are whole floats), and only
    extents their kernels and cuBLAS' int arguments hold. */
+/* A tail op's optional mask (contiguous) and prefix (time contiguous), each F32 where present. */
+bool tail_extras_ok(const ggml_tensor *mask, const ggml_tensor *prefix) {
+    return (!mask || (mask->type == GGML_TYPE_F32 && ggml_is_contiguous(mask))) &&
+           (!prefix || (prefix->type == GGML_TYPE_F32 && prefix->nb[0] == sizeof(float)));
+}
+
 bool dev_supports_op(ggml_backend_dev_t dev, const struct ggml_tensor *op) {
     if (is_unit_tail(op)) {
         const ggml_tensor *y = op->src[0], *b = op->src[1], *x = op->src[2], *m = op->src[3], *p = op->src[4];
         return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && y && b && x && y->type == GGML_TYPE_F32 &&
                b->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && ggml_is_contiguous(y) &&
-               ggml_is_contiguous(b) && x->nb[0] == sizeof(float) &&
-               (!m || (m->type == GGML_TYPE_F32 && ggml_is_contiguous(m))) &&
-               (!p || (p->type == GGML_TYPE_F32 && p->nb[0] == sizeof(float)));
+               ggml_is_contiguous(b) && x->nb[0] == sizeof(float) && tail_extras_ok(m, p);
     }
     if (is_upconv_tail(op)) {
         const ggml_tensor *z = op->src[0], *b = op->src[1], *m = op->src[2], *p = op->src[3];
         return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && z && b && z->type == GGML_TYPE_F32 &&
-               b->type == GGML_TYPE_F32 && ggml_is_contiguous(z) && ggml_is_contiguous(b) &&
-               (!m || (m->type == GGML_TYPE_F32 && ggml_is_contiguous(m))) &&
-               (!p || (p->type == GGML_TYPE_F32 && p->nb[0] == sizeof(float))) && op->ne[1] <= INT32_MAX &&
+               b->type == GGML_TYPE_F32 && ggml_is_contiguous(z) && ggml_is_contiguous(b) && tail_extras_ok(m, p) &&
+               op->ne[1] <= INT32_MAX &&
                (op->ne[2] + TILE_C - 1) / TILE_C <= MAX_GRID_Y && (op->ne[0] + TILE_T - 1) / TILE_T <= INT32_MAX;
     }
     if (is_cols(op)) {

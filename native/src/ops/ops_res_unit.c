@@ -101,14 +101,7 @@ void cr_unit_tail_cpu(struct ggml_tensor *dst, int ith, int nth, void *user) {
         const int64_t c = r / B, b = r % B;
         const float *xr = (const float *)(xd + b * x->nb[1] + c * x->nb[2]);
         const float *yr = yd + r * n;
-        float *o = od + r * L;
-        if (pre) {
-            const float *pr = (const float *)((const char *)pre->data + b * pre->nb[1] + c * pre->nb[2]);
-            for (int64_t t = 0; t < S; t++) {
-                o[t] = pr[t];
-            }
-            o += S;
-        }
+        float *o = pre ? cr_prefix_row(od + r * L, pre, b, c) : od + r * L;
         if (md) {
             const float *mr = md + b * n;
             for (int64_t t = 0; t < n; t++) {
@@ -133,9 +126,7 @@ struct ggml_tensor *cr_unit_tail(struct ggml_context *ctx, struct ggml_tensor *y
         ok = mask->type == GGML_TYPE_F32 && ggml_is_contiguous(mask) && ggml_nelements(mask) == n * B;
     }
     if (ok && prefix) {
-        ok = prefix->type == GGML_TYPE_F32 && prefix->nb[0] == sizeof(float) && prefix->ne[0] >= 1 &&
-             prefix->ne[1] == B && prefix->ne[2] == C && prefix->ne[3] == 1 && prefix->nb[1] % sizeof(float) == 0 &&
-             prefix->nb[2] % sizeof(float) == 0;
+        ok = cr_prefix_fits(prefix, B, C);
     }
     if (!ok) {
         return NULL;

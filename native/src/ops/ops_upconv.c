@@ -33,14 +33,7 @@ void cr_upconv_tail_cpu(struct ggml_tensor *dst, int ith, int nth, void *user) {
     for (int64_t row = r0; row < r1; row++) {
         const int64_t c = row / B, b = row % B;
         const float *zb = zd + b * T * 2 * s * C;
-        float *o = od + row * L;
-        if (pre) {
-            const float *pr = (const float *)((const char *)pre->data + b * pre->nb[1] + c * pre->nb[2]);
-            for (int64_t i = 0; i < S; i++) {
-                o[i] = pr[i];
-            }
-            o += S;
-        }
+        float *o = pre ? cr_prefix_row(od + row * L, pre, b, c) : od + row * L;
         for (int64_t i = 0; i < n; i++) {
             const int64_t u = i + p.crop, j = u / s, r = u % s;
             const float lo = j < T ? zb[j * 2 * s * C + r * C + c] : 0.0f;
@@ -62,10 +55,8 @@ struct ggml_tensor *cr_upconv_tail(struct ggml_context *ctx, struct ggml_tensor 
     if (ok && mask) {
         ok = mask->type == GGML_TYPE_F32 && ggml_is_contiguous(mask) && ggml_nelements(mask) == n_out * B;
     }
-    if (ok && prefix) { /* [S, B, C], time contiguous, rows at whole floats (a gathered state's view) */
-        ok = prefix->type == GGML_TYPE_F32 && prefix->nb[0] == sizeof(float) && prefix->ne[0] >= 1 &&
-             prefix->ne[1] == B && prefix->ne[2] == C && prefix->ne[3] == 1 && prefix->nb[1] % sizeof(float) == 0 &&
-             prefix->nb[2] % sizeof(float) == 0;
+    if (ok && prefix) {
+        ok = cr_prefix_fits(prefix, B, C);
     }
     if (!ok) {
         return NULL;
