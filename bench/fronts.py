@@ -262,11 +262,37 @@ def _metrics(url: str) -> dict[str, float]:
             part = name.split('part="')[1].split('"')[0]
             scale = 1e3 if name.startswith("codecd_tick_part_seconds") else 1.0
             out[f"{which}.{part}"] = max(out.get(f"{which}.{part}", 0.0), scale * v)
+        elif name.startswith(("codecd_front_loop_late_seconds_bucket{",
+                              "codecd_front_gc_pause_seconds_bucket{")):
+            kind = "loop" if "loop_late" in name else "gc"
+            le = name.split('le="')[1].split('"')[0]
+            out[f"{kind}.{le}"] = out.get(f"{kind}.{le}", 0.0) + v  # summed over the fronts
         elif name.startswith("codecd_ticks_total{"):
             out["ticks"] = out.get("ticks", 0.0) + v
         elif name.startswith("codecd_graph_total{") and 'counter="computes"' in name:
             out["computes"] = out.get("computes", 0.0) + v
     return out
+
+
+def stall_note(m0: dict[str, float], m1: dict[str, float]) -> str:
+    """The fronts' stalls over a run (codecd.stalls, summed over the fronts): how many of their
+    event loops' 5 ms wake-ups came more than 5 and 20 ms late and the largest lateness's
+    bucket, and the same for their garbage collections."""
+    parts = []
+    for kind, what in (("loop", "event-loop wake-ups"), ("gc", "collections")):
+        les = sorted((k.split(".", 1)[1] for k in m1 if k.startswith(kind + ".")),
+                     key=lambda le: float(le))
+        if not les:
+            return "the fronts' stalls: not in /metrics (one front, or an older daemon)"
+        cum = {le: m1.get(f"{kind}.{le}", 0.0) - m0.get(f"{kind}.{le}", 0.0) for le in les}
+        total = cum[les[-1]]
+        over5 = total - cum.get("0.005", 0.0)
+        over20 = total - cum.get("0.02", 0.0)
+        top = next((le for i, le in enumerate(les) if cum[le] == total), les[-1])
+        lo = next((les[i - 1] for i, le in enumerate(les) if le == top and i > 0), "0")
+        parts.append(f"{what} {int(total)}, over 5 ms {int(over5)}, over 20 ms {int(over20)}, "
+                     f"largest in ({1e3 * float(lo):g}, {1e3 * float(top):g}] ms")
+    return "the fronts' stalls (all fronts): " + "; ".join(parts)
 
 
 def phase_cell(m0: dict[str, float], m1: dict[str, float]) -> tuple[str, str]:
@@ -548,6 +574,7 @@ def main() -> int:
                         notes.append(f"starts over {args.ramp:g} s; the later half's TTFA p50 "
                                      f"{1e3 * r.ttfa_later_half(50):.1f} ms, p99 "
                                      f"{1e3 * r.ttfa_later_half(99):.1f} ms")
+                    notes.append(stall_note(m0, m1))
                     if trace:
                         notes.append(trace_summary(trace, t_row, time.monotonic()))
                     notes = [f"fronts {nf}, N {n}: {x}" for x in notes]

@@ -105,7 +105,7 @@
 #            splits and launch of $INPUTS_N [1000] streams' ticks (GGML_SCHED_DEBUG=1 python -m
 #            bench.gpu.splits), SNAC capacity at $INPUTS_STREAMS [1600,2000] streams each way,
 #            then the GPU test file TF32 off with the inputs on the device
-#   cadence  one daemon (4 fronts, as fronts; --max-batch $CADENCE_MAX [3000], buckets 64,256,MAX,
+#   cadence  one daemon ($CADENCE_FRONTS [4] fronts, a list runs each, as fronts; --max-batch $CADENCE_MAX [3000], buckets 64,256,MAX,
 #            stream and connection limits MAX + 100)
 #            at $CADENCE_N [1300,1600] SNAC streams four ways (or five: gap, below),
 #            each with its tick trace (CODECD_TICK_TRACE, all in $OUT/traces.tgz): the shipped
@@ -471,7 +471,7 @@ convcheck() {
 }
 
 cadence() {
-    local n=${CADENCE_N:-1300,1600} way extra rt g
+    local n=${CADENCE_N:-1300,1600} way extra rt g fronts=${CADENCE_FRONTS:-4}
     # the batch limit above the loads tried (2,800 SNAC streams hold on an H100's runtime alone)
     local mb=${CADENCE_MAX:-3000}
     local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=$mb
@@ -491,8 +491,8 @@ cadence() {
             *) echo "cadence: no way '$way' (shipped, slack, now, cadence, gap, gapMS, half)" | tee -a "$OUT/report.txt"
                continue ;;
         esac
-        stage "cadence, $way: python3 -m bench fronts --spawn demo --fronts 4 --n $n ${extra[*]:-}"
-        CODECD_TICK_TRACE="$traces/trace-$way" python3 -m bench fronts --spawn demo --fronts 4 \
+        stage "cadence, $way: python3 -m bench fronts --spawn demo --fronts $fronts --n $n ${extra[*]:-}"
+        CODECD_TICK_TRACE="$traces/trace-$way" python3 -m bench fronts --spawn demo --fronts "$fronts" \
             --n "$n" --repeat "${CADENCE_REPEAT:-1}" --seconds "${CADENCE_SECONDS:-3}" \
             --ramp "${CADENCE_RAMP:-0}" --per-conn 8 --client-procs 8 \
             --server-cpus 0-7 --runtime-ticks $rt "${extra[@]}" "${daemon[@]}" 2>&1 \

@@ -65,6 +65,7 @@ from .engine.streams import CodesError, StreamRecord, StreamTable, int32_levels
 from .families import model_spec
 from .logs import flush_logs
 from .metrics import render_totals
+from .stalls import GcPauses, LoopStalls
 from .server import Server, _Conn
 from .web.tickets import offered_credentials
 
@@ -442,6 +443,9 @@ class FrontServer(Server):
         self._routes.exposition = lambda: render_totals(self._totals)
         self._routes.accepting = self._is_ready
         self._routes.admit_connection = self._admit_connection
+        #: how late this front's loop ran, and its collector's pauses (codecd_front_stall_*)
+        self._loop_stalls = LoopStalls()
+        self._gc_pauses = GcPauses().install()
 
     # ------------------------------------------------------------- state
 
@@ -476,7 +480,9 @@ class FrontServer(Server):
                     held = smp.value
         return {"front": self.index, "pid": os.getpid(), "connections": len(self._conns),
                 "streams": self.active_streams, "session": self.metrics.as_dict(),
-                "refused": refused, "ttfa": ttfa, "held": held, "engine": self.engine_stats()}
+                "refused": refused, "ttfa": ttfa, "held": held, "engine": self.engine_stats(),
+                "stalls": {"loop": self._loop_stalls.late.as_dict(),
+                           "gc": self._gc_pauses.pauses.as_dict()}}
 
     # ------------------------------------------------------------- control
 
@@ -554,6 +560,7 @@ class FrontServer(Server):
                                   select_subprotocol=self._web.select_subprotocol)
         self._ws_server = await serve(self._handler, sock=self._sock, **kw)
         self._tasks.append(asyncio.create_task(self._ticker(), name="codecd-ticker"))
+        self._tasks.append(asyncio.create_task(self._loop_stalls.run(), name="codecd-loop-stalls"))
         self.ready = True
         self._send({"op": "ready"})
 

@@ -246,6 +246,13 @@ class _FrontsCollector(Collector):
                                     labels=["front"])
         rss = GaugeMetricFamily("codecd_front_resident_memory_bytes", "resident set size of a "
                                 "front", labels=["front"])
+        stalls = {
+            "loop": HistogramMetricFamily(
+                "codecd_front_loop_late_seconds", "how late a front's event loop woke for a "
+                "5 ms timer (a long callback, a burst of sends, the collector)", labels=["front"]),
+            "gc": HistogramMetricFamily("codecd_front_gc_pause_seconds", "a front's garbage "
+                                        "collections, by length", labels=["front"]),
+        }
         n_held = 0.0
         reasons: dict[str, float] = {}
         buckets: dict[str, float] = {}
@@ -268,10 +275,14 @@ class _FrontsCollector(Collector):
             for le, n in tt.get("buckets", []):
                 buckets[le] = buckets.get(le, 0.0) + n
             h_sum += tt.get("sum", 0.0)
+            for k, fam in stalls.items():
+                hs = sn.get("stalls", {}).get(k)
+                if hs:
+                    fam.add_metric([fi], [(le, n) for le, n in hs["buckets"]], hs["sum"])
         held.add_metric([], n_held)
         for r, n in sorted(reasons.items()):
             refused.add_metric([r], n)
-        yield from (held, refused, up, fconn, fstr, frest, rss)
+        yield from (held, refused, up, fconn, fstr, frest, rss, *stalls.values())
         if buckets:
             order = sorted(buckets, key=lambda le: float(le))
             h = HistogramMetricFamily("codecd_time_to_first_audio_seconds",

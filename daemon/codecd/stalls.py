@@ -1,0 +1,84 @@
+"""How long a front's event loop and its garbage collector stalled (issue 17).
+
+A front that stops reading its sockets for 20 ms holds back the codes of every stream it
+serves by that much, and a worker's tick that was due meanwhile goes without them: from the
+worker the late codes look like a late load generator. These two histograms tell the fronts'
+part. :class:`LoopStalls` wakes every ``interval_s`` and counts how late each wake-up came
+(a callback that ran long, a burst of sends, the collector, the process scheduled out);
+:class:`GcPauses` counts each collection by its length (``gc.callbacks``). Both are
+cumulative counts per bucket, summed by main across fronts like any other histogram.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import gc
+import time
+from typing import Any
+
+__all__ = ["BUCKETS_S", "Histogram", "LoopStalls", "GcPauses"]
+
+#: upper bounds of the buckets, seconds (the last bucket, +Inf, is implicit)
+BUCKETS_S: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+
+
+class Histogram:
+    """Counts per bucket of ``BUCKETS_S`` (and one above), their sum and the largest value."""
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(BUCKETS_S) + 1)
+        self.sum = 0.0
+        self.largest = 0.0
+
+    def add(self, v: float) -> None:
+        self.counts[bisect.bisect_left(BUCKETS_S, v)] += 1
+        self.sum += v
+        if v > self.largest:
+            self.largest = v
+
+    def as_dict(self) -> dict[str, Any]:
+        """Cumulative buckets as Prometheus writes them: [[le, count], ...] ending at +Inf."""
+        out, acc = [], 0
+        for le, n in zip((*map(str, BUCKETS_S), "+Inf"), self.counts):
+            acc += n
+            out.append([le, acc])
+        return {"buckets": out, "sum": self.sum, "count": acc, "largest": self.largest}
+
+
+class LoopStalls:
+    """The lateness of a periodic wake-up of the running event loop."""
+
+    def __init__(self, interval_s: float = 0.005) -> None:
+        self.interval_s = interval_s
+        self.late = Histogram()
+
+    async def run(self) -> None:
+        while True:
+            due = time.monotonic() + self.interval_s
+            await asyncio.sleep(self.interval_s)
+            self.late.add(max(0.0, time.monotonic() - due))
+
+
+class GcPauses:
+    """Each collection's wall time in this process (install once; uninstall when done)."""
+
+    def __init__(self) -> None:
+        self.pauses = Histogram()
+        self._t = 0.0
+
+    def install(self) -> GcPauses:
+        if self._callback not in gc.callbacks:
+            gc.callbacks.append(self._callback)
+        return self
+
+    def uninstall(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        elif self._t:
+            self.pauses.add(time.perf_counter() - self._t)
+            self._t = 0.0
