@@ -376,7 +376,10 @@ class Worker:
         self.first_gap_ms = max(0.0, cfg.first_audio_gap_ms)
         self._holds: dict[str, float] = {}
         self._round_t = 0.0  # monotonic start of the current tick round
-        self._tick_t = 0.0  # ... and of the last one that stepped streams (the cadence gates the next)
+        #: the cadence's grid: when the last round that stepped streams was due (its start, or
+        #: the boundary it was due at when its deadline cut it); the next is due a period later
+        self._tick_t = 0.0
+        self._due_t = 0.0  # the boundary the round being gathered is due at (0: none)
         #: what started the next tick round (the tick trace's last column)
         self._trigger = "idle"
         self._trace = _tick_trace(index)
@@ -884,14 +887,30 @@ class Worker:
                 stepped += self._tick(m)
             self.rounds += 1
             if stepped:  # the cadence counts from rounds that stepped, not from idle passes
-                self._tick_t = self._round_t
-                self.cadence.round(self._tick_t, time.monotonic())
+                self._tick_t = self._grid_after(self._round_t)
+                self.cadence.round(self._round_t, time.monotonic())
+            self._due_t = 0.0
             self.flush()
             if self._trace is not None and stepped:
                 self._trace_round(self._round_t, ready, stepped, self._trigger)
             if not stepped or self._align_s() or self._wait(0):  # aligned: the loop gates the next
                 return
             self._trigger = "again"
+
+    def _grid_after(self, start: float) -> float:
+        """Where the grid stands after a round that started at ``start``: at its start when it
+        went because every stream was ready (the grid follows the phase the codes arrive at), at
+        the boundary it was due at when its deadline cut it. Anchored at the start, a round cut
+        by its deadline would put the next one's a period and the slack after it: with one
+        stream whose codes are late every time (a language model slower than real time) every
+        round would be slack later than the last, all streams falling behind real time by the
+        slack each period. A round that started more than half a period after its boundary (a
+        tick before it overran) starts the grid again at its start."""
+        due = self._due_t
+        cut = self._trigger in ("boundary", "boundary-passed")
+        if cut and due and start - due <= self._align_s() / 2:
+            return due
+        return start
 
     def _trace_round(self, start: float, ready: int, stepped: int, trigger: str) -> None:
         """One line of the tick trace (CODECD_TICK_TRACE): the round's start (monotonic s),
@@ -1110,17 +1129,18 @@ class Worker:
             if align_s and not gathered:
                 if self.running and self._busy() and not self._all_waiting():
                     # streams made ready while the last tick was on the device (its pushes are
-                    # read then) wait until a period after that tick's start (and the slack):
+                    # read then) wait until a period after the grid (_grid_after) and the slack:
                     # one tick a period, all of them in it (at once if the tick overran it)
-                    self._trigger = self._gather_until(self._tick_t + align_s + self.slack_s)
+                    self._due_t = self._tick_t + align_s
+                    self._trigger = self._gather_until(self._due_t + self.slack_s)
                 else:
                     self._trigger = "all-ready" if self._busy() else "idle"
             if self.running:
                 self.run_ticks()
 
     def _tick_due(self, align_s: float, now: float) -> float:
-        """When an idle worker's next aligned tick starts: a period after the last one started,
-        or, idle since then, the next multiple of the period on the monotonic clock. A period
+        """When an idle worker's next aligned tick starts: a period after the grid (the last
+        round's start or due boundary, ``_grid_after``), or, idle since then, the next multiple of the period on the monotonic clock. A period
         after the last start, not the multiple after it: a tick that started early because every
         stream was ready (the phase the streams' codes arrive at) would otherwise be followed by
         a second one at that multiple, before the period is over, with the streams that came in
@@ -1129,8 +1149,12 @@ class Worker:
         of 24 each do. Plus ``tick_slack_ms``: a tick that started when the last stream's codes
         came is due a period later, just when that stream's next codes are; without slack, codes
         a little late miss it and wait a period."""
-        due = self._tick_t + align_s + self.slack_s
-        return due if due > now else (now // align_s + 1) * align_s
+        due = self._tick_t + align_s
+        if due + self.slack_s > now:
+            self._due_t = due
+            return due + self.slack_s
+        self._due_t = (now // align_s + 1) * align_s
+        return self._due_t
 
     def _gather_until(self, deadline: float) -> str:
         """Apply commands until ``deadline`` (monotonic seconds) or until every open stream

@@ -584,6 +584,44 @@ def test_tick_slack_waits_for_late_codes(small: Path, slack_ms: float, want: lis
     assert two_stream_batches(small, 0.4, 0.4, seed=3, tick_slack_ms=slack_ms) == want
 
 
+def test_a_silent_stream_does_not_slow_the_cadence(small: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """One stream sends a chunk every 200 ms (the cadence), another is open and silent, so no
+    round starts because every stream is ready: each waits for its deadline, a period and the
+    60 ms slack after the boundary before it. The rounds keep the period (the grid holds at
+    the boundary a cut round was due at), not a period and the slack, which would leave every
+    stream behind real time by 60 ms a period (docs/server.md)."""
+    monkeypatch.setenv("CODECD_TICK_TRACE", str(tmp_path / "trace"))
+    P, slack = 0.2, 0.06
+
+    async def main() -> None:
+        pool = aligned_pool(small, 1e3 * P, warm_buckets=(1,), tick_slack_ms=1e3 * slack,
+                            first_audio="cadence")
+        await pool.start()
+        try:
+            pool.open(0, "small")
+            pool.open(1, "small")
+            await pool.fetch_stats()
+            rng = np.random.default_rng(6)
+            t0 = time.monotonic()
+            for k in range(12):
+                await asyncio.sleep(max(0.0, t0 + k * P - time.monotonic()))
+                pool.push(0, small_codes(4, rng))
+            await asyncio.sleep(0.3)
+        finally:
+            await pool.close()
+
+    asyncio.run(main())
+    rows = [line.split() for line in (tmp_path / "trace.worker0").read_text().splitlines()[1:]]
+    starts = [float(r[0]) for r in rows]
+    assert {r[6] for r in rows[1:]} <= {"boundary", "boundary-passed"}, rows
+    gaps = np.diff(starts)
+    assert len(gaps) >= 8, rows
+    # a period apart (a loaded machine may start one late, and the next on time again)
+    assert abs(float(np.median(gaps)) - P) < 0.02, gaps
+    assert starts[-1] - starts[0] < (len(gaps) + 0.5) * P, gaps
+
+
 def test_first_audio_now_does_not_wait_for_the_cadence(small: Path) -> None:
     """Two streams open on a 300 ms cadence, one silent (so that not every stream is ready);
     the other's 4 chunks of codes pushed at once just after a multiple of the period, then its
