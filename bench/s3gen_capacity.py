@@ -72,6 +72,8 @@ class Row:
     recreations: int = 0
     compute_mib: float = 0.0
     largest_batch: int = 0
+    #: every tick in order: (wall s, reservations the context made in it, graphs it built)
+    ticks: list[tuple[float, int, int]] = field(default_factory=list)
 
     def budget_ms(self, chunk: int) -> float:
         """The smallest budget of a later tick (every one with chunks of ``chunk`` tokens)."""
@@ -111,6 +113,7 @@ def run_row(codecrt: Any, ctx: Any, voice: Any, name: str, n: int, phases: int, 
         for s in range(phases * (n_chunks + 1)):
             g, k = s % phases, s // phases
             due = [fss[i] for i in groups[g]]
+            sk = ctx.stats
             c0, t0 = cpu_s(), time.perf_counter()
             # a phase's streams are in step: its first stream's next chunk is every one's
             done0 = due[0].tokens_decoded
@@ -127,6 +130,8 @@ def run_row(codecrt: Any, ctx: Any, voice: Any, name: str, n: int, phases: int, 
                 raise RuntimeError(f"{name} N={n} tick {s}: {tick.stepped} of {len(due)} stepped, "
                                    f"errors {tick.errors}")
             emitted += got
+            sk1 = ctx.stats
+            row.ticks.append((dt, sk1.reservations - sk.reservations, sk1.graphs_built - sk.graphs_built))
             row.largest_batch = max(row.largest_batch, tick.largest_batch)
             if k == 0:
                 row.first.append(dt)
@@ -266,6 +271,11 @@ def print_capacity(rows: list[Row], notes: list[str], codecrt: Any, args: argpar
     for line in notes:
         if line:
             print(line)
+    # which ticks are slow: the later chunks' (the flow recomputes every token so far) or the
+    # ones that re-planned compute buffers
+    for r in rows:
+        print(f"{r.model} {starts(r.phases)} N={r.n}: ticks ms (reservations, graphs built): " +
+              ", ".join(f"{1e3 * w:.0f} ({k}, {b})" for w, k, b in r.ticks))
     for model in dict.fromkeys(r.model for r in rows):
         best: dict[str, int] = {}
         for r in rows:
