@@ -23,6 +23,7 @@ keeps their connections; the restarted worker's channel follows from main.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import itertools
@@ -75,6 +76,7 @@ __all__ = ["RingEngine", "RingPool", "FrontServer", "serve_fd", "config_to_json"
 logger = logging.getLogger(__name__)
 
 _RETRY_S = 0.002  # a full command ring is tried again this soon
+_EVENT_SLICE_S = 0.002  # events handed on per loop turn, at most this long (_handle_events)
 
 
 def config_to_json(cfg: Config) -> dict[str, Any]:
@@ -122,6 +124,9 @@ class RingEngine:
         self._handlers: dict[type, Callable[[Any], None]] = {
             wire.AudioOut: self._on_audio, wire.StreamDone: self._on_done,
             wire.StreamFailed: self._on_failed, wire.StreamOpened: self._on_opened}
+        #: events read from the ring and not yet handed on, in order (_handle_events)
+        self._inbox: collections.deque[wire.Message] = collections.deque()
+        self._handling = False  # a continuation of _handle_events is scheduled
         loop.add_reader(ends.events.doorbell.fileno(), self._on_bell)
 
     # state
@@ -243,7 +248,6 @@ class RingEngine:
     def _on_bell(self) -> None:
         cons = self.ends.events
         alive = cons.on_doorbell()
-        handlers = self._handlers
         for rec in cons.records():
             self.packets_in += 1
             try:
@@ -251,21 +255,43 @@ class RingEngine:
             except wire.WireError as e:
                 logger.error("engine %d: unreadable event record: %s", self.index, e)
                 continue
-            for m in msgs:
-                h = handlers.get(type(m))
-                if h is None:
-                    logger.warning("engine %d: unexpected event %s", self.index,
-                                   type(m).__name__)
-                    continue
-                try:
-                    h(m)
-                except Exception:
-                    logger.exception("engine %d: event %s failed", self.index,
-                                     type(m).__name__)
+            self._inbox.extend(msgs)
         if not alive:
+            self._handle_events(None)  # what the worker sent before it died goes out first
             self.lost("the decode worker died; the stream was lost, the worker is being "
                       "restarted")
             self._on_lost(self.index, self.fid)
+            return
+        if not self._handling:
+            self._handle_events(_EVENT_SLICE_S)
+
+    def _handle_events(self, budget_s: float | None = _EVENT_SLICE_S) -> None:
+        """Hand the inbox's events on, in order, for at most ``budget_s`` (None: all of them),
+        then yield to the loop and go on in a later turn. A tick's audio for 500 streams is
+        about 25 ms of a front's work (a message through the session, its s16 conversion, a
+        websocket frame each): done in one callback it held back the socket reads queued
+        behind it, so the codes clients sent meanwhile reached the worker up to that much late,
+        after the round they were due for had started (issue 17). In slices the loop reads
+        its sockets between them."""
+        self._handling = False
+        handlers, inbox = self._handlers, self._inbox
+        end = time.perf_counter() + budget_s if budget_s is not None else None
+        n = 0
+        while inbox:
+            m = inbox.popleft()
+            h = handlers.get(type(m))
+            if h is None:
+                logger.warning("engine %d: unexpected event %s", self.index, type(m).__name__)
+                continue
+            try:
+                h(m)
+            except Exception:
+                logger.exception("engine %d: event %s failed", self.index, type(m).__name__)
+            n += 1
+            if end is not None and n % 16 == 0 and inbox and time.perf_counter() > end:
+                self._handling = True
+                self._loop.call_soon(self._handle_events, budget_s)
+                return
 
     def _on_audio(self, m: wire.AudioOut) -> None:
         rec = self._streams.of_sid(m.sid)
@@ -296,6 +322,7 @@ class RingEngine:
             return
         self.gone = True
         self._loop.remove_reader(self.ends.events.doorbell.fileno())
+        self._inbox.clear()
         self._out.clear()
         self._held.clear()
         recs = self._streams.clear()

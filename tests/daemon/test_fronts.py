@@ -491,6 +491,54 @@ def test_channel_rings_carry_batches_larger_than_a_ring(tmp_path: Path) -> None:
     worker.close()
 
 
+def test_a_ticks_audio_is_handed_on_in_slices() -> None:
+    """A worker's AUDIO record for 64 streams, each message taking 0.5 ms to hand on (a slow
+    session): the front hands them on in order, and in slices of about 2 ms with the loop
+    running between them (it reads its sockets there), not in one 32 ms callback."""
+    from codecd import wire
+    from codecd.channel import FrontEnds, WorkerEnds, make_channel
+    from codecd.engine import EngineConfig
+    from codecd.front import RingEngine
+
+    ch = make_channel(cmd_bytes=1 << 16, evt_bytes=1 << 20)
+    try:
+        front = FrontEnds.from_fds([os.dup(fd) for fd in ch.front_fds])
+        worker = WorkerEnds.from_fds([os.dup(fd) for fd in ch.worker_fds])
+    finally:
+        ch.close()
+    got: list[Any] = []
+
+    def deliver(ev: Any) -> None:
+        got.append(ev.key)
+        time.sleep(0.0005)
+
+    loop = asyncio.new_event_loop()
+    eng = RingEngine(0, front, {}, EngineConfig(models={}), deliver, loop)
+    recs = [eng._streams.add(i, "m", [1], 512, 1) for i in range(64)]
+    sids = np.array([r.sid for r in recs], dtype=np.uint64)
+    pcm = np.zeros(64 * 512, dtype=np.float32)
+    assert worker.events.write(wire.audio_packet(sids, np.full(64, 512, np.uint32), pcm))
+    worker.events.ring()
+    seen: list[int] = []  # what the loop saw handed on, each time it ran between callbacks
+
+    async def main() -> None:
+        for _ in range(2000):
+            await asyncio.sleep(0)
+            seen.append(len(got))
+            if len(got) == 64:
+                return
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.remove_reader(front.events.doorbell.fileno())
+        loop.close()
+        front.close()
+        worker.close()
+    assert got == list(range(64))
+    assert len({n for n in seen if 0 < n < 64}) >= 2, seen
+
+
 @pytest.mark.parametrize("align_ms", [0.0, 1000.0])
 def test_tick_align_puts_spread_streams_in_one_tick(small: Path, align_ms: float) -> None:
     """Four streams whose first chunk arrives spread over 150 ms: with ticks on a 1 s cadence
