@@ -270,6 +270,9 @@ class _Stream:
     stream: Any  # a codecrt.CodecStream (exact, low-latency, flow, ...)
     maybe_ready: bool = False
     fresh: bool = True  # no audio yet (first_audio = "now" ticks it at once)
+    #: ready at the start of the last aligned round: an aligned round waits for these
+    #: streams' codes (``_all_waiting``), not for a silent or a late one's
+    on_cadence: bool = False
     silent_steps: int = 0  # its steps without audio so far (counted while fresh, under "now")
 
 
@@ -376,10 +379,7 @@ class Worker:
         self.first_gap_ms = max(0.0, cfg.first_audio_gap_ms)
         self._holds: dict[str, float] = {}
         self._round_t = 0.0  # monotonic start of the current tick round
-        #: the cadence's grid: when the last round that stepped streams was due (its start, or
-        #: the boundary it was due at when its deadline cut it); the next is due a period later
-        self._tick_t = 0.0
-        self._due_t = 0.0  # the boundary the round being gathered is due at (0: none)
+        self._tick_t = 0.0  # ... and of the last one that stepped streams (the cadence gates the next)
         #: what started the next tick round (the tick trace's last column)
         self._trigger = "idle"
         self._trace = _tick_trace(index)
@@ -693,7 +693,14 @@ class Worker:
         for the streams that can share one), or of ``only`` those; collects their output."""
         import codecrt
 
-        cands = only if only is not None else [st for st in m.streams.values() if st.maybe_ready]
+        if only is None:
+            cands = []
+            for st in m.streams.values():
+                st.on_cadence = st.maybe_ready
+                if st.maybe_ready:
+                    cands.append(st)
+        else:
+            cands = only
         if not cands:
             return 0
         cands.sort(key=_SID)  # each front's streams side by side: one AUDIO record per front
@@ -873,8 +880,16 @@ class Worker:
         return any(st.maybe_ready for m in self.models.values() for st in m.streams.values())
 
     def _all_waiting(self) -> bool:
-        """Every open stream may be ready already: gathering cannot grow the batch."""
-        return all(st.maybe_ready for m in self.models.values() for st in m.streams.values())
+        """Every stream the round waits for may be ready already: those ready at the start of
+        the last aligned round, or every open stream when none was. A stream that was not (a
+        silent one, or one whose codes come late every time, as from a language model slower
+        than real time) joins whichever round it is ready for but holds none back: with it
+        counted, every round waited for its deadline, the next one due a period after that,
+        so every other stream fell behind real time by the slack each period (about 6 %
+        with the 5 ms default)."""
+        streams = [st for m in self.models.values() for st in m.streams.values()]
+        gate = [st for st in streams if st.on_cadence] or streams
+        return all(st.maybe_ready for st in gate)
 
     def run_ticks(self) -> None:
         """Tick rounds (one tick per model each) until nothing is ready or commands wait."""
@@ -887,30 +902,14 @@ class Worker:
                 stepped += self._tick(m)
             self.rounds += 1
             if stepped:  # the cadence counts from rounds that stepped, not from idle passes
-                self._tick_t = self._grid_after(self._round_t)
-                self.cadence.round(self._round_t, time.monotonic())
-            self._due_t = 0.0
+                self._tick_t = self._round_t
+                self.cadence.round(self._tick_t, time.monotonic())
             self.flush()
             if self._trace is not None and stepped:
                 self._trace_round(self._round_t, ready, stepped, self._trigger)
             if not stepped or self._align_s() or self._wait(0):  # aligned: the loop gates the next
                 return
             self._trigger = "again"
-
-    def _grid_after(self, start: float) -> float:
-        """Where the grid stands after a round that started at ``start``: at its start when it
-        went because every stream was ready (the grid follows the phase the codes arrive at), at
-        the boundary it was due at when its deadline cut it. Anchored at the start, a round cut
-        by its deadline would put the next one's a period and the slack after it: with one
-        stream whose codes are late every time (a language model slower than real time) every
-        round would be slack later than the last, all streams falling behind real time by the
-        slack each period. A round that started more than half a period after its boundary (a
-        tick before it overran) starts the grid again at its start."""
-        due = self._due_t
-        cut = self._trigger in ("boundary", "boundary-passed")
-        if cut and due and start - due <= self._align_s() / 2:
-            return due
-        return start
 
     def _trace_round(self, start: float, ready: int, stepped: int, trigger: str) -> None:
         """One line of the tick trace (CODECD_TICK_TRACE): the round's start (monotonic s),
@@ -1129,18 +1128,17 @@ class Worker:
             if align_s and not gathered:
                 if self.running and self._busy() and not self._all_waiting():
                     # streams made ready while the last tick was on the device (its pushes are
-                    # read then) wait until a period after the grid (_grid_after) and the slack:
+                    # read then) wait until a period after that tick's start (and the slack):
                     # one tick a period, all of them in it (at once if the tick overran it)
-                    self._due_t = self._tick_t + align_s
-                    self._trigger = self._gather_until(self._due_t + self.slack_s)
+                    self._trigger = self._gather_until(self._tick_t + align_s + self.slack_s)
                 else:
                     self._trigger = "all-ready" if self._busy() else "idle"
             if self.running:
                 self.run_ticks()
 
     def _tick_due(self, align_s: float, now: float) -> float:
-        """When an idle worker's next aligned tick starts: a period after the grid (the last
-        round's start or due boundary, ``_grid_after``), or, idle since then, the next multiple of the period on the monotonic clock. A period
+        """When an idle worker's next aligned tick starts: a period after the last one started,
+        or, idle since then, the next multiple of the period on the monotonic clock. A period
         after the last start, not the multiple after it: a tick that started early because every
         stream was ready (the phase the streams' codes arrive at) would otherwise be followed by
         a second one at that multiple, before the period is over, with the streams that came in
@@ -1149,12 +1147,8 @@ class Worker:
         of 24 each do. Plus ``tick_slack_ms``: a tick that started when the last stream's codes
         came is due a period later, just when that stream's next codes are; without slack, codes
         a little late miss it and wait a period."""
-        due = self._tick_t + align_s
-        if due + self.slack_s > now:
-            self._due_t = due
-            return due + self.slack_s
-        self._due_t = (now // align_s + 1) * align_s
-        return self._due_t
+        due = self._tick_t + align_s + self.slack_s
+        return due if due > now else (now // align_s + 1) * align_s
 
     def _gather_until(self, deadline: float) -> str:
         """Apply commands until ``deadline`` (monotonic seconds) or until every open stream
