@@ -338,27 +338,37 @@ class Server:
                         ws.close_code if ws.close_code is not None else "-", extra=log)
 
     async def _writer(self, conn: _Conn) -> None:
+        """Send the connection's queued frames in order, each within ``send_timeout_s``. The
+        frames queued when it wakes go out in one pass under one timeout, re-armed per frame:
+        a tick queues a frame for each of the connection's streams at once, and a wake-up and
+        a ``wait_for`` per frame were a good part of a front's work per message."""
         ws, sess = conn.ws, conn.session
         timeout = self.config.send_timeout_s
+        loop = asyncio.get_running_loop()
+        todo: collections.deque[Any] = collections.deque()
         while True:
-            item = await conn.out.get()
-            n = len(item.data) if isinstance(item, SendBinary) else \
-                len(item) if isinstance(item, str) else 0
-            if item is _CLOSE:
-                with contextlib.suppress(Exception):
-                    await ws.close(1000)
-                return
-            if isinstance(item, Close):
-                with contextlib.suppress(Exception):
-                    await ws.close(item.code, item.reason)
-                return
+            todo.append(await conn.out.get())
+            while not conn.out.empty():
+                todo.append(conn.out.get_nowait())
             try:
-                if isinstance(item, SendBinary):
-                    await asyncio.wait_for(ws.send(item.data), timeout)
-                    sess.on_sent(item)
-                else:
-                    await asyncio.wait_for(ws.send(item), timeout)
-                conn.taken(n)
+                async with asyncio.timeout(None) as deadline:
+                    while todo and todo[0] is not _CLOSE and not isinstance(todo[0], Close):
+                        item = todo[0]
+                        deadline.reschedule(loop.time() + timeout)
+                        if isinstance(item, SendBinary):
+                            await ws.send(item.data)
+                            sess.on_sent(item)
+                            conn.taken(len(item.data))
+                        else:
+                            await ws.send(item)
+                            conn.taken(len(item))
+                        todo.popleft()
+                if todo:  # a close, after every frame before it
+                    item = todo.popleft()
+                    code, reason = (1000, "") if item is _CLOSE else (item.code, item.reason)
+                    with contextlib.suppress(Exception):
+                        await ws.close(code, reason)
+                    return
             except asyncio.TimeoutError:
                 logger.warning("connection %d: client did not read for %.1f s: slow_reader",
                                sess.id, timeout, extra={"conn": sess.id})
