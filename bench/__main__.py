@@ -21,6 +21,8 @@ SUITES: dict[str, Suite] = {
     "serve": Suite("bench.serve", "load test of codecd serve: N concurrent real-time streams"),
     "fronts": Suite("bench.fronts", "codecd serve --fronts F: the serve load through F front "
                     "processes, one worker"),
+    "frames": Suite("bench.frames", "the websockets layer under a front: CPU per frame by event "
+                    "loop and send pattern"),
     "worker": Suite("bench.worker", "the engine worker's tick: host work per stream by phase "
                     "against the runtime alone"),
     "speech": Suite("bench.speech", "speech endpoint: time to first audio over a paced LM stand-in"),

@@ -4,8 +4,11 @@
 # opt-in GPU tests and the GPU suites of `python -m bench`, and write a report
 # under $OUT ($OUT/report.txt, plus one file per stage).
 #
-#   carry: .whl (cp312 wheels: cffi pycparser gguf snac soxr websockets, and the PyTorch
-#          references' from bench/gpu/reference-wheels.sh), .ggml (the sdist)
+#   carry: .whl (cp312 wheels: cffi pycparser gguf snac soxr websockets, uvloop (the `fast`
+#          extra: the fronts' loop, as shipped; without it they run on asyncio's), and the
+#          PyTorch references' from bench/gpu/reference-wheels.sh), .ggml (the sdist). Fetch
+#          the runtime ones where pip reaches PyPI: pip download --only-binary=:all: --no-deps
+#          --python-version 3.12 --platform manylinux2014_x86_64 -d .whl PACKAGE==VERSION
 #   bash bench/gpu/run.sh STAGE...     (default: all = build test bench)
 # $CODECD_SITE [/tmp/codecd-site] and $CODECD_WHEELS [.whl] move the install and the wheels
 # (a rehearsal of deps and the references stage off the device).
