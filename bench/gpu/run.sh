@@ -546,3 +546,6 @@ for what in "$@"; do
     esac
 done
 python3 -c "import codecrt; print('codecrt', codecrt.version(), codecrt.__file__)" | tee -a "$OUT/report.txt"
+# the fronts' event loop (uvloop when it imports, else asyncio's)
+python3 -c "import uvloop; print('fronts on uvloop', uvloop.__version__, uvloop.__file__)" 2>/dev/null \
+    | tee -a "$OUT/report.txt" || echo "fronts on asyncio's loop (no uvloop)" | tee -a "$OUT/report.txt"
