@@ -56,13 +56,14 @@ async def _serve_once(n: int, batch: int, pattern: str) -> tuple[float, float]:
 
     async def handler(ws: Any) -> None:
         async def writer() -> None:
-            for _ in range(0, n, batch):
+            for start in range(0, n, batch):
+                k = min(batch, n - start)  # exactly n in all: the client stops reading there
                 if pattern == "wait_for":
-                    for _ in range(batch):
+                    for _ in range(k):
                         await asyncio.wait_for(ws.send(OUT), 10.0)
                 else:
                     async with asyncio.timeout(None) as deadline:
-                        for _ in range(batch):
+                        for _ in range(k):
                             deadline.reschedule(loop.time() + 10.0)
                             await ws.send(OUT)
                 await asyncio.sleep(0)

@@ -288,6 +288,9 @@ def stall_note(m0: dict[str, float], m1: dict[str, float]) -> str:
         total = cum[les[-1]]
         over5 = total - cum.get("0.005", 0.0)
         over20 = total - cum.get("0.02", 0.0)
+        if total <= 0:
+            parts.append(f"{what}: none")
+            continue
         top = next((le for i, le in enumerate(les) if cum[le] == total), les[-1])
         lo = next((les[i - 1] for i, le in enumerate(les) if le == top and i > 0), "0")
         parts.append(f"{what} {int(total)}, over 5 ms {int(over5)}, over 20 ms {int(over20)}, "

@@ -25,15 +25,11 @@ import logging
 import math
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, as a package
-    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+import tomllib
 
 logger = logging.getLogger(__name__)
 

@@ -336,6 +336,7 @@ class RingEngine:
     def stats(self) -> dict[str, Any]:
         return {"index": self.index, "state": "ready" if not self.gone else "restarting",
                 "streams": len(self._streams), "queued_commands": len(self._out),
+                "queued_events": len(self._inbox),
                 "held_packets": len(self._held),
                 "packets_out": self.packets_out, "packets_in": self.packets_in,
                 "ring_full": self.ring_full,

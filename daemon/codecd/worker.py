@@ -177,7 +177,7 @@ def auto_express(models: Any, gap_ms: float) -> bool:
 def tick_period_s(lm: ExactStreamModel) -> float:
     """The seconds of audio a tick adds to each of a model's streams."""
     info = lm.model.info
-    return lm.chunk_frames * info.hop_length / info.sample_rate
+    return float(lm.chunk_frames * info.hop_length / info.sample_rate)
 
 
 def auto_first_gap_ms(models: Any) -> float:
@@ -195,7 +195,8 @@ def auto_cadence(models: Any) -> Cadence:
     exact-stream models, kept always when their contexts run on a GPU, where a tick has a
     large fixed cost and full ticks pay (1,000 SNAC streams on an H200 were measured so,
     docs/benchmarks.md), and on the CPU only while the worker is loaded (cadence.py)."""
-    gpu, cpu = [], []
+    gpu: list[float] = []
+    cpu: list[float] = []
     for m in models:
         lm = m.lm
         if isinstance(lm, ExactStreamModel):
@@ -270,8 +271,8 @@ class _Stream:
     stream: Any  # a codecrt.CodecStream (exact, low-latency, flow, ...)
     maybe_ready: bool = False
     fresh: bool = True  # no audio yet (first_audio = "now" ticks it at once)
-    #: ready at the start of the last aligned round: an aligned round waits for these
-    #: streams' codes (``_all_waiting``), not for a silent or a late one's
+    #: ready at the start of the last aligned round that stepped streams: an aligned round
+    #: waits for these streams' codes (``_all_waiting``), not for a silent or a late one's
     on_cadence: bool = False
     silent_steps: int = 0  # its steps without audio so far (counted while fresh, under "now")
 
@@ -693,14 +694,7 @@ class Worker:
         for the streams that can share one), or of ``only`` those; collects their output."""
         import codecrt
 
-        if only is None:
-            cands = []
-            for st in m.streams.values():
-                st.on_cadence = st.maybe_ready
-                if st.maybe_ready:
-                    cands.append(st)
-        else:
-            cands = only
+        cands = only if only is not None else [st for st in m.streams.values() if st.maybe_ready]
         if not cands:
             return 0
         cands.sort(key=_SID)  # each front's streams side by side: one AUDIO record per front
@@ -880,16 +874,17 @@ class Worker:
         return any(st.maybe_ready for m in self.models.values() for st in m.streams.values())
 
     def _all_waiting(self) -> bool:
-        """Every stream the round waits for may be ready already: those ready at the start of
-        the last aligned round, or every open stream when none was. A stream that was not (a
+        """Every stream the round waits for may be ready already: aligned, those ready at the
+        start of the last round that stepped streams, or every open stream when none was;
+        unaligned (gather_ms), every open stream. A stream that was not (a
         silent one, or one whose codes come late every time, as from a language model slower
         than real time) joins whichever round it is ready for but holds none back: with it
         counted, every round waited for its deadline, the next one due a period after that,
         so every other stream fell behind real time by the slack each period (about 6 %
         with the 5 ms default)."""
         streams = [st for m in self.models.values() for st in m.streams.values()]
-        gate = [st for st in streams if st.on_cadence] or streams
-        return all(st.maybe_ready for st in gate)
+        gate = [st for st in streams if st.on_cadence] if self._align_s() else []
+        return all(st.maybe_ready for st in gate or streams)
 
     def run_ticks(self) -> None:
         """Tick rounds (one tick per model each) until nothing is ready or commands wait."""
@@ -897,6 +892,10 @@ class Worker:
             self._round_t = time.monotonic()
             if self._trace is not None:
                 ready = sum(st.maybe_ready for m in self.models.values() for st in m.streams.values())
+            # which streams the next aligned round waits for: those ready now, if this round
+            # steps (a turn of the loop that steps nothing, after a command, leaves them be)
+            at_start = ([(st, st.maybe_ready) for m in self.models.values() for st in m.streams.values()]
+                        if self._align_s() else None)
             stepped = 0
             for m in self.models.values():
                 stepped += self._tick(m)
@@ -904,6 +903,8 @@ class Worker:
             if stepped:  # the cadence counts from rounds that stepped, not from idle passes
                 self._tick_t = self._round_t
                 self.cadence.round(self._tick_t, time.monotonic())
+                for st, was_ready in at_start or ():
+                    st.on_cadence = was_ready
             self.flush()
             if self._trace is not None and stepped:
                 self._trace_round(self._round_t, ready, stepped, self._trigger)
