@@ -472,7 +472,7 @@ class FrontServer(Server):
         self._routes.accepting = self._is_ready
         self._routes.admit_connection = self._admit_connection
         #: how late this front's loop ran, and its collector's pauses (codecd_front_stall_*)
-        self._loop_stalls = LoopStalls()
+        self._loop_stalls = LoopStalls(busy=lambda: self.active_streams > 0)
         self._gc_pauses = GcPauses().install()
 
     # ------------------------------------------------------------- state

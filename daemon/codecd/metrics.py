@@ -249,7 +249,7 @@ class _FrontsCollector(Collector):
         stalls = {
             "loop": HistogramMetricFamily(
                 "codecd_front_loop_late_seconds", "how late a front's event loop woke for a "
-                "5 ms timer (a long callback, a burst of sends, the collector)", labels=["front"]),
+                "timer, 5 ms apart while it has streams (a long callback, a burst of sends, the collector)", labels=["front"]),
             "gc": HistogramMetricFamily("codecd_front_gc_pause_seconds", "a front's garbage "
                                         "collections, by length", labels=["front"]),
         }

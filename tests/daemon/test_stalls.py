@@ -52,3 +52,17 @@ def test_collections_are_timed() -> None:
     assert p.pauses.as_dict()["count"] == 2
     gc.collect()
     assert p.pauses.as_dict()["count"] == 2  # uninstalled
+
+
+def test_an_idle_front_samples_its_loop_rarely() -> None:
+    """No open stream: the idle interval (here 1 s), not 5 ms."""
+
+    async def count(busy: bool) -> int:
+        s = LoopStalls(interval_s=0.005, idle_s=1.0, busy=lambda: busy)
+        task = asyncio.create_task(s.run())
+        await asyncio.sleep(0.1)
+        task.cancel()
+        return int(s.late.as_dict()["count"])
+
+    assert asyncio.run(count(False)) == 0
+    assert asyncio.run(count(True)) >= 5
