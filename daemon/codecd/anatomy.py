@@ -19,7 +19,7 @@ A tick of the native path, in order::
     wait     codecrt.step_end: what is left of the device's work, then the outputs
     collect  pull every stream's PCM, cut it into AUDIO packets
 
-``gc`` is the collector's time inside the tick (``gc.callbacks``), ``graphs`` the graphs the
+``gc`` is the collector's time inside the tick (``codecd.stalls.GcClock``), ``graphs`` the graphs the
 runtime built for it, ``grew`` 1 when the context's compute buffers grew (ggml reallocated them: on a GPU, a
 device synchronisation and an allocation), ``late`` how far its start was behind the tick
 boundary it was due at (aligned ticks only), ``batch`` its streams. A step that is not split (other stream kinds, or no fronts) is all
@@ -28,13 +28,11 @@ boundary it was due at (aligned ticks only), ``batch`` its streams. A step that 
 
 from __future__ import annotations
 
-import gc
-import time
 from collections import deque
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["GcClock", "TickParts", "TickAnatomy", "PARTS"]
+__all__ = ["TickParts", "TickAnatomy", "PARTS"]
 
 
 @dataclass(slots=True)
@@ -58,33 +56,6 @@ class TickParts:
 
 #: the fields summarised, in TickParts' order
 PARTS: tuple[str, ...] = tuple(f.name for f in fields(TickParts))
-
-
-class GcClock:
-    """Milliseconds the garbage collector has run in this process since :meth:`install`
-    (its ``start``/``stop`` callbacks; one per process)."""
-
-    def __init__(self) -> None:
-        self.ms = 0.0
-        self.collections = 0
-        self._t = 0.0
-
-    def install(self) -> GcClock:
-        if self._callback not in gc.callbacks:
-            gc.callbacks.append(self._callback)
-        return self
-
-    def uninstall(self) -> None:
-        if self._callback in gc.callbacks:
-            gc.callbacks.remove(self._callback)
-
-    def _callback(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._t = time.perf_counter()
-        elif self._t:
-            self.ms += (time.perf_counter() - self._t) * 1e3
-            self.collections += 1
-            self._t = 0.0
 
 
 class TickAnatomy:

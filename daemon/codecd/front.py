@@ -66,7 +66,7 @@ from .engine.streams import CodesError, StreamRecord, StreamTable, int32_levels
 from .families import model_spec
 from .logs import flush_logs
 from .metrics import render_totals
-from .stalls import GcPauses, LoopStalls
+from .stalls import GcClock, LoopStalls
 from .server import Server, _Conn
 from .web.tickets import offered_credentials
 
@@ -473,7 +473,7 @@ class FrontServer(Server):
         self._routes.admit_connection = self._admit_connection
         #: how late this front's loop ran, and its collector's pauses (codecd_front_stall_*)
         self._loop_stalls = LoopStalls(busy=lambda: self.active_streams > 0)
-        self._gc_pauses = GcPauses().install()
+        self._gc = GcClock().install()
 
     # ------------------------------------------------------------- state
 
@@ -510,7 +510,7 @@ class FrontServer(Server):
                 "streams": self.active_streams, "session": self.metrics.as_dict(),
                 "refused": refused, "ttfa": ttfa, "held": held, "engine": self.engine_stats(),
                 "stalls": {"loop": self._loop_stalls.late.as_dict(),
-                           "gc": self._gc_pauses.pauses.as_dict()}}
+                           "gc": self._gc.pauses.as_dict()}}
 
     # ------------------------------------------------------------- control
 

@@ -5,7 +5,7 @@ serves by that much, and a worker's tick that was due meanwhile goes without the
 worker the late codes look like a late load generator. These two histograms tell the fronts'
 part. :class:`LoopStalls` wakes every ``interval_s`` and counts how late each wake-up came
 (a callback that ran long, a burst of sends, the collector, the process scheduled out);
-:class:`GcPauses` counts each collection by its length (``gc.callbacks``). Both are
+:class:`GcClock` counts each collection by its length (``gc.callbacks``). Both are
 cumulative counts per bucket, summed by main across fronts like any other histogram.
 """
 
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BUCKETS_S", "Histogram", "LoopStalls", "GcPauses"]
+__all__ = ["BUCKETS_S", "Histogram", "LoopStalls", "GcClock"]
 
 #: upper bounds of the buckets, seconds (the last bucket, +Inf, is implicit)
 BUCKETS_S: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -67,14 +67,18 @@ class LoopStalls:
             self.late.add(max(0.0, time.monotonic() - due))
 
 
-class GcPauses:
-    """Each collection's wall time in this process (install once; uninstall when done)."""
+class GcClock:
+    """The garbage collector's time in this process since :meth:`install` (its ``start`` and
+    ``stop`` callbacks; one per process): the total in ms and the count, which the worker's
+    tick anatomy reads, and each collection's length in ``pauses``, which a front exports."""
 
     def __init__(self) -> None:
-        self.pauses = Histogram()
+        self.ms = 0.0
+        self.collections = 0
+        self.pauses = Histogram()  # seconds
         self._t = 0.0
 
-    def install(self) -> GcPauses:
+    def install(self) -> GcClock:
         if self._callback not in gc.callbacks:
             gc.callbacks.append(self._callback)
         return self
@@ -87,5 +91,8 @@ class GcPauses:
         if phase == "start":
             self._t = time.perf_counter()
         elif self._t:
-            self.pauses.add(time.perf_counter() - self._t)
+            dt = time.perf_counter() - self._t
+            self.ms += dt * 1e3
+            self.collections += 1
+            self.pauses.add(dt)
             self._t = 0.0

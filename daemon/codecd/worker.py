@@ -69,10 +69,11 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .anatomy import GcClock, TickAnatomy, TickParts
+from .anatomy import TickAnatomy, TickParts
 from .cadence import Cadence
 from .tickcost import TickCost
 from .channel import WorkerEnds, packets, recv_msg
+from .stalls import GcClock
 from .engine.config import EngineConfig
 from .families import LoadedModel, StreamRefused, load_model
 from .families.native import ExactStreamModel
@@ -882,9 +883,19 @@ class Worker:
         counted, every round waited for its deadline, the next one due a period after that,
         so every other stream fell behind real time by the slack each period (about 6 %
         with the 5 ms default)."""
-        streams = [st for m in self.models.values() for st in m.streams.values()]
-        gate = [st for st in streams if st.on_cadence] if self._align_s() else []
-        return all(st.maybe_ready for st in gate or streams)
+        aligned = bool(self._align_s())
+        gated = loose = False  # a stream on the cadence seen; one off it not ready yet
+        for m in self.models.values():  # one pass that stops at the first gated stream waiting
+            for st in m.streams.values():
+                if aligned and st.on_cadence:
+                    if not st.maybe_ready:
+                        return False
+                    gated = True
+                elif not st.maybe_ready:
+                    if not aligned:
+                        return False
+                    loose = True
+        return gated or not loose
 
     def run_ticks(self) -> None:
         """Tick rounds (one tick per model each) until nothing is ready or commands wait."""

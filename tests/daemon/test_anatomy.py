@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import gc
 
-from codecd.anatomy import PARTS, GcClock, TickAnatomy, TickParts
+from codecd.anatomy import PARTS, TickAnatomy, TickParts
+from codecd.stalls import GcClock
 
 
 def test_summary_means_all_ticks_and_the_slowest_tenth() -> None:

@@ -6,7 +6,7 @@ import asyncio
 import gc
 import time
 
-from codecd.stalls import BUCKETS_S, GcPauses, Histogram, LoopStalls
+from codecd.stalls import BUCKETS_S, GcClock, Histogram, LoopStalls
 
 
 def test_histogram_buckets_are_cumulative_and_keep_the_largest() -> None:
@@ -43,7 +43,7 @@ def test_a_blocked_loop_is_counted_late() -> None:
 
 
 def test_collections_are_timed() -> None:
-    p = GcPauses().install()
+    p = GcClock().install()
     try:
         gc.collect()
         gc.collect()
