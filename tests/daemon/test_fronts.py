@@ -187,11 +187,13 @@ def test_fifty_streams_over_two_fronts_batch_in_one_worker(small: Path, offline:
             m = await metrics(port)
         assert all(v > 0 for v in parts.values()), parts
         assert all(v >= 1 for k, v in parts.items() if k[2] == "batch"), parts
-        # each front's stalls (codecd.stalls): its loop's 5 ms wake-ups, counted per front
+        # each front's stalls (codecd.stalls): its loop's wake-ups (5 ms apart while it has
+        # streams, 100 ms apart idle; the front with fewer streams may have had them briefly),
+        # counted per front
         for i in range(2):
             wakes = metric_value(m, "codecd_front_loop_late_seconds_count", front=str(i))
             inf = metric_value(m, "codecd_front_loop_late_seconds_bucket", front=str(i), le="+Inf")
-            assert wakes > 10 and inf == wakes, (i, wakes, inf)
+            assert wakes > 0 and inf == wakes, (i, wakes, inf)
             assert metric_value(m, "codecd_front_gc_pause_seconds_count", front=str(i)) > 0
         for cs in by.values():
             for c in cs:
