@@ -20,6 +20,7 @@ the audio headers' ``sample_offset`` and ``done.samples`` count.
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import numpy as np
@@ -49,17 +50,29 @@ def _clean(x: npt.ArrayLike) -> npt.NDArray[np.float32]:
 
 
 def f32_to_s16(x: npt.ArrayLike) -> npt.NDArray[np.int16]:
-    """float32 [-1, 1] -> int16 samples by the one rounding rule (see the module doc)."""
-    a = _clean(x).astype(np.float64) * 32767.0
-    return np.clip(np.rint(a), -32768, 32767).astype(np.int16)
+    """float32 [-1, 1] -> int16 samples by the one rounding rule (see the module doc).
+
+    Four passes over the samples (a front does this for every stream's every tick): the
+    float64 product, the rounding in place, the clip in place, the cast. Non-finite samples
+    show in the product's sum and take the cleaning path first (NaN -> 0, +-inf -> +-1)."""
+    a = np.asarray(x, dtype=np.float32).reshape(-1)
+    y = np.multiply(a, 32767.0, dtype=np.float64)
+    if not np.isfinite(np.add.reduce(y)):
+        y = np.multiply(_clean(a), 32767.0, dtype=np.float64)
+    np.rint(y, out=y)
+    np.minimum(y, 32767.0, out=y)
+    np.maximum(y, -32768.0, out=y)
+    return y.astype(np.int16)
 
 
 _to_int16 = f32_to_s16
+_LITTLE = sys.byteorder == "little"
 
 
 def f32_to_s16le(x: npt.ArrayLike) -> bytes:
     """float32 [-1, 1] -> signed 16-bit little-endian PCM (x * 32767, rounded, clipped)."""
-    return _to_int16(x).astype("<i2").tobytes()
+    s = _to_int16(x)
+    return s.tobytes() if _LITTLE else s.astype("<i2").tobytes()
 
 
 def f32_to_f32le(x: npt.ArrayLike) -> bytes:
@@ -160,10 +173,11 @@ class OutputConverter:
     def feed(self, pcm: npt.ArrayLike) -> tuple[bytes, int]:
         if self._flushed:
             raise RuntimeError("converter already flushed")
-        x = _clean(pcm)
-        self.samples_in += int(x.size)
-        if self._rs is not None:
-            x = self._rs.process(x)
+        if self._rs is None:  # the encoder cleans what it converts
+            x = np.asarray(pcm, dtype=np.float32).reshape(-1)
+        else:  # a NaN would spread through the resampler's filter
+            x = self._rs.process(_clean(pcm))
+        self.samples_in += int(np.size(pcm))
         return self._emit(x)
 
     def flush(self) -> tuple[bytes, int]:

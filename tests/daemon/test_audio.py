@@ -19,6 +19,31 @@ def test_s16le_scaling_rounding_clipping():
     assert y.tolist() == [0, 32767, -32767, 16384, 32767, -32768, 3, 0]
 
 
+def _s16_rule(x: np.ndarray) -> np.ndarray:
+    """The documented rule, written out: non-finite cleaned (NaN 0, +-inf +-1), then
+    clip(rint(float64(x) * 32767), -32768, 32767)."""
+    a = np.nan_to_num(x.astype(np.float32), nan=0.0, posinf=1.0, neginf=-1.0)
+    return np.clip(np.rint(a.astype(np.float64) * 32767.0), -32768, 32767).astype(np.int16)
+
+
+@pytest.mark.parametrize("special", [False, True])
+def test_s16_matches_the_rule_at_every_edge(special):
+    """The front's conversion equals the rule for random samples, every half-way point
+    (k + 0.5) / 32767 that float32 holds, out-of-range values and, in one array, NaN and
+    +-inf (the conversion's shortcut must take the cleaning path for them)."""
+    rng = np.random.default_rng(7)
+    k = np.arange(-32770, 32770, dtype=np.float64)
+    halves = ((k + 0.5) / 32767.0).astype(np.float32)
+    x = np.concatenate([rng.standard_normal(4096).astype(np.float32) * 0.5, halves,
+                        np.array([1.0, -1.0, 3e38, -3e38, 1.0000001, -1.0000001], np.float32)])
+    if special:
+        x[[5, 77, 900]] = [np.nan, np.inf, -np.inf]
+    got = A.f32_to_s16(x)
+    assert got.dtype == np.int16
+    assert np.array_equal(got, _s16_rule(x))
+    assert np.frombuffer(A.f32_to_s16le(x), "<i2").tolist() == _s16_rule(x).tolist()
+
+
 def test_f32le_passthrough():
     """pcm_f32le is the samples as little-endian float32."""
     x = np.array([0.25, -0.5, 1.25], dtype=np.float32)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from codecd.families.layout import LayoutError
 
 BASE = 128266
 
@@ -196,3 +200,41 @@ def test_layouts_module_is_pure_numpy(module):
         elif isinstance(node, ast.ImportFrom):
             names.add((node.module or "").split(".")[0] if node.level == 0 else "." + (node.module or ""))
     assert names <= {"__future__", "re", "typing", "numpy", "abc", "collections", ".layout"}, names
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_orpheus_fast_path_equals_the_general_one(data):
+    """The assembler's table path (a few tokens a message) and its general path give the
+    same levels, partial group and errors for any message sizes, offsets and bad tokens."""
+    from codecd.families import orpheus as O
+
+    ids = data.draw(st.booleans())
+    sizes = data.draw(st.sampled_from([[4096] * 3, [4000, 4096, 3000]]))
+    fast, general = O._OrpheusAssembler(ids, sizes), O._OrpheusAssembler(ids, sizes)
+    for _ in range(data.draw(st.integers(1, 6))):
+        n = data.draw(st.sampled_from([0, 1, 3, 6, 7, 8, 14, 60, 448, 449, 600]))
+        pos = (fast.n_tokens + np.arange(n)) % 7
+        codes = np.asarray(data.draw(st.lists(st.integers(0, 4095), min_size=n, max_size=n)),
+                           dtype=np.int64)
+        if n and data.draw(st.booleans()) and data.draw(st.booleans()):
+            codes[data.draw(st.integers(0, n - 1))] = data.draw(
+                st.sampled_from([-1, 3000, 3999, 4096, -(1 << 40)]))
+        tokens = codes + (O._ID_OFFSET[pos] if ids else 0)
+        outs = []
+        for feed in (fast.feed, general._feed_general):
+            try:
+                outs.append(("ok", feed(tokens.copy())))
+            except LayoutError as e:
+                outs.append(("error", str(e)))
+        (ka, ra), (kb, rb) = outs
+        assert ka == kb
+        if ka == "error":
+            assert ra == rb
+            return
+        assert (ra is None) == (rb is None)
+        if ra is not None:
+            for x, y in zip(ra, rb):
+                assert x.dtype == np.int32 and x.flags.c_contiguous and np.array_equal(x, y)
+        assert np.array_equal(fast.partial, general.partial)
+        assert fast.n_tokens == general.n_tokens
