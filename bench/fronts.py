@@ -211,7 +211,8 @@ def trace_summary(prefix: str, t0: float, t1: float) -> str:
     rounds by what started them, and in the steady rounds (at least 90 % of the row's most
     open streams, express rounds aside, less the first and last 3, where streams are still
     starting or ending) the stream-steps missed: streams open but not in the round, whose audio
-    then comes a period later."""
+    then comes a period later, or sooner from a catch-up tick (tick_catch_up; their steps in
+    those ticks are counted, over the whole row)."""
     rows = []
     for path in sorted(Path(prefix).parent.glob(Path(prefix).name + ".worker*")):
         for line in path.read_text().splitlines():
@@ -222,12 +223,15 @@ def trace_summary(prefix: str, t0: float, t1: float) -> str:
         return "tick trace: no rounds"
     by = Counter(trig for _, _, trig in rows)
     top = max(o for o, _, _ in rows)
-    steady = [(o, s) for o, s, trig in rows if trig != "express" and o >= 0.9 * top][3:-3]
+    steady = [(o, s) for o, s, trig in rows
+              if trig not in ("express", "catch-up") and o >= 0.9 * top][3:-3]
     opened = sum(o for o, _ in steady)
     missed = sum(o - s for o, s in steady if o > s)
     share = f"{100 * missed / opened:.1f} %" if opened else "-"
+    caught = sum(s for _, s, trig in rows if trig == "catch-up")
     return (f"tick trace: {len(rows)} rounds (" + ", ".join(f"{k} {v}" for k, v in sorted(by.items()))
-            + f"); steady rounds {len(steady)}, stream-steps missed {missed} of {opened} ({share})")
+            + f"); steady rounds {len(steady)}, stream-steps missed {missed} of {opened} ({share}); "
+            f"stream-steps in catch-up ticks {caught}")
 
 
 def tick_stats(url: str) -> tuple[float, float]:

@@ -133,7 +133,13 @@ class Config:
                                    "and never more than this")
     tick_slack_ms: float = _f(5.0, "how long past the cadence's period an aligned tick waits "
                               "for the streams whose codes are not in yet (0: none); a stream "
-                              "that misses its tick gets its audio a period later")
+                              "that misses its tick gets its audio a period later, unless "
+                              "tick_catch_up steps it sooner")
+    tick_catch_up: int = _f(2, "aligned ticks: a stream whose codes came after its round "
+                            "started is stepped in a small tick of its own once they are in, "
+                            "if the tick cost says it ends before the next round is due, "
+                            "instead of a period later with that round; at most this many "
+                            "such ticks between two rounds (0: off)")
     max_streams: int = _f(64, "open streams server-wide (per model per worker in the engine); "
                           "over it a start gets 'busy'")
     max_streams_per_connection: int = _f(16, "open streams per connection "
@@ -249,7 +255,7 @@ class Config:
             errs.append("devices: at least one is needed")
         ints = {"threads": 0, "fronts": 0, "max_batch": 1, "max_streams": 1, "max_streams_per_connection": 1,
                 "max_connections": 1, "max_connections_per_ip": 1, "max_queued_frames": 1,
-                "sndbuf_bytes": 0}
+                "sndbuf_bytes": 0, "tick_catch_up": 0}
         for k, lo in ints.items():
             if getattr(self, k) < lo:
                 errs.append(f"{k}: must be >= {lo}, got {getattr(self, k)}")

@@ -113,6 +113,10 @@ class _StatsCollector(Collector):
         holds = CounterMetricFamily("codecd_express_holds", "express ticks held back until the "
                                     "gap after their first audio fits (first_audio_gap_ms)",
                                     labels=lab)
+        catch = CounterMetricFamily("codecd_catch_up_ticks", "ticks of streams whose codes "
+                                    "missed their aligned round (tick_catch_up)", labels=lab)
+        caught = CounterMetricFamily("codecd_catch_up_stream_steps", "stream-steps in catch-up "
+                                     "ticks", labels=lab)
         cost = GaugeMetricFamily("codecd_tick_cost_seconds", "the fitted tick cost express "
                                  "ticks are sized by: per tick (fixed) and per stream",
                                  labels=lab + ["term"])
@@ -149,6 +153,8 @@ class _StatsCollector(Collector):
                 ticks.add_metric(lv, m.get("ticks", 0))
                 express.add_metric(lv, m.get("express_ticks", 0))
                 holds.add_metric(lv, m.get("express_holds", 0))
+                catch.add_metric(lv, m.get("catch_up_ticks", 0))
+                caught.add_metric(lv, m.get("catch_up_streams", 0))
                 if m.get("tick_cost_ms"):
                     fixed_ms, per_ms = m["tick_cost_ms"]
                     cost.add_metric(lv + ["fixed"], fixed_ms / 1e3)
@@ -172,8 +178,8 @@ class _StatsCollector(Collector):
                 if m.get("precision"):
                     prec.add_metric(lv + [str(m["precision"])], 1)
         yield from (restarts, queued, up, rss, phase, period, first, pend, bmax, bmean, tmean,
-                    tmax, tp99, parts, counts, ticks, express, holds, cost, graph, cbuf, wbytes, sbytes,
-                    prec)
+                    tmax, tp99, parts, counts, ticks, express, holds, catch, caught, cost, graph, cbuf,
+                    wbytes, sbytes, prec)
 
 
 def _rss(pid: int) -> float:

@@ -91,6 +91,7 @@ def engine_config(cfg: Config, models: Mapping[str, str],
                                tick_align_ms=cfg.tick_align_ms, tick_slack_ms=cfg.tick_slack_ms,
                                first_audio=cfg.first_audio,
                                first_audio_gap_ms=cfg.first_audio_gap_ms,
+                               tick_catch_up=cfg.tick_catch_up,
                                warm_buckets=tuple(cfg.batch_buckets) or None,
                                voices=voice_files(cfg.voices_dir),
                                family_options=engine_options(cfg))

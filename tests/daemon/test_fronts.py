@@ -635,6 +635,57 @@ def test_tick_slack_waits_for_late_codes(small: Path, slack_ms: float, want: lis
     assert two_stream_batches(small, 0.4, 0.4, seed=3, tick_slack_ms=slack_ms) == want
 
 
+@pytest.mark.parametrize("catch_up", [2, 0])
+def test_codes_that_miss_their_round_catch_up(small: Path, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              catch_up: int) -> None:
+    """Two streams on a 400 ms cadence with 30 ms of slack, a chunk each a period, stream 1's
+    50 ms after stream 0's: each round starts when both are in. In the fifth period stream
+    1's codes come 200 ms late, after the round (due a period and the slack after the last
+    one started) went without them. With tick_catch_up they are stepped at once, in a tick
+    of their own (the tick trace's "catch-up"), and the next round waits for the stream
+    again (one catch-up in all); without, they wait for that round, 200 ms later."""
+    monkeypatch.setenv("CODECD_TICK_TRACE", str(tmp_path / "trace"))
+    P = 0.4
+
+    async def main() -> tuple[float, dict[str, Any]]:
+        pool = aligned_pool(small, 1e3 * P, warm_buckets=(1, 2), tick_catch_up=catch_up,
+                            tick_slack_ms=30.0, first_audio="cadence")
+        await pool.start()
+        try:
+            pool.open(0, "small")
+            pool.open(1, "small")
+            await pool.fetch_stats()
+            rng = np.random.default_rng(8)
+            while not 0.02 < time.monotonic() % P < 0.06:  # just after a multiple of P
+                await asyncio.sleep(0.005)
+            t0 = time.monotonic()
+            t_late = 0.0
+            for k in range(7):
+                for sid, at in ((0, 0.0), (1, 0.25 if k == 4 else 0.05)):
+                    await asyncio.sleep(max(0.0, t0 + k * P + at - time.monotonic()))
+                    if sid == 1 and k == 4:
+                        t_late = time.monotonic()
+                    pool.push(sid, small_codes(4, rng))
+            await asyncio.sleep(0.3)
+            st = (await pool.fetch_stats())["workers"][0]["worker"]["models"]["small"]
+            return t_late, st
+        finally:
+            await pool.close()
+
+    t_late, st = asyncio.run(main())
+    rows = [line.split() for line in (tmp_path / "trace.worker0").read_text().splitlines()[1:]]
+    after = [(float(r[0]) - t_late, r[6]) for r in rows if float(r[0]) > t_late]
+    assert after, rows
+    if catch_up:
+        assert after[0][1] == "catch-up" and after[0][0] < 0.1, (after, rows)
+        assert (st["catch_up_ticks"], st["catch_up_streams"]) == (1, 1), "\n".join(" ".join(r) for r in rows) + f" late {t_late}"
+    else:
+        assert after[0][0] > 0.12, (after, rows)
+        assert st["catch_up_ticks"] == 0, st
+        assert all(r[6] != "catch-up" for r in rows), rows
+
+
 @pytest.mark.parametrize("poke", ["none", "stats", "open_cancel"])
 def test_a_silent_stream_does_not_slow_the_cadence(small: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch,

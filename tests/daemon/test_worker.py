@@ -306,10 +306,68 @@ def test_express_ticks_only_what_ends_before_the_aligned_tick(small: Path) -> No
         assert list(m.batches) == [2, 2]
         st = w.stats()  # what /metrics shows of it (codecd_express_ticks, codecd_tick_cost_seconds)
         assert st["cadence"] == {"period_ms": 1000.0, "slack_ms": 0.0, "first_audio": "now",
-                                 "first_audio_gap_ms": 0.0}
+                                 "first_audio_gap_ms": 0.0, "catch_up": 2}
         assert st["models"]["small"]["express_ticks"] == 1
         fixed_ms, per_ms = st["models"]["small"]["tick_cost_ms"]
         assert fixed_ms >= 0 and per_ms > 0
+
+
+def test_catch_up_ticks_the_streams_that_missed_their_round(small: Path) -> None:
+    """tick_catch_up: a round that starts without streams stepped in the round before marks
+    them missed; once their codes are in, a catch-up tick steps as many as the tick cost says
+    end before the next round is due (the rest wait), at most tick_catch_up such ticks
+    between two rounds. A stream caught up after one miss is waited for by the next round
+    again; one that missed two rounds in a row is not."""
+    import time
+
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+    from codecd.tickcost import TickCost
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=8, max_batch=8,
+                       warm_buckets=(1,), gather_ms=0.0, tick_align_ms=1000.0,
+                       first_audio="cadence", tick_catch_up=2)
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(9)
+        sids = (1, 2, 3, 4)
+        send(front, [wire.OpenStream(sid, "small") for sid in sids]
+             + [wire.PushCodes(sid, small_codes(4, rng)) for sid in sids])
+        w.drain()
+        w.run_ticks()  # every stream in the first round
+        m = w.models["small"]
+        assert list(m.batches) == [4] and not w._missed
+        send(front, [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
+        w.drain()
+        w.run_ticks()  # 3 and 4 missed it
+        assert list(m.batches) == [4, 2]
+        missed = sorted(st.sid for st in w._missed.values())
+        assert len(missed) == 2
+        st3, st4 = (w._missed[sid] for sid in missed)
+        assert not st3.on_cadence and st3.misses == 1
+        w._catch_up(time.monotonic() + 1.0)  # nothing in yet: no tick
+        assert m.catch_up_ticks == 0 and len(w._missed) == 2
+        send(front, [wire.PushCodes(sid, small_codes(4, rng)) for sid in (3, 4)])
+        w.drain()
+        m.cost = TickCost()  # ticks that cost 10 ms plus 15 ms a stream (not the real ones)
+        m.cost.add(1, 25.0)
+        m.cost.add(8, 130.0)
+        w._catch_up(time.monotonic() + 0.04)  # 0.9 * 40 - 1 = 35 ms: one stream (25 ms)
+        assert (m.catch_up_ticks, m.catch_up_streams, list(m.batches)) == (1, 1, [4, 2, 1])
+        assert st3.on_cadence and st3.stepped_since and len(w._missed) == 1
+        w._catch_up(time.monotonic() + 0.005)  # 3.5 ms: none fits, it waits for the round
+        assert m.catch_up_ticks == 1 and len(w._missed) == 1
+        w._catch_up(time.monotonic() + 1.0)  # the second and last catch-up tick
+        assert (m.catch_up_ticks, list(m.batches)) == (2, [4, 2, 1, 1]) and not w._missed
+        # a third round: stream 4 misses again (two in a row), stream 3 is in
+        send(front, [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2, 3)])
+        w.drain()
+        w.run_ticks()
+        assert list(m.batches)[-1] == 3 and set(w._missed) == {st4.sid} and st4.misses == 2
+        send(front, [wire.PushCodes(4, small_codes(4, rng))])
+        w.drain()
+        w._catch_up(time.monotonic() + 1.0)
+        assert m.catch_up_ticks == 3 and not st4.on_cadence  # late twice: not waited for
+        assert w.stats()["models"]["small"]["catch_up_streams"] == 3
 
 
 def test_first_audio_gap_holds_an_express_tick_until_its_gap_fits(small: Path) -> None:

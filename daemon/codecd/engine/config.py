@@ -53,6 +53,14 @@ class EngineConfig:
     #: tick may open (the worker holds the tick until it does not); 0: no bound; -1 (the
     #: daemon's default, auto): twice the models' shortest tick period on a GPU, else 0
     first_audio_gap_ms: float = 0.0
+    #: aligned ticks: a stream whose codes missed its round (they came after it started) is
+    #: stepped in a small tick of its own once they are in, if that tick ends before the next
+    #: round is due, instead of a period later with that round; at most this many such ticks
+    #: between two rounds (0: none). The streams that missed a round mostly come in while it
+    #: computes and take the first; a straggler after that may take a second; later ones wait
+    #: for the next round, so that streams late every time (a language model slower than real
+    #: time) cost at most that many small graphs a period
+    tick_catch_up: int = 2
     #: when a worker warms only its smallest bucket before it reports ready and reserves the
     #: larger ones in the background, between ticks while it is idle: "restart" (a worker
     #: restarted after a crash serves again within a second or two; a first start warms all
