@@ -23,6 +23,8 @@ SUITES: dict[str, Suite] = {
                     "processes, one worker"),
     "frames": Suite("bench.frames", "the websockets layer under a front: CPU per frame by event "
                     "loop and send pattern"),
+    "session": Suite("bench.session", "codecd's own work per message in a front (session, "
+                     "layout, s16), without sockets"),
     "worker": Suite("bench.worker", "the engine worker's tick: host work per stream by phase "
                     "against the runtime alone"),
     "speech": Suite("bench.speech", "speech endpoint: time to first audio over a paced LM stand-in"),
