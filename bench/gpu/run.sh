@@ -124,8 +124,8 @@
 #            device call holds a build and four), $CADENCE_REPEAT [1] runs each N that many times;
 #            streams of $CADENCE_SECONDS [3] s of audio that start within one period, or over
 #            $CADENCE_RAMP seconds (arrivals at a busy daemon rather than one burst). Not by default,
-#            the way nocatch: --tick-catch-up 0 (codes that miss their round wait a period for the
-#            next, as before the catch-up ticks)
+#            the way catchup: --tick-catch-up 2 (codes that miss their round are stepped in a small
+#            tick of their own once in, where the shipped default, 0, has them wait a period)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/codecd-gpu-out}
@@ -493,8 +493,8 @@ cadence() {
             gap|gap[0-9]*) g=${way#gap}; extra=(--serve-arg=--first-audio=now
                                        --serve-arg=--first-audio-gap-ms=${g:-${CADENCE_GAP:-155}}); rt=0 ;;
             half) extra=(--serve-arg=--tick-align-ms=42.67); rt=0 ;;
-            nocatch) extra=(--serve-arg=--tick-catch-up=0); rt=0 ;;
-            *) echo "cadence: no way '$way' (shipped, slack, now, cadence, gap, gapMS, half, nocatch)" | tee -a "$OUT/report.txt"
+            catchup) extra=(--serve-arg=--tick-catch-up=2); rt=0 ;;
+            *) echo "cadence: no way '$way' (shipped, slack, now, cadence, gap, gapMS, half, catchup)" | tee -a "$OUT/report.txt"
                continue ;;
         esac
         stage "cadence, $way: python3 -m bench fronts --spawn demo --fronts $fronts --n $n ${extra[*]:-}"

@@ -135,11 +135,12 @@ class Config:
                               "for the streams whose codes are not in yet (0: none); a stream "
                               "that misses its tick gets its audio a period later, unless "
                               "tick_catch_up steps it sooner")
-    tick_catch_up: int = _f(2, "aligned ticks: a stream whose codes came after its round "
+    tick_catch_up: int = _f(0, "aligned ticks: a stream whose codes came after its round "
                             "started is stepped in a small tick of its own once they are in, "
                             "if the tick cost says it ends before the next round is due, "
                             "instead of a period later with that round; at most this many "
-                            "such ticks between two rounds (0: off)")
+                            "such ticks between two rounds (0: off; 2 to try it: not yet "
+                            "measured on a GPU)")
     max_streams: int = _f(64, "open streams server-wide (per model per worker in the engine); "
                           "over it a start gets 'busy'")
     max_streams_per_connection: int = _f(16, "open streams per connection "

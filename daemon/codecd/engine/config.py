@@ -59,8 +59,9 @@ class EngineConfig:
     #: between two rounds (0: none). The streams that missed a round mostly come in while it
     #: computes and take the first; a straggler after that may take a second; later ones wait
     #: for the next round, so that streams late every time (a language model slower than real
-    #: time) cost at most that many small graphs a period
-    tick_catch_up: int = 2
+    #: time) cost at most that many small graphs a period. Off by default until it is measured
+    #: against none on a GPU (docs/benchmarks.md, "Several fronts, one worker")
+    tick_catch_up: int = 0
     #: when a worker warms only its smallest bucket before it reports ready and reserves the
     #: larger ones in the background, between ticks while it is idle: "restart" (a worker
     #: restarted after a crash serves again within a second or two; a first start warms all
