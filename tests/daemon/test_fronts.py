@@ -589,6 +589,13 @@ def aligned_pool(small: Path, align_ms: float, on_event: Any = None, **kw: Any) 
                       on_event=on_event or (lambda e: None))
 
 
+async def open_two(pool: Any) -> None:
+    """Open streams 0 and 1 of the small model and wait until the worker has them."""
+    pool.open(0, "small")
+    pool.open(1, "small")
+    await pool.fetch_stats()
+
+
 def two_stream_batches(small: Path, period: float, last_gap: float, seed: int,
                        **kw: Any) -> list[int]:
     """Two streams on a cadence of ``period`` s: codes of stream 0 just after a multiple of the
@@ -599,9 +606,7 @@ def two_stream_batches(small: Path, period: float, last_gap: float, seed: int,
         pool = aligned_pool(small, 1e3 * period, **kw)
         await pool.start()
         try:
-            for i in range(2):
-                pool.open(i, "small")
-            await pool.fetch_stats()
+            await open_two(pool)
             rng = np.random.default_rng(seed)
             while not 0.02 < time.monotonic() % period < 0.06:  # just after a multiple
                 await asyncio.sleep(0.005)
@@ -653,9 +658,7 @@ def test_codes_that_miss_their_round_catch_up(small: Path, tmp_path: Path,
                             tick_slack_ms=60.0, first_audio="cadence")
         await pool.start()
         try:
-            pool.open(0, "small")
-            pool.open(1, "small")
-            await pool.fetch_stats()
+            await open_two(pool)
             rng = np.random.default_rng(8)
             while not 0.02 < time.monotonic() % P < 0.06:  # just after a multiple of P
                 await asyncio.sleep(0.005)
@@ -707,9 +710,7 @@ def test_a_silent_stream_does_not_slow_the_cadence(small: Path, tmp_path: Path,
                             first_audio="cadence")
         await pool.start()
         try:
-            pool.open(0, "small")
-            pool.open(1, "small")
-            await pool.fetch_stats()
+            await open_two(pool)
             rng = np.random.default_rng(6)
             t0 = time.monotonic()
             for k in range(12):
@@ -755,9 +756,7 @@ def test_first_audio_now_does_not_wait_for_the_cadence(small: Path) -> None:
                             warm_buckets=(1,), first_audio=mode)
         await pool.start()
         try:
-            pool.open(0, "small")
-            pool.open(1, "small")
-            await pool.fetch_stats()
+            await open_two(pool)
             while not 0.02 < time.monotonic() % P < 0.06:  # just after a multiple of P
                 await asyncio.sleep(0.005)
             t0 = time.monotonic()
@@ -791,9 +790,7 @@ def test_tick_trace_writes_a_line_per_round(small: Path, tmp_path: Path,
         pool = aligned_pool(small, 200.0)
         await pool.start()
         try:
-            pool.open(0, "small")
-            pool.open(1, "small")
-            await pool.fetch_stats()
+            await open_two(pool)
             rng = np.random.default_rng(5)
             pool.push(0, small_codes(4, rng))
             pool.push(1, small_codes(4, rng))
