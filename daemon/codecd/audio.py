@@ -56,8 +56,10 @@ def f32_to_s16(x: npt.ArrayLike) -> npt.NDArray[np.int16]:
     float64 product, the rounding in place, the clip in place, the cast. Non-finite samples
     show in the product's sum and take the cleaning path first (NaN -> 0, +-inf -> +-1)."""
     a = np.asarray(x, dtype=np.float32).reshape(-1)
-    y = np.multiply(a, 32767.0, dtype=np.float64)
-    if not np.isfinite(np.add.reduce(y)):
+    with np.errstate(invalid="ignore"):  # +inf and -inf in one sum, a signalling NaN
+        y = np.multiply(a, 32767.0, dtype=np.float64)
+        finite = np.isfinite(np.add.reduce(y))
+    if not finite:
         y = np.multiply(_clean(a), 32767.0, dtype=np.float64)
     np.rint(y, out=y)
     np.minimum(y, 32767.0, out=y)

@@ -280,6 +280,9 @@ class _Stream:
     #: missed that round, and its codes, once in, take a catch-up tick (``_catch_up``)
     stepped_since: bool = False
     misses: int = 0  # aligned rounds in a row it missed so (``_catch_up``)
+    #: stepped by an express tick since the last aligned round's start: not ready at the next
+    #: round because it ran ahead, not late (no miss)
+    express_since: bool = False
     silent_steps: int = 0  # its steps without audio so far (counted while fresh, under "now")
 
 
@@ -918,7 +921,7 @@ class Worker:
                 ready = sum(st.maybe_ready for m in self.models.values() for st in m.streams.values())
             # which streams the next aligned round waits for: those ready now, if this round
             # steps (a turn of the loop that steps nothing, after a command, leaves them be)
-            at_start = ([(st, st.maybe_ready, st.stepped_since)
+            at_start = ([(st, st.maybe_ready, st.stepped_since and not st.express_since)
                          for m in self.models.values() for st in m.streams.values()]
                         if self._align_s() else None)
             stepped = 0
@@ -931,6 +934,7 @@ class Worker:
                 missed: dict[int, _Stream] = {}
                 for st, was_ready, stepped_before in at_start or ():
                     st.on_cadence = st.stepped_since = was_ready
+                    st.express_since = False
                     if was_ready:
                         st.misses = 0
                     elif stepped_before:
@@ -1012,6 +1016,7 @@ class Worker:
                 if self._trace is not None:
                     self._trace_round(start, len(cands), n, "express")
             for st in cands:  # codes pushed ahead: the next chunk at once too, until audio
+                st.express_since = True
                 if st.fresh and st.maybe_ready and m.streams.get(st.sid) is st:
                     self._fresh[st.sid] = st
         if ran:
@@ -1035,7 +1040,8 @@ class Worker:
             m = self.where.get(sid)
             if m is None or m.streams.get(sid) is not st:
                 del self._missed[sid]
-            elif st.maybe_ready and not (self.express and st.fresh):
+            elif st.maybe_ready and not (self.express and st.fresh) and st.stream.stats.ready:
+                # (maybe_ready is set by any push; a chunk may need several: those wait here)
                 groups.setdefault(m.name, (m, []))[1].append(st)
         ran = False
         for m, cands in groups.values():

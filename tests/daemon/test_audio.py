@@ -44,6 +44,16 @@ def test_s16_matches_the_rule_at_every_edge(special):
     assert np.frombuffer(A.f32_to_s16le(x), "<i2").tolist() == _s16_rule(x).tolist()
 
 
+def test_s16_of_non_finite_samples_warns_nothing():
+    """+inf and -inf in one chunk, and a signalling NaN, take the cleaning path without a
+    numpy warning (a caller that turns warnings into errors converts them too)."""
+    snan = np.array([0x7FA00000], dtype=np.uint32).view(np.float32)[0]
+    x = np.array([0.5, np.inf, -np.inf, snan, -0.25], dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert A.f32_to_s16(x).tolist() == [16384, 32767, -32767, 0, -8192]
+
+
 def test_f32le_passthrough():
     """pcm_f32le is the samples as little-endian float32."""
     x = np.array([0.25, -0.5, 1.25], dtype=np.float32)

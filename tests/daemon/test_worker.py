@@ -344,8 +344,9 @@ def test_catch_up_ticks_the_streams_that_missed_their_round(small: Path) -> None
         assert len(missed) == 2
         st3, st4 = (w._missed[sid] for sid in missed)
         assert not st3.on_cadence and st3.misses == 1
-        w._catch_up(time.monotonic() + 1.0)  # nothing in yet: no tick
-        assert m.catch_up_ticks == 0 and len(w._missed) == 2
+        st3.maybe_ready = True  # as a push that does not complete a chunk leaves it
+        w._catch_up(time.monotonic() + 1.0)  # no chunk in yet: no tick, both still owed one
+        assert m.catch_up_ticks == 0 and len(w._missed) == 2 and w._catch_ups_left == 2
         send(front, [wire.PushCodes(sid, small_codes(4, rng)) for sid in (3, 4)])
         w.drain()
         m.cost = TickCost()  # ticks that cost 10 ms plus 15 ms a stream (not the real ones)
@@ -368,6 +369,41 @@ def test_catch_up_ticks_the_streams_that_missed_their_round(small: Path) -> None
         w._catch_up(time.monotonic() + 1.0)
         assert m.catch_up_ticks == 3 and not st4.on_cadence  # late twice: not waited for
         assert w.stats()["models"]["small"]["catch_up_streams"] == 3
+
+
+def test_a_stream_an_express_tick_ran_ahead_has_not_missed_its_round(small: Path) -> None:
+    """first_audio = "now" with catch-up ticks: a stream whose next codes an express tick
+    stepped before the next round is not ready at that round because it ran ahead, not late:
+    no miss counted, no catch-up tick owed (counted, it took catch-up ticks every period and
+    the rounds waited for it)."""
+    import time
+
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=8, max_batch=8,
+                       warm_buckets=(1,), gather_ms=0.0, tick_align_ms=1000.0,
+                       first_audio="now", tick_catch_up=2)
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(10)
+        send(front, [wire.OpenStream(sid, "small") for sid in (1, 2)]
+             + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
+        w.drain()
+        w._fresh.clear()  # the round, not an express tick, takes these
+        w.run_ticks()
+        m = w.models["small"]
+        assert list(m.batches) == [2]
+        send(front, [wire.PushCodes(1, small_codes(4, rng))])
+        w.drain()
+        w._express(time.monotonic() + 1.0)  # stream 1 (no audio yet) ahead of the cadence
+        assert list(m.batches) == [2, 1] and m.express_ticks == 1
+        send(front, [wire.PushCodes(2, small_codes(4, rng))])
+        w.drain()
+        w._fresh.clear()
+        w.run_ticks()  # stream 2 alone: stream 1 is ahead, not late
+        assert list(m.batches) == [2, 1, 1]
+        assert not w._missed
+        assert all(st.misses == 0 for st in m.streams.values())
 
 
 def test_first_audio_gap_holds_an_express_tick_until_its_gap_fits(small: Path) -> None:
