@@ -44,7 +44,7 @@ _MU_SEG_END = np.array([0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF], d
 
 def _clean(x: npt.ArrayLike) -> npt.NDArray[np.float32]:
     a = np.asarray(x, dtype=np.float32).reshape(-1)
-    if not np.all(np.isfinite(a)):
+    if not np.isfinite(a).all():
         a = np.nan_to_num(a, nan=0.0, posinf=1.0, neginf=-1.0)
     return a
 
@@ -52,15 +52,11 @@ def _clean(x: npt.ArrayLike) -> npt.NDArray[np.float32]:
 def f32_to_s16(x: npt.ArrayLike) -> npt.NDArray[np.int16]:
     """float32 [-1, 1] -> int16 samples by the one rounding rule (see the module doc).
 
-    Four passes over the samples (a front does this for every stream's every tick): the
-    float64 product, the rounding in place, the clip in place, the cast. Non-finite samples
-    show in the product's sum and take the cleaning path first (NaN -> 0, +-inf -> +-1)."""
-    a = np.asarray(x, dtype=np.float32).reshape(-1)
-    with np.errstate(invalid="ignore"):  # +inf and -inf in one sum, a signalling NaN
-        y = np.multiply(a, 32767.0, dtype=np.float64)
-        finite = np.isfinite(np.add.reduce(y))
-    if not finite:
-        y = np.multiply(_clean(a), 32767.0, dtype=np.float64)
+    Few passes over the samples (a front does this for every stream's every tick): the
+    finiteness check, the float64 product, the rounding and the clip in place, the cast.
+    Non-finite samples are cleaned first (NaN -> 0, +-inf -> +-1)."""
+    a = _clean(x)  # a pass that warns of nothing, the cleaning only where a sample is not finite
+    y = np.multiply(a, 32767.0, dtype=np.float64)
     np.rint(y, out=y)
     np.minimum(y, 32767.0, out=y)
     np.maximum(y, -32768.0, out=y)
