@@ -24,6 +24,7 @@ the native runtime is imported here (``codecrt.InputError`` is also a
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Iterable, Sequence
 
@@ -235,6 +236,19 @@ def _level_gather(k: int) -> npt.NDArray[np.intp]:
 _GATHER = [_level_gather(k) for k in range(_FAST_GROUPS + 1)]
 
 
+@functools.lru_cache(maxsize=16)
+def _tables(ids: bool, limit: tuple[int, ...]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint64]]:
+    """Each group position's id offset and code limit repeated over ``_FAST_GROUPS`` + 1
+    groups, shared (read-only) by every stream of a model and layout: 7 KB a stream, 14 MB
+    for 2,000 streams, were they each a stream's own. The limit is unsigned: a negative code
+    compares as huge, so one comparison checks both ends."""
+    reps = _FAST_GROUPS + 1
+    off = np.tile(_ID_OFFSET if ids else np.zeros(ORPHEUS_GROUP, np.int64), reps)
+    lim = np.tile(np.asarray(limit, dtype=np.int64), reps).astype(np.uint64)
+    off.flags.writeable = lim.flags.writeable = False
+    return off, lim
+
+
 class _OrpheusAssembler(Assembler):
     """Tokens validated at their stream positions; whole groups become per-level codes.
 
@@ -250,10 +264,7 @@ class _OrpheusAssembler(Assembler):
         # the largest valid code + 1 at each position of a group
         self.limit = np.minimum(np.asarray(codebook_sizes, dtype=np.int64)[_POS_LEVEL_ARR],
                                 ORPHEUS_CODEBOOK_SIZE)
-        reps = _FAST_GROUPS + 1
-        self._off_t = np.tile(_ID_OFFSET if ids else np.zeros(ORPHEUS_GROUP, np.int64), reps)
-        # unsigned: a negative code compares as huge, so one comparison checks both ends
-        self._lim_t = np.tile(self.limit, reps).astype(np.uint64)
+        self._off_t, self._lim_t = _tables(ids, tuple(self.limit.tolist()))
 
     def feed(self, payload: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int32]] | None:
         payload = np.asarray(payload, dtype=np.int64)
