@@ -80,7 +80,7 @@ _RETRY_S = 0.002  # a full command ring is tried again this soon
 #: over the frame period, each in a loop turn of its own: at 500 streams a front (SNAC's 85 ms
 #: frames) a flush per message was a ring record and a doorbell, and a worker wake-up, about
 #: 5,900 a second, where one a millisecond is 1,000 at most. The way from a push to the ring
-#: costs a front 7.0 us a message one to a record and 2.0 us six to a record (``python -m
+#: costs a front about 7.5 us a message one to a record and 2 us six to a record (``python -m
 #: bench session``); a stream's codes wait up to 1 ms more, against an 85 ms frame
 _FLUSH_S = 0.001
 _EVENT_SLICE_S = 0.002  # events handed on per loop turn, at most this long (_handle_events)

@@ -275,9 +275,10 @@ class _Stream:
     #: ready at the start of the last aligned round that stepped streams: an aligned round
     #: waits for these streams' codes (``_all_waiting``), not for a silent or a late one's
     on_cadence: bool = False
-    #: stepped since the start of the last aligned round that stepped streams (in it or in a
-    #: catch-up tick after it): a stream that was and is not ready at the next round's start
-    #: missed that round, and its codes, once in, take a catch-up tick (``_catch_up``)
+    #: kept only under tick_catch_up, as are the two below: stepped since the start of the
+    #: last aligned round that stepped streams (in it or in a catch-up tick after it): a stream
+    #: that was and is not ready at the next round's start missed that round, and its codes,
+    #: once in, take a catch-up tick (``_catch_up``)
     stepped_since: bool = False
     misses: int = 0  # aligned rounds in a row it missed so (``_catch_up``)
     #: stepped by an express tick since the last aligned round's start: not ready at the next
@@ -921,8 +922,7 @@ class Worker:
                 ready = sum(st.maybe_ready for m in self.models.values() for st in m.streams.values())
             # which streams the next aligned round waits for: those ready now, if this round
             # steps (a turn of the loop that steps nothing, after a command, leaves them be)
-            at_start = ([(st, st.maybe_ready, st.stepped_since and not st.express_since)
-                         for m in self.models.values() for st in m.streams.values()]
+            at_start = ([(st, st.maybe_ready) for m in self.models.values() for st in m.streams.values()]
                         if self._align_s() else None)
             stepped = 0
             for m in self.models.values():
@@ -931,18 +931,10 @@ class Worker:
             if stepped:  # the cadence counts from rounds that stepped, not from idle passes
                 self._tick_t = self._round_t
                 self.cadence.round(self._tick_t, time.monotonic())
-                missed: dict[int, _Stream] = {}
-                for st, was_ready, stepped_before in at_start or ():
-                    st.on_cadence = st.stepped_since = was_ready
-                    st.express_since = False
-                    if was_ready:
-                        st.misses = 0
-                    elif stepped_before:
-                        st.misses += 1
-                        if self.catch_up:
-                            missed[st.sid] = st
-                self._missed = missed
-                self._catch_ups_left = self.catch_up
+                for st, was_ready in at_start or ():
+                    st.on_cadence = was_ready
+                if at_start and self.catch_up:
+                    self._note_misses(at_start)
             self.flush()
             if self._trace is not None and stepped:
                 self._trace_round(self._round_t, ready, stepped, self._trigger)
@@ -1021,6 +1013,24 @@ class Worker:
                     self._fresh[st.sid] = st
         if ran:
             self.flush()
+
+    def _note_misses(self, at_start: list[tuple[_Stream, bool]]) -> None:
+        """tick_catch_up, after an aligned round that stepped streams: the streams stepped
+        since the round before (in it or in a catch-up tick, not ahead of it in an express
+        tick) and not ready at this one's start missed it (``_catch_up``). ``at_start``: each
+        open stream and whether it was ready at the round's start; the round itself changes
+        neither flag read here."""
+        missed: dict[int, _Stream] = {}
+        for st, was_ready in at_start:
+            if was_ready:
+                st.misses = 0
+            elif st.stepped_since and not st.express_since:
+                st.misses += 1
+                missed[st.sid] = st
+            st.stepped_since = was_ready
+            st.express_since = False
+        self._missed = missed
+        self._catch_ups_left = self.catch_up
 
     def _catch_up(self, deadline: float) -> None:
         """tick_catch_up: the streams whose codes missed the last aligned round (stepped in the

@@ -254,8 +254,9 @@ class _OrpheusAssembler(Assembler):
 
     A stream sends a group (7 tokens) a message, about 12 a second, and a front assembles
     thousands of streams' messages a second (issue 17): the common message takes a few
-    array operations on slices of tables built once per stream (each position's offset and
-    limit repeated over ``_FAST_GROUPS`` groups), the rest the general path."""
+    array operations on slices of tables shared by the streams of a model and layout (each
+    position's offset and limit repeated over ``_FAST_GROUPS`` groups, ``_tables``), the rest
+    the general path."""
 
     def __init__(self, ids: bool, codebook_sizes: Sequence[int]) -> None:
         self.ids = ids
