@@ -48,6 +48,7 @@ from . import __version__, wire
 from .actions import Action, EngineCancel, EngineFinish, EngineOpen, EnginePush
 from .channel import CtlLink, FrontEnds, packets, recv_msg
 from .config import Config, ModelSource
+from .connection import SessionConnection
 from .engine import (
     ENGINE_RESTARTED,
     Audio,
@@ -592,7 +593,8 @@ class FrontServer(Server):
                                   write_limit=max(4096, cfg.sndbuf_bytes or 32768),
                                   close_timeout=2.0, ping_interval=20, ping_timeout=20,
                                   server_header=f"codecd/{__version__}",
-                                  select_subprotocol=self._web.select_subprotocol)
+                                  select_subprotocol=self._web.select_subprotocol,
+                                  create_connection=SessionConnection)
         self._ws_server = await serve(self._handler, sock=self._sock, **kw)
         self._tasks.append(asyncio.create_task(self._ticker(), name="codecd-ticker"))
         self._tasks.append(asyncio.create_task(self._loop_stalls.run(), name="codecd-loop-stalls"))

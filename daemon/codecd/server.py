@@ -10,7 +10,10 @@ Per connection: a reader loop (the websocket handler) and a writer task that
 drains one FIFO of outgoing frames with a per-send deadline (``send_timeout_s``;
 a client that does not read is failed with ``slow_reader``). ``SO_SNDBUF`` is
 capped on each accepted socket and the websockets write buffer is small, so a
-stalled client costs little kernel/user memory.
+stalled client costs little kernel/user memory. The hot frames take short ways
+(:mod:`codecd.connection`): a binary frame goes from ``data_received`` straight into
+the session when nothing is queued ahead of it, and the writer frames what is queued
+with one write while the socket takes it.
 
 Elsewhere, one concern each: plain HTTP and the upgrade checks
 (:mod:`codecd.http`), the metrics (:mod:`codecd.metrics`), pacing of codes to
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 import signal
 import socket
@@ -43,6 +47,7 @@ from websockets.exceptions import ConnectionClosed
 
 from . import __version__
 from .config import Config, resolve_models
+from .connection import SessionConnection
 from .engine import Audio, Done, EngineConfig, EngineError, EngineEvent, EnginePool, StreamError
 from .families import ModelSpec, engine_options, model_spec
 from .families.voices import VoiceStore
@@ -124,6 +129,10 @@ class _Conn:
         self.queued_bytes -= nbytes
         if self.queued_bytes <= OUT_LOW:
             self.space.set()
+
+    def may_take(self) -> bool:
+        """Whether a frame may go into the session from ``data_received`` (connection.py)."""
+        return self.queued_bytes <= OUT_HIGH and not self.closing and not self.session.closed
 
     async def wait_space(self) -> None:
         """Until the writer has sent the queue down to OUT_LOW (or has stopped)."""
@@ -220,7 +229,8 @@ class Server:
                                   write_limit=max(4096, cfg.sndbuf_bytes or 32768),
                                   close_timeout=2.0, ping_interval=20, ping_timeout=20,
                                   server_header=f"codecd/{__version__}",
-                                  select_subprotocol=self._web.select_subprotocol)
+                                  select_subprotocol=self._web.select_subprotocol,
+                                  create_connection=SessionConnection)
         if self._sock is not None:
             self._ws_server = await serve(self._handler, sock=self._sock, **kw)
         else:
@@ -307,7 +317,14 @@ class Server:
                 await ws.close(1013, "too many connections")
                 return
             self._apply(conn, sess.connect())
+            direct = ws if isinstance(ws, SessionConnection) else None
+            if direct is not None:
+                direct.take_binary(lambda data: self._on_binary(conn, data), conn.may_take)
             async for msg in ws:
+                if direct is not None:
+                    direct.took()
+                if sess.closed:
+                    break
                 if isinstance(msg, str):
                     acts = sess.receive_text(msg)
                 else:
@@ -338,19 +355,35 @@ class Server:
             logger.info("connection %d closed (%s)", sess.id,
                         ws.close_code if ws.close_code is not None else "-", extra=log)
 
+    def _on_binary(self, conn: _Conn, data: bytes) -> None:
+        """A binary frame handed over by ``data_received`` (connection.py): what the handler
+        does with one, in the protocol callback."""
+        sess = conn.session
+        try:
+            self._apply(conn, sess.receive_binary(data))
+        except Exception:
+            logger.exception("connection %d: handler failed", sess.id, extra={"conn": sess.id})
+            self._apply(conn, sess.fail_connection(ErrorCode.INTERNAL_ERROR, "internal error"))
+
     async def _writer(self, conn: _Conn) -> None:
         """Send the connection's queued frames in order, each within ``send_timeout_s``. The
-        frames queued when it wakes go out in one pass under one timeout, re-armed per frame:
-        a tick queues a frame for each of the connection's streams at once, and a wake-up and
-        a ``wait_for`` per frame were a good part of a front's work per message."""
+        frames queued when it wakes go out in one pass: while the socket's buffer takes them,
+        framed together and written at once (``SessionConnection.send_now``); once it is above
+        its high-water mark, one by one, each awaited under one timeout re-armed per frame
+        (a client that does not read fails ``slow_reader``). A tick queues a frame for each of
+        the connection's streams at once, and a wake-up and a send per frame were a good part
+        of a front's work per message."""
         ws, sess = conn.ws, conn.session
         timeout = self.config.send_timeout_s
         loop = asyncio.get_running_loop()
         todo: collections.deque[Any] = collections.deque()
+        send_now = ws.send_now if isinstance(ws, SessionConnection) else None
         while True:
             todo.append(await conn.out.get())
             while not conn.out.empty():
                 todo.append(conn.out.get_nowait())
+            if send_now is not None:
+                self._send_now(conn, send_now, todo)
             try:
                 async with asyncio.timeout(None) as deadline:
                     while todo and todo[0] is not _CLOSE and not isinstance(todo[0], Close):
@@ -390,6 +423,30 @@ class Server:
                 return
             except ConnectionClosed:
                 return
+
+    @staticmethod
+    def _send_now(conn: _Conn, send_now: Callable[[list[bytes | str]], bool],
+                  todo: collections.deque[Any]) -> None:
+        """Write the frames at the head of ``todo`` up to its first close in one go, if the
+        connection takes them now; leave them queued otherwise."""
+        k = 0
+        for item in todo:
+            if item is _CLOSE or isinstance(item, Close):
+                break
+            k += 1
+        if not k:
+            return
+        batch = list(itertools.islice(todo, k))
+        if not send_now([it.data if isinstance(it, SendBinary) else it for it in batch]):
+            return
+        sess = conn.session
+        for it in batch:
+            todo.popleft()
+            if isinstance(it, SendBinary):
+                sess.on_sent(it)
+                conn.taken(len(it.data))
+            else:
+                conn.taken(len(it))
 
     # ---------------------------------------------------------------- actions
 

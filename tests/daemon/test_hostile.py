@@ -461,11 +461,22 @@ def test_nothing_lost_under_faults(small: Path, offline: Any) -> None:
     asyncio.run(main())
 
 
-def test_error_flood_without_reading_is_bounded(small: Path, offline: Any) -> None:
-    """A client that floods bad input (each answered by a 50 KB token_range error) and never
-    reads: the server stops reading it once 1 MiB waits to be sent, so the queue stays
-    bounded; it is closed with slow_reader; another connection's stream is exact."""
-    from codecd.server import OUT_HIGH
+@pytest.mark.parametrize("kind", ["text", "binary"])
+def test_error_flood_without_reading_is_bounded(small: Path, offline: Any, kind: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that floods bad input and never reads: the server stops reading it once
+    OUT_HIGH bytes wait to be sent, so the queue stays bounded; it is closed with slow_reader;
+    another connection's stream is exact. ``text``: start and tokens messages, each answered
+    by a 50 KB token_range error, against the shipped 1 MiB mark. ``binary``: token frames
+    for streams never started, each answered by an unknown_stream error of about 100 bytes,
+    against a mark of 4 KiB: binary frames take the short way into the session from
+    ``data_received`` (codecd.connection), which must stop at the mark too."""
+    import codecd.server
+
+    if kind == "binary":
+        monkeypatch.setattr(codecd.server, "OUT_HIGH", 4096)
+        monkeypatch.setattr(codecd.server, "OUT_LOW", 1024)
+    high, slack = codecd.server.OUT_HIGH, 2 * 60000 if kind == "text" else 1024
 
     async def main() -> None:
         rng = np.random.default_rng(23)
@@ -480,15 +491,20 @@ def test_error_flood_without_reading_is_bounded(small: Path, offline: Any) -> No
             peak = [0]
 
             async def flood() -> None:
-                for i in range(200):
-                    await ws.send(json.dumps(start_msg(f"h{i}")))
-                    await ws.send('{"type":"tokens","stream_id":"h%d","tokens":[%s]}' % (i, huge))
+                if kind == "text":
+                    for i in range(200):
+                        await ws.send(json.dumps(start_msg(f"h{i}")))
+                        await ws.send('{"type":"tokens","stream_id":"h%d","tokens":[%s]}'
+                                      % (i, huge))
+                else:  # 20,000 errors of ~100 bytes: 2 MB of answers
+                    for i in range(20000):
+                        await ws.send(encode_token_frame(f"x{i}", [1, 2, 3]))
 
             async def watch() -> None:
                 while True:
                     for conn in list(srv._conns.values()):
                         peak[0] = max(peak[0], conn.queued_bytes)
-                    await asyncio.sleep(0.005)
+                    await asyncio.sleep(0.002)
 
             watcher = asyncio.create_task(watch())
             flooder = asyncio.create_task(flood())
@@ -506,7 +522,8 @@ def test_error_flood_without_reading_is_bounded(small: Path, offline: Any) -> No
             watcher.cancel()
             flooder.cancel()
             ws.transport.abort()
-            assert srv.metrics.errors["token_range"] >= 20  # the queue did fill up
-            assert peak[0] <= OUT_HIGH + 2 * 60000, peak[0]
+            code = "token_range" if kind == "text" else "unknown_stream"
+            assert srv.metrics.errors[code] >= 20  # the queue did fill up
+            assert peak[0] <= high + slack, peak[0]
             await other.close()
     asyncio.run(main())

@@ -98,6 +98,66 @@ def test_fifty_concurrent_streams_batch(small: Path, offline: Any) -> None:
     asyncio.run(main())
 
 
+def _frames_of_stream(proto: Any, sid: str, levels: list[np.ndarray],
+                      rng: np.random.Generator) -> None:
+    """Frame a whole stream (start, its tokens, end) on the client protocol ``proto``: the
+    tokens in pieces, each a JSON text message, a binary frame, or a binary message cut into
+    two or three fragments."""
+    from serverkit import LAYOUTS
+
+    proto.send_text(json.dumps(start_msg(sid)).encode())
+    toks = LAYOUTS.codes_to_orpheus_ids(LAYOUTS.levels_to_orpheus(levels))
+    cuts = sorted({0, len(toks), *map(int, rng.integers(0, len(toks), 12))})
+    for i, (a, b) in enumerate(zip(cuts, cuts[1:])):
+        piece = toks[a:b]
+        kind = i % 3
+        if kind == 0:
+            proto.send_text(json.dumps({"type": "tokens", "stream_id": sid,
+                                        "tokens": piece.tolist()}).encode())
+        elif kind == 1:
+            proto.send_binary(encode_token_frame(sid, piece))
+        else:
+            data = encode_token_frame(sid, piece)
+            k = int(rng.integers(2, 4))
+            parts = np.array_split(np.frombuffer(data, np.uint8), k)
+            proto.send_binary(parts[0].tobytes(), fin=False)
+            for j, part in enumerate(parts[1:], 1):
+                proto.send_continuation(part.tobytes(), fin=j == k - 1)
+    proto.send_text(json.dumps({"type": "end", "stream_id": sid}).encode())
+
+
+def test_frames_in_one_segment_keep_their_order(small: Path, offline: Any) -> None:
+    """Binary frames go into the session straight from the connection's data_received, the
+    others through websockets' assembler to the handler (codecd.connection): a whole stream
+    written in one segment (text, binary and fragmented binary messages interleaved, the
+    start and the end among them) reaches the session in order, also on a connection that
+    sends it before reading its hello (before the handler may be running). Both decode
+    exactly."""
+    async def main() -> None:
+        async with running(small) as srv:
+            rng = np.random.default_rng(31)
+            c = await Client.open(srv.port)
+            early = await connect(f"ws://127.0.0.1:{srv.port}/", compression=None,
+                                  max_size=None)
+            cases = []
+            for ws, sid in ((early, "early"), (c.ws, "a"), (c.ws, "b")):
+                levels = small_codes(4 * int(rng.integers(40, 120)), rng)
+                _frames_of_stream(ws.protocol, sid, levels, rng)
+                cases.append((sid, levels))
+                ws.transport.write(b"".join(ws.protocol.data_to_send()))
+            e = Client(early)
+            e.hello = json.loads(await early.recv())
+            e.task = asyncio.create_task(e._read())
+            for cl, (sid, levels) in zip((e, c, c), cases):
+                t = await cl.terminal(sid)
+                assert t["type"] == "done", t
+                assert_same_audio(bytes(cl.rec(sid)["audio"]),
+                                  expected(offline, levels, "pcm_s16le", SR), "pcm_s16le")
+            await c.close()
+            await e.close()
+    asyncio.run(main())
+
+
 def test_cancel_disconnect_shutdown_free_slots(small: Path) -> None:
     """Cancel, client disconnect and server shutdown mid-stream all free the slots (gauge back to 0)."""
     async def main() -> None:
