@@ -101,14 +101,16 @@ async def _serve_once(n: int, batch: int, pattern: str) -> tuple[float, float]:
 PERIOD_S = 0.0853333  # SNAC 24 kHz's frame period: one message each way per stream
 
 
-def _paced_client(port: int, conns: int, streams: int, seconds: float, cpu: int | None) -> None:
+def _paced_client(port: int, conns: int, streams: int, seconds: float, cpu: int | None,
+                  counts: Any) -> None:
+    """``counts`` (a shared array): frames sent, frames received, when done."""
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     import random
 
     from websockets.asyncio.client import connect
 
-    async def one(t0: float, got: list[int]) -> None:
+    async def one(t0: float, got: list[int], sent: list[int]) -> None:
         async with connect(f"ws://127.0.0.1:{port}", max_size=None, compression=None) as ws:
             async def rx() -> None:
                 async for _ in ws:
@@ -123,14 +125,16 @@ def _paced_client(port: int, conns: int, streams: int, seconds: float, cpu: int 
                     if d > 0:
                         await asyncio.sleep(d)
                     await ws.send(IN)
+                    sent[0] += 1
                 k += 1
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.5)  # the last tick's answers
             reader.cancel()
 
     async def main() -> None:
-        got = [0]
+        got, sent = [0], [0]
         t0 = time.monotonic() + 0.5
-        await asyncio.gather(*(one(t0, got) for _ in range(conns)))
+        await asyncio.gather(*(one(t0, got, sent) for _ in range(conns)))
+        counts[0], counts[1] = sent[0], got[0]
 
     _run_loop(main())
 
@@ -144,8 +148,9 @@ def _run_loop(coro: Any) -> Any:
 
 
 async def _serve_paced(way: str, conns: int, streams: int, seconds: float,
-                       cpus: tuple[int, int] | None) -> tuple[float, float]:
-    """Server CPU s per frame pair and pairs a second, over the middle of the run."""
+                       cpus: tuple[int, int] | None) -> tuple[float, float, int, int]:
+    """Server CPU s per frame pair and pairs a second over the middle of the run; the frames
+    the client sent and received over the whole run."""
     import collections
 
     from websockets.asyncio.server import serve
@@ -205,9 +210,10 @@ async def _serve_paced(way: str, conns: int, streams: int, seconds: float,
         kw["create_connection"] = SessionConnection
     async with serve(handler, "127.0.0.1", 0, **kw) as srv:
         port = srv.sockets[0].getsockname()[1]
-        p = mp.get_context("spawn").Process(
-            target=_paced_client, args=(port, conns, streams, seconds,
-                                        None if cpus is None else cpus[1]))
+        ctx = mp.get_context("spawn")
+        counts = ctx.Array("q", 2)
+        p = ctx.Process(target=_paced_client, args=(port, conns, streams, seconds,
+                                                    None if cpus is None else cpus[1], counts))
         p.start()
         t = asyncio.create_task(ticker())
         await asyncio.sleep(2.0)  # every connection up and paced
@@ -217,7 +223,7 @@ async def _serve_paced(way: str, conns: int, streams: int, seconds: float,
         await loop.run_in_executor(None, p.join)
         t.cancel()
     n = max(1, n1 - n0)
-    return (c1 - c0) / n, n / (w1 - w0)
+    return (c1 - c0) / n, n / (w1 - w0), int(counts[0]), int(counts[1])
 
 
 def _paced(args: argparse.Namespace) -> None:
@@ -236,8 +242,10 @@ def _paced(args: argparse.Namespace) -> None:
     best: dict[str, tuple[float, float]] = {}
     for _ in range(args.repeat):
         for way in ("handler", "direct"):
-            cpu, rate_got = _run_loop(_serve_paced(way, args.paced, args.streams, args.seconds,
-                                                   cpus))
+            cpu, rate_got, sent, got = _run_loop(_serve_paced(way, args.paced, args.streams,
+                                                              args.seconds, cpus))
+            if got != sent:
+                print(f"{way}: the client received {got} frames of the {sent} it was owed")
             if way not in best or cpu < best[way][0]:
                 best[way] = (cpu, rate_got)
     names = {"handler": "websockets' handler, `send()` per frame",

@@ -16,10 +16,17 @@ keep-alive, flow control and closing, and adds two short ways:
   one of them or while the session holds back) goes through the assembler to the handler as
   before, and every later frame follows it there until the handler has taken them all, so
   messages reach the session in the order they were sent.
-- **Out**: :meth:`send_now` frames a batch of messages and writes them with one
-  ``writelines`` while the connection is open and the transport is below its high-water
-  mark; otherwise it sends nothing and the caller uses ``send()``, which waits for the
-  buffer to drain (and is timed out by the caller: a client that does not read).
+- **Out**: :meth:`send_now` frames messages and writes them with one ``writelines`` while
+  the connection is open and the transport's buffer has room under its high-water mark
+  (``write_limit``), at most one message past it, as ``send()`` would have; it returns how
+  many it wrote. The caller sends the rest with ``send()`` and, when the buffer is over the
+  mark after the last one, waits for ``drain()``: both under its deadline, so a client that
+  does not read is still caught (``slow_reader``) and the buffer stays as small as before.
+
+While the transport's buffer is over its mark, the connection's input is not read either:
+a client that does not read what it is sent cannot make the server write more (the pong
+that websockets answers every ping with, the errors its bad frames earn) into a buffer that
+only grows. Its input waits in the kernel, and the send deadline or the keep-alive closes it.
 """
 
 from __future__ import annotations
@@ -46,13 +53,53 @@ class SessionConnection(ServerConnection):
     _may_take: Callable[[], bool] | None = None
     #: complete messages put in the assembler that the handler has not taken yet
     _queued = 0
-    #: a fragmented message is arriving (its frames go to the assembler)
+    #: a fragmented message is arriving (its frames go to the assembler; RFC 6455 allows no
+    #: other data frame before its last, and websockets fails one that comes)
     _fragment = False
+    #: the assembler asked to stop reading (it holds ``max_queue`` frames)
+    _assembler_full = False
+    #: binary frames handed to ``on_binary`` (the direct path), for tests and benchmarks
+    direct_frames = 0
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        # the assembler and the write buffer both decide whether the socket is read
+        self.recv_messages.pause = self._assembler_over
+        self.recv_messages.resume = self._assembler_under
+
+    def _assembler_over(self) -> None:
+        self._assembler_full = True
+        self._set_reading()
+
+    def _assembler_under(self) -> None:
+        self._assembler_full = False
+        self._set_reading()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._set_reading()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._set_reading()
+
+    def _set_reading(self) -> None:
+        t = self.transport
+        if t.is_closing():
+            return
+        if self._assembler_full or self.paused:
+            t.pause_reading()
+        else:
+            t.resume_reading()
 
     def take_binary(self, on_binary: Callable[[bytes], None],
                     may_take: Callable[[], bool]) -> None:
         """From now on, hand complete binary frames to ``on_binary`` while ``may_take()``."""
         self._on_binary, self._may_take = on_binary, may_take
+
+    def stop_taking(self) -> None:
+        """No more frames to ``on_binary`` (the handler ends; the callback's references go)."""
+        self._on_binary = self._may_take = None
 
     def took(self) -> None:
         """The handler got a message from ``recv()`` (one the assembler held)."""
@@ -70,6 +117,7 @@ class SessionConnection(ServerConnection):
                     self._on_binary is not None and self._may_take is not None and \
                     self._may_take():
                 data = event.data
+                self.direct_frames += 1
                 self._on_binary(data if type(data) is bytes else bytes(data))
                 return
             else:
@@ -79,23 +127,28 @@ class SessionConnection(ServerConnection):
             self._queued += 1
         super().process_event(event)
 
-    def send_now(self, items: Sequence[Message]) -> bool:
-        """Frame ``items`` (bytes as binary, str as text messages) and write them at once, if
-        the connection is open and its transport is not above its high-water mark; False (and
-        nothing sent) otherwise."""
-        if self.paused or self.protocol.state is not State.OPEN or self.transport.is_closing():
-            return False
+    def send_now(self, items: Sequence[Message]) -> int:
+        """Frame the leading ``items`` (bytes as binary, str as text messages) that the
+        transport's buffer has room for under its high-water mark, the last one crossing it
+        (as ``send()`` writes a message and then waits), and write them at once; how many.
+        0 while the connection is not open or the buffer is over the mark."""
+        t = self.transport
+        if self.paused or self.protocol.state is not State.OPEN or t.is_closing():
+            return 0
+        high = self.write_limit_high
+        room = (high if high is not None else 1 << 62) - t.get_write_buffer_size()
         p = self.protocol
+        n = 0
         for m in items:
+            if room <= 0:
+                break
             if isinstance(m, str):
-                p.send_text(m.encode())
+                b = m.encode()
+                p.send_text(b)
             else:
-                p.send_binary(m)
-        data = p.data_to_send()
-        if all(data):
-            self.transport.writelines(data)
-        else:  # an end-of-stream marker (b""): not after data frames of an open connection
-            self.transport.writelines([d for d in data if d])
-            if self.transport.can_write_eof():
-                self.transport.write_eof()
-        return True
+                b = m
+                p.send_binary(b)
+            room -= len(b)
+            n += 1
+        t.writelines(p.data_to_send())
+        return n

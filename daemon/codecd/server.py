@@ -119,6 +119,7 @@ class _Conn:
     writer: asyncio.Task[None] | None = None
     closing: bool = False
     queued_bytes: int = 0  # of the frames in ``out``
+    held_back: bool = False  # input not taken until the queue is down to OUT_LOW
     space: asyncio.Event = field(default_factory=asyncio.Event)  # queued_bytes <= OUT_LOW
 
     def put(self, item: Any, nbytes: int) -> None:
@@ -128,11 +129,16 @@ class _Conn:
     def taken(self, nbytes: int) -> None:
         self.queued_bytes -= nbytes
         if self.queued_bytes <= OUT_LOW:
+            self.held_back = False
             self.space.set()
 
     def may_take(self) -> bool:
-        """Whether a frame may go into the session from ``data_received`` (connection.py)."""
-        return self.queued_bytes <= OUT_HIGH and not self.closing and not self.session.closed
+        """Whether a frame may go into the session from ``data_received`` (connection.py):
+        not from when the queue is over OUT_HIGH until it is down to OUT_LOW, as the handler
+        waits (``wait_space``)."""
+        if self.queued_bytes > OUT_HIGH:
+            self.held_back = True
+        return not self.held_back and not self.closing and not self.session.closed
 
     async def wait_space(self) -> None:
         """Until the writer has sent the queue down to OUT_LOW (or has stopped)."""
@@ -339,6 +345,8 @@ class Server:
             logger.exception("connection %d: handler failed", sess.id, extra=log)
             self._apply(conn, sess.fail_connection(ErrorCode.INTERNAL_ERROR, "internal error"))
         finally:
+            if isinstance(ws, SessionConnection):
+                ws.stop_taking()
             self._apply(conn, sess.connection_lost())
             if conn.writer is not None:
                 if not conn.closing:
@@ -348,6 +356,8 @@ class Server:
                                            self.config.send_timeout_s + 3.0)
                 except (asyncio.TimeoutError, asyncio.CancelledError):
                     conn.writer.cancel()
+                except Exception:  # the writer failed: still release what the connection held
+                    logger.exception("connection %d: writer failed", sess.id, extra=log)
             self._conns.pop(sess.id, None)
             self._per_ip[ip] -= 1
             if self._per_ip[ip] <= 0:
@@ -363,7 +373,13 @@ class Server:
             self._apply(conn, sess.receive_binary(data))
         except Exception:
             logger.exception("connection %d: handler failed", sess.id, extra={"conn": sess.id})
-            self._apply(conn, sess.fail_connection(ErrorCode.INTERNAL_ERROR, "internal error"))
+            try:
+                self._apply(conn, sess.fail_connection(ErrorCode.INTERNAL_ERROR,
+                                                       "internal error"))
+            except Exception:  # not out of data_received: the transport would log a fatal error
+                logger.exception("connection %d: failing it failed: aborted", sess.id,
+                                 extra={"conn": sess.id})
+                conn.ws.transport.abort()
 
     async def _writer(self, conn: _Conn) -> None:
         """Send the connection's queued frames in order, each within ``send_timeout_s``. The
@@ -377,15 +393,20 @@ class Server:
         timeout = self.config.send_timeout_s
         loop = asyncio.get_running_loop()
         todo: collections.deque[Any] = collections.deque()
-        send_now = ws.send_now if isinstance(ws, SessionConnection) else None
+        direct = ws if isinstance(ws, SessionConnection) else None
         while True:
             todo.append(await conn.out.get())
             while not conn.out.empty():
                 todo.append(conn.out.get_nowait())
-            if send_now is not None:
-                self._send_now(conn, send_now, todo)
             try:
+                if direct is not None:
+                    self._send_now(conn, direct, todo)
                 async with asyncio.timeout(None) as deadline:
+                    if direct is not None and direct.paused:
+                        # what send_now wrote is over the buffer's mark: wait for it as
+                        # send() waits for each message (a client that does not read)
+                        deadline.reschedule(loop.time() + timeout)
+                        await direct.drain()
                     while todo and todo[0] is not _CLOSE and not isinstance(todo[0], Close):
                         item = todo[0]
                         deadline.reschedule(loop.time() + timeout)
@@ -425,10 +446,10 @@ class Server:
                 return
 
     @staticmethod
-    def _send_now(conn: _Conn, send_now: Callable[[list[bytes | str]], bool],
-                  todo: collections.deque[Any]) -> None:
-        """Write the frames at the head of ``todo`` up to its first close in one go, if the
-        connection takes them now; leave them queued otherwise."""
+    def _send_now(conn: _Conn, ws: SessionConnection, todo: collections.deque[Any]) -> None:
+        """Write the frames at the head of ``todo`` (up to its first close) that the
+        connection's buffer takes now in one go (``SessionConnection.send_now``); the rest
+        stay queued."""
         k = 0
         for item in todo:
             if item is _CLOSE or isinstance(item, Close):
@@ -437,10 +458,9 @@ class Server:
         if not k:
             return
         batch = list(itertools.islice(todo, k))
-        if not send_now([it.data if isinstance(it, SendBinary) else it for it in batch]):
-            return
+        n = ws.send_now([it.data if isinstance(it, SendBinary) else it for it in batch])
         sess = conn.session
-        for it in batch:
+        for it in batch[:n]:
             todo.popleft()
             if isinstance(it, SendBinary):
                 sess.on_sent(it)

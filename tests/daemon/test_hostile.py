@@ -464,9 +464,10 @@ def test_nothing_lost_under_faults(small: Path, offline: Any) -> None:
 @pytest.mark.parametrize("kind", ["text", "binary"])
 def test_error_flood_without_reading_is_bounded(small: Path, offline: Any, kind: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """A client that floods bad input and never reads: the server stops reading it once
-    OUT_HIGH bytes wait to be sent, so the queue stays bounded; it is closed with slow_reader;
-    another connection's stream is exact. ``text``: start and tokens messages, each answered
+    """A client that floods bad input and never reads: the server stops reading it once its
+    write buffer is over its mark (codecd.connection) or OUT_HIGH bytes wait to be sent, so
+    the queue and the buffer stay bounded; it is closed with slow_reader; another
+    connection's stream is exact. ``text``: start and tokens messages, each answered
     by a 50 KB token_range error, against the shipped 1 MiB mark. ``binary``: token frames
     for streams never started, each answered by an unknown_stream error of about 100 bytes,
     against a mark of 4 KiB: binary frames take the short way into the session from
@@ -488,7 +489,7 @@ def test_error_flood_without_reading_is_bounded(small: Path, offline: Any, kind:
                                compression=None, max_size=None, write_limit=4096)
             await ws.recv()
             huge = "9" * 50000
-            peak = [0]
+            peak = [0, 0]  # the outgoing queue, the transport's buffer
 
             async def flood() -> None:
                 if kind == "text":
@@ -504,6 +505,7 @@ def test_error_flood_without_reading_is_bounded(small: Path, offline: Any, kind:
                 while True:
                     for conn in list(srv._conns.values()):
                         peak[0] = max(peak[0], conn.queued_bytes)
+                        peak[1] = max(peak[1], conn.ws.transport.get_write_buffer_size())
                     await asyncio.sleep(0.002)
 
             watcher = asyncio.create_task(watch())
@@ -523,7 +525,64 @@ def test_error_flood_without_reading_is_bounded(small: Path, offline: Any, kind:
             flooder.cancel()
             ws.transport.abort()
             code = "token_range" if kind == "text" else "unknown_stream"
-            assert srv.metrics.errors[code] >= 20  # the queue did fill up
+            assert srv.metrics.errors[code] >= 3  # the flood was answered until it was held
             assert peak[0] <= high + slack, peak[0]
+            assert peak[1] <= 4096 + slack, peak[1]  # write_limit: sndbuf_bytes, one message past
             await other.close()
+    asyncio.run(main())
+
+
+def _deaf_socket(port: int) -> socket.socket:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def test_one_large_answer_to_a_client_that_never_reads_is_closed(small: Path) -> None:
+    """A client that sends one bad message (answered by a 50 KB token_range error), then
+    nothing, and never reads: the server writes the answer at once, over the write buffer's
+    mark, and its writer waits for it to drain under the send deadline, so the client is
+    closed with slow_reader though nothing more is queued for it."""
+    async def main() -> None:
+        async with running(small, send_timeout_s=1.0, sndbuf_bytes=4096) as srv:
+            ws = await connect(f"ws://127.0.0.1:{srv.port}/", sock=_deaf_socket(srv.port),
+                               max_queue=1, compression=None, max_size=None)
+            await ws.recv()
+            ws.transport.pause_reading()
+            await ws.send(json.dumps(start_msg("h")))
+            await ws.send('{"type":"tokens","stream_id":"h","tokens":[%s]}' % ("9" * 50000))
+            deadline = time.monotonic() + 10
+            while srv.metrics.errors.get("slow_reader", 0) == 0:
+                assert time.monotonic() < deadline, "a client that never reads was not closed"
+                await asyncio.sleep(0.05)
+            ws.transport.abort()
+    asyncio.run(main())
+
+
+def test_ping_flood_without_reading_is_bounded(small: Path) -> None:
+    """A client that sends pings without end and never reads the pongs: websockets answers
+    every ping, so the server's write buffer would grow with them (61 MB in 4 s, measured
+    before the change); the connection stops reading its input while that buffer is over
+    its mark (codecd.connection), so it stays within the mark and the pongs of one read of
+    the socket (at most 256 KiB), and another connection is served meanwhile."""
+    async def main() -> None:
+        async with running(small, sndbuf_bytes=4096) as srv:
+            ws = await connect(f"ws://127.0.0.1:{srv.port}/", sock=_deaf_socket(srv.port),
+                               max_queue=1, compression=None, max_size=None)
+            await ws.recv()
+            ws.transport.pause_reading()  # not even the pongs (websockets reads them otherwise)
+            peak = [0]
+            for _ in range(400):  # 40,000 pings of 100 bytes: 4 MB of pongs owed
+                for _ in range(100):
+                    ws.protocol.send_ping(b"p" * 100)
+                ws.transport.write(b"".join(ws.protocol.data_to_send()))
+                await asyncio.sleep(0.001)
+                for conn in list(srv._conns.values()):
+                    peak[0] = max(peak[0], conn.ws.transport.get_write_buffer_size())
+            other = await Client.open(srv.port)
+            assert other.hello["type"] == "hello"
+            await other.close()
+            assert peak[0] <= 4096 + (256 << 10), peak[0]
+            ws.transport.abort()
     asyncio.run(main())

@@ -126,13 +126,14 @@ def _frames_of_stream(proto: Any, sid: str, levels: list[np.ndarray],
     proto.send_text(json.dumps({"type": "end", "stream_id": sid}).encode())
 
 
-def test_frames_in_one_segment_keep_their_order(small: Path, offline: Any) -> None:
-    """Binary frames go into the session straight from the connection's data_received, the
-    others through websockets' assembler to the handler (codecd.connection): a whole stream
-    written in one segment (text, binary and fragmented binary messages interleaved, the
-    start and the end among them) reaches the session in order, also on a connection that
-    sends it before reading its hello (before the handler may be running). Both decode
-    exactly."""
+def test_frames_keep_their_order_on_both_paths(small: Path, offline: Any) -> None:
+    """Binary frames go into the session straight from the connection's data_received when
+    nothing is queued ahead of them, the others through websockets' assembler to the handler
+    (codecd.connection). Streams framed with text, binary and fragmented binary messages
+    interleaved (start and end among them) reach their sessions in order and decode exactly:
+    one written in a single segment before the connection reads its hello (before its
+    handler may run), one in a single segment, and two cut into small pieces at random
+    bytes, a loop turn apart, so that binary frames take both paths (asserted)."""
     async def main() -> None:
         async with running(small) as srv:
             rng = np.random.default_rng(31)
@@ -140,19 +141,27 @@ def test_frames_in_one_segment_keep_their_order(small: Path, offline: Any) -> No
             early = await connect(f"ws://127.0.0.1:{srv.port}/", compression=None,
                                   max_size=None)
             cases = []
-            for ws, sid in ((early, "early"), (c.ws, "a"), (c.ws, "b")):
+            for ws, sid, pieces in ((early, "early", 1), (c.ws, "a", 1), (c.ws, "b", 40),
+                                    (c.ws, "c", 40)):
                 levels = small_codes(4 * int(rng.integers(40, 120)), rng)
                 _frames_of_stream(ws.protocol, sid, levels, rng)
                 cases.append((sid, levels))
-                ws.transport.write(b"".join(ws.protocol.data_to_send()))
+                data = b"".join(ws.protocol.data_to_send())
+                cuts = sorted({0, len(data), *map(int, rng.integers(1, len(data), pieces - 1))})
+                for x, y in zip(cuts, cuts[1:]):
+                    ws.transport.write(data[x:y])
+                    await asyncio.sleep(0.002)
             e = Client(early)
             e.hello = json.loads(await early.recv())
             e.task = asyncio.create_task(e._read())
-            for cl, (sid, levels) in zip((e, c, c), cases):
+            for cl, (sid, levels) in zip((e, c, c, c), cases):
                 t = await cl.terminal(sid)
                 assert t["type"] == "done", t
                 assert_same_audio(bytes(cl.rec(sid)["audio"]),
                                   expected(offline, levels, "pcm_s16le", SR), "pcm_s16le")
+            direct = sum(conn.ws.direct_frames for conn in srv._conns.values())
+            received = srv.metrics.messages_received  # every session's, by both paths
+            assert 0 < direct < received, (direct, received)
             await c.close()
             await e.close()
     asyncio.run(main())
