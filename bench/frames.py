@@ -169,11 +169,15 @@ async def _serve_paced(way: str, conns: int, streams: int, seconds: float,
             todo.append(await q.get())
             while not q.empty():
                 todo.append(q.get_nowait())
-            if way == "direct" and ws.send_now(list(todo)):
-                pairs[0] += len(todo)
-                todo.clear()
-                continue
+            if way == "direct":  # as codecd.server's writer: what the buffer takes at once
+                n = ws.send_now(list(todo))
+                pairs[0] += n
+                for _ in range(n):
+                    todo.popleft()
             async with asyncio.timeout(None) as deadline:
+                if way == "direct" and ws.paused:
+                    deadline.reschedule(loop.time() + 10.0)
+                    await ws.drain()
                 while todo:
                     deadline.reschedule(loop.time() + 10.0)
                     await ws.send(todo[0])

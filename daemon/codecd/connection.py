@@ -130,25 +130,26 @@ class SessionConnection(ServerConnection):
     def send_now(self, items: Sequence[Message]) -> int:
         """Frame the leading ``items`` (bytes as binary, str as text messages) that the
         transport's buffer has room for under its high-water mark, the last one crossing it
-        (as ``send()`` writes a message and then waits), and write them at once; how many.
-        0 while the connection is not open or the buffer is over the mark."""
-        t = self.transport
-        if self.paused or self.protocol.state is not State.OPEN or t.is_closing():
-            return 0
-        high = self.write_limit_high
-        room = (high if high is not None else 1 << 62) - t.get_write_buffer_size()
-        p = self.protocol
+        (as ``send()`` writes a message and then waits), and write them at once, again while
+        the socket takes what was written; how many. 0 while the connection is not open or
+        the buffer is over the mark."""
+        t, p = self.transport, self.protocol
+        high = self.write_limit_high if self.write_limit_high is not None else 1 << 62
         n = 0
-        for m in items:
+        while n < len(items) and not self.paused and p.state is State.OPEN and \
+                not t.is_closing():
+            room = high - t.get_write_buffer_size()
             if room <= 0:
                 break
-            if isinstance(m, str):
-                b = m.encode()
-                p.send_text(b)
-            else:
-                b = m
-                p.send_binary(b)
-            room -= len(b)
-            n += 1
-        t.writelines(p.data_to_send())
+            while n < len(items) and room > 0:
+                m = items[n]
+                if isinstance(m, str):
+                    b = m.encode()
+                    p.send_text(b)
+                else:
+                    b = m
+                    p.send_binary(b)
+                room -= len(b)
+                n += 1
+            t.writelines(p.data_to_send())  # the kernel takes what fits; the rest is buffered
         return n
