@@ -139,8 +139,8 @@ class Config:
                             "started is stepped in a small tick of its own once they are in, "
                             "if the tick cost says it ends before the next round is due, "
                             "instead of a period later with that round; at most this many "
-                            "such ticks between two rounds (0: off; 2 to try it: not yet "
-                            "measured on a GPU)")
+                            "such ticks between two rounds (0: off; on an H100 at 2,400 "
+                            "streams it changed nothing measurable, docs/benchmarks.md)")
     max_streams: int = _f(64, "open streams server-wide (per model per worker in the engine); "
                           "over it a start gets 'busy'")
     max_streams_per_connection: int = _f(16, "open streams per connection "
