@@ -82,11 +82,15 @@ class FrontSide:
         for fd in ch.worker_fds[1::2]:  # the doorbells' worker ends (sent); from_fds closed the rings
             os.close(fd)
 
-    def send(self, msgs) -> None:
+    def send(self, msgs, per_record: int = 0) -> None:
+        """``msgs`` in one ring record, or in records of ``per_record`` messages each (a front
+        flushes what a millisecond gathered: a few streams' codes a record)."""
         from codecd import wire
 
-        if not self.ends.commands.write([wire.encode(msgs)]):
-            raise SystemExit("the command ring is full")
+        step = per_record or max(1, len(msgs))
+        for i in range(0, len(msgs), step):
+            if not self.ends.commands.write([wire.encode(msgs[i:i + step])]):
+                raise SystemExit("the command ring is full")
         self.ends.commands.ring()
 
     def events(self):
@@ -99,8 +103,10 @@ class FrontSide:
         return out
 
 
-def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rng) -> dict:
-    """The worker with one front channel: N streams, ``ticks`` timed ticks."""
+def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rng,
+                    per_record: int = 0) -> dict:
+    """The worker with one front channel: N streams, ``ticks`` timed ticks; each tick's codes
+    in one PUSH record, or in records of ``per_record`` streams."""
     from codecd import wire
     from codecd.engine.config import EngineConfig
     from codecd.worker import PHASES, Worker
@@ -131,7 +137,7 @@ def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rn
         codes = rng.integers(0, 4096, size=(n, 7 * PERIOD_FRAMES // 4), dtype=np.int32)
         msgs = [wire.PushCodes(i + 1, [codes[i, :PERIOD_FRAMES // s] for s in strides])
                 for i in range(n)]
-        front.send(msgs)
+        front.send(msgs, per_record)
         before, before_cpu = dict(w.phases.wall), dict(w.phases.cpu)
         c0, t0 = time.process_time(), time.perf_counter()
         w.drain()
@@ -204,6 +210,9 @@ def main() -> int:
     ap.add_argument("--ticks", type=int, default=20, help="timed ticks per N")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads of the runtime")
+    ap.add_argument("--per-record", type=int, default=0, metavar="K",
+                    help="streams per PUSH record (0: a tick's codes in one record; a front's "
+                    "1 ms flush gathers about 6 at 500 streams a front)")
     ap.add_argument("--profile", type=int, default=0, metavar="K",
                     help="cProfile the worker side and print its K costliest functions per N")
     args = ap.parse_args()
@@ -212,7 +221,8 @@ def main() -> int:
 
     rng = np.random.default_rng(0)
     print(f"worker tick against the runtime alone: {args.spawn}, {args.device}, "
-          f"threads {args.threads}, {PERIOD_FRAMES} frames per tick, {args.ticks} ticks per N")
+          f"threads {args.threads}, {PERIOD_FRAMES} frames per tick, {args.ticks} ticks per N, "
+          f"{args.per_record or 'all'} streams per PUSH record")
     print("\nhost phases in µs of the worker thread's CPU per stream per tick (wall in "
           "parentheses); step = codecrt.step's wall")
     print("\n| N | ingest | collect | flush | host total | step ms | tick ms mean | tick ms p99 "
@@ -225,7 +235,8 @@ def main() -> int:
             import cProfile
             prof = cProfile.Profile()
             prof.enable()
-        d = run_daemon_side(path, n, args.ticks, args.device, args.threads, rng)
+        d = run_daemon_side(path, n, args.ticks, args.device, args.threads, rng,
+                            args.per_record)
         if prof is not None:
             import pstats
             prof.disable()

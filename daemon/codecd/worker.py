@@ -627,17 +627,27 @@ class Worker:
         self._poller = None
 
     def _read_front(self, link: _FrontLink) -> None:
+        """The records a front's ring holds. PUSH records in a row (a front flushes what a
+        millisecond gathered, a few streams' codes a record, and the worker finds tens of them
+        after a tick) are applied together, one ``_push_batch`` for all of them: the cost of
+        a runtime call per record was most of the worker's ingest (``python -m bench worker
+        --per-record 5``). Any other command applies the pushes before it first: a stream's
+        commands keep their order."""
         cons = link.ends.commands
         alive = cons.on_doorbell()
         base = link.fid << _FID_SHIFT
+        pushes: list[tuple[Any, Any, Any, Any]] = []
         for rec in cons.records():
             link.packets_in += 1
             data = bytes(rec)  # a copy: arrays outlive the ring's room
             for kind, count, body in wire.records(data):
                 if kind == wire.PushCodes.kind:
                     self.commands += count
-                    self._push_batch(base, *wire.push_arrays(body, count))
+                    pushes.append(wire.push_arrays(body, count))
                     continue
+                if pushes:
+                    self._push_batches(base, pushes)
+                    pushes = []
                 for cmd in wire.read_record(kind, count, body):
                     self.commands += 1
                     if isinstance(cmd, wire.OpenStream):
@@ -651,8 +661,17 @@ class Worker:
                     else:
                         logger.warning("unexpected command %s from front %d",
                                        type(cmd).__name__, link.fid)
+        if pushes:
+            self._push_batches(base, pushes)
         if not alive:
             self._detach(link.fid)
+
+    def _push_batches(self, base: int, pushes: list[tuple[Any, Any, Any, Any]]) -> None:
+        """PUSH records' arrays (sids, level counts, lengths, codes), in order, as one."""
+        if len(pushes) == 1:
+            self._push_batch(base, *pushes[0])
+        else:
+            self._push_batch(base, *(np.concatenate(a) for a in zip(*pushes)))
 
     def _push_batch(self, base: int, sids: Any, nlev: Any, lengths: Any, codes: Any) -> None:
         """A front's PUSH record: one runtime call for its streams when they are all exact

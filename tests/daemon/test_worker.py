@@ -116,6 +116,58 @@ def test_packed_push_and_pull_equal_offline_through_a_small_ring(small: Path, of
             assert np.array_equal(got, want), sid
 
 
+def test_push_records_in_a_row_are_applied_in_order(small: Path, offline: Any) -> None:
+    """Each stream's codes cut into pieces, each piece its own PUSH record, the streams'
+    pieces interleaved and a stream's FINISH right after its last piece, all in the ring
+    before the worker reads it: the worker applies the PUSH records in a row as one batch (a
+    stream may be in it several times) and the pushes before a FINISH first. One stream's
+    piece has a code out of range: it fails alone. Every other stream's audio equals its
+    offline decode exactly."""
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=16, max_batch=16,
+                       warm_buckets=(1,), gather_ms=0.0)
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(13)
+        levels = {sid: small_codes(4 * int(rng.integers(6, 20)), rng) for sid in range(1, 9)}
+        levels[5][0][2] = 4096  # out of range: stream 5 fails, the others go on
+        pieces = {sid: [] for sid in levels}
+        for sid, lv in levels.items():  # whole frames of the coarsest level per piece
+            n = len(lv[0])
+            cuts = sorted({0, n, *map(int, rng.integers(1, n, 3))})
+            pieces[sid] = [[x[a * (4 // s):b * (4 // s)] for x, s in zip(lv, (4, 2, 1))]
+                           for a, b in zip(cuts, cuts[1:])]
+        send(front, [wire.OpenStream(sid, "small") for sid in levels])
+        w.drain()
+        order = [(sid, i) for i in range(4) for sid in levels if i < len(pieces[sid])]
+        for sid, i in order:
+            front.commands.write([wire.encode([wire.PushCodes(sid, pieces[sid][i])])])
+            if i == len(pieces[sid]) - 1:
+                front.commands.write([wire.encode([wire.FinishStream(sid)])])
+        front.commands.ring()
+        audio: dict[int, list[np.ndarray]] = {sid: [] for sid in levels}
+        ends: dict[int, Any] = {}
+        for _ in range(2000):
+            w.drain()
+            w.run_ticks()
+            for m in read_events(front):
+                if isinstance(m, wire.AudioOut):
+                    audio[m.sid].append(m.pcm)
+                elif isinstance(m, (wire.StreamDone, wire.StreamFailed)):
+                    ends[m.sid] = m
+            w.flush()
+            if len(ends) == len(levels):
+                break
+        assert isinstance(ends[5], wire.StreamFailed) and ends[5].code == "token_range"
+        for sid, lv in levels.items():
+            if sid == 5:
+                continue
+            assert isinstance(ends[sid], wire.StreamDone), ends[sid]
+            got = np.concatenate(audio[sid])
+            assert np.array_equal(got, offline(lv)), sid
+
+
 def test_batch_shapes_setting_reaches_the_workers_context(tmp_path: Path, small: Path) -> None:
     """batch_shapes: auto (the default: exact shapes, on every device), pow2 and exact become
     the engine's batch_bucket and the context's; anything else is a configuration error naming
