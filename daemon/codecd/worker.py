@@ -629,25 +629,33 @@ class Worker:
     def _read_front(self, link: _FrontLink) -> None:
         """The records a front's ring holds. PUSH records in a row (a front flushes what a
         millisecond gathered, a few streams' codes a record, and the worker finds tens of them
-        after a tick) are applied together, one ``_push_batch`` for all of them: the cost of
-        a runtime call per record was most of the worker's ingest (``python -m bench worker
-        --per-record 5``). Any other command applies the pushes before it first: a stream's
-        commands keep their order."""
+        after a tick) are applied together (``_push_batches``): the cost of a runtime call per
+        record was most of the worker's ingest (``python -m bench worker --per-record 5``).
+        A run ends before a record with a stream already in it, so that a stream is in one
+        runtime call once (its failure is its only one, its later codes find it closed), and
+        before any other command, so that a stream's commands keep their order."""
         cons = link.ends.commands
         alive = cons.on_doorbell()
         base = link.fid << _FID_SHIFT
         pushes: list[tuple[Any, Any, Any, Any]] = []
+        in_run: set[int] = set()
         for rec in cons.records():
             link.packets_in += 1
             data = bytes(rec)  # a copy: arrays outlive the ring's room
             for kind, count, body in wire.records(data):
                 if kind == wire.PushCodes.kind:
                     self.commands += count
-                    pushes.append(wire.push_arrays(body, count))
+                    arrays = wire.push_arrays(body, count)
+                    ids = arrays[0].tolist()
+                    if pushes and not in_run.isdisjoint(ids):
+                        self._push_batches(base, pushes)
+                        pushes, in_run = [], set()
+                    pushes.append(arrays)
+                    in_run.update(ids)
                     continue
                 if pushes:
                     self._push_batches(base, pushes)
-                    pushes = []
+                    pushes, in_run = [], set()
                 for cmd in wire.read_record(kind, count, body):
                     self.commands += 1
                     if isinstance(cmd, wire.OpenStream):
@@ -667,16 +675,23 @@ class Worker:
             self._detach(link.fid)
 
     def _push_batches(self, base: int, pushes: list[tuple[Any, Any, Any, Any]]) -> None:
-        """PUSH records' arrays (sids, level counts, lengths, codes), in order, as one."""
+        """PUSH records' arrays (sids, level counts, lengths, codes), in order: as one batch
+        when all their streams can share one runtime call, else record by record as they came
+        (a record of one model's exact streams keeps its one call)."""
         if len(pushes) == 1:
             self._push_batch(base, *pushes[0])
+            return
+        sids, nlev, lengths, codes = (np.concatenate(a) for a in zip(*pushes))
+        streams = self._resolve(base, sids)
+        if streams[1]:
+            self._push_batch(base, sids, nlev, lengths, codes, streams=streams)
         else:
-            self._push_batch(base, *(np.concatenate(a) for a in zip(*pushes)))
+            for arrays in pushes:
+                self._push_batch(base, *arrays)
 
-    def _push_batch(self, base: int, sids: Any, nlev: Any, lengths: Any, codes: Any) -> None:
-        """A front's PUSH record: one runtime call for its streams when they are all exact
-        streams of one context (``codecrt.push_many``, the record's arrays read in place),
-        else one push per stream."""
+    def _resolve(self, base: int, sids: Any) -> tuple[list[_Stream | None], bool]:
+        """The streams of a PUSH batch's sids (None: not open), and whether they are all exact
+        streams of one context (one ``codecrt.push_many`` for all)."""
         import codecrt
 
         sts: list[_Stream | None] = []
@@ -693,6 +708,16 @@ class Worker:
                            (ctx is not None and ctx is not m.lm.ctx)):
                 packed = False
             ctx = m.lm.ctx
+        return sts, packed
+
+    def _push_batch(self, base: int, sids: Any, nlev: Any, lengths: Any, codes: Any,
+                    streams: tuple[list[_Stream | None], bool] | None = None) -> None:
+        """A front's PUSH batch: one runtime call for its streams when they are all exact
+        streams of one context (``codecrt.push_many``, the arrays read in place), else one
+        push per stream. ``streams``: ``_resolve``'s answer, when the caller has it."""
+        import codecrt
+
+        sts, packed = streams if streams is not None else self._resolve(base, sids)
         if not packed:
             for msg in wire.push_messages(sids, nlev, lengths, codes):
                 self._push(base | msg.sid, msg.levels)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from smallmodel import small_codes
 
@@ -116,56 +117,125 @@ def test_packed_push_and_pull_equal_offline_through_a_small_ring(small: Path, of
             assert np.array_equal(got, want), sid
 
 
-def test_push_records_in_a_row_are_applied_in_order(small: Path, offline: Any) -> None:
+def _pieces(levels: np.ndarray, rng: np.random.Generator, k: int = 4) -> list[list[np.ndarray]]:
+    """A stream's codes cut into up to ``k`` pieces of whole frames of the coarsest level."""
+    n = len(levels[0])
+    cuts = sorted({0, n, *map(int, rng.integers(1, n, k - 1))})
+    return [[x[a * (4 // s):b * (4 // s)] for x, s in zip(levels, (4, 2, 1))]
+            for a, b in zip(cuts, cuts[1:])]
+
+
+def _run_until_ended(w: Any, front: Any, n: int) -> tuple[dict[int, list[np.ndarray]],
+                                                           dict[int, list[Any]]]:
+    from codecd import wire
+
+    audio: dict[int, list[np.ndarray]] = {}
+    ends: dict[int, list[Any]] = {}
+    for _ in range(2000):
+        w.drain()
+        w.run_ticks()
+        for m in read_events(front):
+            if isinstance(m, wire.AudioOut):
+                audio.setdefault(m.sid, []).append(m.pcm)
+            elif isinstance(m, (wire.StreamDone, wire.StreamFailed)):
+                ends.setdefault(m.sid, []).append(m)
+        w.flush()
+        if len(ends) == n:
+            break
+    return audio, ends
+
+
+def test_push_records_in_a_row_are_applied_in_order(small: Path, offline: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Each stream's codes cut into pieces, each piece its own PUSH record, the streams'
-    pieces interleaved and a stream's FINISH right after its last piece, all in the ring
-    before the worker reads it: the worker applies the PUSH records in a row as one batch (a
-    stream may be in it several times) and the pushes before a FINISH first. One stream's
-    piece has a code out of range: it fails alone. Every other stream's audio equals its
-    offline decode exactly."""
+    pieces interleaved and some streams' FINISH right after their last piece, all in the ring
+    before the worker reads it (which ends with PUSH records): the worker applies PUSH
+    records in a row in fewer runtime calls than records, a run ending before a record with
+    a stream already in it and before any other command. One stream's piece has a code out of
+    range: it fails alone, once, naming that code, and is not left among the streams waiting
+    for a first tick. Every other stream's audio equals its offline decode exactly."""
+    import codecrt
+
     from codecd import wire
     from codecd.engine.config import EngineConfig
 
+    calls = [0]
+    push_many = codecrt.push_many
+
+    def counted(*a: Any, **k: Any) -> Any:
+        calls[0] += 1
+        return push_many(*a, **k)
+
+    monkeypatch.setattr(codecrt, "push_many", counted)
     cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=16, max_batch=16,
-                       warm_buckets=(1,), gather_ms=0.0)
+                       warm_buckets=(1,), gather_ms=0.0, first_audio="now")
     with running_worker(cfg) as (w, front):
         rng = np.random.default_rng(13)
         levels = {sid: small_codes(4 * int(rng.integers(6, 20)), rng) for sid in range(1, 9)}
         levels[5][0][2] = 4096  # out of range: stream 5 fails, the others go on
-        pieces = {sid: [] for sid in levels}
-        for sid, lv in levels.items():  # whole frames of the coarsest level per piece
-            n = len(lv[0])
-            cuts = sorted({0, n, *map(int, rng.integers(1, n, 3))})
-            pieces[sid] = [[x[a * (4 // s):b * (4 // s)] for x, s in zip(lv, (4, 2, 1))]
-                           for a, b in zip(cuts, cuts[1:])]
+        pieces = {sid: _pieces(lv, rng) for sid, lv in levels.items()}
         send(front, [wire.OpenStream(sid, "small") for sid in levels])
         w.drain()
-        order = [(sid, i) for i in range(4) for sid in levels if i < len(pieces[sid])]
-        for sid, i in order:
-            front.commands.write([wire.encode([wire.PushCodes(sid, pieces[sid][i])])])
-            if i == len(pieces[sid]) - 1:
-                front.commands.write([wire.encode([wire.FinishStream(sid)])])
+        records = 0
+        for i in range(4):
+            for sid in levels:
+                if i < len(pieces[sid]):
+                    front.commands.write([wire.encode([wire.PushCodes(sid, pieces[sid][i])])])
+                    records += 1
+                    if i == len(pieces[sid]) - 1 and sid <= 4:
+                        front.commands.write([wire.encode([wire.FinishStream(sid)])])
         front.commands.ring()
-        audio: dict[int, list[np.ndarray]] = {sid: [] for sid in levels}
-        ends: dict[int, Any] = {}
-        for _ in range(2000):
-            w.drain()
-            w.run_ticks()
-            for m in read_events(front):
-                if isinstance(m, wire.AudioOut):
-                    audio[m.sid].append(m.pcm)
-                elif isinstance(m, (wire.StreamDone, wire.StreamFailed)):
-                    ends[m.sid] = m
-            w.flush()
-            if len(ends) == len(levels):
-                break
-        assert isinstance(ends[5], wire.StreamFailed) and ends[5].code == "token_range"
+        calls[0] = 0
+        w.drain()  # the whole ring in one read
+        assert 0 < calls[0] < records / 2, (calls[0], records)
+        assert set(w._fresh) <= set(w.where), "a failed stream waits for a first tick"
+        send(front, [wire.FinishStream(sid) for sid in range(5, 9)])
+        audio, ends = _run_until_ended(w, front, len(levels))
+        assert len(ends[5]) == 1 and ends[5][0].code == "token_range", ends[5]
+        assert "4096" in ends[5][0].message, ends[5][0].message
         for sid, lv in levels.items():
             if sid == 5:
                 continue
-            assert isinstance(ends[sid], wire.StreamDone), ends[sid]
-            got = np.concatenate(audio[sid])
-            assert np.array_equal(got, offline(lv)), sid
+            assert len(ends[sid]) == 1 and isinstance(ends[sid][0], wire.StreamDone), ends[sid]
+            assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
+
+
+def test_push_records_of_two_models_in_a_row_keep_one_call_a_record(
+        small: Path, offline: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PUSH records in a row whose streams are of two models (two contexts) cannot share a
+    runtime call: they are applied record by record, each record of one model's streams in
+    one call as before, none stream by stream."""
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+    from codecd.worker import Worker
+
+    one_by_one = [0]
+    push = Worker._push
+
+    def counted(self: Any, *a: Any, **k: Any) -> Any:
+        one_by_one[0] += 1
+        return push(self, *a, **k)
+
+    monkeypatch.setattr(Worker, "_push", counted)
+    cfg = EngineConfig(models={"a": str(small), "b": str(small)}, n_threads=1, max_streams=16,
+                       max_batch=16, warm_buckets=(1,), gather_ms=0.0)
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(17)
+        levels = {sid: small_codes(4 * int(rng.integers(6, 20)), rng) for sid in range(1, 9)}
+        model = {sid: "a" if sid % 2 else "b" for sid in levels}
+        send(front, [wire.OpenStream(sid, model[sid]) for sid in levels])
+        w.drain()
+        for sids in ((1, 3), (2, 4), (5, 7), (6, 8)):  # one model's streams a record, alternating
+            front.commands.write([wire.encode([wire.PushCodes(sid, levels[sid])
+                                               for sid in sids])])
+        for sid in levels:
+            front.commands.write([wire.encode([wire.FinishStream(sid)])])
+        front.commands.ring()
+        audio, ends = _run_until_ended(w, front, len(levels))
+        assert one_by_one[0] == 0
+        for sid, lv in levels.items():
+            assert isinstance(ends[sid][0], wire.StreamDone), ends[sid]
+            assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
 
 
 def test_batch_shapes_setting_reaches_the_workers_context(tmp_path: Path, small: Path) -> None:
