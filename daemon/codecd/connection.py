@@ -51,11 +51,10 @@ class SessionConnection(ServerConnection):
 
     _on_binary: Callable[[bytes], None] | None = None
     _may_take: Callable[[], bool] | None = None
-    #: complete messages put in the assembler that the handler has not taken yet
+    #: complete messages put in the assembler that the handler has not taken yet (a
+    #: fragmented message's frames go there too; RFC 6455 allows no other data frame before
+    #: its last, and websockets fails one that comes, so no flag of its own is needed)
     _queued = 0
-    #: a fragmented message is arriving (its frames go to the assembler; RFC 6455 allows no
-    #: other data frame before its last, and websockets fails one that comes)
-    _fragment = False
     #: the assembler asked to stop reading (it holds ``max_queue`` frames)
     _assembler_full = False
     #: binary frames handed to ``on_binary`` (the direct path), for tests and benchmarks
@@ -110,21 +109,14 @@ class SessionConnection(ServerConnection):
             super().process_event(event)
             return
         op = event.opcode
-        if op is Opcode.BINARY or op is Opcode.TEXT:
-            if not event.fin:
-                self._fragment = True
-            elif op is Opcode.BINARY and not self._queued and not self._fragment and \
-                    self._on_binary is not None and self._may_take is not None and \
-                    self._may_take():
-                data = event.data
-                self.direct_frames += 1
-                self._on_binary(data if type(data) is bytes else bytes(data))
-                return
-            else:
-                self._queued += 1
-        elif op is Opcode.CONT and event.fin:
-            self._fragment = False
-            self._queued += 1
+        if op is Opcode.BINARY and event.fin and not self._queued and \
+                self._on_binary is not None and self._may_take is not None and self._may_take():
+            data = event.data
+            self.direct_frames += 1
+            self._on_binary(data if type(data) is bytes else bytes(data))
+            return
+        if event.fin and (op is Opcode.BINARY or op is Opcode.TEXT or op is Opcode.CONT):
+            self._queued += 1  # a message complete in the assembler
         super().process_event(event)
 
     def send_now(self, items: Sequence[Message]) -> int:

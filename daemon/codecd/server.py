@@ -132,6 +132,15 @@ class _Conn:
             self.held_back = False
             self.space.set()
 
+    def sent(self, item: Any) -> None:
+        """A queued frame (a ``SendBinary`` or a text frame) was written: its bytes leave the
+        queue, and an audio frame's audio the session's output budget."""
+        if isinstance(item, SendBinary):
+            self.session.on_sent(item)
+            self.taken(len(item.data))
+        else:
+            self.taken(len(item))
+
     def may_take(self) -> bool:
         """Whether a frame may go into the session from ``data_received`` (connection.py):
         not from when the queue is over OUT_HIGH until it is down to OUT_LOW, as the handler
@@ -342,8 +351,7 @@ class Server:
         except ConnectionClosed:
             pass
         except Exception:
-            logger.exception("connection %d: handler failed", sess.id, extra=log)
-            self._apply(conn, sess.fail_connection(ErrorCode.INTERNAL_ERROR, "internal error"))
+            self._internal_error(conn)
         finally:
             if isinstance(ws, SessionConnection):
                 ws.stop_taking()
@@ -368,18 +376,23 @@ class Server:
     def _on_binary(self, conn: _Conn, data: bytes) -> None:
         """A binary frame handed over by ``data_received`` (connection.py): what the handler
         does with one, in the protocol callback."""
-        sess = conn.session
         try:
-            self._apply(conn, sess.receive_binary(data))
+            self._apply(conn, conn.session.receive_binary(data))
         except Exception:
-            logger.exception("connection %d: handler failed", sess.id, extra={"conn": sess.id})
             try:
-                self._apply(conn, sess.fail_connection(ErrorCode.INTERNAL_ERROR,
-                                                       "internal error"))
+                self._internal_error(conn)
             except Exception:  # not out of data_received: the transport would log a fatal error
-                logger.exception("connection %d: failing it failed: aborted", sess.id,
-                                 extra={"conn": sess.id})
+                logger.exception("connection %d: failing it failed: aborted", conn.session.id,
+                                 extra={"conn": conn.session.id})
                 conn.ws.transport.abort()
+
+    def _internal_error(self, conn: _Conn) -> None:
+        """An unexpected error while handling the connection's input: logged, and the
+        connection failed with internal_error."""
+        sess = conn.session
+        logger.exception("connection %d: handler failed", sess.id,
+                         extra={"conn": sess.id, "peer": conn.ip})
+        self._apply(conn, sess.fail_connection(ErrorCode.INTERNAL_ERROR, "internal error"))
 
     async def _writer(self, conn: _Conn) -> None:
         """Send the connection's queued frames in order, each within ``send_timeout_s``. The
@@ -410,13 +423,8 @@ class Server:
                     while todo and todo[0] is not _CLOSE and not isinstance(todo[0], Close):
                         item = todo[0]
                         deadline.reschedule(loop.time() + timeout)
-                        if isinstance(item, SendBinary):
-                            await ws.send(item.data)
-                            sess.on_sent(item)
-                            conn.taken(len(item.data))
-                        else:
-                            await ws.send(item)
-                            conn.taken(len(item))
+                        await ws.send(item.data if isinstance(item, SendBinary) else item)
+                        conn.sent(item)
                         todo.popleft()
                 if todo:  # a close, after every frame before it
                     item = todo.popleft()
@@ -450,23 +458,14 @@ class Server:
         """Write the frames at the head of ``todo`` (up to its first close) that the
         connection's buffer takes now in one go (``SessionConnection.send_now``); the rest
         stay queued."""
-        k = 0
-        for item in todo:
-            if item is _CLOSE or isinstance(item, Close):
-                break
-            k += 1
-        if not k:
+        batch = list(itertools.takewhile(lambda it: it is not _CLOSE and not isinstance(it, Close),
+                                         todo))
+        if not batch:
             return
-        batch = list(itertools.islice(todo, k))
         n = ws.send_now([it.data if isinstance(it, SendBinary) else it for it in batch])
-        sess = conn.session
         for it in batch[:n]:
             todo.popleft()
-            if isinstance(it, SendBinary):
-                sess.on_sent(it)
-                conn.taken(len(it.data))
-            else:
-                conn.taken(len(it))
+            conn.sent(it)
 
     # ---------------------------------------------------------------- actions
 

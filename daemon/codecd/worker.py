@@ -682,9 +682,9 @@ class Worker:
             self._push_batch(base, *pushes[0])
             return
         sids, nlev, lengths, codes = (np.concatenate(a) for a in zip(*pushes))
-        streams = self._resolve(base, sids)
-        if streams[1]:
-            self._push_batch(base, sids, nlev, lengths, codes, streams=streams)
+        sts, packed = self._resolve(base, sids)
+        if packed:
+            self._push_batch(base, sids, nlev, lengths, codes, streams=(sts, packed))
         else:
             for arrays in pushes:
                 self._push_batch(base, *arrays)
@@ -1052,7 +1052,8 @@ class Worker:
                 if self._trace is not None:
                     self._trace_round(start, len(cands), n, "express")
             for st in cands:  # codes pushed ahead: the next chunk at once too, until audio
-                st.express_since = True
+                if self.catch_up:  # (read only by _note_misses)
+                    st.express_since = True
                 if st.fresh and st.maybe_ready and m.streams.get(st.sid) is st:
                     self._fresh[st.sid] = st
         if ran:
