@@ -229,15 +229,18 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 class _ForwardHandler(logging.Handler):
-    """Queues this process's WARNING+ log records as ``log`` events for the parent."""
+    """Queues this process's WARNING+ log records as ``log`` events for the parent, into the
+    worker's outbox of the moment (each flush swaps ``worker.out`` for a new list: a handler
+    holding the first list would send nothing after the first flush)."""
 
-    def __init__(self, outbox: list[wire.Message]) -> None:
+    def __init__(self, worker: Worker) -> None:
         super().__init__(logging.WARNING)
-        self.outbox = outbox
+        self.worker = worker
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.outbox.append(wire.Log(record.levelno, f"{record.name}: {record.getMessage()}"))
+            self.worker.out.append(wire.Log(record.levelno,
+                                            f"{record.name}: {record.getMessage()}"))
         except Exception:  # never let logging take the worker down
             pass
 
@@ -1504,7 +1507,7 @@ def main(conn: Connection, cfg: EngineConfig, device: str, index: int, parent_pi
     w = Worker(conn, cfg, device, index, fdsock)
     w.out.append(wire.Hello())
     root = logging.getLogger()
-    root.addHandler(_ForwardHandler(w.out))
+    root.addHandler(_ForwardHandler(w))
     if root.level > logging.WARNING or root.level == logging.NOTSET:
         root.setLevel(logging.WARNING)
     try:

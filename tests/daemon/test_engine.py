@@ -427,6 +427,30 @@ def test_abort_in_worker_restarts(small: Path) -> None:
     run(main)
 
 
+def test_worker_warnings_after_start_reach_the_daemon_log(small: Path,
+                                                         caplog: pytest.LogCaptureFixture
+                                                         ) -> None:
+    """A worker's WARNING records reach the daemon's log at any time, not only those of its
+    start-up (the outbox its log handler fills is swapped at every flush)."""
+    import logging
+
+    async def main() -> None:
+        async with started_pool(small, debug_commands=False) as (pool, col):
+            pid = pool.engines[0].pid
+            for _ in range(3):  # three flushes apart: each must arrive
+                n = len(caplog.records)
+                pool.engines[0]._crash("abort")  # refused: debug_commands is off; it logs
+                await col.until(lambda: len(caplog.records) > n, 5.0)
+                assert await pool.probe()
+            got = [r.getMessage() for r in caplog.records if r.name == "codecd.worker"]
+            assert got == [f"worker 0 (pid {pid}): codecd.worker: crash command refused "
+                           "(debug_commands is off)"] * 3, got
+            assert pool.engines[0].serving
+
+    with caplog.at_level(logging.WARNING, logger="codecd.worker"):
+        run(main)
+
+
 def test_probe_healthy_and_wedged(small: Path) -> None:
     """probe() answers while healthy; a wedged loop fails the probe, is killed and restarted."""
     async def main() -> None:
