@@ -597,7 +597,8 @@ def audio_packet(sids: Any, counts: Any, pcm: Any) -> list[Any]:
 def check_hello(messages: Sequence[Message]) -> list[Message]:
     """The messages after a leading :class:`Hello` of this version; VersionError otherwise."""
     if not messages or not isinstance(messages[0], Hello):
-        raise VersionError("the peer did not start with a hello")
+        got = ", ".join(type(m).__name__ for m in messages[:4]) or "nothing"
+        raise VersionError(f"the peer did not start with a hello (its first packet: {got})")
     if messages[0].version != WIRE_VERSION:
         raise VersionError(f"the peer speaks wire version {messages[0].version}, "
                            f"this end {WIRE_VERSION}")

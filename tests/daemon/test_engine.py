@@ -20,6 +20,7 @@ from smallmodel import small_codes, write_small_snac
 
 pytest.importorskip("gguf")
 
+from codecd import wire  # noqa: E402
 from codecd.engine import child_pythonpath  # noqa: E402
 from codecd.engine import (  # noqa: E402
     ENGINE_RESTARTED,
@@ -434,15 +435,17 @@ def test_worker_warnings_after_start_reach_the_daemon_log(small: Path,
     start-up (the outbox its log handler fills is swapped at every flush)."""
     import logging
 
+    def worker_lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "codecd.worker"]
+
     async def main() -> None:
         async with started_pool(small, debug_commands=False) as (pool, col):
             pid = pool.engines[0].pid
-            for _ in range(3):  # three flushes apart: each must arrive
-                n = len(caplog.records)
+            for n in range(1, 4):  # three flushes apart: each must arrive
                 pool.engines[0]._crash("abort")  # refused: debug_commands is off; it logs
-                await col.until(lambda: len(caplog.records) > n, 5.0)
+                await col.until(lambda n=n: len(worker_lines()) >= n, 5.0)
                 assert await pool.probe()
-            got = [r.getMessage() for r in caplog.records if r.name == "codecd.worker"]
+            got = worker_lines()
             assert got == [f"worker 0 (pid {pid}): codecd.worker: crash command refused "
                            "(debug_commands is off)"] * 3, got
             assert pool.engines[0].serving
@@ -524,6 +527,35 @@ def test_close_stops_workers(small: Path) -> None:
         ev = col.terminal("s")
         assert isinstance(ev, StreamError) and ev.code == "shutting_down"
         assert h.exitcode == 0
+        # the pipe's threads ended before its descriptor was closed: one that ran on would
+        # use the number of the next socket (the next worker's pipe)
+        assert h.reader is not None and h.writer is not None
+        assert not h.reader.is_alive() and not h.writer.is_alive()
+        assert h.conn is not None and h.conn.closed
+
+    run(main)
+
+
+def test_a_worker_pipe_is_closed_only_after_its_threads_end(small: Path) -> None:
+    """Reaping a killed worker ends its pipe's threads (EOF, a write to a dead peer) before
+    the descriptor goes, also when the writer was busy: no thread outlives its number."""
+    async def main() -> None:
+        col = Collector()
+        pool = EnginePool(config(small), ["cpu"], on_event=col)
+        await pool.start()
+        try:
+            e = pool.engines[0]
+            h = e._h
+            assert h is not None
+            pool.open("s", "small")
+            for i in range(200):  # commands queued as the worker dies
+                h.send(wire.Probe(i))
+            h.kill()
+            await col.until(lambda: e._h is not h and e.serving, 10.0)
+            assert not h.reader.is_alive() and not h.writer.is_alive()
+            assert h.conn.closed
+        finally:
+            await pool.close()
 
     run(main)
 

@@ -180,14 +180,36 @@ class WorkerProcess:
             except ProcessLookupError:
                 pass
 
-    def close_conn(self) -> None:
+    def close_conn(self, join_s: float = 2.0) -> None:
+        """Close the pipe once its two threads are done with it. A thread between two system
+        calls on the descriptor's number when it is closed would use whatever socket takes
+        that number next (the next worker's pipe: a stale command as its first packet);
+        ``shutdown`` ends their blocking calls at once without freeing the number."""
         if self.fdsock is not None:
             self.fdsock.close()
-        if self.conn is not None:
-            try:
-                self.conn.close()
-            except OSError:
-                pass
+        conn = self.conn
+        if conn is None or conn.closed:
+            return
+        s = socket.socket(fileno=conn.fileno())
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            s.detach()
+        self.stop_threads()
+        me = threading.current_thread()
+        for t in (self.reader, self.writer):
+            if t is not None and t is not me:
+                t.join(join_s)
+                if t.is_alive():  # never expected: keep the number rather than risk its reuse
+                    logger.warning("worker %d: thread %s still runs; its pipe stays open",
+                                   self.pid, t.name)
+                    return
+        try:
+            conn.close()
+        except OSError:
+            pass
 
 
 def describe_exit(code: int | None) -> str:

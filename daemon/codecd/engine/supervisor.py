@@ -201,7 +201,6 @@ class Engine:
             h.kill()
             while h.exitcode is None:
                 await asyncio.sleep(0.005)
-        h.stop_threads()
         h.close_conn()
         return h.exitcode
 
