@@ -69,15 +69,14 @@ def model_path(source: str) -> str:
 
 
 class FrontSide:
-    """This process's end of the channel: a front's command producer and event consumer."""
+    """This process's end of one front channel: the front's command producer and event
+    consumer. ``ctl``: the daemon's end of the worker's descriptor socket."""
 
-    def __init__(self, worker, fid: int = 1) -> None:
+    def __init__(self, ctl: socket.socket, fid: int) -> None:
         from codecd.channel import FrontEnds, make_channel, send_msg
 
         ch = make_channel()
-        self.ctl, worker.fdsock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        worker.fdsock.setblocking(False)
-        send_msg(self.ctl, {"op": "attach", "fid": fid}, ch.worker_fds)
+        send_msg(ctl, {"op": "attach", "fid": fid}, ch.worker_fds)
         self.ends = FrontEnds.from_fds(list(ch.front_fds))
         for fd in ch.worker_fds[1::2]:  # the doorbells' worker ends (sent); from_fds closed the rings
             os.close(fd)
@@ -103,10 +102,19 @@ class FrontSide:
         return out
 
 
+def attach_fronts(worker, fronts: int) -> tuple[socket.socket, list[FrontSide]]:
+    """``fronts`` channels attached to ``worker`` through its descriptor socket, as the daemon's
+    main process attaches each front's."""
+    ctl, worker.fdsock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    worker.fdsock.setblocking(False)
+    return ctl, [FrontSide(ctl, f + 1) for f in range(fronts)]
+
+
 def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rng,
-                    per_record: int = 0) -> dict:
-    """The worker with one front channel: N streams, ``ticks`` timed ticks; each tick's codes
-    in one PUSH record, or in records of ``per_record`` streams."""
+                    per_record: int = 0, fronts: int = 1) -> dict:
+    """The worker with ``fronts`` front channels (stream i on front i % fronts, as the
+    daemon's fronts share connections): N streams, ``ticks`` timed ticks; each tick's codes
+    of a front in one PUSH record, or in records of ``per_record`` streams."""
     from codecd import wire
     from codecd.engine.config import EngineConfig
     from codecd.worker import PHASES, Worker
@@ -116,37 +124,43 @@ def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rn
     a, _b = Pipe()
     w = Worker(a, cfg, device)
     w.load()
-    front = FrontSide(w)
-    front.send([wire.OpenStream(i + 1, "m") for i in range(n)])
+    _ctl, sides = attach_fronts(w, fronts)
+    mine = [list(range(f, n, fronts)) for f in range(fronts)]  # stream indices per front
+    for side, idx in zip(sides, mine):
+        side.send([wire.OpenStream(j + 1, "m") for j in range(len(idx))])
     w.drain()
     w.flush()
-    opened = [m for m in front.events() if isinstance(m, wire.StreamOpened)]
-    if len(opened) != n:
-        raise SystemExit(f"{len(opened)} of {n} streams opened")
+    opened = sum(isinstance(m, wire.StreamOpened) for side in sides for m in side.events())
+    if opened != n:
+        raise SystemExit(f"{opened} of {n} streams opened")
     from codecd.channel import EVT_RING_BYTES
 
     strides = (4, 2, 1)
     # not timed: the ticks inside the decoder's latency (edge graphs), and enough ticks for the
-    # PCM to go once round the event ring (its pages are touched for the first time then)
-    per_tick = n * 4 * PERIOD_FRAMES * 512
+    # PCM to go once round every event ring (its pages are touched for the first time then)
+    per_tick = -(-n // fronts) * 4 * PERIOD_FRAMES * 512
+    if per_tick > EVT_RING_BYTES:
+        raise SystemExit(f"a tick's audio of {-(-n // fronts)} streams ({per_tick >> 20} MiB) "
+                         f"does not fit a front's event ring ({EVT_RING_BYTES >> 20} MiB): "
+                         "use more --fronts")
     warm = 4 + -(-EVT_RING_BYTES // per_tick)
     walls, cpus, snaps, snaps_cpu = [], [], [], []
     for t in range(warm + ticks):
         if t == warm:  # the anatomy of the timed ticks only
             w.models["m"].anatomy.ticks.clear()
         codes = rng.integers(0, 4096, size=(n, 7 * PERIOD_FRAMES // 4), dtype=np.int32)
-        msgs = [wire.PushCodes(i + 1, [codes[i, :PERIOD_FRAMES // s] for s in strides])
-                for i in range(n)]
-        front.send(msgs, per_record)
+        for side, idx in zip(sides, mine):
+            side.send([wire.PushCodes(j + 1, [codes[i, :PERIOD_FRAMES // s] for s in strides])
+                       for j, i in enumerate(idx)], per_record)
         before, before_cpu = dict(w.phases.wall), dict(w.phases.cpu)
         c0, t0 = time.process_time(), time.perf_counter()
         w.drain()
         w.run_ticks()
         t1, c1 = time.perf_counter(), time.process_time()
-        got = [m for m in front.events() if isinstance(m, wire.AudioOut)]
+        got = sum(isinstance(m, wire.AudioOut) for side in sides for m in side.events())
         if t >= warm:
-            if len(got) != n:
-                raise SystemExit(f"tick {t}: audio for {len(got)} of {n} streams")
+            if got != n:
+                raise SystemExit(f"tick {t}: audio for {got} of {n} streams")
             walls.append(t1 - t0)
             cpus.append(c1 - c0)
             snaps.append({k: w.phases.wall[k] - before[k] for k in PHASES})
@@ -213,6 +227,9 @@ def main() -> int:
     ap.add_argument("--per-record", type=int, default=0, metavar="K",
                     help="streams per PUSH record (0: a tick's codes in one record; a front's "
                     "1 ms flush gathers about 6 at 500 streams a front)")
+    ap.add_argument("--fronts", type=int, default=1, metavar="F",
+                    help="front channels, stream i on front i %% F (a front's event ring holds "
+                    "a tick's audio of about 2,000 SNAC streams)")
     ap.add_argument("--profile", type=int, default=0, metavar="K",
                     help="cProfile the worker side and print its K costliest functions per N")
     args = ap.parse_args()
@@ -222,7 +239,7 @@ def main() -> int:
     rng = np.random.default_rng(0)
     print(f"worker tick against the runtime alone: {args.spawn}, {args.device}, "
           f"threads {args.threads}, {PERIOD_FRAMES} frames per tick, {args.ticks} ticks per N, "
-          f"{args.per_record or 'all'} streams per PUSH record")
+          f"{args.per_record or 'all'} streams per PUSH record, {args.fronts} front(s)")
     print("\nhost phases in µs of the worker thread's CPU per stream per tick (wall in "
           "parentheses); step = codecrt.step's wall")
     print("\n| N | ingest | collect | flush | host total | step ms | tick ms mean | tick ms p99 "
@@ -236,7 +253,7 @@ def main() -> int:
             prof = cProfile.Profile()
             prof.enable()
         d = run_daemon_side(path, n, args.ticks, args.device, args.threads, rng,
-                            args.per_record)
+                            args.per_record, args.fronts)
         if prof is not None:
             import pstats
             prof.disable()

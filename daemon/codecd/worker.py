@@ -632,50 +632,81 @@ class Worker:
     def _read_front(self, link: _FrontLink) -> None:
         """The records a front's ring holds. PUSH records in a row (a front flushes what a
         millisecond gathered, a few streams' codes a record, and the worker finds tens of them
-        after a tick) are applied together (``_push_batches``): the cost of a runtime call per
-        record was most of the worker's ingest (``python -m bench worker --per-record 5``).
-        A run ends before a record with a stream already in it, so that a stream is in one
-        runtime call once (its failure is its only one, its later codes find it closed), and
-        before any other command, so that a stream's commands keep their order."""
+        after a tick) are applied together (``_push_run``): the cost of a runtime call per
+        record, then of reading each record's arrays, was most of the worker's ingest
+        (``python -m bench worker --per-record 5``)."""
         cons = link.ends.commands
         alive = cons.on_doorbell()
         base = link.fid << _FID_SHIFT
-        pushes: list[tuple[Any, Any, Any, Any]] = []
-        in_run: set[int] = set()
+        buf = bytearray()  # every record, copied: arrays outlive the ring's room
+        items: list[tuple[int, int, int, int]] = []  # (kind, count, body offset in buf, size)
+        head, push = wire.HEADER.unpack_from, wire.PushCodes.kind
         for rec in cons.records():
             link.packets_in += 1
-            data = bytes(rec)  # a copy: arrays outlive the ring's room
-            for kind, count, body in wire.records(data):
-                if kind == wire.PushCodes.kind:
-                    self.commands += count
-                    arrays = wire.push_arrays(body, count)
-                    ids = arrays[0].tolist()
-                    if pushes and not in_run.isdisjoint(ids):
-                        self._push_batches(base, pushes)
-                        pushes, in_run = [], set()
-                    pushes.append(arrays)
-                    in_run.update(ids)
-                    continue
-                if pushes:
-                    self._push_batches(base, pushes)
-                    pushes, in_run = [], set()
-                for cmd in wire.read_record(kind, count, body):
-                    self.commands += 1
-                    if isinstance(cmd, wire.OpenStream):
-                        self._open(base | cmd.sid, cmd.model, cmd.options)
-                        if base | cmd.sid in self.where:
-                            link.sids.add(base | cmd.sid)
-                    elif isinstance(cmd, wire.CancelStream):
-                        self._close(base | cmd.sid)
-                    elif isinstance(cmd, wire.FinishStream):
-                        self._finish(base | cmd.sid)
-                    else:
-                        logger.warning("unexpected command %s from front %d",
-                                       type(cmd).__name__, link.fid)
-        if pushes:
-            self._push_batches(base, pushes)
+            at = len(buf)
+            buf += rec
+            kind, _flags, count, size = head(rec) if len(rec) >= 8 else (0, 0, 0, 0)
+            if kind == push and len(rec) == 8 + size + (-size % 8):  # one PUSH record: most
+                items.append((kind, count, at + 8, size))
+            else:
+                items += [(kind, count, at + start, size)
+                          for kind, count, start, size in wire.spans(rec)]
+        view = memoryview(buf)
+        run: list[tuple[int, int, int, int]] = []
+        for item in items:
+            kind, count, start, size = item
+            if kind == wire.PushCodes.kind:
+                self.commands += count
+                run.append(item)
+                continue
+            if run:
+                self._push_run(base, buf, run)
+                run = []
+            for cmd in wire.read_record(kind, count, view[start:start + size]):
+                self.commands += 1
+                if isinstance(cmd, wire.OpenStream):
+                    self._open(base | cmd.sid, cmd.model, cmd.options)
+                    if base | cmd.sid in self.where:
+                        link.sids.add(base | cmd.sid)
+                elif isinstance(cmd, wire.CancelStream):
+                    self._close(base | cmd.sid)
+                elif isinstance(cmd, wire.FinishStream):
+                    self._finish(base | cmd.sid)
+                else:
+                    logger.warning("unexpected command %s from front %d",
+                                   type(cmd).__name__, link.fid)
+        if run:
+            self._push_run(base, buf, run)
         if not alive:
             self._detach(link.fid)
+
+    def _push_run(self, base: int, buf: bytearray, run: list[tuple[int, int, int, int]]) -> None:
+        """PUSH records in a row (``_read_front``'s items). When no stream is in two of them
+        and all are exact streams of one context: their arrays read at once
+        (``wire.push_arrays_many``) and one runtime call. Otherwise record by record, in runs
+        that end before a record with a stream already in them, so that a stream is in one
+        runtime call once (its failure is its only one, its later codes find it closed)."""
+        if len(run) > 1:
+            arrays = wire.push_arrays_many(buf, [r[2] for r in run], [r[1] for r in run],
+                                           [r[3] for r in run])
+            if arrays is not None and np.unique(arrays[0]).size == arrays[0].size:
+                sts, packed = self._resolve(base, arrays[0])
+                if packed:
+                    self._push_batch(base, *arrays, streams=(sts, packed))
+                    return
+        view = memoryview(buf)
+        pushes: list[tuple[Any, Any, Any, Any]] = []
+        in_run: set[int] = set()
+        for _kind, count, start, size in run:
+            arrays = wire.push_arrays(view[start:start + size], count)
+            ids = arrays[0].tolist()
+            if pushes and not in_run.isdisjoint(ids):
+                self._push_batches(base, pushes)
+                pushes, in_run = [], set()
+            pushes.append(arrays)
+            in_run.update(ids)
+        if pushes:
+            self._push_batches(base, pushes)
 
     def _push_batches(self, base: int, pushes: list[tuple[Any, Any, Any, Any]]) -> None:
         """PUSH records' arrays (sids, level counts, lengths, codes), in order: as one batch

@@ -169,6 +169,59 @@ def test_random_bytes_never_raise_anything_but_wire_errors(data):
         pass
 
 
+def _push_spans(packets: list[bytes]) -> tuple[bytes, list[int], list[int], list[int]]:
+    """Packets in a row as a worker copies them from a ring, and their records' spans."""
+    buf, starts, counts, sizes = b"", [], [], []
+    for p in packets:
+        for kind, count, start, size in W.spans(p):
+            assert kind == W.PushCodes.kind
+            starts.append(len(buf) + start)
+            counts.append(count)
+            sizes.append(size)
+        buf += p
+    return buf, starts, counts, sizes
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(1, 2**40), st.lists(st.integers(0, 9), max_size=4)),
+                         min_size=1, max_size=5), min_size=1, max_size=6))
+def test_push_records_in_a_row_read_at_once_equal_each_read_alone(records):
+    """push_arrays_many over PUSH records in a row equals push_arrays of each, concatenated:
+    any number of streams a record, of levels a stream, of codes a level (none included)."""
+    packets = [W.encode([W.PushCodes(sid, _levels(*ns)) for sid, ns in rec]) for rec in records]
+    buf, starts, counts, sizes = _push_spans(packets)
+    got = W.push_arrays_many(buf, starts, counts, sizes)
+    assert got is not None
+    alone = [W.push_arrays(memoryview(buf)[a:a + n], k) for a, k, n in zip(starts, counts, sizes)]
+    for g, parts in zip(got, zip(*alone)):
+        want = np.concatenate(parts)
+        assert g.dtype == want.dtype and g.dtype.isnative and g.flags.c_contiguous
+        assert np.array_equal(g, want)
+
+
+def test_push_records_read_at_once_refuse_what_each_read_alone_refuses():
+    """Bytes that are not PUSH bodies give None (the caller reads them one by one, and
+    push_arrays names the fault): level counts past the body, lengths that do not fill it,
+    a count of 0 streams, an unaligned record."""
+    good = W.encode([W.PushCodes(7, _levels(3, 2))])
+    other = W.encode([W.PushCodes(8, _levels(1))])
+    buf, starts, counts, sizes = _push_spans([good, other])
+    assert W.push_arrays_many(buf, starts, counts, sizes) is not None
+    bad_levels = bytearray(buf)
+    struct.pack_into("<I", bad_levels, starts[0] + 8, 1000)  # n_levels of stream 7
+    bad_length = bytearray(buf)
+    struct.pack_into("<I", bad_length, starts[0] + 12, 99)  # its first level's length
+    for data, st_, ks in ((bytes(bad_levels), starts, counts),
+                          (bytes(bad_length), starts, counts),
+                          (buf, starts, [0, counts[1]]),
+                          (buf, [starts[0] + 4, starts[1]], counts)):
+        assert W.push_arrays_many(data, st_, ks, sizes) is None
+    with pytest.raises(W.WireError):
+        W.push_arrays(memoryview(bytes(bad_levels))[starts[0]:starts[0] + sizes[0]], 1)
+    with pytest.raises(W.WireError):
+        W.push_arrays(memoryview(bytes(bad_length))[starts[0]:starts[0] + sizes[0]], 1)
+
+
 def test_engine_config_round_trips_as_json():
     """One configuration object, serialised once: JSON round trip, tuples restored, bad input refused."""
     cfg = EngineConfig(models={"a": "/a.gguf"}, warm_buckets=(8, 1), voices={"v": "/v"},

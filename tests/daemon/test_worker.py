@@ -200,6 +200,55 @@ def test_push_records_in_a_row_are_applied_in_order(small: Path, offline: Any,
             assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
 
 
+def test_push_records_of_distinct_streams_are_read_and_applied_at_once(
+        small: Path, offline: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PUSH records in a row, no stream in two of them (a tick's records of a front): their
+    arrays are read in one pass (``wire.push_arrays_many``) and applied in one runtime call,
+    not record by record; a stream with a code out of range fails alone, the others' audio
+    equals their offline decode exactly."""
+    import codecrt
+
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+
+    calls, one_by_one = [0], [0]
+    push_many, push_arrays = codecrt.push_many, wire.push_arrays
+
+    def counted(*a: Any, **k: Any) -> Any:
+        calls[0] += 1
+        return push_many(*a, **k)
+
+    def alone(*a: Any, **k: Any) -> Any:
+        one_by_one[0] += 1
+        return push_arrays(*a, **k)
+
+    monkeypatch.setattr(codecrt, "push_many", counted)
+    monkeypatch.setattr(wire, "push_arrays", alone)
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=16, max_batch=16,
+                       warm_buckets=(1,), gather_ms=0.0)
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(19)
+        levels = {sid: small_codes(4 * int(rng.integers(6, 20)), rng) for sid in range(1, 11)}
+        levels[4][1][3] = -1  # out of range: stream 4 fails, the others go on
+        send(front, [wire.OpenStream(sid, "small") for sid in levels])
+        w.drain()
+        for sids in ((1, 2, 3), (4,), (5, 6), (7,), (8, 9, 10)):
+            front.commands.write([wire.encode([wire.PushCodes(sid, levels[sid])
+                                               for sid in sids])])
+        front.commands.ring()
+        calls[0] = one_by_one[0] = 0
+        w.drain()
+        assert (calls[0], one_by_one[0]) == (1, 0)
+        send(front, [wire.FinishStream(sid) for sid in levels])
+        audio, ends = _run_until_ended(w, front, len(levels))
+        assert len(ends[4]) == 1 and ends[4][0].code == "token_range", ends[4]
+        for sid, lv in levels.items():
+            if sid == 4:
+                continue
+            assert len(ends[sid]) == 1 and isinstance(ends[sid][0], wire.StreamDone), ends[sid]
+            assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
+
+
 def test_push_records_of_two_models_in_a_row_keep_one_call_a_record(
         small: Path, offline: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """PUSH records in a row whose streams are of two models (two contexts) cannot share a
