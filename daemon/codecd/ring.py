@@ -31,6 +31,8 @@ the ring look fuller than it is.
 
 A full ring is not an error: :meth:`Producer.write` returns False and the
 caller keeps the batch (backpressure). Nothing here allocates per record.
+:meth:`Producer.reserve` and :meth:`Producer.commit` let a producer compute a
+record in the ring itself (a worker pulls a tick's PCM straight into it).
 """
 
 from __future__ import annotations
@@ -128,6 +130,7 @@ class Producer:
         self._bell = doorbell
         self._tail = int(self._seg.words[_TAIL_WORD])
         self._published = self._tail
+        self._reserved: tuple[int, int] | None = None  # (offset, room) of reserve()'s record
 
     @property
     def capacity(self) -> int:
@@ -154,6 +157,8 @@ class Producer:
         need = 8 + _pad8(n)
         if need > cap:
             raise RingError(f"a record of {n} bytes can never fit a ring of {cap} bytes")
+        if self._reserved is not None:
+            raise RingError("a reserved record is not committed yet")
         if not self.fits(n):
             return False
         data = self._seg.data
@@ -176,6 +181,45 @@ class Producer:
             pos += k
         self._tail += need
         return True
+
+    def reserve(self, n: int) -> memoryview | None:
+        """Room for one record of at most ``n`` payload bytes, to fill in place (a producer
+        that computes its payload there copies nothing); :meth:`commit` writes the record.
+        None when it does not fit now. Nothing else may be written until it is committed."""
+        cap = self._seg.capacity
+        need = 8 + _pad8(n)
+        if need > cap:
+            raise RingError(f"a record of {n} bytes can never fit a ring of {cap} bytes")
+        if self._reserved is not None:
+            raise RingError("a reserved record is not committed yet")
+        if not self.fits(n):
+            return None
+        data = self._seg.data
+        off = self._tail % cap
+        if cap - off < need:  # as write(): the record starts again at offset 0
+            _REC.pack_into(data, off, _WRAP, 0)
+            self._tail += cap - off
+            off = 0
+        self._reserved = (off, n)
+        return data[off + 8:off + 8 + n]
+
+    def commit(self, n: int) -> None:
+        """Write the reserved record with its first ``n`` bytes (``n`` at most the room
+        reserved; 0: no record). The view :meth:`reserve` gave must not be used after."""
+        if self._reserved is None:
+            raise RingError("no reserved record to commit")
+        off, room = self._reserved
+        if not 0 <= n <= room:
+            raise RingError(f"a commit of {n} bytes into a reservation of {room}")
+        self._reserved = None
+        if n:
+            _REC.pack_into(self._seg.data, off, n, 0)
+            self._tail += 8 + _pad8(n)
+
+    @property
+    def unpublished(self) -> bool:
+        """Whether records were written since the last :meth:`ring` that reached the consumer."""
+        return self._tail != self._published
 
     def ring(self) -> bool:
         """Publish every record written so far: store the tail, then send it to the consumer.

@@ -65,7 +65,7 @@ __all__ = [
     "CancelStream", "Probe", "StatsRequest", "Stop", "Crash", "Ready", "Failed", "StreamOpened",
     "AudioOut", "StreamDone", "StreamFailed", "ProbeReply", "Stats", "Log", "Stopped", "Message",
     "encode", "decode", "check_hello", "records", "spans", "read_record", "push_arrays",
-    "push_arrays_many", "push_messages", "audio_packet",
+    "push_arrays_many", "push_messages", "audio_packet", "audio_head", "audio_record_into",
 ]
 
 #: the version this module speaks; both ends must agree (checked at the hello)
@@ -643,6 +643,44 @@ def audio_packet(sids: Any, counts: Any, pcm: Any) -> list[Any]:
     return [_HEADER.pack(AudioOut.kind, 0, k, size), np.ascontiguousarray(sids, _U64A),
             np.ascontiguousarray(counts, _U32A), _PAD[:head - 12 * k],
             np.ascontiguousarray(pcm, _F32), _PAD[:-size % 8]]
+
+
+def audio_head(k: int) -> int:
+    """Bytes of a packet of one AUDIO record of ``k`` streams before its PCM (the record
+    header, sids, counts, pad): where :func:`audio_record_into` wants the PCM."""
+    return _HEADER.size + 12 * k + (-12 * k % 8)
+
+
+def audio_record_into(buf: Any, sids: Any, counts: Any) -> int:
+    """Complete in place a packet of one AUDIO record whose PCM (``sum(counts)`` f32, stream
+    after stream) was written at ``audio_head(len(counts))`` of ``buf`` (a writable buffer):
+    the bytes :func:`audio_packet` gives for the streams with samples (those without are
+    left out: their entries go, the PCM moves down). ``sids``: u64[k], ``counts``: ints[k].
+    Returns the packet's size with its pad (``buf`` holds it), 0 when no stream has samples."""
+    counts = np.asarray(counts)
+    keep = counts > 0
+    k = int(np.count_nonzero(keep))
+    if k == 0:
+        return 0
+    if k > _MAX_BATCH:
+        raise ValueError(f"an AUDIO record holds at most {_MAX_BATCH} streams, got {k}")
+    total = int(counts.sum())
+    at = audio_head(len(counts))
+    head = audio_head(k)
+    if head != at:  # streams without samples: the PCM moves down (numpy copies overlaps safely)
+        np.copyto(np.frombuffer(buf, dtype=_F32, count=total, offset=head),
+                  np.frombuffer(buf, dtype=_F32, count=total, offset=at))
+    size = head - _HEADER.size + 4 * total
+    if size > _MAX_BODY:
+        raise ValueError(f"AudioOut: body of {size} bytes is too large")
+    view = memoryview(buf).cast("B")
+    _HEADER.pack_into(view, 0, AudioOut.kind, 0, k, size)
+    np.frombuffer(view, dtype=_U64A, count=k, offset=8)[:] = np.asarray(sids)[keep]
+    np.frombuffer(view, dtype=_U32A, count=k, offset=8 + 8 * k)[:] = counts[keep]
+    view[8 + 12 * k:head] = _PAD[:head - 8 - 12 * k]
+    end = _HEADER.size + size
+    view[end:end + (-size % 8)] = _PAD[:-size % 8]
+    return end + (-size % 8)
 
 
 def check_hello(messages: Sequence[Message]) -> list[Message]:

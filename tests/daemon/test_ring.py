@@ -80,6 +80,58 @@ def test_unpublished_records_stay_invisible():
     assert got == [b"abc"]
 
 
+def test_records_filled_in_place_through_wraps():
+    """Records reserved for more than they hold, filled in place and committed with what
+    they hold (some with nothing), mixed with written ones, arrive whole and in order across
+    the ring's wraps; a full ring refuses a reservation; nothing else is written while one
+    is open."""
+    p, c = pair(4096)
+    got: list[bytes] = []
+    want: list[bytes] = []
+    for i in range(3000):
+        payload = np.full(i % 61 + 1, i, np.int32).tobytes()
+        if i % 3:
+            view = p.reserve(len(payload) + 200)
+            while view is None:
+                p.ring()
+                drain(c, got)
+                view = p.reserve(len(payload) + 200)
+            with pytest.raises(ring.RingError, match="not committed"):
+                p.write([b"x"])
+            keep = 0 if i % 11 == 0 else len(payload)  # 0: no record
+            view[:keep] = payload[:keep]
+            view.release()
+            p.commit(keep)
+            if keep:
+                want.append(payload)
+        else:
+            while not p.write([payload]):
+                p.ring()
+                drain(c, got)
+            want.append(payload)
+        if i % 5 == 0:
+            p.ring()
+    assert p.unpublished
+    p.ring()
+    assert not p.unpublished
+    drain(c, got)
+    assert got == want
+    with pytest.raises(ring.RingError, match="no reserved record"):
+        p.commit(1)
+    p.close()
+    c.close()
+    p, c = pair(4096)
+    big = p.reserve(3000)
+    assert big is not None
+    big.release()
+    with pytest.raises(ring.RingError, match="into a reservation of"):
+        p.commit(3001)
+    p.commit(3000)
+    assert p.reserve(3000) is None  # full until the consumer reads
+    p.close()
+    c.close()
+
+
 def test_oversized_record_is_an_error():
     """A record that can never fit raises RingError instead of blocking forever."""
     p, _ = pair(256)

@@ -222,6 +222,31 @@ def test_push_records_read_at_once_refuse_what_each_read_alone_refuses():
         W.push_arrays(memoryview(bytes(bad_length))[starts[0]:starts[0] + sizes[0]], 1)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 9)), min_size=1, max_size=12))
+def test_an_audio_record_completed_in_place_equals_the_packet_of_its_arrays(streams):
+    """PCM written where audio_head says, then audio_record_into: the bytes audio_packet gives
+    for the streams with samples (those without left out, the PCM moved down), padded."""
+    sids = np.array([sid for sid, _ in streams], dtype=np.uint64)
+    counts = np.array([n for _, n in streams], dtype=np.int64)
+    pcm = np.arange(int(counts.sum()), dtype=np.float32) + 0.5
+    at = W.audio_head(len(streams))
+    room = at + 4 * pcm.size
+    buf = bytearray(b"\xee" * (room + 8))  # stale bytes where the pads go
+    buf[at:room] = pcm.tobytes()
+    size = W.audio_record_into(memoryview(buf), sids, counts)
+    keep = counts > 0
+    if not keep.any():
+        assert size == 0
+        return
+    want = b"".join(bytes(p) for p in W.audio_packet(sids[keep], counts[keep].astype(np.uint32),
+                                                       pcm))
+    assert size == len(want) and bytes(buf[:size]) == want
+    got = W.decode(bytes(buf[:size]))
+    assert [m.sid for m in got] == sids[keep].tolist()
+    assert np.array_equal(np.concatenate([m.pcm for m in got]), pcm)
+
+
 def test_engine_config_round_trips_as_json():
     """One configuration object, serialised once: JSON round trip, tuples restored, bad input refused."""
     cfg = EngineConfig(models={"a": "/a.gguf"}, warm_buckets=(8, 1), voices={"v": "/v"},
