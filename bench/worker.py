@@ -117,8 +117,14 @@ def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rn
     of a front in one PUSH record, or in records of ``per_record`` streams."""
     from codecd import wire
     from codecd.engine.config import EngineConfig
+    from codecd.channel import EVT_RING_BYTES
     from codecd.worker import PHASES, Worker
 
+    per_tick = -(-n // fronts) * 4 * PERIOD_FRAMES * 512  # a front's PCM bytes a tick
+    if per_tick > EVT_RING_BYTES:
+        raise SystemExit(f"a tick's audio of {-(-n // fronts)} streams ({per_tick >> 20} MiB) "
+                         f"does not fit a front's event ring ({EVT_RING_BYTES >> 20} MiB): "
+                         "use more --fronts")
     cfg = EngineConfig(models={"m": path}, n_threads=threads, max_streams=n, max_batch=n,
                        warm_buckets=(n,), gather_ms=0.0)
     a, _b = Pipe()
@@ -133,16 +139,9 @@ def run_daemon_side(path: str, n: int, ticks: int, device: str, threads: int, rn
     opened = sum(isinstance(m, wire.StreamOpened) for side in sides for m in side.events())
     if opened != n:
         raise SystemExit(f"{opened} of {n} streams opened")
-    from codecd.channel import EVT_RING_BYTES
-
     strides = (4, 2, 1)
     # not timed: the ticks inside the decoder's latency (edge graphs), and enough ticks for the
     # PCM to go once round every event ring (its pages are touched for the first time then)
-    per_tick = -(-n // fronts) * 4 * PERIOD_FRAMES * 512
-    if per_tick > EVT_RING_BYTES:
-        raise SystemExit(f"a tick's audio of {-(-n // fronts)} streams ({per_tick >> 20} MiB) "
-                         f"does not fit a front's event ring ({EVT_RING_BYTES >> 20} MiB): "
-                         "use more --fronts")
     warm = 4 + -(-EVT_RING_BYTES // per_tick)
     walls, cpus, snaps, snaps_cpu = [], [], [], []
     for t in range(warm + ticks):
