@@ -879,8 +879,8 @@ class Worker:
         leave the tick alone; an open, a finish or a cancel ends it early (the runtime
         waits for it first)."""
         t = since
-        if self.out:
-            self._flush()
+        if self.out or any(link.ends.events.unpublished for link in self.fronts.values()):
+            self._flush()  # (an earlier model's audio, written in place, is published here)
             t = self.phases.add("flush", t)
         for link in list(self.fronts.values()):
             self._read_front(link)
@@ -917,6 +917,12 @@ class Worker:
             m.pcm = np.empty(n * per, dtype=np.float32)
         if self.out:  # events queued before this audio reach each front first
             self._flush()
+            # a front whose ring hung up (or that stopped reading) was detached by that
+            # flush, its streams closed: they take no pull
+            cands = [st for st in cands if m.streams.get(st.sid) is st]
+            n = len(cands)
+            if not n:
+                return
         sids = np.fromiter((st.sid for st in cands), dtype=np.uint64, count=n)
         fids = sids >> np.uint64(_FID_SHIFT)
         bounds = [0, *(np.flatnonzero(fids[1:] != fids[:-1]) + 1).tolist(), n]
@@ -977,7 +983,10 @@ class Worker:
             k = min(group, len(streams) - done)
             at = wire.audio_head(k)
             room = at + 4 * k * per
-            view = prod.reserve(room + (-room % 8))
+            room += -room % 8
+            if 8 + room > prod.capacity:  # never fits (a tiny ring): the packets' way
+                break
+            view = prod.reserve(room)
             if view is None:  # full: the rest waits in the backlog, copied
                 break
             size = 0

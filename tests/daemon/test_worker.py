@@ -249,6 +249,76 @@ def test_push_records_of_distinct_streams_are_read_and_applied_at_once(
             assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
 
 
+def test_a_front_that_dies_during_a_tick_loses_only_its_streams(small: Path) -> None:
+    """A front whose process dies while the device computes: the flush before the tick's
+    audio is collected (an event was waiting: a failed push read meanwhile) finds its ring
+    hung up and detaches it, closing its streams; the worker pulls none of them and goes
+    on (it used to die on a pull of a closed stream)."""
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=32, max_batch=32,
+                       warm_buckets=(1,), gather_ms=0.0)
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(3)
+        levels = {sid: small_codes(40, rng) for sid in range(1, 5)}
+        send(front, [wire.OpenStream(sid, "small") for sid in [*levels, 9]]
+             + [wire.PushCodes(sid, lv) for sid, lv in levels.items()])
+        w.drain()
+        w.flush()
+        bad = small_codes(8, rng)
+        bad[0][0] = 4096  # out of range: stream 9 fails when the overlap reads it
+        send(front, [wire.PushCodes(9, bad)])
+        overlap = w._overlap
+
+        def dying(since: Any) -> Any:
+            t = overlap(since)  # reads the bad push: its StreamFailed waits in w.out
+            assert any(isinstance(m, wire.StreamFailed) for m in w.out)
+            front.close()  # the front process is gone while the device computes
+            return t
+
+        w._overlap = dying
+        w.run_ticks()
+        assert 1 not in w.fronts and not w.where
+
+
+def test_an_earlier_models_audio_reaches_the_front_during_the_next_models_tick(
+        small: Path) -> None:
+    """Two models in a round: the first model's audio, written into the front's ring in
+    place, is published while the second model's tick computes, not a round later."""
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+
+    cfg = EngineConfig(models={"a": str(small), "b": str(small)}, n_threads=1, max_streams=16,
+                       max_batch=16, warm_buckets=(1,), gather_ms=0.0)
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(5)
+        send(front, [wire.OpenStream(1, "a"), wire.OpenStream(2, "b"),
+                     wire.PushCodes(1, small_codes(400, rng)),
+                     wire.PushCodes(2, small_codes(400, rng))])
+        w.drain()
+        w.flush()
+        read_events(front)  # StreamOpened
+        seen: list[tuple[str, list[int]]] = []
+        overlap, tick = w._overlap, w._tick
+        ticking = [""]
+
+        def watched(since: Any) -> Any:
+            t = overlap(since)
+            seen.append((ticking[0], [m.sid for m in read_events(front)
+                                      if isinstance(m, wire.AudioOut)]))
+            return t
+
+        def named(m: Any, only: Any = None) -> Any:
+            ticking[0] = m.name
+            return tick(m, only)
+
+        w._overlap, w._tick = watched, named
+        for _ in range(4):
+            w.run_ticks()
+        assert any(name == "b" and 1 in got for name, got in seen), seen
+
+
 def test_push_records_of_two_models_in_a_row_keep_one_call_a_record(
         small: Path, offline: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """PUSH records in a row whose streams are of two models (two contexts) cannot share a
