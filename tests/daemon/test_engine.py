@@ -514,6 +514,31 @@ def test_start_failure_is_reported(tmp_path: Path) -> None:
     run(main)
 
 
+def test_a_worker_not_ready_in_time_fails_the_start_and_leaves_nothing(
+        small: Path) -> None:
+    """A worker that is not ready within start_timeout_s is killed and start() raises
+    EngineStartError naming the timeout; the kill's EOF, which follows, finds no one waiting
+    (no "exception was never retrieved" from the abandoned start), and the pipe's threads end."""
+    import gc
+
+    errors: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _l, ctx: errors.append(ctx))
+        pool = EnginePool(config(small, start_timeout_s=0.01), ["cpu"])
+        with pytest.raises(EngineStartError, match="did not become ready within 0.01 s"):
+            await pool.start()
+        h = pool.engines[0]._h
+        assert h is not None and h.exitcode is not None
+        assert not h.reader.is_alive() and not h.writer.is_alive()
+        await asyncio.sleep(0.1)  # the EOF's callback runs
+        del h, pool
+        gc.collect()  # an exception never retrieved is reported when its future goes
+
+    run(main)
+    assert errors == []
+
+
 def test_close_stops_workers(small: Path) -> None:
     """close() fails open streams with shutting_down and the worker exits cleanly."""
     async def main() -> None:

@@ -163,6 +163,7 @@ class Engine:
             info = await asyncio.wait_for(asyncio.shield(self._ready),
                                           self.config.start_timeout_s)
         except asyncio.TimeoutError:
+            self._ready.cancel()  # abandoned: the EOF that follows the kill has no one to tell
             h.kill()
             await self._reap(h)
             raise EngineStartError(f"worker {self.index} on {self.device} did not become "
