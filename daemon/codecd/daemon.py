@@ -68,11 +68,17 @@ FRONT_STABLE_S = 30.0
 
 
 def default_fronts(n_devices: int = 1) -> int:
-    """Front processes for this machine: one per 4 cores beyond the workers' (at most 8),
-    and 1 on a small machine (measured on a 2-core box: 2 fronts were no faster than 1,
-    docs/benchmarks.md)."""
-    cores = os.cpu_count() or 1
-    return max(1, min(8, (cores - n_devices) // 4))
+    """Front processes for this machine: one per core this process may run on (its CPU
+    affinity: taskset, systemd's CPUAffinity, a container's cpuset) beyond one per worker and
+    one for main, at least 1 and at most 8. Measured (docs/benchmarks.md): on 2 cores 2 fronts
+    were no faster than 1; on 8 cores of an H100 host at 2,400 to 2,600 streams 6 and 8
+    fronts kept up where 4 did not (a front reaches 0.4 to 0.8 of a core at 400 streams, and
+    an idle one sleeps)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores - n_devices - 1))
 
 
 def _bind(host: str, port: int) -> socket.socket:

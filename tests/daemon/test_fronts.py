@@ -457,6 +457,19 @@ def test_sigterm_drains_every_front(small: Path, offline: Any, tmp_path: Path) -
         run(main(p, port))
 
 
+@pytest.mark.parametrize("cores, devices, want", [(1, 1, 1), (2, 1, 1), (4, 1, 2), (8, 1, 6),
+                                                   (8, 2, 5), (16, 1, 8), (64, 8, 8)])
+def test_default_fronts_follow_the_cores_this_process_may_use(
+        monkeypatch: pytest.MonkeyPatch, cores: int, devices: int, want: int) -> None:
+    """fronts = 0: one front per core of this process's CPU affinity beyond one per worker
+    and one for main, 1 to 8 (a daemon pinned to 8 of 16 cores counts 8)."""
+    from codecd.daemon import default_fronts
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(cores)))
+    monkeypatch.setattr(os, "cpu_count", lambda: 128)
+    assert default_fronts(devices) == want
+
+
 def test_channel_rings_carry_batches_larger_than_a_ring(tmp_path: Path) -> None:
     """A front's commands of one turn, and a worker's events of one tick, larger than a ring
     record may be: split into packets in order, and a full ring keeps the rest for later
