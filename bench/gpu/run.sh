@@ -46,7 +46,7 @@
 #            per tick on one context) runs after the rows and the daemon/runtime ratio is printed
 #   worker   python -m bench worker --spawn demo --device cuda:0 $WORKER_ARGS: the engine worker's
 #            host work per stream per tick by phase against the runtime alone, one process
-#            [--n 256,512,1000 --ticks 20]
+#            [--n 1000,2400 --ticks 20 --per-record 5 --fronts 6]
 #   recovery python -m bench fronts --spawn demo --fronts 4 --n 8 --kill-worker 3 on cuda:0 with the
 #            DEFAULT batch buckets: SIGKILL the worker 3 times, seconds to a new stream's audio
 #            $RECOVERY_EXTRA is appended
@@ -259,7 +259,7 @@ mimifronts() {
         | tee "$OUT/mimifronts.md" | tee -a "$OUT/report.txt"
 }
 worker() {
-    local args=${WORKER_ARGS:---n 256,512,1000 --ticks 20}
+    local args=${WORKER_ARGS:---n 1000,2400 --ticks 20 --per-record 5 --fronts 6}
     stage "engine worker tick: python3 -m bench worker --spawn demo --device cuda:0 $args"
     # shellcheck disable=SC2086
     python3 -m bench worker --spawn demo --device cuda:0 $args 2>&1 \
