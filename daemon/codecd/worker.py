@@ -330,6 +330,10 @@ class _FrontLink:
     backlog: deque[Any] = field(default_factory=deque)  # bytes, or a _Packet until flushed
     packets_in: int = 0
     packets_out: int = 0
+    #: commands read while a tick was on the device from the first one that would end the tick
+    #: early on (an open, a finish, a cancel): the records' bytes and their items, applied
+    #: first at the next read after the tick (``Worker._read_front``)
+    deferred: tuple[bytearray, list[tuple[int, int, int, int]]] | None = None
 
 
 def _local(m: wire.Message) -> wire.Message:
@@ -629,17 +633,26 @@ class Worker:
         link.ends.close()
         self._poller = None
 
-    def _read_front(self, link: _FrontLink) -> None:
+    def _read_front(self, link: _FrontLink, during_tick: bool = False) -> None:
         """The records a front's ring holds. PUSH records in a row (a front flushes what a
         millisecond gathered, a few streams' codes a record, and the worker finds tens of them
         after a tick) are applied together (``_push_run``): the cost of a runtime call per
         record, then of reading each record's arrays, was most of the worker's ingest
-        (``python -m bench worker --per-record 5``)."""
+        (``python -m bench worker --per-record 5``).
+
+        ``during_tick``: a tick is on the device. Pushes are applied; the first command that
+        would end the tick early (an open, a finish, a cancel: the runtime waits for the device
+        first) and everything behind it wait in ``link.deferred`` for the tick's end, so that
+        a burst of opens (a thousand clients starting within a period) no longer holds back
+        the tick's audio of every other stream; the next read applies them first."""
+        if during_tick and link.deferred is not None:
+            return  # commands wait for this tick's end; newer records queue behind them
         cons = link.ends.commands
         alive = cons.on_doorbell()
         base = link.fid << _FID_SHIFT
-        buf = bytearray()  # every record, copied: arrays outlive the ring's room
-        items: list[tuple[int, int, int, int]] = []  # (kind, count, body offset in buf, size)
+        # every record, copied (arrays outlive the ring's room), after those deferred
+        buf, items = link.deferred if link.deferred is not None else (bytearray(), [])
+        link.deferred = None
         head, push = wire.HEADER.unpack_from, wire.PushCodes.kind
         for rec in cons.records():
             link.packets_in += 1
@@ -651,9 +664,17 @@ class Worker:
             else:
                 items += [(kind, count, at + start, size)
                           for kind, count, start, size in wire.spans(rec)]
+        self._apply_items(link, base, buf, items, during_tick)
+        if not alive:
+            self._detach(link.fid)
+
+    def _apply_items(self, link: _FrontLink, base: int, buf: bytearray,
+                     items: list[tuple[int, int, int, int]], during_tick: bool) -> None:
+        """A front's commands (``_read_front``'s items: kind, count, body offset in ``buf``,
+        size), in order; during a tick, up to the first that would end it (the rest deferred)."""
         view = memoryview(buf)
         run: list[tuple[int, int, int, int]] = []
-        for item in items:
+        for i, item in enumerate(items):
             kind, count, start, size = item
             if kind == wire.PushCodes.kind:
                 self.commands += count
@@ -662,6 +683,10 @@ class Worker:
             if run:
                 self._push_run(base, buf, run)
                 run = []
+            if during_tick:
+                view.release()
+                link.deferred = (buf, items[i:])
+                return
             for cmd in wire.read_record(kind, count, view[start:start + size]):
                 self.commands += 1
                 if isinstance(cmd, wire.OpenStream):
@@ -677,8 +702,6 @@ class Worker:
                                    type(cmd).__name__, link.fid)
         if run:
             self._push_run(base, buf, run)
-        if not alive:
-            self._detach(link.fid)
 
     def _push_run(self, base: int, buf: bytearray, run: list[tuple[int, int, int, int]]) -> None:
         """PUSH records in a row (``_read_front``'s items). When no stream is in two of them
@@ -768,9 +791,11 @@ class Worker:
 
     def _wait(self, timeout: float | None) -> bool:
         """Whether the pipe, the descriptor socket or a front's doorbell is readable within
-        ``timeout`` seconds (None: until one is)."""
+        ``timeout`` seconds (None: until one is), or commands deferred during a tick wait."""
         if self.fdsock is None:
             return bool(self.conn.poll(timeout))
+        if any(link.deferred is not None for link in self.fronts.values()):
+            return True
         if self._poller is None:
             p = select.poll()
             p.register(self.conn.fileno(), select.POLLIN)
@@ -883,7 +908,7 @@ class Worker:
             self._flush()  # (an earlier model's audio, written in place, is published here)
             t = self.phases.add("flush", t)
         for link in list(self.fronts.values()):
-            self._read_front(link)
+            self._read_front(link, during_tick=True)
         return self.phases.add("ingest", t)
 
     def _collect(self, m: _Model, st: _Stream) -> None:

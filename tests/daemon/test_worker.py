@@ -319,6 +319,54 @@ def test_an_earlier_models_audio_reaches_the_front_during_the_next_models_tick(
         assert any(name == "b" and 1 in got for name, got in seen), seen
 
 
+def test_commands_that_would_end_a_tick_wait_for_its_end(small: Path, offline: Any) -> None:
+    """Read while a tick is on the device: the pushes before the first open are applied,
+    the open and everything behind it (pushes included, in order) wait for the tick's end, so
+    the tick's audio is not held back by them; the next read applies them first, and every
+    stream's audio equals its offline decode."""
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+    from codecd.worker import _FID_SHIFT
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=16, max_batch=16,
+                       warm_buckets=(1,), gather_ms=0.0)
+    base = 1 << _FID_SHIFT
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(23)
+        levels = {sid: small_codes(48, rng) for sid in (1, 2, 3, 7)}
+        first = {sid: [x[:24 // s] for x, s in zip(lv, (4, 2, 1))] for sid, lv in levels.items()}
+        rest = {sid: [x[24 // s:] for x, s in zip(lv, (4, 2, 1))] for sid, lv in levels.items()}
+        send(front, [wire.OpenStream(sid, "small") for sid in (1, 2, 3)]
+             + [wire.PushCodes(sid, first[sid]) for sid in (1, 2, 3)])
+        w.drain()
+        send(front, [wire.PushCodes(1, rest[1]), wire.OpenStream(7, "small"),
+                     wire.PushCodes(7, levels[7]), wire.PushCodes(2, rest[2]),
+                     wire.PushCodes(3, rest[3])])
+        seen: list[tuple[bool, int, int]] = []
+        overlap = w._overlap
+
+        def watched(since: Any) -> Any:
+            t = overlap(since)
+            pushed = {sid: w.models["small"].streams[base | sid].stream.stats.frames_pushed
+                      for sid in (1, 2)}
+            seen.append((base | 7 in w.where, pushed[1], pushed[2]))
+            return t
+
+        w._overlap = watched
+        w.run_ticks()
+        assert seen and seen[0] == (False, 48, 24), seen  # 1's rest applied, 2's deferred
+        assert w.fronts[1].deferred is not None
+        assert w._wait(None)  # the loop does not sleep on deferred commands
+        w._overlap = overlap
+        w.drain()
+        assert w.fronts[1].deferred is None and base | 7 in w.where
+        send(front, [wire.FinishStream(sid) for sid in levels])
+        audio, ends = _run_until_ended(w, front, len(levels))
+        for sid, lv in levels.items():
+            assert len(ends[sid]) == 1 and isinstance(ends[sid][0], wire.StreamDone), ends[sid]
+            assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
+
+
 def test_push_records_of_two_models_in_a_row_keep_one_call_a_record(
         small: Path, offline: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """PUSH records in a row whose streams are of two models (two contexts) cannot share a
