@@ -318,6 +318,9 @@ class _Model:
     express_holds: int = 0  # express ticks held back for first_audio_gap_ms
     catch_up_ticks: int = 0  # ticks of streams whose codes missed their round (tick_catch_up)
     catch_up_streams: int = 0  # stream-steps in them
+    #: the device computes a launched tick while this thread goes on (not the CPU backend,
+    #: whose step_begin computes it): commands that would end it wait (``_read_front``)
+    async_ticks: bool = False
 
 
 @dataclass(eq=False)
@@ -436,7 +439,7 @@ class Worker:
             except BaseException:
                 model.close()
                 raise
-            self.models[name] = _Model(name, lm)
+            self.models[name] = _Model(name, lm, async_ticks=lm.ctx.device != "CPU")
             if background and isinstance(lm, ExactStreamModel):
                 # the smallest bucket now (a lone first stream's graph, ~0.3 s on a CPU),
                 # the larger ones between ticks while idle (seconds: their reservation)
@@ -650,9 +653,15 @@ class Worker:
         cons = link.ends.commands
         alive = cons.on_doorbell()
         base = link.fid << _FID_SHIFT
-        # every record, copied (arrays outlive the ring's room), after those deferred
-        buf, items = link.deferred if link.deferred is not None else (bytearray(), [])
-        link.deferred = None
+        # every record, copied (arrays outlive the ring's room), after those deferred: in a new
+        # buffer, as the deferred one may still be viewed (a low-latency stream keeps its
+        # pushed codes as views until they are decoded) and a viewed bytearray cannot grow
+        buf = bytearray()
+        items: list[tuple[int, int, int, int]] = []  # (kind, count, body offset in buf, size)
+        if link.deferred is not None:
+            viewed, items = link.deferred
+            buf += viewed
+            link.deferred = None
         head, push = wire.HEADER.unpack_from, wire.PushCodes.kind
         for rec in cons.records():
             link.packets_in += 1
@@ -815,6 +824,10 @@ class Worker:
         for the streams that can share one), or of ``only`` those; collects their output."""
         import codecrt
 
+        if self.fronts and any(link.deferred is not None for link in self.fronts.values()):
+            # commands deferred by the last tick go first: an express, catch-up or next model's
+            # tick can follow it with no drain in between
+            self._apply_deferred()
         cands = only if only is not None else [st for st in m.streams.values() if st.maybe_ready]
         if not cands:
             return 0
@@ -836,7 +849,8 @@ class Worker:
                 # pushes (codes may be pushed mid-tick: codecrt_context_step_begin)
                 codecrt.step_begin(m.lm.ctx, [st.stream for st in cands])
                 ta = self.phases.add("step", t0)
-                t = tb = self._overlap(ta)
+                # on the CPU backend step_begin computed the tick: nothing to wait for
+                t = tb = self._overlap(ta, defer=m.async_ticks)
                 n = codecrt.step_end(m.lm.ctx)
                 tick = codecrt.Tick(n, {}, n)
                 # a command read meanwhile may have closed some of them
@@ -898,7 +912,15 @@ class Worker:
         parts.grew = int(bool(m.buffer_bytes) and nbytes > m.buffer_bytes)
         m.graphs_built, m.buffer_bytes = built, nbytes
 
-    def _overlap(self, since: tuple[float, float]) -> tuple[float, float]:
+    def _apply_deferred(self) -> None:
+        """The commands every front's last read deferred during a tick (``_read_front``)."""
+        for link in list(self.fronts.values()):
+            if link.deferred is not None and link.fid in self.fronts:
+                buf, items = link.deferred
+                link.deferred = None
+                self._apply_items(link, link.fid << _FID_SHIFT, buf, items, False)
+
+    def _overlap(self, since: tuple[float, float], defer: bool = True) -> tuple[float, float]:
         """Host work done while a tick is on the device: the events waiting (earlier models'
         audio of this round) and every front's commands; the phase clock after it. Pushes
         leave the tick alone; an open, a finish or a cancel ends it early (the runtime
@@ -908,7 +930,7 @@ class Worker:
             self._flush()  # (an earlier model's audio, written in place, is published here)
             t = self.phases.add("flush", t)
         for link in list(self.fronts.values()):
-            self._read_front(link, during_tick=True)
+            self._read_front(link, during_tick=defer)
         return self.phases.add("ingest", t)
 
     def _collect(self, m: _Model, st: _Stream) -> None:

@@ -271,8 +271,8 @@ def test_a_front_that_dies_during_a_tick_loses_only_its_streams(small: Path) -> 
         send(front, [wire.PushCodes(9, bad)])
         overlap = w._overlap
 
-        def dying(since: Any) -> Any:
-            t = overlap(since)  # reads the bad push: its StreamFailed waits in w.out
+        def dying(since: Any, defer: bool = True) -> Any:
+            t = overlap(since, defer)  # reads the bad push: its StreamFailed waits in w.out
             assert any(isinstance(m, wire.StreamFailed) for m in w.out)
             front.close()  # the front process is gone while the device computes
             return t
@@ -303,8 +303,8 @@ def test_an_earlier_models_audio_reaches_the_front_during_the_next_models_tick(
         overlap, tick = w._overlap, w._tick
         ticking = [""]
 
-        def watched(since: Any) -> Any:
-            t = overlap(since)
+        def watched(since: Any, defer: bool = True) -> Any:
+            t = overlap(since, defer)
             seen.append((ticking[0], [m.sid for m in read_events(front)
                                       if isinstance(m, wire.AudioOut)]))
             return t
@@ -320,10 +320,11 @@ def test_an_earlier_models_audio_reaches_the_front_during_the_next_models_tick(
 
 
 def test_commands_that_would_end_a_tick_wait_for_its_end(small: Path, offline: Any) -> None:
-    """Read while a tick is on the device: the pushes before the first open are applied,
-    the open and everything behind it (pushes included, in order) wait for the tick's end, so
-    the tick's audio is not held back by them; the next read applies them first, and every
-    stream's audio equals its offline decode."""
+    """Read while a tick is on the device (a GPU's way, ``async_ticks``, set here on the CPU):
+    the pushes before the first open are applied, the open and everything behind it (pushes
+    included, in order) wait for the tick's end, so the tick's audio is not held back by them;
+    the next read applies them first, and every stream's audio equals its offline decode. On
+    the CPU backend (whose step_begin computed the tick) nothing waits."""
     from codecd import wire
     from codecd.engine.config import EngineConfig
     from codecd.worker import _FID_SHIFT
@@ -345,14 +346,16 @@ def test_commands_that_would_end_a_tick_wait_for_its_end(small: Path, offline: A
         seen: list[tuple[bool, int, int]] = []
         overlap = w._overlap
 
-        def watched(since: Any) -> Any:
-            t = overlap(since)
+        def watched(since: Any, defer: bool = True) -> Any:
+            t = overlap(since, defer)
             pushed = {sid: w.models["small"].streams[base | sid].stream.stats.frames_pushed
                       for sid in (1, 2)}
             seen.append((base | 7 in w.where, pushed[1], pushed[2]))
             return t
 
         w._overlap = watched
+        assert not w.models["small"].async_ticks  # the CPU backend
+        w.models["small"].async_ticks = True
         w.run_ticks()
         assert seen and seen[0] == (False, 48, 24), seen  # 1's rest applied, 2's deferred
         assert w.fronts[1].deferred is not None
@@ -365,6 +368,54 @@ def test_commands_that_would_end_a_tick_wait_for_its_end(small: Path, offline: A
         for sid, lv in levels.items():
             assert len(ends[sid]) == 1 and isinstance(ends[sid][0], wire.StreamDone), ends[sid]
             assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
+
+
+def test_deferred_commands_go_into_a_new_buffer_and_before_the_next_tick(small: Path,
+                                                                         offline: Any) -> None:
+    """Commands deferred by a tick (``async_ticks``): the next read copies them into a new
+    buffer, as a low-latency stream keeps its pushed codes as views of the old one (a viewed
+    bytearray cannot grow: the worker died on it); and they are applied before the next tick
+    starts even with no read in between (an express or catch-up tick, a round's next model)."""
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+    from codecd.worker import _FID_SHIFT
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=16, max_batch=16,
+                       warm_buckets=(1,), gather_ms=0.0)
+    base = 1 << _FID_SHIFT
+    with running_worker(cfg) as (w, front):
+        m = w.models["small"]
+        m.async_ticks = True
+        rng = np.random.default_rng(29)
+        levels = {sid: small_codes(96, rng) for sid in (1, 2, 7, 8)}
+        part = {sid: [[x[i * 24 // s:(i + 1) * 24 // s] for x, s in zip(lv, (4, 2, 1))]
+                      for i in range(4)] for sid, lv in levels.items()}
+        send(front, [wire.OpenStream(1, "small"),
+                     wire.OpenStream(2, "small", wire.StreamOptions(latency="low")),
+                     wire.PushCodes(1, part[1][0])])
+        w.drain()
+        # stream 2 (low latency) is not ready: stream 1's tick overlaps this read, and 2's
+        # codes stay views of the read's buffer
+        send(front, [wire.PushCodes(2, part[2][0]), wire.OpenStream(7, "small"),
+                     wire.PushCodes(7, levels[7])])
+        w.run_ticks()
+        assert w.fronts[1].deferred is not None and base | 7 not in w.where
+        send(front, [wire.PushCodes(1, part[1][1]), wire.CancelStream(2)])
+        w.drain()  # records behind the deferred ones
+        assert w.fronts[1].deferred is None and base | 7 in w.where and base | 2 not in w.where
+        send(front, [wire.PushCodes(1, part[1][2]), wire.OpenStream(8, "small"),
+                     wire.PushCodes(8, levels[8])])
+        w.run_ticks()
+        assert w.fronts[1].deferred is not None and base | 8 not in w.where
+        w._tick(m, only=[])  # a tick with no read before it
+        assert w.fronts[1].deferred is None and base | 8 in w.where
+        assert m.streams[base | 8].stream.stats.frames_pushed == 96
+        send(front, [wire.PushCodes(1, part[1][3])]
+             + [wire.FinishStream(sid) for sid in (1, 7, 8)])
+        audio, ends = _run_until_ended(w, front, 3)
+        for sid in (1, 7, 8):
+            assert len(ends[sid]) == 1 and isinstance(ends[sid][0], wire.StreamDone), ends[sid]
+            assert np.array_equal(np.concatenate(audio[sid]), offline(levels[sid])), sid
 
 
 def test_push_records_of_two_models_in_a_row_keep_one_call_a_record(
