@@ -59,7 +59,7 @@ from .sdnotify import sd_notify, systemd_listen_socket, watchdog, watchdog_inter
 from .server import engine_config
 from .web.tickets import TicketBook
 
-__all__ = ["Daemon", "run", "default_fronts"]
+__all__ = ["Daemon", "run", "default_fronts", "usable_cores"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,18 +67,34 @@ FRONT_BACKOFF_S = (0.05, 0.5, 1.0, 2.0, 5.0)
 FRONT_STABLE_S = 30.0
 
 
-def default_fronts(n_devices: int = 1) -> int:
-    """Front processes for this machine: one per core this process may run on (its CPU
-    affinity: taskset, systemd's CPUAffinity, a container's cpuset) beyond one per worker and
-    one for main, at least 1 and at most 8. Measured (docs/benchmarks.md): on 2 cores 2 fronts
-    were no faster than 1; on 8 cores of an H100 host at 2,400 to 2,600 streams 6 and 8
-    fronts kept up where 4 did not (a front reaches 0.4 to 0.8 of a core at 400 streams, and
-    an idle one sleeps)."""
+def usable_cores(cgroup_cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """Cores this process may use: its CPU affinity (taskset, systemd's CPUAffinity, a
+    cpuset), within its cgroup's CPU quota where one is set (systemd's CPUQuota, a container's
+    --cpus: ``cpu.max`` = "quota period")."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
         cores = os.cpu_count() or 1
-    return max(1, min(8, cores - n_devices - 1))
+    try:
+        with open(cgroup_cpu_max) as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
+
+
+def default_fronts(devices: list[str]) -> int:
+    """Front processes for this machine: 1 when every worker decodes on the CPU (its threads
+    take every core, and on 2 cores 2 fronts were no faster than 1: docs/benchmarks.md);
+    otherwise one per usable core (:func:`usable_cores`) beyond one per worker and one for
+    main, at least 1 and at most 8 (on 8 cores of an H100 host at 2,400 to 2,600 streams 6
+    and 8 fronts kept up better than 4: a front reaches 0.4 to 0.8 of a core at 400 streams,
+    and an idle one sleeps)."""
+    if devices and all(d.strip().lower() == "cpu" for d in devices):
+        return 1
+    return max(1, min(8, usable_cores() - len(devices) - 1))
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -118,7 +134,7 @@ class Daemon:
         self.config = config
         self._model_paths = models
         self._sock = sock
-        self.n_fronts = fronts or config.fronts or default_fronts(len(config.devices))
+        self.n_fronts = fronts or config.fronts or default_fronts(config.devices)
         self._engine_overrides = dict(engine_overrides or {})
         self._session_overrides = dict(session_overrides or {})
         self._use_uvloop = use_uvloop

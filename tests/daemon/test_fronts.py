@@ -457,17 +457,32 @@ def test_sigterm_drains_every_front(small: Path, offline: Any, tmp_path: Path) -
         run(main(p, port))
 
 
-@pytest.mark.parametrize("cores, devices, want", [(1, 1, 1), (2, 1, 1), (4, 1, 2), (8, 1, 6),
-                                                   (8, 2, 5), (16, 1, 8), (64, 8, 8)])
+@pytest.mark.parametrize("cores, devices, want", [
+    (1, ["cuda:0"], 1), (2, ["auto"], 1), (4, ["cuda:0"], 2), (8, ["cuda:0"], 6),
+    (8, ["cuda:0", "cuda:1"], 5), (16, ["auto"], 8), (64, [f"cuda:{i}" for i in range(8)], 8),
+    (16, ["cpu"], 1), (16, ["cpu", "cuda:0"], 8)])
 def test_default_fronts_follow_the_cores_this_process_may_use(
-        monkeypatch: pytest.MonkeyPatch, cores: int, devices: int, want: int) -> None:
-    """fronts = 0: one front per core of this process's CPU affinity beyond one per worker
-    and one for main, 1 to 8 (a daemon pinned to 8 of 16 cores counts 8)."""
-    from codecd.daemon import default_fronts
+        monkeypatch: pytest.MonkeyPatch, cores: int, devices: list[str], want: int) -> None:
+    """fronts = 0: one front per usable core beyond one per worker and one for main, 1 to 8
+    (a daemon pinned to 8 of 16 cores counts 8); 1 when every worker decodes on the CPU."""
+    from codecd import daemon
 
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(cores)))
+    monkeypatch.setattr(daemon, "usable_cores", lambda: cores)
+    assert daemon.default_fronts(devices) == want
+
+
+def test_usable_cores_are_the_affinity_within_the_cgroup_quota(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from codecd.daemon import usable_cores
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))
     monkeypatch.setattr(os, "cpu_count", lambda: 128)
-    assert default_fronts(devices) == want
+    cpu_max = tmp_path / "cpu.max"
+    for text, want in (("max 100000", 16), ("200000 100000", 2), ("150000 100000", 2),
+                       ("5000 100000", 1), ("3200000 100000", 16), ("garbage", 16)):
+        cpu_max.write_text(text + "\n")
+        assert usable_cores(str(cpu_max)) == want, text
+    assert usable_cores(str(tmp_path / "none")) == 16
 
 
 def test_channel_rings_carry_batches_larger_than_a_ring(tmp_path: Path) -> None:
