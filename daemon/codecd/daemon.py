@@ -53,7 +53,7 @@ from typing import Any
 
 from .channel import CtlLink, control_pair, make_channel, send_msg
 from .config import Config, resolve_models
-from .engine import Engine, EngineConfig, EngineStartError, child_pythonpath
+from .engine import Engine, EngineConfig, EngineStartError, child_env
 from .front import config_to_json
 from .sdnotify import sd_notify, systemd_listen_socket, watchdog, watchdog_interval_s
 from .server import engine_config
@@ -226,9 +226,7 @@ class Daemon:
     def _spawn_front(self, f: _Front) -> None:
         assert self._loop is not None and self._sock is not None
         mine, theirs = control_pair()
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
-        env["PYTHONPATH"] = child_pythonpath()
+        env = child_env()
         cfd, lfd = theirs.fileno(), self._sock.fileno()
         hfd = self._http_sock.fileno() if self._http_sock is not None else -1
         try:

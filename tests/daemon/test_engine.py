@@ -539,6 +539,25 @@ def test_a_worker_not_ready_in_time_fails_the_start_and_leaves_nothing(
     assert errors == []
 
 
+def test_workers_start_with_one_openblas_thread_unless_told(small: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """A worker's environment has OPENBLAS_NUM_THREADS=1 (numpy's OpenBLAS would start an idle
+    thread per core at import), and whatever the daemon's own environment says instead."""
+    def worker_env() -> dict[str, str]:
+        async def main() -> dict[str, str]:
+            async with started_pool(small) as (pool, _col):
+                with open(f"/proc/{pool.engines[0].pid}/environ", "rb") as f:
+                    pairs = [x.split(b"=", 1) for x in f.read().split(b"\0") if b"=" in x]
+                return {k.decode(): v.decode() for k, v in pairs}
+        return run(main)
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    assert worker_env()["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    assert worker_env()["OPENBLAS_NUM_THREADS"] == "3"
+
+
 def test_close_stops_workers(small: Path) -> None:
     """close() fails open streams with shutting_down and the worker exits cleanly."""
     async def main() -> None:

@@ -50,12 +50,12 @@ from .events import (
     UnknownStreamError,
 )
 from .pool import EnginePool
-from .process import child_pythonpath
+from .process import child_env, child_pythonpath
 from .supervisor import Engine
 
 __all__ = [
     "EngineConfig", "Engine", "EnginePool", "Opened", "Audio", "Done", "StreamError",
     "EngineEvent", "EngineError", "EngineStartError", "BackpressureError", "BusyError",
     "UnknownModelError", "DuplicateStreamError", "UnknownStreamError",
-    "ENGINE_RESTARTED", "SHUTTING_DOWN", "child_pythonpath",
+    "ENGINE_RESTARTED", "SHUTTING_DOWN", "child_env", "child_pythonpath",
 ]

@@ -32,7 +32,7 @@ from typing import Any
 
 from .. import wire
 
-__all__ = ["WorkerProcess", "child_pythonpath", "describe_exit"]
+__all__ = ["WorkerProcess", "child_env", "child_pythonpath", "describe_exit"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,20 @@ def child_pythonpath() -> str:
     first = [os.path.dirname(os.path.dirname(os.path.abspath(m.__file__ or "")))
              for m in (codecrt, codecd)]
     return os.pathsep.join(dict.fromkeys([*first, *(p for p in sys.path if p)]))
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a worker or front process: this one's without systemd's
+    notification variables (main alone talks to systemd), with :func:`child_pythonpath`, and
+    with ``OPENBLAS_NUM_THREADS=1`` unless it is set: numpy's OpenBLAS starts a thread per
+    core at import, idle in these processes (ggml runs its own threads, the fronts multiply
+    nothing), and 8 fronts and 8 workers on a 64-core host would pass the systemd unit's
+    ``TasksMax`` with them."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
+    env["PYTHONPATH"] = child_pythonpath()
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    return env
 
 
 class WorkerProcess:
@@ -82,9 +96,7 @@ class WorkerProcess:
         """Start the worker and send it ``first`` (hello, configuration) before anything else."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fparent, fchild = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
-        env["PYTHONPATH"] = child_pythonpath()
+        env = child_env()
         fd, ffd = child.fileno(), fchild.fileno()
         try:
             self.proc = subprocess.Popen(
