@@ -147,12 +147,9 @@ class Producer:
         waste = self._seg.capacity - off if self._seg.capacity - off < need else 0
         return need + waste <= self.free()
 
-    def write(self, parts: Sequence[Part]) -> bool:
-        """Append one record made of ``parts`` (concatenated, each C-contiguous); False when it
-        does not fit now (nothing is written then)."""
-        n = 0
-        for p in parts:
-            n += p.nbytes if isinstance(p, (memoryview, np.ndarray)) else len(p)
+    def _place(self, n: int) -> int | None:
+        """Where a record of ``n`` payload bytes starts (its header's offset), a wrap marker
+        written before it when it would not fit before the end; None when it does not fit now."""
         cap = self._seg.capacity
         need = 8 + _pad8(n)
         if need > cap:
@@ -160,14 +157,28 @@ class Producer:
         if self._reserved is not None:
             raise RingError("a reserved record is not committed yet")
         if not self.fits(n):
-            return False
-        data = self._seg.data
+            return None
         off = self._tail % cap
         if cap - off < need:  # offsets and the capacity are multiples of 8: a marker fits
-            _REC.pack_into(data, off, _WRAP, 0)
+            _REC.pack_into(self._seg.data, off, _WRAP, 0)
             self._tail += cap - off
             off = 0
-        _REC.pack_into(data, off, n, 0)
+        return off
+
+    def _close_record(self, off: int, n: int) -> None:
+        _REC.pack_into(self._seg.data, off, n, 0)
+        self._tail += 8 + _pad8(n)
+
+    def write(self, parts: Sequence[Part]) -> bool:
+        """Append one record made of ``parts`` (concatenated, each C-contiguous); False when it
+        does not fit now (nothing is written then)."""
+        n = 0
+        for p in parts:
+            n += p.nbytes if isinstance(p, (memoryview, np.ndarray)) else len(p)
+        off = self._place(n)
+        if off is None:
+            return False
+        data = self._seg.data
         pos = off + 8
         for p in parts:
             if isinstance(p, (bytes, bytearray)):
@@ -179,29 +190,18 @@ class Producer:
             k = len(mv)
             data[pos:pos + k] = mv
             pos += k
-        self._tail += need
+        self._close_record(off, n)
         return True
 
     def reserve(self, n: int) -> memoryview | None:
         """Room for one record of at most ``n`` payload bytes, to fill in place (a producer
         that computes its payload there copies nothing); :meth:`commit` writes the record.
         None when it does not fit now. Nothing else may be written until it is committed."""
-        cap = self._seg.capacity
-        need = 8 + _pad8(n)
-        if need > cap:
-            raise RingError(f"a record of {n} bytes can never fit a ring of {cap} bytes")
-        if self._reserved is not None:
-            raise RingError("a reserved record is not committed yet")
-        if not self.fits(n):
+        off = self._place(n)
+        if off is None:
             return None
-        data = self._seg.data
-        off = self._tail % cap
-        if cap - off < need:  # as write(): the record starts again at offset 0
-            _REC.pack_into(data, off, _WRAP, 0)
-            self._tail += cap - off
-            off = 0
         self._reserved = (off, n)
-        return data[off + 8:off + 8 + n]
+        return self._seg.data[off + 8:off + 8 + n]
 
     def commit(self, n: int) -> None:
         """Write the reserved record with its first ``n`` bytes (``n`` at most the room
@@ -213,8 +213,7 @@ class Producer:
             raise RingError(f"a commit of {n} bytes into a reservation of {room}")
         self._reserved = None
         if n:
-            _REC.pack_into(self._seg.data, off, n, 0)
-            self._tail += 8 + _pad8(n)
+            self._close_record(off, n)
 
     @property
     def unpublished(self) -> bool:
