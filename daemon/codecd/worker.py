@@ -305,8 +305,9 @@ class _Model:
     streams_opened: int = 0
     streams_done: int = 0
     streams_failed: int = 0
-    #: the tick's PCM of every stream, pulled in one call (reused: a tick's AUDIO packets
-    #: point into it until flush writes them or copies them into the backlog)
+    #: where a tick's PCM is pulled when it cannot go straight into a front's ring (the pipe's
+    #: streams, a full ring), a part a run of streams (reused: a tick's AUDIO packets point
+    #: into it until flush writes them or copies them into the backlog)
     pcm: Any = None
     #: the parts of its recent ticks (stats ``tick_anatomy``)
     anatomy: TickAnatomy = field(default_factory=TickAnatomy)
