@@ -97,7 +97,8 @@ class Config:
                             "(cpu, cuda:0, ...)", factory=True, metavar="DEV,...")
     threads: int = _f(0, "CPU threads per worker (0: all cores)")
     fronts: int = _f(0, "front processes (websockets, sessions) feeding the workers over "
-                     "shared memory (0: from the machine's cores and devices)")
+                     "shared memory (0: 1 when every device is cpu, else one per usable core beyond "
+                     "one per device and one for main, at most 8)")
     batch_buckets: list[int] = _f(list, "batch sizes warmed up at start (empty: the largest "
                                   "and 1)", factory=True, metavar="N,...")
     max_batch: int = _f(64, "most streams decoded in one tick")

@@ -73,6 +73,30 @@ def test_sample_config_is_valid(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+def test_sample_config_names_every_setting_with_its_env_and_default():
+    """The sample codecd.toml says it holds every setting: each has its line (commented, with
+    the default the daemon uses, or the models table) and its environment variable."""
+    import dataclasses
+    import tomllib
+
+    from codecd.config import Config, _default
+
+    text = (UNITS / "codecd.toml").read_text()
+    for f in dataclasses.fields(Config):
+        env = f"(env CODECD_{f.name.upper()})"
+        assert env in text, f"{f.name}: no {env} in the sample"
+        if f.name == "models":
+            assert "[[models]]" in text
+            continue
+        line = next((ln for ln in text.splitlines() if ln.startswith(f"# {f.name} = ")), None)
+        assert line is not None, f"{f.name}: no '# {f.name} = ...' line in the sample"
+        value = tomllib.loads(line[2:].split("   #")[0])[f.name]
+        default = _default(f)
+        if default in (None, "") or f.name in ("batch_buckets", "cache_dir", "voices_dir"):
+            continue  # an example value (a secret, a path of the unit, an empty default)
+        assert value == default, (f.name, value, default)
+
+
 def test_notify_ready_watchdog_stopping(tmp_path):
     """READY=1 only after warm-up, WATCHDOG=1 while healthy, pings stop when the worker is
     wedged, STOPPING=1 on SIGTERM, then a clean exit within the drain timeout."""
