@@ -663,17 +663,10 @@ class Worker:
             viewed, items = link.deferred
             buf += viewed
             link.deferred = None
-        head, push = wire.HEADER.unpack_from, wire.PushCodes.kind
         for rec in cons.records():
             link.packets_in += 1
-            at = len(buf)
+            items += wire.spans_at(rec, len(buf))
             buf += rec
-            kind, _flags, count, size = head(rec) if len(rec) >= 8 else (0, 0, 0, 0)
-            if kind == push and len(rec) == 8 + size + (-size % 8):  # one PUSH record: most
-                items.append((kind, count, at + 8, size))
-            else:
-                items += [(kind, count, at + start, size)
-                          for kind, count, start, size in wire.spans(rec)]
         self._apply_items(link, base, buf, items, during_tick)
         if not alive:
             self._detach(link.fid)
@@ -825,10 +818,9 @@ class Worker:
         for the streams that can share one), or of ``only`` those; collects their output."""
         import codecrt
 
-        if self.fronts and any(link.deferred is not None for link in self.fronts.values()):
-            # commands deferred by the last tick go first: an express, catch-up or next model's
-            # tick can follow it with no drain in between
-            self._apply_deferred()
+        # commands deferred by the last tick go first: an express, catch-up or next model's
+        # tick can follow it with no drain in between
+        self._apply_deferred()
         cands = only if only is not None else [st for st in m.streams.values() if st.maybe_ready]
         if not cands:
             return 0
@@ -915,8 +907,8 @@ class Worker:
 
     def _apply_deferred(self) -> None:
         """The commands every front's last read deferred during a tick (``_read_front``)."""
-        for link in list(self.fronts.values()):
-            if link.deferred is not None and link.fid in self.fronts:
+        for link in self.fronts.values():  # (applying commands attaches or detaches none)
+            if link.deferred is not None:
                 buf, items = link.deferred
                 link.deferred = None
                 self._apply_items(link, link.fid << _FID_SHIFT, buf, items, False)

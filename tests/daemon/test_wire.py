@@ -199,6 +199,20 @@ def test_push_records_in_a_row_read_at_once_equal_each_read_alone(records):
         assert np.array_equal(g, want)
 
 
+def test_spans_at_are_the_spans_shifted_and_refuse_the_same():
+    """spans_at (a packet inside a larger buffer) equals spans with offsets moved, for a
+    packet of one record and of several; bad bytes raise the same errors."""
+    for msgs in ([W.PushCodes(7, _levels(3, 2))], ALL):
+        p = W.encode(msgs)
+        want = [(k, c, 40 + s, n) for k, c, s, n in W.spans(p)]
+        assert W.spans_at(p, 40) == want and W.spans_at(memoryview(p), 40) == want
+    for bad in (b"\x12\x00", _record(0x7F, b""), W.encode([W.Stop()])[:-1]):
+        with pytest.raises(W.WireError):
+            list(W.spans(bad))
+        with pytest.raises(W.WireError):
+            W.spans_at(bad, 0)
+
+
 def test_push_records_read_at_once_refuse_what_each_read_alone_refuses():
     """Bytes that are not PUSH bodies give None (the caller reads them one by one, and
     push_arrays names the fault): level counts past the body, lengths that do not fill it,
