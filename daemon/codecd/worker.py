@@ -1181,6 +1181,13 @@ class Worker:
                 if self._trace is not None:
                     self._trace_round(start, len(cands), n, "express")
             for st in cands:  # codes pushed ahead: the next chunk at once too, until audio
+                # ahead of the cadence, not late: the next round does not wait for its next
+                # chunk (it joins the first round it is ready for). Waited for, with new streams
+                # arriving every period some always were: every round ran at its deadline, a
+                # period and the slack after the last, so all streams fell behind real time by
+                # the slack each period (an H100, 1,000 to 2,400 streams starting over 3 s,
+                # rounds 90 to 95 ms apart for an 85.3 ms period; docs/benchmarks.md)
+                st.on_cadence = False
                 if self.catch_up:  # (read only by _note_misses)
                     st.express_since = True
                 if st.fresh and st.maybe_ready and m.streams.get(st.sid) is st:

@@ -865,6 +865,42 @@ def test_first_audio_gap_allows_for_slow_rounds(small: Path) -> None:
     assert holds[1] - holds[0] == pytest.approx(_GAP_TAIL_SPREADS * 6.0, rel=0.05)
 
 
+def test_a_stream_stepped_by_an_express_tick_does_not_hold_the_next_round(small: Path) -> None:
+    """Streams 1 and 2 ready at an aligned round's start, both stepped in it: the next round
+    waits for each. Stream 2, still without audio, then takes its next chunk in an express
+    tick: it ran ahead of the cadence, so the next round may start as soon as stream 1's codes
+    are in, not at its deadline. Waited for, new streams arriving every period kept every round
+    at its deadline, a period and the slack after the last one: every stream fell behind real
+    time by the slack each period (an H100, streams starting over 3 s; docs/benchmarks.md)."""
+    import time
+
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=8, max_batch=8,
+                       warm_buckets=(1, 2), gather_ms=0.0, tick_align_ms=1000.0,
+                       first_audio="now", first_audio_gap_ms=0.0)
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(9)
+        send(front, [wire.OpenStream(sid, "small") for sid in (1, 2)]
+             + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
+        w.drain()
+        w._fresh.clear()  # the round takes them (their codes came with the round's trigger)
+        w.run_ticks()
+        m = w.models["small"]
+        assert m.ticks == 1 and all(st.on_cadence for st in m.streams.values())
+        two = next(st for st in m.streams.values() if st.sid & 0xFFFF == 2)  # (the front's id above)
+        send(front, [wire.PushCodes(2, small_codes(4, rng))])
+        w.drain()
+        assert two.fresh and list(w._fresh.values()) == [two]
+        w._express(time.monotonic() + 0.5)
+        assert m.express_ticks == 1 and not two.maybe_ready
+        assert not w._all_waiting()  # stream 1's codes are not in yet
+        send(front, [wire.PushCodes(1, small_codes(4, rng))])
+        w.drain()
+        assert w._all_waiting()
+
+
 def test_first_audio_gap_holds_one_model_not_the_others(small: Path, caplog: Any) -> None:
     """A hold (first_audio_gap_ms) is per model: while one model's new streams wait, another's
     take their express tick at once; a hold that would end past the aligned round leaves its
