@@ -275,8 +275,9 @@ class _Stream:
     stream: Any  # a codecrt.CodecStream (exact, low-latency, flow, ...)
     maybe_ready: bool = False
     fresh: bool = True  # no audio yet (first_audio = "now" ticks it at once)
-    #: ready at the start of the last aligned round that stepped streams: an aligned round
-    #: waits for these streams' codes (``_all_waiting``), not for a silent or a late one's
+    #: ready at the start of the last aligned round that stepped streams (and not new, under
+    #: express ticks): an aligned round waits for these streams' codes (``_all_waiting``), not
+    #: for a silent or a late one's, nor a new one's
     on_cadence: bool = False
     #: kept only under tick_catch_up, as are the two below: stepped since the start of the
     #: last aligned round that stepped streams (in it or in a catch-up tick after it): a stream
@@ -288,6 +289,10 @@ class _Stream:
     #: round because it ran ahead, not late (no miss)
     express_since: bool = False
     silent_steps: int = 0  # its steps without audio so far (counted while fresh, under "now")
+    #: its steps from the start to its first audio (an exact stream: its latency over a tick's
+    #: samples, plus one; 1 for other kinds): the express ticks take only the steps that reach
+    #: it at once (``_brings_audio``)
+    to_audio: int = 1
 
 
 @dataclass(eq=False)
@@ -540,7 +545,9 @@ class Worker:
         except codecrt.CodecrtError as e:
             self.out.append(wire.StreamFailed(sid, error_code_for(e), str(e)))
             return
-        m.streams[sid] = _Stream(sid, stream)
+        st = m.streams[sid] = _Stream(sid, stream)
+        if isinstance(m.lm, ExactStreamModel) and type(stream) is codecrt.Stream:
+            st.to_audio = int(latency) // (m.lm.chunk_frames * m.lm.model.info.hop_length) + 1
         m.streams_opened += 1
         self.where[sid] = m
         self.out.append(wire.StreamOpened(sid, latency, m.lm.model.info.sample_rate,
@@ -1066,10 +1073,11 @@ class Worker:
 
     def _all_waiting(self) -> bool:
         """Every stream the round waits for may be ready already: aligned, those ready at the
-        start of the last round that stepped streams, or every open stream when none was;
-        unaligned (gather_ms), every open stream. A stream that was not (a
-        silent one, or one whose codes come late every time, as from a language model slower
-        than real time) joins whichever round it is ready for but holds none back: with it
+        start of the last round that stepped streams (``on_cadence``; new ones not, under
+        express ticks), or every open stream when none was; unaligned (gather_ms), every open
+        stream. A stream that was not (a new one, a silent one, or one whose codes come late
+        every time, as from a language model slower than real time) joins whichever round it
+        is ready for but holds none back: with it
         counted, every round waited for its deadline, the next one due a period after that,
         so every other stream fell behind real time by the slack each period (about 6 %
         with the 5 ms default)."""
@@ -1093,8 +1101,9 @@ class Worker:
             self._round_t = time.monotonic()
             if self._trace is not None:
                 ready = sum(st.maybe_ready for m in self.models.values() for st in m.streams.values())
-            # which streams the next aligned round waits for: those ready now, if this round
-            # steps (a turn of the loop that steps nothing, after a command, leaves them be)
+            # which streams the next aligned round waits for: those ready now (but new ones,
+            # under express ticks), if this round steps (a turn of the loop that steps
+            # nothing, after a command, leaves them be)
             at_start = ([(st, st.maybe_ready) for m in self.models.values() for st in m.streams.values()]
                         if self._align_s() else None)
             stepped = 0
@@ -1105,7 +1114,14 @@ class Worker:
                 self._tick_t = self._round_t
                 self.cadence.round(self._tick_t, time.monotonic())
                 for st, was_ready in at_start or ():
-                    st.on_cadence = was_ready
+                    # a new stream (express ticks on) does not hold the next round: its next
+                    # codes come at its own phase, or an express tick takes them first; with
+                    # streams arriving every period the rounds waited for one of them every
+                    # time, to their deadline, a period and the slack after the last: every
+                    # stream fell behind real time by the slack each period (an H100, 1,000 to
+                    # 2,400 streams starting over 3 s, docs/benchmarks.md session 53). The
+                    # round takes its step if its codes are in, the express tick its first audio
+                    st.on_cadence = was_ready and not (self.express and st.fresh)
                 if at_start and self.catch_up:
                     self._note_misses(at_start)
             self.flush()
@@ -1145,7 +1161,8 @@ class Worker:
         groups: dict[str, tuple[_Model, list[_Stream]]] = {}
         for st in fresh.values():  # in the order their codes came
             m = self.where.get(st.sid)
-            if m is not None and st.maybe_ready and m.streams.get(st.sid) is st:
+            if m is not None and st.maybe_ready and m.streams.get(st.sid) is st \
+                    and self._brings_audio(m, st):
                 groups.setdefault(m.name, (m, []))[1].append(st)
         ran = False
         for m, cands in groups.values():
@@ -1181,19 +1198,30 @@ class Worker:
                 if self._trace is not None:
                     self._trace_round(start, len(cands), n, "express")
             for st in cands:  # codes pushed ahead: the next chunk at once too, until audio
-                # ahead of the cadence, not late: the next round does not wait for its next
-                # chunk (it joins the first round it is ready for). Waited for, with new streams
-                # arriving every period some always were: every round ran at its deadline, a
-                # period and the slack after the last, so all streams fell behind real time by
-                # the slack each period (an H100, 1,000 to 2,400 streams starting over 3 s,
-                # rounds 90 to 95 ms apart for an 85.3 ms period; docs/benchmarks.md)
-                st.on_cadence = False
                 if self.catch_up:  # (read only by _note_misses)
                     st.express_since = True
                 if st.fresh and st.maybe_ready and m.streams.get(st.sid) is st:
                     self._fresh[st.sid] = st
         if ran:
             self.flush()
+
+    def _brings_audio(self, m: _Model, st: _Stream) -> bool:
+        """Whether an express tick now takes new stream ``st`` to its first audio with no round
+        in between: it can step and the codes pushed so far reach its first audio (the codes of
+        its next step, or more, pushed ahead as a language model faster than real time does),
+        or it is finished. A step that gives no audio and that the next round takes as well is
+        left to that round (the stream stays ready): SNAC 24 kHz's first audio comes at a
+        stream's third step, and with 1,600 to 2,200 streams starting over 3 s on an H100 the
+        express ticks, taking every step, ran 30 a period and 45 to 75 % of the worker's time
+        while streams arrived (session 53's tick traces, docs/benchmarks.md). With codes at
+        real time the first two steps go to the rounds of the two periods their codes come in,
+        and the third, whose codes come a period after the second's, to an express tick at
+        once: the first audio comes as soon. Streams of other kinds (``to_audio`` 1) always."""
+        if st.to_audio <= 1:
+            return True
+        stats = st.stream.stats
+        return bool(stats.ready) and \
+            (stats.finished or stats.frames_pushed >= st.to_audio * m.lm.chunk_frames)
 
     def _note_misses(self, at_start: list[tuple[_Stream, bool]]) -> None:
         """tick_catch_up, after an aligned round that stepped streams: the streams stepped
