@@ -1212,11 +1212,13 @@ class Worker:
         or it is finished. A step that gives no audio and that the next round takes as well is
         left to that round (the stream stays ready): SNAC 24 kHz's first audio comes at a
         stream's third step, and with 1,600 to 2,200 streams starting over 3 s on an H100 the
-        express ticks, taking every step, ran 30 a period and 45 to 75 % of the worker's time
-        while streams arrived (session 53's tick traces, docs/benchmarks.md). With codes at
-        real time the first two steps go to the rounds of the two periods their codes come in,
-        and the third, whose codes come a period after the second's, to an express tick at
-        once: the first audio comes as soon. Streams of other kinds (``to_audio`` 1) always."""
+        express ticks, taking every step, ran up to 30 a period and took 30 to 75 % of the
+        worker's time while streams arrived (session 53's tick traces, docs/benchmarks.md).
+        With codes at real time the first two steps go to the rounds of the periods their
+        codes come in and the third to an express tick at once; where a round took the second
+        only after the third chunk came, the express tick takes both (on this CPU the first
+        audio's p99 rose 18 ms for the first streams, not for the later ones). Streams of
+        other kinds (``to_audio`` 1): always."""
         if st.to_audio <= 1:
             return True
         stats = st.stream.stats

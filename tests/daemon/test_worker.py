@@ -919,7 +919,7 @@ def test_express_ticks_take_only_the_steps_that_bring_first_audio(small: Path) -
     """A new stream's express tick runs only when it brings the stream's first audio at once:
     the stream can step and the codes pushed so far reach its first audio, or it is finished.
     A step short of it stays for the aligned round (the stream stays ready). SNAC 24 kHz's first audio comes at a stream's
-    third step; taking every step, the express ticks ran 30 a period and took 45 to 75 % of
+    third step; taking every step, the express ticks ran up to 30 a period and took 30 to 75 % of
     the worker's time while 1,600 to 2,200 streams arrived over 3 s on an H100."""
     import time
 
