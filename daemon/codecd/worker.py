@@ -274,7 +274,7 @@ class _Stream:
     sid: int
     stream: Any  # a codecrt.CodecStream (exact, low-latency, flow, ...)
     maybe_ready: bool = False
-    fresh: bool = True  # no audio yet (first_audio = "now" ticks it at once)
+    fresh: bool = True  # no audio yet (first_audio = "now": its first audio's step at once)
     #: ready at the start of the last aligned round that stepped streams (and not new, under
     #: express ticks): an aligned round waits for these streams' codes (``_all_waiting``), not
     #: for a silent or a late one's, nor a new one's
@@ -399,7 +399,8 @@ class Worker:
         self.cadence = Cadence(fixed_s=max(0.0, cfg.tick_align_ms) / 1e3)
         #: how long past the period an aligned tick waits for streams whose codes are late
         self.slack_s = max(0.0, cfg.tick_slack_ms) / 1e3
-        #: first_audio = "now": the fresh streams with codes waiting, ticked at once on their own
+        #: first_audio = "now": the fresh streams with codes waiting, for the express ticks
+        #: (those whose codes reach their first audio ticked at once on their own)
         self.express = cfg.first_audio == "now"
         self._fresh: dict[int, _Stream] = {}
         #: first_audio_gap_ms: the longest gap an express tick may open after a first audio
@@ -938,7 +939,9 @@ class Worker:
         pcm = s.pull()
         if pcm.size:
             self.out.append(wire.AudioOut(st.sid, pcm))
-            st.fresh = False
+            if st.fresh:  # its first audio: no more express ticks (a round may have given it)
+                st.fresh = False
+                self._fresh.pop(st.sid, None)
         elif st.fresh:
             st.silent_steps += 1
         stats = s.stats
@@ -998,8 +1001,9 @@ class Worker:
         if self.express:  # a stream's first audio ends its express ticks
             for st, got in zip(cands, (counts > 0).tolist()):
                 if st.fresh:
-                    if got:
+                    if got:  # (a round may have given it: no more express ticks)
                         st.fresh = False
+                        self._fresh.pop(st.sid, None)
                     else:
                         st.silent_steps += 1
         for i in np.flatnonzero(flags & codecrt.PULL_MORE).tolist():  # the buffer ran out
@@ -1152,17 +1156,23 @@ class Worker:
         ``deadline`` (monotonic s), when the aligned tick is due; the rest wait for that tick
         (they are express again at their next codes). The streams with the most silent steps
         go first: they are nearest their first audio (a SNAC 24 kHz stream's third step gives
-        it, its first two give none), so when not all fit, the express ticks give first audio
-        rather than steps that the aligned ticks could take as well. Unaligned workers tick at
-        once anyway."""
+        it, its first two give none; a stream whose codes were pushed ahead may need all
+        three), so when not all fit, the express ticks give first audio rather than steps that
+        the aligned ticks could take as well. Only streams whose
+        codes reach their first audio are taken (``_brings_audio``); the rest, and those past
+        it, are the aligned rounds'. Unaligned workers tick at once anyway."""
         fresh, self._fresh = self._fresh, {}
         if not self._align_s():
             return
         groups: dict[str, tuple[_Model, list[_Stream]]] = {}
+        now = time.monotonic()
         for st in fresh.values():  # in the order their codes came
             m = self.where.get(st.sid)
-            if m is not None and st.maybe_ready and m.streams.get(st.sid) is st \
-                    and self._brings_audio(m, st):
+            if m is None or not st.fresh or not st.maybe_ready or m.streams.get(st.sid) is not st:
+                continue  # gone, past its first audio (a round gave it), or nothing to step
+            if self._holds.get(m.name, now) > now:  # held back (first_audio_gap_ms): later
+                self._fresh[st.sid] = st
+            elif self._brings_audio(m, st):
                 groups.setdefault(m.name, (m, []))[1].append(st)
         ran = False
         for m, cands in groups.values():
@@ -1235,7 +1245,8 @@ class Worker:
         for st, was_ready in at_start:
             if was_ready:
                 st.misses = 0
-            elif st.stepped_since and not st.express_since:
+            elif st.stepped_since and not st.express_since and not (self.express and st.fresh):
+                # (a new stream, under express ticks, is waited for by no round: no miss)
                 st.misses += 1
                 missed[st.sid] = st
             st.stepped_since = was_ready

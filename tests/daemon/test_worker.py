@@ -915,6 +915,33 @@ def test_a_new_stream_does_not_hold_the_next_round(small: Path) -> None:
         assert w._all_waiting()  # stream 2's are not in, and the round does not wait for them
 
 
+def test_a_new_stream_a_round_left_out_has_not_missed_it(small: Path) -> None:
+    """tick_catch_up with express ticks: new streams 1 and 2 stepped in a round, then a round
+    with stream 1's next codes alone. Stream 2 is waited for by no round while it is new, so
+    its codes coming later are no miss and take no catch-up tick (its first audio is the
+    express ticks')."""
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=8, max_batch=8,
+                       warm_buckets=(1, 2), gather_ms=0.0, tick_align_ms=1000.0,
+                       first_audio="now", first_audio_gap_ms=0.0, tick_catch_up=2)
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(13)
+        send(front, [wire.OpenStream(sid, "small") for sid in (1, 2)]
+             + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
+        w.drain()
+        w._fresh.clear()
+        w.run_ticks()
+        send(front, [wire.PushCodes(1, small_codes(4, rng))])
+        w.drain()
+        w._fresh.clear()
+        w.run_ticks()
+        m = w.models["small"]
+        assert list(m.batches) == [2, 1]
+        assert not w._missed and all(st.misses == 0 for st in m.streams.values())
+
+
 def test_express_ticks_take_only_the_steps_that_bring_first_audio(small: Path) -> None:
     """A new stream's express tick runs only when it brings the stream's first audio at once:
     the stream can step and the codes pushed so far reach its first audio, or it is finished.
@@ -946,10 +973,30 @@ def test_express_ticks_take_only_the_steps_that_bring_first_audio(small: Path) -
         assert by[1].maybe_ready and by[1].stream.stats.frames_decoded == 0
         assert by[1] not in w._fresh.values()  # until its next codes
         assert by[2] in w._fresh.values()  # the next of its chunks at once too
+        w._fresh.clear()
+        w.run_ticks()  # the aligned round takes the step left to it
+        assert by[1].stream.stats.frames_decoded == 4 and by[1].silent_steps == 1
         send(front, [wire.PushCodes(1, small_codes(32, rng)), wire.PushCodes(4, small_codes(4, rng))])
         w.drain()  # streams 1 and 4 now hold their first audio's codes
         w._express(time.monotonic() + 10.0)
-        assert m.express_ticks == 2 and list(m.batches)[-1] == 4  # 1, 4, and 2 and 3 again
+        assert m.express_ticks == 2 and list(m.batches)[-1] == 2  # 1 and 4
+
+    # a stream that its rounds bring to its first audio while it waits in the express ticks'
+    # list (held, or not yet reached) leaves it: past its first audio, its next codes are the
+    # rounds' (an express tick ahead of them would hold the next round again)
+    with running_worker(cfg) as (w, front):
+        send(front, [wire.OpenStream(1, "small"), wire.PushCodes(1, small_codes(4 * 10, rng))])
+        w.drain()
+        m = w.models["small"]
+        (one,) = m.streams.values()
+        assert list(w._fresh.values()) == [one]
+        while one.fresh:
+            w.run_ticks()
+        assert not w._fresh and one.on_cadence
+        send(front, [wire.PushCodes(1, small_codes(4, rng))])
+        w.drain()
+        w._express(time.monotonic() + 10.0)
+        assert not w._fresh and m.express_ticks == 0
 
 
 def test_first_audio_gap_holds_one_model_not_the_others(small: Path, caplog: Any) -> None:
