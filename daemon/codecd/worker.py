@@ -327,6 +327,13 @@ class _Model:
     #: the device computes a launched tick while this thread goes on (not the CPU backend,
     #: whose step_begin computes it): commands that would end it wait (``_read_front``)
     async_ticks: bool = False
+    #: express ticks take only the steps that reach a new stream's first audio at once
+    #: (``_brings_audio``): where a tick has a large fixed cost (off the CPU; on an H100 the
+    #: express ticks of every step took 30 to 75 % of the worker's time while 1,600 to 2,200
+    #: streams arrived). On the CPU a tick costs its streams' compute, and taking every step
+    #: at once brought the first audio about 20 ms sooner at p99 for the same work
+    #: (docs/cpu/express-steps-2026-12-07.md)
+    audio_steps_only: bool = False
 
 
 @dataclass(eq=False)
@@ -446,7 +453,8 @@ class Worker:
             except BaseException:
                 model.close()
                 raise
-            self.models[name] = _Model(name, lm, async_ticks=lm.ctx.device != "CPU")
+            off_cpu = lm.ctx.device != "CPU"
+            self.models[name] = _Model(name, lm, async_ticks=off_cpu, audio_steps_only=off_cpu)
             if background and isinstance(lm, ExactStreamModel):
                 # the smallest bucket now (a lone first stream's graph, ~0.3 s on a CPU),
                 # the larger ones between ticks while idle (seconds: their reservation)
@@ -1227,9 +1235,9 @@ class Worker:
         With codes at real time the first two steps go to the rounds of the periods their
         codes come in and the third to an express tick at once; where a round took the second
         only after the third chunk came, the express tick takes both (on this CPU the first
-        audio's p99 rose 18 ms for the first streams, not for the later ones). Streams of
-        other kinds (``to_audio`` 1): always."""
-        if st.to_audio <= 1:
+        audio's p99 rose 20 to 25 ms: ``audio_steps_only`` is off there). Streams of other kinds
+        (``to_audio`` 1), and every stream of a CPU model: always."""
+        if st.to_audio <= 1 or not m.audio_steps_only:
             return True
         stats = st.stream.stats
         return bool(stats.ready) and \
