@@ -289,9 +289,9 @@ class _Stream:
     #: round because it ran ahead, not late (no miss)
     express_since: bool = False
     silent_steps: int = 0  # its steps without audio so far (counted while fresh, under "now")
-    #: its steps from the start to its first audio (an exact stream: its latency over a tick's
-    #: samples, plus one; 1 for other kinds): the express ticks take only the steps that reach
-    #: it at once (``_brings_audio``)
+    #: its steps from the start to its first audio, where the express ticks take only the
+    #: steps that reach it at once (``_brings_audio``; an exact stream of a model off the CPU:
+    #: its latency over a tick's samples, plus one), else 1 (every step at once)
     to_audio: int = 1
 
 
@@ -555,7 +555,8 @@ class Worker:
             self.out.append(wire.StreamFailed(sid, error_code_for(e), str(e)))
             return
         st = m.streams[sid] = _Stream(sid, stream)
-        if isinstance(m.lm, ExactStreamModel) and type(stream) is codecrt.Stream:
+        if m.audio_steps_only and isinstance(m.lm, ExactStreamModel) \
+                and type(stream) is codecrt.Stream:
             st.to_audio = int(latency) // (m.lm.chunk_frames * m.lm.model.info.hop_length) + 1
         m.streams_opened += 1
         self.where[sid] = m
@@ -1126,14 +1127,17 @@ class Worker:
                 self._tick_t = self._round_t
                 self.cadence.round(self._tick_t, time.monotonic())
                 for st, was_ready in at_start or ():
-                    # a new stream (express ticks on) does not hold the next round: its next
-                    # codes come at its own phase, or an express tick takes them first; with
-                    # streams arriving every period the rounds waited for one of them every
-                    # time, to their deadline, a period and the slack after the last: every
-                    # stream fell behind real time by the slack each period (an H100, 1,000 to
-                    # 2,400 streams starting over 3 s, docs/benchmarks.md session 53). The
-                    # round takes its step if its codes are in, the express tick its first audio
-                    st.on_cadence = was_ready and not (self.express and st.fresh)
+                    # a new stream whose first steps are the rounds' (to_audio > 1: express
+                    # ticks only for the step of its first audio) does not hold the next round:
+                    # its next codes come at its own phase, or an express tick takes them
+                    # first; with streams arriving every period the rounds waited for one of
+                    # them every time, to their deadline, a period and the slack after the
+                    # last: every stream fell behind real time by the slack each period (an
+                    # H100, 1,000 to 2,400 streams starting over 3 s; docs/benchmarks.md,
+                    # session 53). On the CPU (every step express) a stream that an express
+                    # tick stepped holds none (_express)
+                    st.on_cadence = was_ready and not (self.express and st.fresh
+                                                       and st.to_audio > 1)
                 if at_start and self.catch_up:
                     self._note_misses(at_start)
             self.flush()
@@ -1216,6 +1220,10 @@ class Worker:
                 if self._trace is not None:
                     self._trace_round(start, len(cands), n, "express")
             for st in cands:  # codes pushed ahead: the next chunk at once too, until audio
+                # ahead of the cadence, not late: the next round does not wait for its next
+                # chunk (it joins the first round it is ready for); waited for, with new
+                # streams arriving every period some always were (see run_ticks)
+                st.on_cadence = False
                 if self.catch_up:  # (read only by _note_misses)
                     st.express_since = True
                 if st.fresh and st.maybe_ready and m.streams.get(st.sid) is st:
@@ -1237,7 +1245,7 @@ class Worker:
         only after the third chunk came, the express tick takes both (on this CPU the first
         audio's p99 rose 20 to 25 ms: ``audio_steps_only`` is off there). Streams of other kinds
         (``to_audio`` 1), and every stream of a CPU model: always."""
-        if st.to_audio <= 1 or not m.audio_steps_only:
+        if st.to_audio <= 1:
             return True
         stats = st.stream.stats
         return bool(stats.ready) and \

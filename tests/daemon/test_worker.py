@@ -879,12 +879,13 @@ def test_first_audio_gap_allows_for_slow_rounds(small: Path) -> None:
 
 
 def test_a_new_stream_does_not_hold_the_next_round(small: Path) -> None:
-    """first_audio = "now": stream 1, past its first audio, and new stream 2 are both ready at
-    an aligned round's start and stepped in it. The next round waits for stream 1's codes, not
-    for stream 2's: a new stream's codes come at its own phase (or an express tick takes them
-    first), and waited for, new streams arriving every period kept every round at its deadline,
-    a period and the slack after the last one: every stream fell behind real time by the slack
-    each period (an H100, streams starting over 3 s; docs/benchmarks.md, session 53)."""
+    """first_audio = "now" off the CPU (express ticks only for a new stream's first audio):
+    stream 1, past its first audio, and new stream 2 are both ready at an aligned round's start
+    and stepped in it. The next round waits for stream 1's codes, not for stream 2's: a new
+    stream's codes come at its own phase (or an express tick takes them first), and waited for,
+    new streams arriving every period kept every round at its deadline, a period and the slack
+    after the last one: every stream fell behind real time by the slack each period (an H100,
+    streams starting over 3 s; docs/benchmarks.md, session 53)."""
     from codecd import wire
     from codecd.engine.config import EngineConfig
 
@@ -892,6 +893,7 @@ def test_a_new_stream_does_not_hold_the_next_round(small: Path) -> None:
                        warm_buckets=(1, 2), gather_ms=0.0, tick_align_ms=1000.0,
                        first_audio="now", first_audio_gap_ms=0.0)
     with running_worker(cfg) as (w, front):
+        w.models["small"].audio_steps_only = True  # as off the CPU
         rng = np.random.default_rng(9)
         send(front, [wire.OpenStream(sid, "small") for sid in (1, 2)]
              + [wire.PushCodes(1, small_codes(4 * 10, rng))])  # its first audio's 9 steps and 1
@@ -913,6 +915,42 @@ def test_a_new_stream_does_not_hold_the_next_round(small: Path) -> None:
         send(front, [wire.PushCodes(1, small_codes(4, rng))])  # stream 1's next codes
         w.drain()
         assert w._all_waiting()  # stream 2's are not in, and the round does not wait for them
+
+
+def test_a_stream_stepped_by_an_express_tick_does_not_hold_the_next_round(small: Path) -> None:
+    """On the CPU (express ticks take every step of a new stream) streams 1 and 2, new, are
+    ready at an aligned round's start and stepped in it: the next round waits for each. Stream
+    2 then takes its next chunk in an express tick: it ran ahead of the cadence, so the next
+    round may start as soon as stream 1's codes are in, not at its deadline (waited for, new
+    streams arriving every period kept every round at its deadline)."""
+    import time
+
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=8, max_batch=8,
+                       warm_buckets=(1, 2), gather_ms=0.0, tick_align_ms=1000.0,
+                       first_audio="now", first_audio_gap_ms=0.0)
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(9)
+        send(front, [wire.OpenStream(sid, "small") for sid in (1, 2)]
+             + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
+        w.drain()
+        w._fresh.clear()  # the round takes them (their codes came with the round's trigger)
+        w.run_ticks()
+        m = w.models["small"]
+        assert not m.audio_steps_only
+        assert m.ticks == 1 and all(st.on_cadence for st in m.streams.values())
+        two = next(st for st in m.streams.values() if st.sid & 0xFFFF == 2)  # (the front's id above)
+        send(front, [wire.PushCodes(2, small_codes(4, rng))])
+        w.drain()
+        assert two.fresh and list(w._fresh.values()) == [two]
+        w._express(time.monotonic() + 0.5)
+        assert m.express_ticks == 1 and not two.maybe_ready
+        assert not w._all_waiting()  # stream 1's codes are not in yet
+        send(front, [wire.PushCodes(1, small_codes(4, rng))])
+        w.drain()
+        assert w._all_waiting()
 
 
 def test_a_new_stream_a_round_left_out_has_not_missed_it(small: Path) -> None:
@@ -957,6 +995,7 @@ def test_express_ticks_take_only_the_steps_that_bring_first_audio(small: Path) -
                        warm_buckets=(1, 2), gather_ms=0.0, tick_align_ms=1000.0,
                        first_audio="now", first_audio_gap_ms=0.0)
     with running_worker(cfg) as (w, front):
+        w.models["small"].audio_steps_only = True  # as off the CPU: to_audio 9 at open
         rng = np.random.default_rng(12)
         # stream 1: one chunk of the 9 its first audio needs; 2: all 9, pushed ahead;
         # 3: one chunk, then finished; 4: 8 chunks
@@ -966,7 +1005,6 @@ def test_express_ticks_take_only_the_steps_that_bring_first_audio(small: Path) -
                 wire.PushCodes(4, small_codes(32, rng))])
         w.drain()
         m = w.models["small"]
-        m.audio_steps_only = True  # as off the CPU (a CPU model's express ticks take every step)
         by = {st.sid & 0xFFFF: st for st in m.streams.values()}  # (the front's id above)
         assert set(w._fresh.values()) == set(by.values())
         w._express(time.monotonic() + 10.0)
@@ -981,7 +1019,7 @@ def test_express_ticks_take_only_the_steps_that_bring_first_audio(small: Path) -
         w.drain()  # streams 1 and 4 now hold their first audio's codes
         w._express(time.monotonic() + 10.0)
         assert m.express_ticks == 2 and list(m.batches)[-1] == 2  # 1 and 4
-        m.audio_steps_only = False  # on the CPU: every step of a new stream at once
+        m.audio_steps_only = False  # on the CPU: every step of a new stream (opened now) at once
         send(front, [wire.OpenStream(5, "small"), wire.PushCodes(5, small_codes(4, rng))])
         w.drain()
         w._express(time.monotonic() + 10.0)
