@@ -119,12 +119,13 @@ class Config:
                               "ticks fill 80 % of the last second, until they fill less than "
                               "40 %)")
     first_audio: str = _f("auto", "a stream's ticks until its first audio: cadence (at the "
-                          "aligned ticks, with the other streams), now (its first audio's "
-                          "step at once, once its codes reach it, in a small tick of the new "
-                          "streams alone between the aligned ones, as many as end before the "
-                          "next; its steps before it at the aligned ticks: earlier first audio "
-                          "for a graph more per new stream) or auto (now, bounded by "
-                          "first_audio_gap_ms on a GPU; cadence on a GPU whose bound is 0)")
+                          "aligned ticks, with the other streams), now (at once, in a small "
+                          "tick of the new streams alone between the aligned ones, as many as "
+                          "end before the next: earlier first audio for a graph more per new "
+                          "stream's chunk; on a GPU only the step of its first audio, once its "
+                          "codes reach it, the steps before it at the aligned ticks) or auto "
+                          "(now, bounded by first_audio_gap_ms on a GPU; cadence on a GPU "
+                          "whose bound is 0)")
     first_audio_gap_ms: float = _f(-1.0, "first_audio now: the longest gap after a stream's "
                                    "first audio that its express tick may open, ms (0: no "
                                    "bound; -1, auto: twice the models' shortest tick period on "

@@ -274,10 +274,11 @@ class _Stream:
     sid: int
     stream: Any  # a codecrt.CodecStream (exact, low-latency, flow, ...)
     maybe_ready: bool = False
-    fresh: bool = True  # no audio yet (first_audio = "now": its first audio's step at once)
-    #: ready at the start of the last aligned round that stepped streams (and not new, under
-    #: express ticks): an aligned round waits for these streams' codes (``_all_waiting``), not
-    #: for a silent or a late one's, nor a new one's
+    fresh: bool = True  # no audio yet (first_audio = "now" ticks it at once: _express)
+    #: ready at the start of the last aligned round that stepped streams, and not stepped by an
+    #: express tick since (nor new, where the rounds take a new stream's first steps:
+    #: ``to_audio`` > 1): an aligned round waits for these streams' codes (``_all_waiting``),
+    #: not for a silent or a late one's, nor a new one's
     on_cadence: bool = False
     #: kept only under tick_catch_up, as are the two below: stepped since the start of the
     #: last aligned round that stepped streams (in it or in a catch-up tick after it): a stream
@@ -1086,14 +1087,13 @@ class Worker:
 
     def _all_waiting(self) -> bool:
         """Every stream the round waits for may be ready already: aligned, those ready at the
-        start of the last round that stepped streams (``on_cadence``; new ones not, under
-        express ticks), or every open stream when none was; unaligned (gather_ms), every open
-        stream. A stream that was not (a new one, a silent one, or one whose codes come late
-        every time, as from a language model slower than real time) joins whichever round it
-        is ready for but holds none back: with it
-        counted, every round waited for its deadline, the next one due a period after that,
-        so every other stream fell behind real time by the slack each period (about 6 %
-        with the 5 ms default)."""
+        start of the last round that stepped streams (``on_cadence``), or every open stream when
+        none was; unaligned (gather_ms), every open stream. A stream that was not (a silent one,
+        one whose codes come late every time, as from a language model slower than real time,
+        one an express tick took ahead, a new one on a GPU) joins whichever round it is ready
+        for but holds none back: with it counted, every round waited for its deadline, the next
+        one due a period after that, so every other stream fell behind real time by the slack
+        each period (about 6 % with the 5 ms default)."""
         aligned = bool(self._align_s())
         gated = loose = False  # a stream on the cadence seen; one off it not ready yet
         for m in self.models.values():  # one pass that stops at the first gated stream waiting

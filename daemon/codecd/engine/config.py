@@ -45,10 +45,10 @@ class EngineConfig:
     #: how much longer than the period an aligned tick waits for streams not ready yet (the
     #: daemon's default 5 ms, tuned on the H200: docs/benchmarks.md, one tick a period)
     tick_slack_ms: float = 0.0
-    #: "now": the step that brings a stream's first audio runs at once, in a tick of its own,
-    #: once the codes reach it, instead of at the aligned ticks ("cadence"), which take the
-    #: steps before it either way; "auto" (the daemon's default): now, except on a GPU whose
-    #: first_audio_gap_ms is 0
+    #: "now": a stream's ticks until its first audio run at once, in a tick of their own (on a
+    #: GPU only the one that brings it, once the codes reach it; the aligned ticks take those
+    #: before it), instead of at the aligned ticks ("cadence"); "auto" (the daemon's default):
+    #: now, except on a GPU whose first_audio_gap_ms is 0
     first_audio: str = "cadence"
     #: first_audio "now": the longest gap (ms) after a stream's first audio that its express
     #: tick may open (the worker holds the tick until it does not); 0: no bound; -1 (the
