@@ -74,14 +74,17 @@ def send(front: Any, msgs: list[Any]) -> None:
     front.commands.ring()
 
 
-def audio_at_next_step(w: Any) -> None:
-    """Every open stream's first audio one step away, as for a model whose first step gives
-    it, so that every express tick brings it (``Worker._brings_audio``): the tests of the
-    express ticks' timing push one chunk a stream, where the small model's first audio comes
-    at its 9th step."""
-    for m in w.models.values():
-        for st in m.streams.values():
-            st.to_audio = 1
+def two_new_streams_in_a_round(w: Any, front: Any, rng: Any) -> None:
+    """Open streams 1 and 2 of the small model, push a chunk to each and step both in an
+    aligned round, not in express ticks (as when their codes came with the round's trigger)."""
+    from codecd import wire
+
+    send(front, [wire.OpenStream(sid, "small") for sid in (1, 2)]
+         + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
+    w.drain()
+    w._fresh.clear()
+    w.run_ticks()
+
 
 
 def test_packed_push_and_pull_equal_offline_through_a_small_ring(small: Path, offline: Any
@@ -641,7 +644,6 @@ def test_express_ticks_only_what_ends_before_the_aligned_tick(small: Path) -> No
         send(front, [wire.OpenStream(sid, "small") for sid in (1, 2, 3, 4)]
              + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2, 3, 4)])
         w.drain()
-        audio_at_next_step(w)
         assert fresh() == [1, 2, 3, 4]  # in the order their codes came
         for sid, st in w._fresh.items():  # streams 3 and 4 have stepped once without audio
             st.silent_steps = int(sid & ((1 << _FID_SHIFT) - 1) >= 3)
@@ -737,12 +739,7 @@ def test_a_stream_an_express_tick_ran_ahead_has_not_missed_its_round(small: Path
                        first_audio="now", tick_catch_up=2)
     with running_worker(cfg) as (w, front):
         rng = np.random.default_rng(10)
-        send(front, [wire.OpenStream(sid, "small") for sid in (1, 2)]
-             + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
-        w.drain()
-        audio_at_next_step(w)
-        w._fresh.clear()  # the round, not an express tick, takes these
-        w.run_ticks()
+        two_new_streams_in_a_round(w, front, rng)
         m = w.models["small"]
         assert list(m.batches) == [2]
         send(front, [wire.PushCodes(1, small_codes(4, rng))])
@@ -778,7 +775,6 @@ def test_first_audio_gap_holds_an_express_tick_until_its_gap_fits(small: Path) -
         send(front, [wire.OpenStream(sid, "small") for sid in (1, 2, 3)]
              + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
         w.drain()
-        audio_at_next_step(w)
         m = w.models["small"]
         m.cost.add(1, 25.0)  # ticks that cost 10 ms plus 15 ms a stream
         m.cost.add(8, 130.0)
@@ -933,11 +929,7 @@ def test_a_stream_stepped_by_an_express_tick_does_not_hold_the_next_round(small:
                        first_audio="now", first_audio_gap_ms=0.0)
     with running_worker(cfg) as (w, front):
         rng = np.random.default_rng(9)
-        send(front, [wire.OpenStream(sid, "small") for sid in (1, 2)]
-             + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
-        w.drain()
-        w._fresh.clear()  # the round takes them (their codes came with the round's trigger)
-        w.run_ticks()
+        two_new_streams_in_a_round(w, front, rng)
         m = w.models["small"]
         assert not m.audio_steps_only
         assert m.ticks == 1 and all(st.on_cadence for st in m.streams.values())
@@ -966,11 +958,7 @@ def test_a_new_stream_a_round_left_out_has_not_missed_it(small: Path) -> None:
                        first_audio="now", first_audio_gap_ms=0.0, tick_catch_up=2)
     with running_worker(cfg) as (w, front):
         rng = np.random.default_rng(13)
-        send(front, [wire.OpenStream(sid, "small") for sid in (1, 2)]
-             + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
-        w.drain()
-        w._fresh.clear()
-        w.run_ticks()
+        two_new_streams_in_a_round(w, front, rng)
         send(front, [wire.PushCodes(1, small_codes(4, rng))])
         w.drain()
         w._fresh.clear()
@@ -1062,7 +1050,6 @@ def test_first_audio_gap_holds_one_model_not_the_others(small: Path, caplog: Any
         send(front, [wire.OpenStream(sid, "a") for sid in (1, 2, 3)] + [wire.OpenStream(4, "b")]
              + [wire.PushCodes(sid, small_codes(4, rng)) for sid in (1, 2)])
         w.drain()
-        audio_at_next_step(w)
         ma, mb = w.models["a"], w.models["b"]
         ma.cost.add(1, 25.0)  # a: 10 ms plus 15 ms a stream; b: no tick yet, no cost: never held
         ma.cost.add(8, 130.0)
