@@ -122,8 +122,9 @@ class Config:
                           "aligned ticks, with the other streams), now (at once, in a small "
                           "tick of the new streams alone between the aligned ones, as many as "
                           "end before the next: earlier first audio for a graph more per new "
-                          "stream's chunk; on a GPU only the step of its first audio, once its "
-                          "codes reach it, the steps before it at the aligned ticks) or auto "
+                          "stream's chunk; for an exact stream on a GPU only the step of its "
+                          "first audio, once its codes reach it, the steps before it at the "
+                          "aligned ticks) or auto "
                           "(now, bounded by first_audio_gap_ms on a GPU; cadence on a GPU "
                           "whose bound is 0)")
     first_audio_gap_ms: float = _f(-1.0, "first_audio now: the longest gap after a stream's "

@@ -175,6 +175,12 @@ def auto_express(models: Any, gap_ms: float) -> bool:
     return bool(exact) and (gap_ms > 0.0 or all(runs_on_cpu(lm) for lm in exact))
 
 
+def audio_steps_only(lm: LoadedModel) -> bool:
+    """``_Model.audio_steps_only``: an exact-stream model whose context is off the CPU, where a
+    tick has a large fixed cost."""
+    return isinstance(lm, ExactStreamModel) and lm.ctx.device != "CPU"
+
+
 def tick_period_s(lm: ExactStreamModel) -> float:
     """The seconds of audio a tick adds to each of a model's streams."""
     info = lm.model.info
@@ -274,7 +280,7 @@ class _Stream:
     sid: int
     stream: Any  # a codecrt.CodecStream (exact, low-latency, flow, ...)
     maybe_ready: bool = False
-    fresh: bool = True  # no audio yet (first_audio = "now" ticks it at once: _express)
+    fresh: bool = True  # no audio yet (first_audio = "now": express ticks, _express)
     #: ready at the start of the last aligned round that stepped streams, and not stepped by an
     #: express tick since (nor new, where the rounds take a new stream's first steps:
     #: ``to_audio`` > 1): an aligned round waits for these streams' codes (``_all_waiting``),
@@ -328,12 +334,12 @@ class _Model:
     #: the device computes a launched tick while this thread goes on (not the CPU backend,
     #: whose step_begin computes it): commands that would end it wait (``_read_front``)
     async_ticks: bool = False
-    #: express ticks take only the steps that reach a new stream's first audio at once
-    #: (``_brings_audio``): where a tick has a large fixed cost (off the CPU; on an H100 the
-    #: express ticks of every step took 30 to 75 % of the worker's time while 1,600 to 2,200
-    #: streams arrived). On the CPU a tick costs its streams' compute, and taking every step
-    #: at once brought the first audio about 20 ms sooner at p99 for the same work
-    #: (docs/cpu/express-steps-2026-12-07.md)
+    #: express ticks take only the steps that reach a new exact stream's first audio at once
+    #: (``_brings_audio``), and a new one holds no round: where a tick has a large fixed cost
+    #: (``audio_steps_only``: off the CPU; on an H100 the express ticks of every step took 30
+    #: to 75 % of the worker's time while 1,600 to 2,200 streams arrived). On the CPU a tick
+    #: costs its streams' compute, and taking every step at once brought the first audio 18 to
+    #: 27 ms sooner at p99 for the same work (docs/cpu/express-steps-2026-12-07.md)
     audio_steps_only: bool = False
 
 
@@ -454,8 +460,8 @@ class Worker:
             except BaseException:
                 model.close()
                 raise
-            off_cpu = lm.ctx.device != "CPU"
-            self.models[name] = _Model(name, lm, async_ticks=off_cpu, audio_steps_only=off_cpu)
+            self.models[name] = _Model(name, lm, async_ticks=lm.ctx.device != "CPU",
+                                       audio_steps_only=audio_steps_only(lm))
             if background and isinstance(lm, ExactStreamModel):
                 # the smallest bucket now (a lone first stream's graph, ~0.3 s on a CPU),
                 # the larger ones between ticks while idle (seconds: their reservation)
@@ -1114,9 +1120,9 @@ class Worker:
             self._round_t = time.monotonic()
             if self._trace is not None:
                 ready = sum(st.maybe_ready for m in self.models.values() for st in m.streams.values())
-            # which streams the next aligned round waits for: those ready now (but new ones,
-            # under express ticks), if this round steps (a turn of the loop that steps
-            # nothing, after a command, leaves them be)
+            # which streams the next aligned round waits for: those ready now (but new exact
+            # streams off the CPU: to_audio > 1), if this round steps (a turn of the loop that
+            # steps nothing, after a command, leaves them be)
             at_start = ([(st, st.maybe_ready) for m in self.models.values() for st in m.streams.values()]
                         if self._align_s() else None)
             stepped = 0
@@ -1170,9 +1176,10 @@ class Worker:
         go first: they are nearest their first audio (a SNAC 24 kHz stream's third step gives
         it, its first two give none; a stream whose codes were pushed ahead may need all
         three), so when not all fit, the express ticks give first audio rather than steps that
-        the aligned ticks could take as well. Only streams whose
-        codes reach their first audio are taken (``_brings_audio``); the rest, and those past
-        it, are the aligned rounds'. Unaligned workers tick at once anyway."""
+        the aligned ticks could take as well. Off the CPU (``to_audio`` > 1) only streams whose
+        codes reach their first audio are taken (``_brings_audio``), the others' steps are the
+        aligned rounds'; on the CPU every new stream's. Streams past their first audio are the
+        rounds'. Unaligned workers tick at once anyway."""
         fresh, self._fresh = self._fresh, {}
         if not self._align_s():
             return
@@ -1187,12 +1194,8 @@ class Worker:
             elif self._brings_audio(m, st):
                 groups.setdefault(m.name, (m, []))[1].append(st)
         ran = False
-        for m, cands in groups.values():
+        for m, cands in groups.values():  # (a model held back is not among them: above)
             now = time.monotonic()
-            if self._holds.get(m.name, now) > now:  # held back (first_audio_gap_ms): later
-                for st in cands:
-                    self._fresh[st.sid] = st
-                continue
             self._holds.pop(m.name, None)
             cands.sort(key=_SILENT_STEPS, reverse=True)  # stable: then in the order codes came
             budget_ms = _EXPRESS_SHARE * (deadline - now) * 1e3 - _EXPRESS_MARGIN_MS
@@ -1243,7 +1246,7 @@ class Worker:
         With codes at real time the first two steps go to the rounds of the periods their
         codes come in and the third to an express tick at once; where a round took the second
         only after the third chunk came, the express tick takes both (on this CPU the first
-        audio's p99 rose 20 to 25 ms: ``audio_steps_only`` is off there). Streams of other kinds
+        audio's p99 rose 18 to 27 ms: ``audio_steps_only`` is off there). Streams of other kinds
         (``to_audio`` 1), and every stream of a CPU model: always."""
         if st.to_audio <= 1:
             return True
@@ -1262,7 +1265,8 @@ class Worker:
             if was_ready:
                 st.misses = 0
             elif st.stepped_since and not st.express_since and not (self.express and st.fresh):
-                # (a new stream, under express ticks, is waited for by no round: no miss)
+                # (a new stream's late codes are an express tick's, not a catch-up tick's; off
+                # the CPU no round waits for it at all)
                 st.misses += 1
                 missed[st.sid] = st
             st.stepped_since = was_ready

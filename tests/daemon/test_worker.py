@@ -826,7 +826,7 @@ def test_first_audio_auto_on_a_gpu_bounds_the_gap_at_two_periods() -> None:
     from types import SimpleNamespace
 
     from codecd.families.native import ExactStreamModel
-    from codecd.worker import auto_express, auto_first_gap_ms
+    from codecd.worker import audio_steps_only, auto_express, auto_first_gap_ms
 
     def model(backend: str, hop: int, sr: int, chunk: int = 4) -> Any:
         lm = ExactStreamModel.__new__(ExactStreamModel)
@@ -842,6 +842,10 @@ def test_first_audio_auto_on_a_gpu_bounds_the_gap_at_two_periods() -> None:
     assert auto_express([snac], 170.0) and not auto_express([snac], 0.0)
     cpu = model("CPU", 512, 24000)
     assert auto_first_gap_ms([cpu]) == 0.0 and auto_express([cpu], 0.0)
+    # off the CPU express ticks take only the steps that reach a new stream's first audio
+    for m, device in ((snac, "CUDA0"), (cpu, "CPU")):
+        m.lm.ctx.device = device
+    assert audio_steps_only(snac.lm) and not audio_steps_only(cpu.lm)
 
 
 def test_first_audio_gap_allows_for_slow_rounds(small: Path) -> None:
@@ -947,9 +951,9 @@ def test_a_stream_stepped_by_an_express_tick_does_not_hold_the_next_round(small:
 
 def test_a_new_stream_a_round_left_out_has_not_missed_it(small: Path) -> None:
     """tick_catch_up with express ticks: new streams 1 and 2 stepped in a round, then a round
-    with stream 1's next codes alone. Stream 2 is waited for by no round while it is new, so
-    its codes coming later are no miss and take no catch-up tick (its first audio is the
-    express ticks')."""
+    with stream 1's next codes alone. Stream 2's codes coming later are no miss and take no
+    catch-up tick while it is new: an express tick takes them (off the CPU no round waits for
+    a new stream at all)."""
     from codecd import wire
     from codecd.engine.config import EngineConfig
 
