@@ -143,8 +143,9 @@ class Config:
                             "started is stepped in a small tick of its own once they are in, "
                             "if the tick cost says it ends before the next round is due, "
                             "instead of a period later with that round; at most this many "
-                            "such ticks between two rounds (0: off; on an H100 at 2,400 "
-                            "streams it changed nothing measurable, docs/benchmarks.md)")
+                            "such ticks between two rounds (0: off; on an H100 it changed "
+                            "nothing measurable at 2,400 streams starting together and did "
+                            "worse with starts spread over 3 s, docs/benchmarks.md)")
     max_streams: int = _f(64, "open streams server-wide (per model per worker in the engine); "
                           "over it a start gets 'busy'")
     max_streams_per_connection: int = _f(16, "open streams per connection "
