@@ -125,7 +125,9 @@
 #            streams of $CADENCE_SECONDS [3] s of audio that start within one period, or over
 #            $CADENCE_RAMP seconds (arrivals at a busy daemon rather than one burst). Not by default,
 #            the way catchup: --tick-catch-up 2 (codes that miss their round are stepped in a small
-#            tick of their own once in, where the shipped default, 0, has them wait a period)
+#            tick of their own once in, where the shipped default, 0, has them wait a period), and
+#            the way ramp (or rampS): the shipped daemon with starts spread over 3 (or S) s, so that
+#            one call measures both kinds of arrival (CADENCE_WAYS="shipped ramp")
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/codecd-gpu-out}
@@ -476,7 +478,7 @@ convcheck() {
 }
 
 cadence() {
-    local n=${CADENCE_N:-1300,1600} way extra rt g fronts=${CADENCE_FRONTS:-4}
+    local n=${CADENCE_N:-1300,1600} way extra rt g r fronts=${CADENCE_FRONTS:-4}
     # the batch limit above the loads tried (2,800 SNAC streams hold on an H100's runtime alone)
     local mb=${CADENCE_MAX:-3000}
     local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=$mb
@@ -485,6 +487,7 @@ cadence() {
     local traces=/tmp/codecd-cadence-traces
     rm -rf "$traces" && mkdir -p "$traces"
     for way in ${CADENCE_WAYS:-shipped slack now half}; do
+        r=${CADENCE_RAMP:-0}
         case $way in
             shipped) extra=(); rt=20 ;;
             slack) extra=(--serve-arg=--tick-slack-ms=${CADENCE_SLACK:-0}); rt=0 ;;
@@ -494,13 +497,14 @@ cadence() {
                                        --serve-arg=--first-audio-gap-ms=${g:-${CADENCE_GAP:-155}}); rt=0 ;;
             half) extra=(--serve-arg=--tick-align-ms=42.67); rt=0 ;;
             catchup) extra=(--serve-arg=--tick-catch-up=2); rt=0 ;;
-            *) echo "cadence: no way '$way' (shipped, slack, now, cadence, gap, gapMS, half, catchup)" | tee -a "$OUT/report.txt"
+            ramp|ramp[0-9]*) g=${way#ramp}; r=${g:-3}; extra=(); rt=0 ;;
+            *) echo "cadence: no way '$way' (shipped, slack, now, cadence, gap, gapMS, half, catchup, ramp, rampS)" | tee -a "$OUT/report.txt"
                continue ;;
         esac
-        stage "cadence, $way: python3 -m bench fronts --spawn demo --fronts $fronts --n $n ${extra[*]:-}"
+        stage "cadence, $way: python3 -m bench fronts --spawn demo --fronts $fronts --n $n --ramp $r ${extra[*]:-}"
         CODECD_TICK_TRACE="$traces/trace-$way" python3 -m bench fronts --spawn demo --fronts "$fronts" \
             --n "$n" --repeat "${CADENCE_REPEAT:-1}" --seconds "${CADENCE_SECONDS:-3}" \
-            --ramp "${CADENCE_RAMP:-0}" --per-conn 8 --client-procs 8 \
+            --ramp "$r" --per-conn 8 --client-procs 8 \
             --server-cpus 0-7 --runtime-ticks $rt "${extra[@]}" "${daemon[@]}" 2>&1 \
             | tee "$OUT/cadence-$way.md" | tee -a "$OUT/report.txt"
     done
