@@ -949,6 +949,37 @@ def test_a_stream_stepped_by_an_express_tick_does_not_hold_the_next_round(small:
         assert w._all_waiting()
 
 
+def test_codes_short_of_a_chunk_take_no_express_tick(small: Path) -> None:
+    """Chunks of 8 frames: streams 1 and 2, stepped in a round, are waited for by the next.
+    Four frames of stream 2's next chunk come (a client sending a frame a message): it cannot
+    step yet, so no express tick takes it and it stays on the cadence (an express tick of such
+    a stream stepped nothing and took it off the cadence all the same)."""
+    import time
+
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=8, max_batch=8,
+                       warm_buckets=(1, 2), gather_ms=0.0, tick_align_ms=1000.0,
+                       first_audio="now", first_audio_gap_ms=0.0, stream_chunk_frames=8)
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(15)
+        send(front, [wire.OpenStream(sid, "small") for sid in (1, 2)]
+             + [wire.PushCodes(sid, small_codes(8, rng)) for sid in (1, 2)])
+        w.drain()
+        w._fresh.clear()
+        w.run_ticks()
+        m = w.models["small"]
+        assert m.ticks == 1 and all(st.on_cadence for st in m.streams.values())
+        two = next(st for st in m.streams.values() if st.sid & 0xFFFF == 2)  # (the front's id above)
+        send(front, [wire.PushCodes(2, small_codes(4, rng)), wire.PushCodes(1, small_codes(8, rng))])
+        w.drain()
+        assert two.maybe_ready and not two.stream.stats.ready
+        w._express(time.monotonic() + 10.0)
+        assert m.express_ticks == 1 and list(m.batches)[-1] == 1  # stream 1 alone
+        assert two.on_cadence  # the round after the next waits for its chunk again
+
+
 def test_a_new_stream_a_round_left_out_has_not_missed_it(small: Path) -> None:
     """tick_catch_up with express ticks: new streams 1 and 2 stepped in a round, then a round
     with stream 1's next codes alone. Stream 2's codes coming later are no miss and take no
