@@ -645,15 +645,22 @@ def audio_packet(sids: Any, counts: Any, pcm: Any) -> list[Any]:
     counts[i] samples)``, in order. ``sids``: u64[k], ``counts``: u32[k] (each > 0),
     ``pcm``: f32[sum(counts)], C-contiguous; k <= 65535."""
     k = len(sids)
-    if k > _MAX_BATCH:
-        raise ValueError(f"an AUDIO record holds at most {_MAX_BATCH} streams, got {k}")
-    head = 12 * k + (-12 * k % 8)
-    size = head + 4 * len(pcm)
-    if size > _MAX_BODY:
-        raise ValueError(f"AudioOut: body of {size} bytes is too large")
+    size = _audio_size(k, len(pcm))
+    head = size - 4 * len(pcm)
     return [_HEADER.pack(AudioOut.kind, 0, k, size), np.ascontiguousarray(sids, _U64A),
             np.ascontiguousarray(counts, _U32A), _PAD[:head - 12 * k],
             np.ascontiguousarray(pcm, _F32), _PAD[:-size % 8]]
+
+
+def _audio_size(k: int, samples: int) -> int:
+    """The body size of an AUDIO record of ``k`` streams and ``samples`` in all (sids, counts,
+    pad, PCM); ValueError past the wire's limits."""
+    if k > _MAX_BATCH:
+        raise ValueError(f"an AUDIO record holds at most {_MAX_BATCH} streams, got {k}")
+    size = 12 * k + (-12 * k % 8) + 4 * samples
+    if size > _MAX_BODY:
+        raise ValueError(f"AudioOut: body of {size} bytes is too large")
+    return size
 
 
 def audio_head(k: int) -> int:
@@ -673,17 +680,13 @@ def audio_record_into(buf: Any, sids: Any, counts: Any) -> int:
     k = int(np.count_nonzero(keep))
     if k == 0:
         return 0
-    if k > _MAX_BATCH:
-        raise ValueError(f"an AUDIO record holds at most {_MAX_BATCH} streams, got {k}")
     total = int(counts.sum())
+    size = _audio_size(k, total)
     at = audio_head(len(counts))
     head = audio_head(k)
     if head != at:  # streams without samples: the PCM moves down (numpy copies overlaps safely)
         np.copyto(np.frombuffer(buf, dtype=_F32, count=total, offset=head),
                   np.frombuffer(buf, dtype=_F32, count=total, offset=at))
-    size = head - _HEADER.size + 4 * total
-    if size > _MAX_BODY:
-        raise ValueError(f"AudioOut: body of {size} bytes is too large")
     view = memoryview(buf).cast("B")
     _HEADER.pack_into(view, 0, AudioOut.kind, 0, k, size)
     np.frombuffer(view, dtype=_U64A, count=k, offset=8)[:] = np.asarray(sids)[keep]

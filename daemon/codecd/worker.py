@@ -176,9 +176,9 @@ def auto_express(models: Any, gap_ms: float) -> bool:
 
 
 def audio_steps_only(lm: LoadedModel) -> bool:
-    """``_Model.audio_steps_only``: an exact-stream model whose context is off the CPU, where a
-    tick has a large fixed cost."""
-    return isinstance(lm, ExactStreamModel) and lm.ctx.device != "CPU"
+    """``_Model.audio_steps_only``: an exact-stream model that does not run on the CPU alone
+    (:func:`runs_on_cpu`), where a tick has a large fixed cost."""
+    return isinstance(lm, ExactStreamModel) and not runs_on_cpu(lm)
 
 
 def tick_period_s(lm: ExactStreamModel) -> float:
@@ -562,8 +562,7 @@ class Worker:
             self.out.append(wire.StreamFailed(sid, error_code_for(e), str(e)))
             return
         st = m.streams[sid] = _Stream(sid, stream)
-        if m.audio_steps_only and isinstance(m.lm, ExactStreamModel) \
-                and type(stream) is codecrt.Stream:
+        if m.audio_steps_only and type(stream) is codecrt.Stream:  # (an exact-stream model)
             st.to_audio = int(latency) // (m.lm.chunk_frames * m.lm.model.info.hop_length) + 1
         m.streams_opened += 1
         self.where[sid] = m
