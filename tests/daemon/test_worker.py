@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from conftest import assert_stream_equals_offline
 from smallmodel import small_codes
 
 
@@ -127,7 +128,7 @@ def test_packed_push_and_pull_equal_offline_through_a_small_ring(small: Path, of
             got = np.concatenate(audio[sid])
             want = offline(lv)
             assert ends[sid].total_samples == want.size
-            assert np.array_equal(got, want), sid
+            assert_stream_equals_offline(got, want, sid)
 
 
 def _pieces(levels: np.ndarray, rng: np.random.Generator, k: int = 4) -> list[list[np.ndarray]]:
@@ -210,7 +211,7 @@ def test_push_records_in_a_row_are_applied_in_order(small: Path, offline: Any,
             if sid == 5:
                 continue
             assert len(ends[sid]) == 1 and isinstance(ends[sid][0], wire.StreamDone), ends[sid]
-            assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
+            assert_stream_equals_offline(np.concatenate(audio[sid]), offline(lv), sid)
 
 
 def test_push_records_of_distinct_streams_are_read_and_applied_at_once(
@@ -259,7 +260,7 @@ def test_push_records_of_distinct_streams_are_read_and_applied_at_once(
             if sid == 4:
                 continue
             assert len(ends[sid]) == 1 and isinstance(ends[sid][0], wire.StreamDone), ends[sid]
-            assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
+            assert_stream_equals_offline(np.concatenate(audio[sid]), offline(lv), sid)
 
 
 def test_a_front_that_dies_during_a_tick_loses_only_its_streams(small: Path) -> None:
@@ -380,7 +381,7 @@ def test_commands_that_would_end_a_tick_wait_for_its_end(small: Path, offline: A
         audio, ends = _run_until_ended(w, front, len(levels))
         for sid, lv in levels.items():
             assert len(ends[sid]) == 1 and isinstance(ends[sid][0], wire.StreamDone), ends[sid]
-            assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
+            assert_stream_equals_offline(np.concatenate(audio[sid]), offline(lv), sid)
 
 
 def test_deferred_commands_go_into_a_new_buffer_and_before_the_next_tick(small: Path,
@@ -428,7 +429,7 @@ def test_deferred_commands_go_into_a_new_buffer_and_before_the_next_tick(small: 
         audio, ends = _run_until_ended(w, front, 3)
         for sid in (1, 7, 8):
             assert len(ends[sid]) == 1 and isinstance(ends[sid][0], wire.StreamDone), ends[sid]
-            assert np.array_equal(np.concatenate(audio[sid]), offline(levels[sid])), sid
+            assert_stream_equals_offline(np.concatenate(audio[sid]), offline(levels[sid]), sid)
 
 
 def test_push_records_of_two_models_in_a_row_keep_one_call_a_record(
@@ -466,7 +467,7 @@ def test_push_records_of_two_models_in_a_row_keep_one_call_a_record(
         assert one_by_one[0] == 0
         for sid, lv in levels.items():
             assert isinstance(ends[sid][0], wire.StreamDone), ends[sid]
-            assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
+            assert_stream_equals_offline(np.concatenate(audio[sid]), offline(lv), sid)
 
 
 def test_batch_shapes_setting_reaches_the_workers_context(tmp_path: Path, small: Path) -> None:
@@ -607,7 +608,7 @@ def test_pushes_read_during_a_tick_wait_for_the_next_aligned_tick(small: Path, o
             w.run_ticks()
         assert all(isinstance(e, wire.StreamDone) for e in ends.values()), ends
         for sid, lv in levels.items():
-            assert np.array_equal(np.concatenate(audio[sid]), offline(lv)), sid
+            assert_stream_equals_offline(np.concatenate(audio[sid]), offline(lv), sid)
         # every tick's parts were recorded, split at the two halves, and add up to the tick
         an = w.stats()["models"]["small"]["tick_anatomy"]
         assert an["ticks"] == m.ticks >= 2
