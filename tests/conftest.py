@@ -142,10 +142,12 @@ def fused_cpu_products() -> bool:
     """Whether the runtime's CPU contexts compute their products in the fused AVX-512 kernels
     (native/src/ops/ops_avx512_*.c: an AVX-512 CPU, CODECRT_PORTABLE_OPS unset), whose
     summation order is the same at any row count, so that a stream's samples equal the offline
-    decode's bit for bit. Elsewhere (an AVX2 CPU) ggml's products take them, whose order
-    follows the shapes; measured on an AVX2 EPYC (2026-12-07): DAC's streamed samples 4.5e-8 at
-    most from the offline ones, the small random SNAC's 1.5e-5 (its random weights amplify
-    rounding), the full-size demo SNAC's s16 one LSB apart at 3 % of its samples."""
+    decode's bit for bit. On an AVX2 CPU the F32 products run on ops_avx2_products.c (the
+    same sums) but ggml still takes some (SNAC's noise blocks, the attention), whose order
+    follows the shapes. On an AVX2 EPYC (2026-12-07), before the AVX2 products: the small
+    random SNAC's streamed samples 1.5e-5 from the offline ones (its random weights amplify
+    rounding), the full-size demo SNAC's s16 one LSB apart at 3 % of its samples, DAC's 4.5e-8;
+    with them DAC's are bit-identical, SNAC's still not."""
     import os
 
     if os.environ.get("CODECRT_PORTABLE_OPS", "0") not in ("", "0"):

@@ -482,6 +482,9 @@ struct ggml_tensor *cr_bias_act(struct ggml_context *ctx, struct ggml_tensor *y,
  * apply (then use ggml's attention). CPU backend only.
  */
 bool cr_attention_cpu_available(void);
+/* Whether the F32 linear layers and stride-1 convolutions (cr_linear_cpu, cr_conv1d_cpu) run
+   here: x86-64 with AVX-512, or with AVX2 and FMA (ops/ops_avx2_products.c). */
+bool cr_f32_products_cpu_available(void);
 struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
                                      struct ggml_tensor *v, const cr_cpu_ops *ops);
 

@@ -372,6 +372,8 @@ static void check_bf16_packed_rows(int64_t K, int64_t M, int64_t N, int64_t C, i
 
 /* Every shape class of the kernels, in F32 (ops NULL) or in the BF16 mode
    (with weights packed per call, or once into ops->packs). */
+static void check_products(const cr_cpu_ops *bf16);
+
 static void check_all(const cr_cpu_ops *bf16) {
     const int64_t Ts[] = {1, 5, 6, 7, 16, 17, 47, 48, 49, 64, 65, 97, 130, 333};
     for (size_t i = 0; i < sizeof(Ts) / sizeof(Ts[0]); i++) {
@@ -386,7 +388,11 @@ static void check_all(const cr_cpu_ops *bf16) {
         check_relpos(2, Tr[i], 2, (int64_t)(i % 3) * 5, 1 + (int)(i % 2), bf16);
     }
     check_relpos(8, 325, 1, 3, 2, bf16);
+    check_products(bf16);
+}
 
+/* the linear layers and convolutions (the F32 ones also on AVX2 + FMA CPUs) */
+static void check_products(const cr_cpu_ops *bf16) {
     const int64_t Ks[] = {1, 3, 64, 250}, Ms[] = {16, 48, 64, 80, 272}, Ns[] = {1, 5, 7, 96, 97, 200};
     for (size_t i = 0; i < 4; i++) {
         for (size_t j = 0; j < 5; j++) {
@@ -591,7 +597,17 @@ int main(void) {
     check_group_norm_dwconv(64, 1, 4, 7, 1);
     check_group_norm_dwconv(48, 9, 3, 3, 3);
     if (!cr_attention_cpu_available()) {
-        printf("test_ops_cpu: no AVX-512 on this CPU, the fused kernels are not used; %d ELU checks, %d failures\n",
+        if (cr_f32_products_cpu_available()) { /* AVX2 + FMA: the F32 products (ops_avx2_products.c) */
+            check_products(NULL);
+            cr_cpu_ops f32_packed = {.bf16 = false, .packs = cr_packs_new()};
+            check_products(&f32_packed);
+            cr_packs_free(f32_packed.packs);
+            check_f32_packed_bitwise(512, 2048, 2, 64, 9, 7);
+            check_f32_packed_bitwise(250, 80, 97, 16, 50, 3);
+        }
+        printf("test_ops_cpu: no AVX-512 on this CPU: %s; %d checks, %d failures\n",
+               cr_f32_products_cpu_available() ? "the F32 products on AVX2, no fused attention or BF16"
+                                               : "the fused kernels are not used",
                g_checks, g_failures);
         return g_failures ? 1 : 0;
     }

@@ -12,7 +12,9 @@
  *
  * Without AVX-512 (other architectures, or CODECRT_NO_AVX512) the files
  * compile to the availability checks returning false and the ops returning
- * NULL (the graphs then use ggml's ops).
+ * NULL (the graphs then use ggml's ops). On an x86-64 CPU with AVX2 and FMA
+ * but no AVX-512, the F32 linear layers and convolutions run on
+ * ops_avx2_products.c's tile (the same sums); attention and BF16 do not.
  */
 #ifndef CODECRT_OPS_AVX512_H
 #define CODECRT_OPS_AVX512_H
@@ -162,6 +164,21 @@ AT_INLINE void at_tile(int R, int NC, const float *a, int64_t lda, int64_t atap,
  */
 AT_AVX512 void at_panel_rows(const float *x, int64_t lda, int64_t atap, const float *wp, int64_t K, int64_t taps,
                              const float *bias, float *y, int64_t ldc, int nc, int64_t n);
+/* at_panel_rows on AVX2 and FMA, the same sums (ops_avx2_products.c) */
+__attribute__((target("avx2,fma"))) void at2_panel_rows(const float *x, int64_t lda, int64_t atap, const float *wp,
+                                                        int64_t K, int64_t taps, const float *bias, float *y,
+                                                        int64_t ldc, int nc, int64_t n);
+
+/* The F32 panel product of the CPU at hand: at_panel_rows with AVX-512, else
+   at2_panel_rows (cr_f32_products_cpu_available: one of the two). */
+static inline void at_panel_rows_any(const float *x, int64_t lda, int64_t atap, const float *wp, int64_t K,
+                                     int64_t taps, const float *bias, float *y, int64_t ldc, int nc, int64_t n) {
+    if (cr_attention_cpu_available()) {
+        at_panel_rows(x, lda, atap, wp, K, taps, bias, y, ldc, nc, n);
+    } else {
+        at2_panel_rows(x, lda, atap, wp, K, taps, bias, y, ldc, nc, n);
+    }
+}
 
 /* ------------------------------------------------------------------- BF16 */
 

@@ -13,10 +13,18 @@
  * along the summed dimension; 1.5x (Turbo) to 1.9x (original) the F32 speed
  * on S3Gen end to end.
  *
- * Elsewhere (other CPUs, other backends) the graphs use ggml's ops;
- * cr_attention_cpu_available() and cr_bf16_cpu_available() say which.
+ * F32 products also run on x86-64 CPUs with AVX2 and FMA only (the tile of
+ * ops_avx2_products.c, the same sums). Elsewhere (other CPUs, other backends)
+ * the graphs use ggml's ops; cr_f32_products_cpu_available() and
+ * cr_bf16_cpu_available() say which.
  */
 #include "ops_avx512.h"
+
+/* whether this CPU runs these products: BF16 on AVX-512 with BF16, F32 on AVX-512 or on AVX2
+   and FMA (ops_avx2_products.c) */
+static bool cpu_products_available(bool bf16) {
+    return bf16 ? cr_attention_cpu_available() && cr_bf16_cpu_available() : cr_f32_products_cpu_available();
+}
 
 /* the pack a product of these ops reads: F32 panels for F32 products on few rows, else
    the context's BF16 mode's */
@@ -104,7 +112,7 @@ static void cr_linear_run(struct ggml_tensor *dst, int ith, int nth, bool bf16, 
                 at_pack_panel(wp, wd, m0, width, K, 1);
                 packed = p;
             }
-            at_panel_rows(xd + n0 * K, K, 0, pw, K, 1, bd ? bd + m0 : NULL, yd + n0 * M + m0, M, (int)(width / 16),
+            at_panel_rows_any(xd + n0 * K, K, 0, pw, K, 1, bd ? bd + m0 : NULL, yd + n0 * M + m0, M, (int)(width / 16),
                           n1 - n0);
             continue;
         }
@@ -134,7 +142,7 @@ static void cr_linear_packed_kernel(struct ggml_tensor *dst, int ith, int nth, v
 struct ggml_tensor *cr_linear_cpu(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
                                   struct ggml_tensor *b, const cr_cpu_ops *ops) {
     const bool bf16 = ops && ops->bf16;
-    const bool ok = cr_attention_cpu_available() && (!bf16 || cr_bf16_cpu_available()) &&
+    const bool ok = cpu_products_available(bf16) &&
                     x->type == GGML_TYPE_F32 && w->type == GGML_TYPE_F32 && ggml_is_contiguous(x) &&
                     ggml_is_contiguous(w) && w->ne[2] == 1 && w->ne[3] == 1 && w->ne[0] == x->ne[0] &&
                     w->ne[1] % 16 == 0 &&
@@ -243,7 +251,7 @@ static void cr_conv1d_run(struct ggml_tensor *dst, int ith, int nth, int64_t d, 
                     memset(xs + i * C, 0, (size_t)C * sizeof(float));
                 }
             }
-            at_panel_rows(xs, C, d * C, pw, C, taps, bd ? bd + m0 : NULL, yb + t0 * M + m0, M, (int)(width / 16),
+            at_panel_rows_any(xs, C, d * C, pw, C, taps, bd ? bd + m0 : NULL, yb + t0 * M + m0, M, (int)(width / 16),
                           nrow);
             continue;
         }
@@ -283,7 +291,7 @@ struct ggml_tensor *cr_conv1d_cpu(struct ggml_context *ctx, struct ggml_tensor *
                                   const cr_cpu_ops *ops) {
     const bool bf16 = ops && ops->bf16;
     const int64_t To = x->ne[1] + pad_left + pad_right - (int64_t)dilation * (w->ne[0] - 1);
-    const bool ok = cr_attention_cpu_available() && (!bf16 || cr_bf16_cpu_available()) &&
+    const bool ok = cpu_products_available(bf16) &&
                     x->type == GGML_TYPE_F32 && w->type == GGML_TYPE_F32 &&
                     ggml_is_contiguous(x) && ggml_is_contiguous(w) && x->ne[3] == 1 && w->ne[3] == 1 &&
                     w->ne[1] == x->ne[0] && w->ne[2] % 16 == 0 && dilation >= 1 && dilation < 0x8000 &&
