@@ -18,7 +18,7 @@
 
 #define A2 __attribute__((target("avx2,fma")))
 #define A2_INLINE static inline __attribute__((always_inline)) A2
-#define A2_R 6 /* rows per tile: 12 accumulators, 2 loads of B and a broadcast in the 16 ymm registers */
+#define A2_R AT_R /* rows per tile, 6: 12 accumulators, 2 loads of B and a broadcast in the 16 ymm registers */
 
 /*
  * 16 columns of R rows (R <= 6): C[r][0..15] = scale * sum over taps and k of A_t[r][k]
@@ -64,14 +64,7 @@ A2 void at2_panel_rows(const float *x, int64_t lda, int64_t atap, const float *w
         const float *a = x + r0 * lda;
         float *c = y + r0 * ldc;
         for (int g = 0; g < nc; g++) {
-            switch (n - r0 < A2_R ? (int)(n - r0) : A2_R) {
-            case 6: A2_TILE(6); break;
-            case 5: A2_TILE(5); break;
-            case 4: A2_TILE(4); break;
-            case 3: A2_TILE(3); break;
-            case 2: A2_TILE(2); break;
-            default: A2_TILE(1); break;
-            }
+            AT_ROWS(n - r0, A2_TILE); /* the AVX-512 tiles' row dispatch (ops_avx512.h) */
         }
     }
 }
