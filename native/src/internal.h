@@ -24,6 +24,8 @@
  *     ops_avx512_attention.c   attention, plain and relative-position
  *     ops_avx512_linear.c      linear layers and stride-1 convolutions
  *     ops_amx.c                BF16 products on AMX tiles (packed weights, attention)
+ *     ops_avx2_products.c      the F32 panel product on AVX2 + FMA (no AVX-512)
+ *     ops_avx2_attention.c     the F32 attention's steps on AVX2 + FMA (no AVX-512)
  *   One folder per codec, registered in arch.c:
  *     snac/    SNAC (snac.h maps its files)
  *     s3gen/   Chatterbox S3Gen (s3gen.h maps its files; its public calls
@@ -477,9 +479,11 @@ struct ggml_tensor *cr_bias_act(struct ggml_context *ctx, struct ggml_tensor *y,
 /*
  * Softmax attention with scale 1/8 over every key, per head of 64 channels:
  * q, k, v [H*64, T, B] contiguous F32 (head h in channels 64h .. 64h+63) ->
- * [H*64, T, B]. A fused CPU kernel (ops/ops_avx512_attention.c), only where
- * cr_attention_cpu_available() (x86-64 with AVX-512); NULL where it does not
- * apply (then use ggml's attention). CPU backend only.
+ * [H*64, T, B]. A fused CPU kernel (ops/ops_avx512_attention.c): in F32 where
+ * cr_f32_products_cpu_available() (x86-64 with AVX-512, or AVX2 and FMA:
+ * ops/ops_avx2_attention.c, the same floats), in BF16 where
+ * cr_attention_cpu_available() (AVX-512) and cr_bf16_cpu_available(); NULL where
+ * it does not apply (then use ggml's attention). CPU backend only.
  */
 bool cr_attention_cpu_available(void);
 /* Whether the F32 linear layers and stride-1 convolutions (cr_linear_cpu, cr_conv1d_cpu) run

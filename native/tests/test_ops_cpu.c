@@ -597,16 +597,16 @@ int main(void) {
     check_group_norm_dwconv(64, 1, 4, 7, 1);
     check_group_norm_dwconv(48, 9, 3, 3, 3);
     if (!cr_attention_cpu_available()) {
-        if (cr_f32_products_cpu_available()) { /* AVX2 + FMA: the F32 products (ops_avx2_products.c) */
-            check_products(NULL);
+        if (cr_f32_products_cpu_available()) { /* AVX2 + FMA: the F32 products and attention (ops_avx2_*.c) */
+            check_all(NULL);
             cr_cpu_ops f32_packed = {.bf16 = false, .packs = cr_packs_new()};
-            check_products(&f32_packed);
+            check_all(&f32_packed);
             cr_packs_free(f32_packed.packs);
             check_f32_packed_bitwise(512, 2048, 2, 64, 9, 7);
             check_f32_packed_bitwise(250, 80, 97, 16, 50, 3);
         }
         printf("test_ops_cpu: no AVX-512 on this CPU: %s; %d checks, %d failures\n",
-               cr_f32_products_cpu_available() ? "the F32 products on AVX2, no fused attention or BF16"
+               cr_f32_products_cpu_available() ? "the F32 products and attention on AVX2, no BF16"
                                                : "the fused kernels are not used",
                g_checks, g_failures);
         return g_failures ? 1 : 0;

@@ -9,12 +9,15 @@
  *   ops_avx512_attention.c  attention, plain and relative-position, F32 and BF16
  *   ops_avx512_linear.c     linear layers and stride-1 convolutions, F32 and BF16
  *   ops_amx.c               the BF16 panel product on AMX tiles (packed weights)
+ *   ops_avx2_products.c     the F32 panel product on AVX2 + FMA
+ *   ops_avx2_attention.c    the F32 attention's scores, softmax and P V on AVX2 + FMA
  *
  * Without AVX-512 (other architectures, or CODECRT_NO_AVX512) the files
  * compile to the availability checks returning false and the ops returning
  * NULL (the graphs then use ggml's ops). On an x86-64 CPU with AVX2 and FMA
- * but no AVX-512, the F32 linear layers and convolutions run on
- * ops_avx2_products.c's tile (the same sums); attention and BF16 do not.
+ * but no AVX-512, the F32 linear layers and convolutions (ops_avx2_products.c)
+ * and the F32 attention (ops_avx2_attention.c) run on the AVX2 tile below, with
+ * the same sums; BF16 does not.
  */
 #ifndef CODECRT_OPS_AVX512_H
 #define CODECRT_OPS_AVX512_H
@@ -164,10 +167,61 @@ AT_INLINE void at_tile(int R, int NC, const float *a, int64_t lda, int64_t atap,
  */
 AT_AVX512 void at_panel_rows(const float *x, int64_t lda, int64_t atap, const float *wp, int64_t K, int64_t taps,
                              const float *bias, float *y, int64_t ldc, int nc, int64_t n);
+
+/* ------------------------------------------------------------------- AVX2 */
+
+#define A2 __attribute__((target("avx2,fma")))
+#define A2_INLINE static inline __attribute__((always_inline)) A2
+
+/*
+ * The tile on CPUs with AVX2 and FMA but no AVX-512: 16 columns of R rows (R <= AT_R = 6:
+ * 12 accumulators, 2 loads of B and a broadcast in the 16 ymm registers). C[r][0..15] =
+ * scale * sum over taps and k of A_t[r][k] B_t[k][0..15] + bias[0..15]; A [R, K] rows lda
+ * apart, tap t at A + t*atap; B [K, 16] rows ldb apart, tap t at B + t*btap. The sums are
+ * at_tile's: one FMA chain per output over (tap, k) from zero, then acc * scale + bias in
+ * one FMA, so both instruction sets give the same floats.
+ */
+A2_INLINE void at2_tile(int R, const float *a, int64_t lda, int64_t atap, const float *b, int64_t ldb, int64_t btap,
+                        int64_t K, int64_t taps, float *c, int64_t ldc, float scale, const float *bias) {
+    __m256 acc[AT_R][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        acc[r][0] = _mm256_setzero_ps();
+        acc[r][1] = _mm256_setzero_ps();
+    }
+    for (int64_t t = 0; t < taps; t++) {
+        const float *at = a + t * atap, *bt = b + t * btap;
+        for (int64_t k = 0; k < K; k++) {
+            const __m256 b0 = _mm256_loadu_ps(bt + k * ldb), b1 = _mm256_loadu_ps(bt + k * ldb + 8);
+#pragma GCC unroll 6
+            for (int r = 0; r < R; r++) {
+                const __m256 ab = _mm256_set1_ps(at[r * lda + k]);
+                acc[r][0] = _mm256_fmadd_ps(ab, b0, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(ab, b1, acc[r][1]);
+            }
+        }
+    }
+    const __m256 sc = _mm256_set1_ps(scale);
+    const __m256 bs0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+    const __m256 bs1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++) {
+        _mm256_storeu_ps(c + r * ldc, _mm256_fmadd_ps(acc[r][0], sc, bs0));
+        _mm256_storeu_ps(c + r * ldc + 8, _mm256_fmadd_ps(acc[r][1], sc, bs1));
+    }
+}
+
 /* at_panel_rows on AVX2 and FMA, the same sums (ops_avx2_products.c) */
-__attribute__((target("avx2,fma"))) void at2_panel_rows(const float *x, int64_t lda, int64_t atap, const float *wp,
-                                                        int64_t K, int64_t taps, const float *bias, float *y,
-                                                        int64_t ldc, int nc, int64_t n);
+A2 void at2_panel_rows(const float *x, int64_t lda, int64_t atap, const float *wp, int64_t K, int64_t taps,
+                       const float *bias, float *y, int64_t ldc, int nc, int64_t n);
+
+/* The F32 attention's two steps on AVX2 and FMA (ops_avx2_attention.c), the same floats as
+   ops_avx512_attention.c's at_scores and at_finish: S[nq, ncols] = scale * A B (A [nq, 64]
+   rows lda apart, B [64, ncols] packed, ncols a multiple of 16); then the softmax of S's
+   rows over the first T of Tp columns and O's rows = P V (V rows ld apart, O rows ld apart). */
+A2 void at2_scores(const float *a, int64_t lda, const float *b, int64_t ldb, int64_t ncols, int64_t nq, float *s,
+                   int64_t lds, float scale);
+A2 void at2_finish(float *s, int64_t Tp, int64_t T, int64_t nq, const float *v, int64_t ld, float *o);
 
 /* The F32 panel product of the CPU at hand: at_panel_rows with AVX-512, else
    at2_panel_rows (cr_f32_products_cpu_available: one of the two). */

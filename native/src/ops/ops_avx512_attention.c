@@ -21,6 +21,9 @@
  *   O[48, 64] = (P V) / l
  * Each thread packs KT once per head it visits and holds KT and S in a scratch
  * of (64 + 48) * Tp floats, about 300 KB at T = 650: in L2.
+ *
+ * On CPUs with AVX2 and FMA but no AVX-512 the F32 kernel runs the same blocks
+ * with ops_avx2_attention.c's scores, softmax and P V (the same floats).
  */
 #include "ops_avx512.h"
 
@@ -263,8 +266,14 @@ AT_AVX512 static void at_finish(float *s, int64_t Tp, int64_t T, int64_t nq, con
  * T - i0 - nq, so the block's position scores are one product against the
  * W = T + nq - 1 columns from m0 (read up to column m0 + Wp <= 2T + 14).
  */
-AT_AVX512 static void at_block(const at_head *h, int64_t i0, int64_t nq, float scale, const at_scratch *w, int pack) {
+static void at_block(const at_head *h, int64_t i0, int64_t nq, float scale, const at_scratch *w, int pack,
+                     bool avx512) {
     const int64_t ld = h->ld, T = h->T, Tp = at_round16(T);
+    /* the same floats either way (ops_avx2_attention.c); this function itself is plain C */
+    void (*const scores)(const float *, int64_t, const float *, int64_t, int64_t, int64_t, float *, int64_t, float) =
+        avx512 ? at_scores : at2_scores;
+    void (*const finish)(float *, int64_t, int64_t, int64_t, const float *, int64_t, float *) =
+        avx512 ? at_finish : at2_finish;
     if (pack) {
         at_pack_t(w->kt, h->k, ld, T, Tp);
         if (h->p) {
@@ -272,15 +281,15 @@ AT_AVX512 static void at_block(const at_head *h, int64_t i0, int64_t nq, float s
         }
     }
     if (!h->p) {
-        at_scores(h->q + i0 * ld, ld, w->kt, Tp, Tp, nq, w->s, Tp, scale);
+        scores(h->q + i0 * ld, ld, w->kt, Tp, Tp, nq, w->s, Tp, scale);
     } else {
         const int64_t Lp = at_pos_cols(T), Wp = at_round16(T + nq - 1), m0 = T - i0 - nq;
         at_biased_queries(h, i0, nq, w->qa, w->qb);
-        at_scores(w->qa, AT_D, w->kt, Tp, Tp, nq, w->s, Tp, scale);
-        at_scores(w->qb, AT_D, w->pt + m0, Lp, Wp, nq, w->bd, Wp, scale);
+        scores(w->qa, AT_D, w->kt, Tp, Tp, nq, w->s, Tp, scale);
+        scores(w->qb, AT_D, w->pt + m0, Lp, Wp, nq, w->bd, Wp, scale);
         at_add_band(w->s, Tp, w->bd, Wp, T, nq);
     }
-    at_finish(w->s, Tp, T, nq, h->v, ld, h->o + i0 * ld);
+    finish(w->s, Tp, T, nq, h->v, ld, h->o + i0 * ld);
 }
 
 /* kt [32, cols] pairs: kt[d2][j] = pair(x[j][2 d2], x[j][2 d2 + 1]) for j < n, zeros after. */
@@ -456,7 +465,9 @@ static void cr_attention_run(float *od, const float *qd, const float *kd, const 
     }
 #endif
     int64_t packed = -1;
-#ifndef CR_OPS_AVX512
+#ifdef CR_OPS_AVX512
+    const bool avx512 = cr_attention_cpu_available(); /* else AVX2 + FMA: the operands' check asked for one */
+#else
     (void)w, (void)bf16, (void)packed;
 #endif
     for (int64_t it = it0; it < it1; it++) {
@@ -470,7 +481,7 @@ static void cr_attention_run(float *od, const float *qd, const float *kd, const 
             if (bf16) {
                 bf_block(&hd, i0, nq, scale, &w, packed != bh);
             } else {
-                at_block(&hd, i0, nq, scale, &w, packed != bh);
+                at_block(&hd, i0, nq, scale, &w, packed != bh, avx512);
             }
             packed = bh;
             continue;
@@ -497,7 +508,8 @@ static void cr_relpos_attention_kernel(struct ggml_tensor *dst, int ith, int nth
 
 static bool cr_attention_operands_ok(const struct ggml_tensor *q, const struct ggml_tensor *k,
                                      const struct ggml_tensor *v, bool bf16) {
-    return cr_attention_cpu_available() && (!bf16 || cr_bf16_cpu_available()) && q->type == GGML_TYPE_F32 &&
+    const bool cpu = bf16 ? cr_attention_cpu_available() && cr_bf16_cpu_available() : cr_f32_products_cpu_available();
+    return cpu && q->type == GGML_TYPE_F32 &&
            k->type == GGML_TYPE_F32 && v->type == GGML_TYPE_F32 && ggml_is_contiguous(q) && ggml_is_contiguous(k) &&
            ggml_is_contiguous(v) && ggml_are_same_shape(q, k) && ggml_are_same_shape(q, v) && q->ne[0] > 0 &&
            q->ne[0] % AT_D == 0 && q->ne[3] == 1;

@@ -28,7 +28,8 @@
  *
  * On the CPU (cpu_ops) the products and the attention are the fused kernels
  * of ops/ on AVX-512 CPUs (F32, or BF16 in a BF16 context; no
- * [T, T, 8, B] score tensor) and ggml's tiled F32 flash attention elsewhere,
+ * [T, T, 8, B] score tensor), in F32 also on AVX2 + FMA CPUs, and ggml's
+ * tiled F32 flash attention elsewhere,
  * and the element-wise chains around LayerNorm, Mish and GELU are fused
  * kernels of this file. Where codecrt's device ops are (CUDA, or the portable
  * graphs with CODECRT_FUSED_UNIT=1) a transformer block is all codecrt's ops:
@@ -402,8 +403,8 @@ static struct ggml_tensor *est_heads(const est_graph *g, struct ggml_tensor *x) 
  * diffusers Attention (AttnProcessor2_0: scaled_dot_product_attention, scale
  * 1/8, no q/k/v bias; the reference's bias is 0 with its all-ones mask) on
  * x [256, T, B] (normed), added to the residual res [256, T, B] (the block's input)
- * -> [256, T, B]. On CPUs with AVX-512 our fused
- * kernel (ops_avx512_attention.c, 2.6x ggml's there), on other CPUs ggml's tiled F32
+ * -> [256, T, B]. On CPUs with AVX-512 (or, in F32, AVX2 and FMA) our fused
+ * kernel (ops_avx512_attention.c, 2.6x ggml's on AVX-512), on other CPUs ggml's tiled F32
  * flash attention; elsewhere two products around a softmax.
  */
 static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor *x, struct ggml_tensor *res,
@@ -413,7 +414,7 @@ static struct ggml_tensor *est_attention(const est_graph *g, struct ggml_tensor 
     struct ggml_tensor *q = est_linear(g, x, s3_w(g->w, "%s.to_q.weight", p), NULL, NULL); /* [512, T, B] */
     struct ggml_tensor *k = est_linear(g, x, s3_w(g->w, "%s.to_k.weight", p), NULL, NULL);
     struct ggml_tensor *v = g->cpu ? cr_linear(g->ctx, x, s3_w(g->w, "%s.to_v.weight", p), NULL, g->cpu) : NULL;
-    struct ggml_tensor *o = g->cpu ? cr_attention_cpu(g->ctx, q, k, v, g->cpu) : NULL; /* [512, T, B]; AVX-512 CPUs */
+    struct ggml_tensor *o = g->cpu ? cr_attention_cpu(g->ctx, q, k, v, g->cpu) : NULL; /* [512, T, B]; AVX-512, AVX2 CPUs */
     if (o) {
         return ggml_add(g->ctx, res, cr_linear(g->ctx, o, s3_w(g->w, "%s.to_out.0.weight", p),
                                                s3_w(g->w, "%s.to_out.0.bias", p), g->cpu));

@@ -357,7 +357,7 @@ static struct ggml_tensor *vc_attention_one_head(vc_graph *g, struct ggml_tensor
 }
 
 /*
- * On the CPU with AVX-512, heads of 64 channels at scale 1/8 take the fused
+ * On the CPU with AVX-512 (or AVX2 and FMA), heads of 64 channels at scale 1/8 take the fused
  * kernel (one query block's scores in cache, never T x T in memory); else
  * (other heads, masked graphs, other backends) two products around a softmax,
  * the scores [Tk, Tq, H, B] materialised: every backend has those ops, in F32.
