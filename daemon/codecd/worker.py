@@ -837,10 +837,15 @@ class Worker:
     # ---------------------------------------------------------------- ticks
 
     def _tick(self, m: _Model, only: list[_Stream] | None = None) -> int:
-        """One step of one model's streams that may be ready (``codecrt.step``: one graph
-        for the streams that can share one), or of ``only`` those; collects their output."""
-        import codecrt
+        """One step of one model's streams that may be ready, or of ``only`` those: one
+        graph (``codecrt.step``) for each ``max_batch`` of them; collects their output.
 
+        More streams than one graph holds (``max_streams`` above ``max_batch``) are all
+        stepped, in graphs one after the other. The runtime steps at most ``max_batch`` a
+        graph and leaves the rest for the next; with one graph a round, those waited for the
+        rounds that a rotation by one stream a tick brought round to them: on an H200 with
+        ``--max-batch 1024`` and 1,200 streams, some streams' audio stopped for 2.9 s after
+        their first (docs/benchmarks.md, session 55)."""
         # commands deferred by the last tick go first: an express, catch-up or next model's
         # tick can follow it with no drain in between
         self._apply_deferred()
@@ -848,9 +853,24 @@ class Worker:
         if not cands:
             return 0
         cands.sort(key=_SID)  # each front's streams side by side: one AUDIO record per front
-        if len(cands) > self.cfg.max_batch and m.ticks % len(cands):
-            r = m.ticks % len(cands)  # more ready than one graph holds: rotate for fairness
-            cands = cands[r:] + cands[:r]
+        cap = self.cfg.max_batch
+        if len(cands) <= cap:
+            return self._tick_graph(m, cands)
+        r = m.ticks % len(cands)  # which streams take the later graphs: rotated for fairness
+        cands = cands[r:] + cands[:r]
+        n = self._tick_graph(m, cands[:cap])
+        for i in range(cap, len(cands), cap):
+            self._apply_deferred()  # a command read during the last graph may close some
+            rest = [st for st in cands[i:i + cap] if m.streams.get(st.sid) is st]
+            if rest:
+                n += self._tick_graph(m, rest)
+        return n
+
+    def _tick_graph(self, m: _Model, cands: list[_Stream]) -> int:
+        """One graph over ``cands`` (at most ``max_batch``): the step, its errors, the
+        accounting of the tick and the collection of its output; the streams stepped."""
+        import codecrt
+
         t0 = t = self.phases.now()
         gc0 = self.gc.ms
         parts = TickParts(batch=len(cands))

@@ -725,6 +725,55 @@ def test_catch_up_ticks_the_streams_that_missed_their_round(small: Path) -> None
         assert w.stats()["models"]["small"]["catch_up_streams"] == 3
 
 
+def test_a_round_steps_every_ready_stream_when_more_than_one_graph_holds(small: Path,
+                                                                        offline: Any) -> None:
+    """max_streams above max_batch: an aligned round steps all 10 ready streams in graphs of
+    at most max_batch (4 + 4 + 2), not 4 a round with the rest waiting for later rounds (as
+    on an H200 at 1,200 streams under --max-batch 1024, where some streams' audio stopped for
+    2.9 s); the audio of every stream still equals its offline decode."""
+    from codecd import wire
+    from codecd.engine.config import EngineConfig
+
+    cfg = EngineConfig(models={"small": str(small)}, n_threads=1, max_streams=12, max_batch=4,
+                       warm_buckets=(1,), gather_ms=0.0, tick_align_ms=1000.0,
+                       first_audio="cadence")
+    with running_worker(cfg) as (w, front):
+        rng = np.random.default_rng(21)
+        sids = list(range(1, 11))
+        levels = {sid: small_codes(12, rng) for sid in sids}
+        send(front, [wire.OpenStream(sid, "small") for sid in sids])
+        w.drain()
+        m = w.models["small"]
+        for k in range(3):  # three rounds of one 4-frame chunk each
+            send(front, [wire.PushCodes(sid, [x[4 * k * (4 // s):4 * (k + 1) * (4 // s)]
+                                              for x, s in zip(levels[sid], (4, 2, 1))])
+                         for sid in sids])
+            w.drain()
+            before = m.stream_ticks
+            w.run_ticks()  # aligned: one round
+            assert m.stream_ticks - before == 10, (k, list(m.batches))
+            assert list(m.batches)[-3:] == [4, 4, 2]
+        send(front, [wire.FinishStream(sid) for sid in sids])
+        w.drain()
+        audio: dict[int, list[np.ndarray]] = {sid: [] for sid in sids}
+        ends: dict[int, Any] = {}
+        for _ in range(50):
+            w.run_ticks()
+            w.flush()
+            for ev in read_events(front):
+                if isinstance(ev, wire.AudioOut):
+                    audio[ev.sid].append(ev.pcm)
+                elif isinstance(ev, (wire.StreamDone, wire.StreamFailed)):
+                    ends[ev.sid] = ev
+            if len(ends) == len(sids):
+                break
+            w.drain()
+        assert len(ends) == len(sids)
+        for sid in sids:
+            assert isinstance(ends[sid], wire.StreamDone)
+            assert_stream_equals_offline(np.concatenate(audio[sid]), offline(levels[sid]), sid)
+
+
 def test_a_stream_an_express_tick_ran_ahead_has_not_missed_its_round(small: Path) -> None:
     """first_audio = "now" with catch-up ticks: a stream whose next codes an express tick
     stepped before the next round is not ready at that round because it ran ahead, not late:
