@@ -101,7 +101,7 @@ class Config:
                      "one per device and one for main, at most 8)")
     batch_buckets: list[int] = _f(list, "batch sizes warmed up at start (empty: the largest "
                                   "and 1)", factory=True, metavar="N,...")
-    max_batch: int = _f(64, "most streams decoded in one tick")
+    max_batch: int = _f(64, "most streams decoded in one graph (a tick with more ready steps them all, in several graphs)")
     batch_shapes: str = _f("auto", "a tick graph's batch: pow2 (the ready streams rounded up to a "
                            "power of two within max_batch: few graphs, padded compute), exact "
                            "(the ready streams only: a graph rebuilt inside the reserved buffers "
