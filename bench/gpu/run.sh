@@ -108,7 +108,7 @@
 #            splits and launch of $INPUTS_N [1000] streams' ticks (GGML_SCHED_DEBUG=1 python -m
 #            bench.gpu.splits), SNAC capacity at $INPUTS_STREAMS [1600,2000] streams each way,
 #            then the GPU test file TF32 off with the inputs on the device
-#   cadence  one daemon ($CADENCE_FRONTS [4] fronts, a list runs each, as fronts; --max-batch $CADENCE_MAX [3000], buckets 64,256,MAX,
+#   cadence  one daemon ($CADENCE_FRONTS [6] fronts (4 are too few past 2,000 streams: benchmarks.md, session 55), a list runs each, as fronts; --max-batch $CADENCE_MAX [3000], buckets 64,256,MAX,
 #            stream and connection limits MAX + 100)
 #            at $CADENCE_N [1300,1600] SNAC streams four ways (or five: gap, below),
 #            each with its tick trace (CODECD_TICK_TRACE, all in $OUT/traces.tgz): the shipped
@@ -478,7 +478,7 @@ convcheck() {
 }
 
 cadence() {
-    local n=${CADENCE_N:-1300,1600} way extra rt g r fronts=${CADENCE_FRONTS:-4}
+    local n=${CADENCE_N:-1300,1600} way extra rt g r fronts=${CADENCE_FRONTS:-6}
     # the batch limit above the loads tried (2,800 SNAC streams hold on an H100's runtime alone)
     local mb=${CADENCE_MAX:-3000}
     local daemon=(--serve-arg=--devices=cuda:0 --serve-arg=--max-batch=$mb
