@@ -754,23 +754,10 @@ def test_a_round_steps_every_ready_stream_when_more_than_one_graph_holds(small: 
             assert m.stream_ticks - before == 10, (k, list(m.batches))
             assert list(m.batches)[-3:] == [4, 4, 2]
         send(front, [wire.FinishStream(sid) for sid in sids])
-        w.drain()
-        audio: dict[int, list[np.ndarray]] = {sid: [] for sid in sids}
-        ends: dict[int, Any] = {}
-        for _ in range(50):
-            w.run_ticks()
-            w.flush()
-            for ev in read_events(front):
-                if isinstance(ev, wire.AudioOut):
-                    audio[ev.sid].append(ev.pcm)
-                elif isinstance(ev, (wire.StreamDone, wire.StreamFailed)):
-                    ends[ev.sid] = ev
-            if len(ends) == len(sids):
-                break
-            w.drain()
+        audio, ends = _run_until_ended(w, front, len(sids))
         assert len(ends) == len(sids)
         for sid in sids:
-            assert isinstance(ends[sid], wire.StreamDone)
+            assert isinstance(ends[sid][-1], wire.StreamDone)
             assert_stream_equals_offline(np.concatenate(audio[sid]), offline(levels[sid]), sid)
 
 
