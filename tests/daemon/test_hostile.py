@@ -59,12 +59,16 @@ async def slow_reader(port: int, sid: str, toks: np.ndarray, speed: float
             return ws, audio, d
 
 
-@pytest.mark.parametrize("budget", [0.5, 0.0])
+@pytest.mark.parametrize("budget, speed", [(0.5, 0.5), (0.0, 0.25)])
 def test_slow_steady_reader_is_held_to_the_output_budget(small: Path, offline: Any,
-                                                         budget: float) -> None:
+                                                         budget: float, speed: float) -> None:
     """A client reading at half real time: with an output budget the audio queued for it
     stays within the budget and it gets all its audio, exact; another connection's stream
-    finishes at full speed. Without one (control), the queue grows to most of the stream."""
+    finishes at full speed. Without one (control), the queue grows to most of the stream.
+
+    The control reads at a quarter of real time: its queue peaks near 2.0 s x (1 - 0.25 / r)
+    for a server decoding at r x real time, and a loaded CI box once decoded near r = 1
+    (peak 0.91 s at half speed); at a quarter it stays past 1.0 s down to r = 0.5."""
     async def main() -> None:
         rng = np.random.default_rng(18)
         async with running(small, output_budget_s=budget, max_ahead_s=0.0, sndbuf_bytes=4096,
@@ -82,7 +86,7 @@ def test_slow_steady_reader_is_held_to_the_output_budget(small: Path, offline: A
 
             watcher = asyncio.create_task(watch())
             t0 = time.monotonic()
-            slow = asyncio.create_task(slow_reader(srv.port, "slow", toks, speed=0.5))
+            slow = asyncio.create_task(slow_reader(srv.port, "slow", toks, speed=speed))
             await asyncio.sleep(0.3)
             other = await Client.open(srv.port)
             olevels = small_codes(1200, rng)
@@ -105,9 +109,9 @@ def test_slow_steady_reader_is_held_to_the_output_budget(small: Path, offline: A
                 assert peak[0] <= budget + 0.1, peak[0]
                 assert t_other < 2.0, t_other
             else:
-                # over the budgeted run's bound with room: 1.197 s once with the box loaded
+                # past the budgeted run's bound (0.6 s) with room
                 assert peak[0] > 1.0, peak[0]
-            assert elapsed > 3.0, elapsed  # it did read at half speed
+            assert elapsed > 2.0 / speed - 1.0, elapsed  # it did read at that speed
             await ws.close()
             await other.close()
     asyncio.run(main())
