@@ -854,16 +854,17 @@ class Worker:
             return 0
         cands.sort(key=_SID)  # each front's streams side by side: one AUDIO record per front
         cap = self.cfg.max_batch
-        if len(cands) <= cap:
-            return self._tick_graph(m, cands)
-        r = m.ticks % len(cands)  # which streams take the later graphs: rotated for fairness
-        cands = cands[r:] + cands[:r]
-        n = self._tick_graph(m, cands[:cap])
-        for i in range(cap, len(cands), cap):
-            self._apply_deferred()  # a command read during the last graph may close some
-            rest = [st for st in cands[i:i + cap] if m.streams.get(st.sid) is st]
-            if rest:
-                n += self._tick_graph(m, rest)
+        if len(cands) > cap:
+            r = m.ticks % len(cands)  # which streams take the later graphs: rotated for fairness
+            cands = cands[r:] + cands[:r]
+        n = 0
+        for i in range(0, len(cands), cap):
+            part = cands[i:i + cap]
+            if i:
+                self._apply_deferred()  # a command read during the last graph may close some
+                part = [st for st in part if m.streams.get(st.sid) is st]
+            if part:
+                n += self._tick_graph(m, part)
         return n
 
     def _tick_graph(self, m: _Model, cands: list[_Stream]) -> int:
