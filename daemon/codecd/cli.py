@@ -637,7 +637,7 @@ async def _play_main(args, layout: str, payload) -> int:
             if player.error is None:
                 await sender
             buf.end()
-            await asyncio.to_thread(player.wait, 5.0 + buf.level / sr)
+            await asyncio.to_thread(player.wait, stall_s=10.0)
     except ServerError as e:
         raise RuntimeError(f"server: {e}") from None
     finally:

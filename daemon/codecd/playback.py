@@ -309,20 +309,37 @@ class Player:
         self.output_latency_s = float(self._stream.latency)
         self._stream.start()
 
-    def wait(self, timeout: float | None = None) -> None:
-        """Wait for the drain (or a callback failure), then stop and close the stream."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def wait(self, timeout: float | None = None, *, stall_s: float | None = None) -> None:
+        """Wait for the drain (or a callback failure), then stop and close the stream.
+
+        ``timeout`` bounds the whole wait; ``stall_s`` bounds only a stall: the wait fails
+        when the device played nothing for that long. A loaded machine plays slowly (the
+        callback thread starves, ALSA recovers from underruns) but keeps making progress;
+        a dead device or stream makes none."""
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        played, progress_at = self.buffer.frames_played, now
         while True:
             if self.buffer.wait_drained(0.05):
                 break
             if self._finished.is_set() or self.error is not None:
                 break
-            if deadline is not None and time.monotonic() > deadline:
+            now = time.monotonic()
+            if self.buffer.frames_played != played:
+                played, progress_at = self.buffer.frames_played, now
+            if deadline is not None and now > deadline:
                 self.close(abort=True)
                 raise PlaybackError("playback did not drain in time")
+            if stall_s is not None and now - progress_at > stall_s:
+                self.close(abort=True)
+                raise PlaybackError(f"playback stalled: the device played nothing for "
+                                    f"{stall_s:g} s")
+        drained = self.buffer.drained
         self.close(abort=self.error is not None)
         if self.error is not None:
             raise PlaybackError(f"playback callback failed: {self.error!r}") from self.error
+        if not drained:  # the stream finished on its own with audio still buffered
+            raise PlaybackError("the output stream stopped before the buffer drained")
 
     def close(self, abort: bool = False) -> None:
         st, self._stream = self._stream, None

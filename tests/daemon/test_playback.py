@@ -252,6 +252,59 @@ def test_callback_exception_aborts_stream_not_process(pulse):
     assert res["played"] < SR // 2
 
 
+STALL_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    import numpy as np
+    from codecd.playback import JitterBuffer, Player, PlaybackError
+
+    class Stuck(JitterBuffer):
+        # a consumer that stops taking samples after the first 2048: the callback keeps
+        # running (silence) but nothing more plays, as when a device or server wedges
+        def read_into(self, out):
+            if self.frames_played >= 2048:
+                out[:] = 0.0
+                return 0
+            return super().read_into(out)
+
+    sr = 24000
+    buf = Stuck(sr * 10, prime=0)
+    pl = Player(buf, sr, blocksize=512)
+    pl.start()
+    buf.write(np.zeros(5 * sr, dtype=np.float32))
+    buf.end()
+    if sys.argv[1] == "stopped":  # the stream itself stops (finished) with audio buffered
+        time.sleep(0.05)
+        pl._stream.stop()
+    t0, err = time.monotonic(), None
+    try:
+        pl.wait(stall_s=1.0)
+    except PlaybackError as e:
+        err = str(e)
+    print(json.dumps({"error": err, "waited": time.monotonic() - t0,
+                      "played": buf.frames_played}))
+""")
+
+
+@pytest.mark.parametrize("mode", ["stuck", "stopped"])
+def test_wait_fails_on_a_stall_not_on_slow_progress(pulse, mode):
+    """A consumer that stops taking samples fails the wait after stall_s of no progress (the
+    CLI's drain check); a stream that stops with audio buffered fails it at once. The
+    slow-but-moving case is test_play_fed_too_slowly_underruns and the CLI tests."""
+    import json
+
+    r = subprocess.run([sys.executable, "-c", STALL_SCRIPT, mode], env=pulse,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    if mode == "stuck":
+        assert res["error"] is not None and "stalled" in res["error"], res
+        assert 0.9 < res["waited"] < 5.0, res
+        assert res["played"] <= 2048 + 512  # one callback block past the stall point at most
+    else:
+        assert res["error"] is not None and "stopped before" in res["error"], res
+        assert res["played"] < 5 * 24000
+
+
 def test_cli_play_against_protocol_server(pulse, tmp_path):
     from fakeserver import FakeServer, orpheus_ids
 
