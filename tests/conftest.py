@@ -23,6 +23,15 @@ if str(ROOT / "bindings") not in sys.path:
 import reference  # noqa: E402
 from smallmodel import write_small_snac as _write_small_snac  # noqa: E402
 
+try:  # property tests judge inputs, not speed: a loaded CI box must not fail them on time
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("codecd", deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("codecd")
+except ImportError:  # the test extra brings hypothesis; a partial environment skips its tests
+    pass
+
 
 def pytest_collection_modifyitems(config, items):
     """GPU tests are opt-in: they run only with CODECD_TEST_GPU=1 (on the device machine)."""

@@ -107,7 +107,7 @@ def test_slow_steady_reader_is_held_to_the_output_budget(small: Path, offline: A
             if budget:
                 # budget + the small model's decoder hold (well under 0.1 s)
                 assert peak[0] <= budget + 0.1, peak[0]
-                assert t_other < 2.0, t_other
+                assert t_other < elapsed / 2, (t_other, elapsed)  # the other ran at full speed
             else:
                 # past the budgeted run's bound (0.6 s) with room
                 assert peak[0] > 1.0, peak[0]

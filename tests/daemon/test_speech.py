@@ -399,7 +399,7 @@ def test_upstream_failures(small: Path, offline: Any, caplog: pytest.LogCaptureF
     """Each upstream failure before audio is its documented HTTP error; after audio, a clean
     end of the stream with the audio decoded so far; nothing is left running."""
     async def main() -> None:
-        async with speech_server(small, timeout=1.0) as (srv, lm):
+        async with speech_server(small, timeout=3.0) as (srv, lm):
             for word, status, code in (("SLOW", 504, "upstream_timeout"),
                                        ("STATUS500", 502, "upstream_status"),
                                        ("STATUS404", 502, "upstream_status"),

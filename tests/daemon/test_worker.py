@@ -649,9 +649,11 @@ def test_express_ticks_only_what_ends_before_the_aligned_tick(small: Path) -> No
         for sid, st in w._fresh.items():  # streams 3 and 4 have stepped once without audio
             st.silent_steps = int(sid & ((1 << _FID_SHIFT) - 1) >= 3)
         m = w.models["small"]
-        m.cost.add(1, 25.0)  # ticks that cost 10 ms plus 15 ms a stream
-        m.cost.add(8, 130.0)
-        w._express(time.monotonic() + 0.06)  # 0.9 * 60 - 1 = 53 ms: two streams (40 ms), not three
+        # ticks that cost 100 ms plus 150 ms a stream: long enough that the time between this
+        # clock reading and the worker's own (a loaded box may deschedule us) does not matter
+        m.cost.add(1, 250.0)
+        m.cost.add(8, 1300.0)
+        w._express(time.monotonic() + 0.6)  # 0.9 * 600 - 1 = 539 ms: two streams (400), not three
         assert (m.ticks, list(m.batches)) == (1, [2])
         assert fresh() == [1, 2]  # tried again while time is left
         w._express(time.monotonic() + 0.005)  # 3.5 ms: not even one
@@ -703,10 +705,10 @@ def test_catch_up_ticks_the_streams_that_missed_their_round(small: Path) -> None
         assert m.catch_up_ticks == 0 and len(w._missed) == 2 and w._catch_ups_left == 2
         send(front, [wire.PushCodes(sid, small_codes(4, rng)) for sid in (3, 4)])
         w.drain()
-        m.cost = TickCost()  # ticks that cost 10 ms plus 15 ms a stream (not the real ones)
-        m.cost.add(1, 25.0)
-        m.cost.add(8, 130.0)
-        w._catch_up(time.monotonic() + 0.04)  # 0.9 * 40 - 1 = 35 ms: one stream (25 ms)
+        m.cost = TickCost()  # ticks that cost 100 ms plus 150 ms a stream (not the real ones;
+        m.cost.add(1, 250.0)  # long, so that a descheduled test does not change what fits)
+        m.cost.add(8, 1300.0)
+        w._catch_up(time.monotonic() + 0.4)  # 0.9 * 400 - 1 = 359 ms: one stream (250), not two
         assert (m.catch_up_ticks, m.catch_up_streams, list(m.batches)) == (1, 1, [4, 2, 1])
         assert st3.on_cadence and st3.stepped_since and len(w._missed) == 1
         w._catch_up(time.monotonic() + 0.005)  # 3.5 ms: none fits, it waits for the round
@@ -820,7 +822,8 @@ def test_first_audio_gap_holds_an_express_tick_until_its_gap_fits(small: Path) -
         t0 = time.monotonic()
         w._express(t0 + 0.4)
         assert m.ticks == 0 and len(w._fresh) == 2 and set(w._holds) == {"small"}
-        assert 0.150 < w._holds["small"] - t0 < 0.170
+        hold = w._holds["small"]  # deadline - 235 ms, whenever the worker read its clock
+        assert 0.150 < hold - t0 < 0.170
         assert w.stats()["models"]["small"]["express_holds"] == 1  # codecd_express_holds
 
         starts: list[float] = []
@@ -839,7 +842,9 @@ def test_first_audio_gap_holds_an_express_tick_until_its_gap_fits(small: Path) -
         t0 = time.monotonic()
         assert w._gather_until(t0 + 0.4) == "boundary"
         assert m.express_ticks == 1 and list(m.batches) == [2]
-        assert 0.150 <= starts[0] - t0 < 0.39  # when the gap fits: not at once, and before the round
+        # when the gap fits (not at once: at the hold, or later if the worker recomputed it
+        # from this later deadline), and before the round
+        assert starts[0] >= hold and starts[0] - t0 < 0.39, (starts[0] - hold, starts[0] - t0)
         assert waits[0] < 20  # asleep while held, not polling
         w._tick, w._wait = tick, wait
 
@@ -1123,9 +1128,10 @@ def test_first_audio_gap_holds_one_model_not_the_others(small: Path, caplog: Any
         ma, mb = w.models["a"], w.models["b"]
         ma.cost.add(1, 25.0)  # a: 10 ms plus 15 ms a stream; b: no tick yet, no cost: never held
         ma.cost.add(8, 130.0)
-        # a, 300 ms before the round: its tick of 2 would open 300 + 1000 + 55 - 40 = 1315 ms of gap,
-        # so it waits 305 ms, past the round (a bound under period + round: the cadence for a)
-        deadline = time.monotonic() + 0.3
+        # a, 1 s before the round: its tick of 2 would open 1000 + 1000 + 55 - 40 = 2015 ms of
+        # gap, so it waits 1005 ms, past the round (a bound under period + round: the cadence
+        # for a); 1 s leaves b's express tick below ample time on a loaded box
+        deadline = time.monotonic() + 1.0
         w._express(deadline)
         assert (ma.express_ticks, ma.express_holds, set(w._holds)) == (0, 1, {"a"})
         send(front, [wire.PushCodes(4, small_codes(4, rng))])
