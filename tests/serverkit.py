@@ -106,8 +106,9 @@ def serve_process(small: Path, log: Path, *flags: str, env: dict[str, str] | Non
 
 
 async def wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path,
-                     timeout: float = 30.0) -> None:
-    """Poll /readyz until 200; fail with the daemon's log if it exits or takes too long."""
+                     timeout: float = 90.0) -> None:
+    """Poll /readyz until 200; fail with the daemon's log if it exits or takes too long (90 s:
+    a daemon starts in about a second idle, and took over 30 s on a box at load 12)."""
     deadline = time.monotonic() + timeout
     while True:
         with contextlib.suppress(OSError):

