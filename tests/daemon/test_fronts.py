@@ -662,10 +662,10 @@ async def open_two(pool: Any) -> None:
 EPS = 0.001
 
 
-def trace_rows(path: Path) -> list[list[str]]:
-    """A tick trace's rounds (CODECD_TICK_TRACE=PATH writes PATH.worker0): start_s phase_ms
-    ready open stepped wall_ms trigger, each as a string."""
-    return [line.split() for line in path.read_text().splitlines()[1:]]
+def trace_rows(trace: Path) -> list[list[str]]:
+    """Worker 0's rounds in the tick trace CODECD_TICK_TRACE=``trace`` wrote (to
+    ``trace``.worker0): start_s phase_ms ready open stepped wall_ms trigger, each as a string."""
+    return [line.split() for line in Path(f"{trace}.worker0").read_text().splitlines()[1:]]
 
 
 def laid_out(run: Callable[[int], T], broken: Callable[[T], str | None], tries: int = 3) -> T:
@@ -719,7 +719,7 @@ def two_stream_rounds(small: Path, trace: Path, monkeypatch: pytest.MonkeyPatch,
             await pool.close()
 
     batches = asyncio.run(main())
-    return batches, trace_rows(Path(f"{trace}.worker0")), sent
+    return batches, trace_rows(trace), sent
 
 
 def test_a_tick_started_by_every_stream_being_ready_keeps_its_phase(
@@ -833,7 +833,7 @@ def test_codes_that_miss_their_round_catch_up(small: Path, tmp_path: Path,
                 await pool.close()
 
         st = asyncio.run(main())
-        return sent, trace_rows(Path(f"{trace}.worker0")), st
+        return sent, trace_rows(trace), st
 
     def broken(got: tuple[Sent, list[list[str]], dict[str, Any]]) -> str | None:
         sent, rows, _ = got
@@ -904,7 +904,7 @@ def test_a_silent_stream_does_not_slow_the_cadence(small: Path, tmp_path: Path,
             await pool.close()
 
     asyncio.run(main())
-    rows = [line.split() for line in (tmp_path / "trace.worker0").read_text().splitlines()[1:]]
+    rows = trace_rows(tmp_path / "trace")
     starts = [float(r[0]) for r in rows]
     assert all(r[4] == "1" for r in rows), rows  # the silent stream is never stepped
     gaps = np.diff(starts)
@@ -955,7 +955,7 @@ def test_new_streams_every_period_do_not_slow_the_cadence(small: Path, tmp_path:
             await pool.close()
 
     asyncio.run(main())
-    rows = [line.split() for line in (tmp_path / "trace.worker0").read_text().splitlines()[1:]]
+    rows = trace_rows(tmp_path / "trace")
     starts = [float(r[0]) for r in rows if r[6] not in ("express", "catch-up")]
     gaps = np.diff(starts)
     assert len(gaps) >= 9, rows
