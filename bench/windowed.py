@@ -112,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
                     codes = np.random.default_rng(args.seed).integers(
                         0, info.codebook_sizes[0], n).astype(np.int32)
                 offline = ctx.decode([codes])
+                # one window first, as the daemon's warm-up does (WindowedModel.warm): a CPU
+                # context packs its weights for products of few rows at their first use, a
+                # one-time cost (NeuCodec on a Zen 3: 1.9 s) that the first row would carry
+                ctx.decode([codes[:WindowParams().steady_frames]])
                 block = info.sample_rate // 50
                 for c, lb, la, o in SETTINGS:
                     p = WindowParams(c, lb, la, o)
