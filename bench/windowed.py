@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                 offline = ctx.decode([codes])
                 # one window first, as the daemon's warm-up does (WindowedModel.warm): a CPU
                 # context packs its weights for products of few rows at their first use, a
-                # one-time cost (NeuCodec on a Zen 3: 1.9 s) that the first row would carry
+                # one-time cost that the first row would carry (a NeuCodec context on a Zen 3:
+                # 0.8 to 1.9 s, mostly the first touch of the panels' 600 MB)
                 ctx.decode([codes[:WindowParams().steady_frames]])
                 block = info.sample_rate // 50
                 for c, lb, la, o in SETTINGS:
