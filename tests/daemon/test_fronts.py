@@ -350,8 +350,9 @@ def test_killed_worker_fails_streams_keeps_connections_and_serves_again(
 
     async def main(p: subprocess.Popen[bytes], port: int) -> None:
         # the default buckets: the first start warms bucket 64 too, where the other tests'
-        # daemons warm bucket 1 (30 s ran out with the test at nice 10 beside 6 busy loops)
-        await wait_ready(port, p, log, timeout=90)
+        # daemons warm bucket 1 (30 s ran out with the test at nice 10 beside 6 busy loops:
+        # wait_ready's default, 90 s, allows for it)
+        await wait_ready(port, p, log)
         pids = fronts_of(p.pid, 2)
         (worker,) = children(p.pid, "codecd.worker")
         by = await spread(port, pids, 4, min_per_front=2)
