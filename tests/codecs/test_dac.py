@@ -58,10 +58,11 @@ def check_against_reference(got: np.ndarray, want: np.ndarray, n_frames: int, ho
     return rel_l2(got[..., :n], want)
 
 
-@pytest.mark.parametrize("ops", ["cpu", "portable"])
+@pytest.mark.parametrize("ops", ["cpu", "portable", "device-ops"])
 def test_parity_tiny(codecrt, cases, ops, record_property):
-    """Batch 2 of 37 frames with the fused CPU kernels and with the portable graphs that GPUs run:
-    relative L2 error against dac itself at most 1e-4."""
+    """Batch 2 of 37 frames with the fused CPU kernels and with the portable graphs that GPUs run,
+    composed from ggml's ops and on codecrt's device ops (dac.h, dac_conv_dev): relative L2 error
+    against dac itself at most 1e-4."""
     case = cases("tiny")
     codes = ref.random_codes(case.config, 37, np.random.default_rng(1), batch=2)
     want = ref.reference_decode(case.model, codes)
@@ -106,7 +107,7 @@ def test_short_utterances(codecrt, cases, n_frames):
     assert check_against_reference(got, want, n_frames, case.hop) <= F32_TOL
 
 
-@pytest.mark.parametrize("ops", ["cpu", "portable"])
+@pytest.mark.parametrize("ops", ["cpu", "portable", "device-ops"])
 def test_frame_buckets_mask_padding(codecrt, cases, ops):
     """Frame and batch buckets: 37 and 5 frames decoded in graphs of 48 and 16 with their padding
     masked at each point's own valid length (the odd stride's lost sample included) equal the
@@ -175,7 +176,7 @@ def run_stream(ctx, lv: list[np.ndarray], cuts: list[int]) -> tuple[np.ndarray, 
     return np.concatenate(out), info
 
 
-@pytest.mark.parametrize("ops", ["cpu", "portable"])
+@pytest.mark.parametrize("ops", ["cpu", "portable", "device-ops"])
 @pytest.mark.parametrize("chunk", [1, 3, 8])
 def test_stream_equals_offline(codecrt, cases, chunk, ops):
     """Codes pushed in random pieces, ticks of 1, 3 and 8 frames: the stream gives the offline
@@ -353,3 +354,23 @@ def test_conv_taps_decode_as_im2col(codecrt, cases):
     (im2col, _), (taps, taps_streamed) = out["im2col"], out["taps"]
     assert rel_l2(taps, im2col) <= 1e-5
     assert np.abs(taps_streamed - taps[0]).max() < 1e-5
+
+
+def test_device_ops_graphs_are_other_graphs(codecrt, cases):
+    """The portable graphs on codecrt's device ops (CODECRT_FUSED_UNIT=1: the columns op with the
+    Snakes gathered through it, its products, biases with the residual; what a CUDA context runs)
+    are other graphs than the composed ones (no transposes, no column matrix by im2col: another
+    compute buffer), and decode the same samples to f32 rounding, offline and streamed."""
+    case = cases("tiny")
+    rng = np.random.default_rng(14)
+    lv = [rng.integers(0, 1024, (2, 45)).astype(np.int32) for _ in range(4)]
+    out, buffers = {}, {}
+    with codecrt.Model(str(case.gguf)) as m:
+        for ops in ("portable", "device-ops"):
+            with runtime_env(**ops_env(ops)), codecrt.Context(m, device="cpu", stream_chunk_frames=4) as ctx:
+                out[ops] = ctx.decode(lv), run_stream(ctx, [x[0] for x in lv], [0, 9, 30, 45])[0]
+                buffers[ops] = ctx.stats.compute_buffer_bytes
+    (composed, _), (dev, dev_streamed) = out["portable"], out["device-ops"]
+    assert buffers["portable"] != buffers["device-ops"]
+    assert rel_l2(dev, composed) <= 1e-5
+    assert np.abs(dev_streamed - dev[0]).max() < 1e-5

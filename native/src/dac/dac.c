@@ -123,9 +123,16 @@ static void dac_tensor_specs(const void *hp_, cr_spec_list *s) {
 
 /* ----------------------------------------------------------- graph pieces */
 
+struct ggml_tensor *dac_snake_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
+                                  const char *prefix) {
+    return cr_cols(ctx, cr_dense(ctx, x), dac_w(w, "%s.alpha", prefix), dac_w(w, "%s.inv_alpha", prefix), 1, 1, 0,
+                   0);
+}
+
 struct ggml_tensor *dac_snake(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
-                              struct ggml_tensor *x, const char *prefix, bool cpu_ops) {
-    return cr_snake(ctx, gf, x, dac_w(w, "%s.alpha", prefix), dac_w(w, "%s.inv_alpha", prefix), cpu_ops);
+                              struct ggml_tensor *x, const char *prefix, bool cpu_ops, bool dev) {
+    struct ggml_tensor *y = dev ? dac_snake_dev(ctx, w, x, prefix) : NULL;
+    return y ? y : cr_snake(ctx, gf, x, dac_w(w, "%s.alpha", prefix), dac_w(w, "%s.inv_alpha", prefix), cpu_ops);
 }
 
 /* t[0..n) side by side along dim 0, in a balanced tree of concatenations (log2 n copies of
@@ -155,22 +162,59 @@ struct ggml_tensor *dac_conv(struct ggml_context *ctx, struct ggml_cgraph *gf, s
     return cr_conv1d(ctx, gf, cr_dense(ctx, x), w, b, dil, pad, pad, ops);
 }
 
-struct ggml_tensor *dac_res_branch(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
-                                   struct ggml_tensor *buf, int i, int j, bool same, const cr_cpu_ops *ops) {
+struct ggml_tensor *dac_conv_dev(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_context *w,
+                                 const char *snake, struct ggml_tensor *k, struct ggml_tensor *b, int dil, int pad,
+                                 struct ggml_tensor *res) {
+    const int64_t K = k->ne[0], cin = k->ne[1], cout = k->ne[2];
+    struct ggml_tensor *alpha = snake ? dac_w(w, "%s.alpha", snake) : NULL;
+    struct ggml_tensor *inv = snake ? dac_w(w, "%s.inv_alpha", snake) : NULL;
+    struct ggml_tensor *cols = cr_cols(ctx, cr_dense(ctx, x), alpha, inv, (int)K, dil, pad, pad); /* [K Cin, To, B] */
+    struct ggml_tensor *y = cols ? cr_matmul(ctx, ggml_reshape_2d(ctx, k, K * cin, cout), cols) : NULL;
+    return y ? cr_bias_act(ctx, y, b, res, CR_ACT_NONE) : NULL; /* [Cout, To, B] */
+}
+
+/* The unit on codecrt's device ops: Snake1 gathered into the dilated conv's columns, the
+   product, its bias; Snake2 as one pass (the columns of a 1-tap conv), the 1x1 product, its
+   bias with the residual where that is contiguous. Six of codecrt's ops, one split. */
+static struct ggml_tensor *dac_res_unit_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *buf,
+                                            int i, int j, int dil, bool same, struct ggml_tensor *res) {
+    char p[64];
+    snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake1", i, j);
+    struct ggml_tensor *y = dac_conv_dev(ctx, buf, w, p, dac_w(w, "decoder.block.%d.res.%d.conv.weight", i, j),
+                                         dac_w(w, "decoder.block.%d.res.%d.conv.bias", i, j), dil,
+                                         same ? 3 * dil : 0, NULL);
+    snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake2", i, j);
+    y = y ? dac_snake_dev(ctx, w, y, p) : NULL;
+    struct ggml_tensor *pw = dac_w(w, "decoder.block.%d.res.%d.pw.weight", i, j);
+    struct ggml_tensor *pwb = dac_w(w, "decoder.block.%d.res.%d.pw.bias", i, j);
+    y = y ? cr_matmul(ctx, pw, y) : NULL;
+    const bool fold = res && ggml_is_contiguous(res) && y && ggml_are_same_shape(res, y);
+    struct ggml_tensor *out = y ? cr_bias_act(ctx, y, pwb, fold ? res : NULL, CR_ACT_NONE) : NULL;
+    return !out || fold || !res ? out : ggml_add(ctx, res, out);
+}
+
+struct ggml_tensor *dac_res_unit(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
+                                 struct ggml_tensor *buf, int i, int j, bool same, struct ggml_tensor *res,
+                                 const cr_cpu_ops *ops, bool dev) {
     const bool cpu_ops = ops != NULL;
     int dil = 1;
     for (int k = 0; k < j; k++) {
         dil *= 3;
     }
+    struct ggml_tensor *out = dev ? dac_res_unit_dev(ctx, w, buf, i, j, dil, same, res) : NULL;
+    if (out) {
+        return out;
+    }
     char p[64];
     snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake1", i, j);
-    struct ggml_tensor *y = dac_snake(ctx, w, gf, buf, p, cpu_ops);
+    struct ggml_tensor *y = dac_snake(ctx, w, gf, buf, p, cpu_ops, false);
     y = dac_conv(ctx, gf, y, dac_w(w, "decoder.block.%d.res.%d.conv.weight", i, j),
                  dac_w(w, "decoder.block.%d.res.%d.conv.bias", i, j), dil, same ? 3 * dil : 0, ops);
     snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake2", i, j);
-    y = dac_snake(ctx, w, gf, y, p, cpu_ops);
-    return cr_linear(ctx, y, dac_w(w, "decoder.block.%d.res.%d.pw.weight", i, j),
-                     dac_w(w, "decoder.block.%d.res.%d.pw.bias", i, j), ops);
+    y = dac_snake(ctx, w, gf, y, p, cpu_ops, false);
+    y = cr_linear(ctx, y, dac_w(w, "decoder.block.%d.res.%d.pw.weight", i, j),
+                  dac_w(w, "decoder.block.%d.res.%d.pw.bias", i, j), ops);
+    return res ? ggml_add(ctx, res, y) : y;
 }
 
 /* --------------------------------------------------------- stream shape */

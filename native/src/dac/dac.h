@@ -69,19 +69,39 @@ int64_t dac_points(const dac_hparams *hp, int64_t T, int i);
 /* weight lookup by printf-style name (layers.h) */
 #define dac_w cr_weight
 
-/* Snake on x [C, T, B] by prefix's parameters (cr_snake: fused on the CPU, fusable elsewhere). */
+/* Snake on x [C, T, B] by prefix's parameters: with dev (codecrt's device ops, or their C
+   functions in the portable graphs: shape->fused_unit off the CPU kernels) one pass of the
+   columns op (dac_snake_dev); else cr_snake (fused on the CPU, fusable elsewhere). */
 struct ggml_tensor *dac_snake(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
-                              struct ggml_tensor *x, const char *prefix, bool cpu_ops);
-
+                              struct ggml_tensor *x, const char *prefix, bool cpu_ops, bool dev);
+/* The Snake as the columns of a 1-tap conv (cr_cols): one pass where the composed Snake is
+   five between two transposes. NULL where the op does not fit. */
+struct ggml_tensor *dac_snake_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
+                                  const char *prefix);
 /*
- * ResidualUnit j of block i without its residual: pw(Snake2(conv_dil(Snake1(buf)))),
- * buf [C, L, B]. same: the k7 conv pads 3 dil frames on each side (L = n, an
- * offline decode); otherwise it is valid and buf holds 6 dil frames of left
- * context before the n new ones (a stream). Returns [C, n, B].
+ * A stride-1 conv k [K, Cin, Cout] (PyTorch's (Cout, Cin, K)) of x [Cin, L, B] on codecrt's
+ * device ops, after the Snake of prefix `snake` where given: the columns op gathers the
+ * columns [K Cin, L + 2 pad - dil (K - 1), B] through the Snake (cr_cols), one product
+ * (cr_matmul), then the bias and the residual res (contiguous, the output's shape, or NULL)
+ * in one pass (cr_bias_act). Where ggml's im2col took a transpose, a pad and a gather that
+ * reads each column across time-fastest rows (48 % of a batch-16 DAC decode's kernel time on
+ * an H200, docs/benchmarks.md), the columns op writes whole columns from channels-fastest
+ * rows. NULL where an op does not fit.
  */
-struct ggml_tensor *dac_res_branch(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
-                                   struct ggml_tensor *buf, int i, int j, bool same, const cr_cpu_ops *ops);
-
+struct ggml_tensor *dac_conv_dev(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_context *w,
+                                 const char *snake, struct ggml_tensor *k, struct ggml_tensor *b, int dil, int pad,
+                                 struct ggml_tensor *res);
+/*
+ * ResidualUnit j of block i: res + pw(Snake2(conv_dil(Snake1(buf)))), buf [C, L, B]. same:
+ * the k7 conv pads 3 dil frames on each side (L = n, an offline decode); otherwise it is
+ * valid and buf holds 6 dil frames of left context before the n new ones (a stream). res:
+ * the residual [C, n, B] (a view of buf in a stream), or NULL for the branch alone. dev: on
+ * codecrt's device ops (dac_conv_dev, dac_snake_dev), else the CPU kernels (ops) or ggml's
+ * composed ops. Returns [C, n, B].
+ */
+struct ggml_tensor *dac_res_unit(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
+                                 struct ggml_tensor *buf, int i, int j, bool same, struct ggml_tensor *res,
+                                 const cr_cpu_ops *ops, bool dev);
 /*
  * The quantizer's latent: sum over codebooks q of out_proj_q(codebook_q[codes[q]]), codes[q]
  * [N] -> [L, N], as ONE product: the codebook vectors side by side [H Q, N] times the

@@ -18,6 +18,7 @@ struct ggml_cgraph *dac_build_decode(const cr_model *model, struct ggml_context 
     const int64_t T = shape->n_frames, B = shape->n_batch, L = hp->latent_dim;
     const bool cpu = shape->cpu_ops;
     const cr_cpu_ops *ops = cr_graph_ops(cpu, shape->ops);
+    const bool dev = shape->fused_unit && !cpu; /* codecrt's device ops (dac.h) */
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
     char name[32];
 
@@ -40,24 +41,25 @@ struct ggml_cgraph *dac_build_decode(const cr_model *model, struct ggml_context 
     struct ggml_tensor *z = dac_quantize(ctx, w, io + DAC_IO_CODES, hp->n_codebooks, ops); /* [L, T*B] */
     struct ggml_tensor *x = dac_mask(ctx, ggml_reshape_3d(ctx, z, L, T, B), masks[0]);
 
-    x = dac_conv(ctx, gf, x, dac_w(w, "decoder.in.weight"), dac_w(w, "decoder.in.bias"), 1, 3, ops); /* [D, T, B] */
+    struct ggml_tensor *in_w = dac_w(w, "decoder.in.weight"), *in_b = dac_w(w, "decoder.in.bias");
+    struct ggml_tensor *y0 = dev ? dac_conv_dev(ctx, x, w, NULL, in_w, in_b, 1, 3, NULL) : NULL;
+    x = y0 ? y0 : dac_conv(ctx, gf, x, in_w, in_b, 1, 3, ops); /* [D, T, B] */
     x = dac_mask(ctx, x, masks[0]);
 
     char p[64];
     for (int i = 0; i < hp->n_blocks; i++) {
         const int s = hp->rates[i];
         snprintf(p, sizeof(p), "decoder.block.%d.snake", i);
-        x = dac_snake(ctx, w, gf, x, p, cpu);
+        x = dac_snake(ctx, w, gf, x, p, cpu, dev);
         /* ConvTranspose1d(k 2s, stride s, padding ceil(s/2)): s n - (s mod 2) samples */
         x = cr_upconv(ctx, x, dac_w(w, "decoder.block.%d.up.weight", i), dac_w(w, "decoder.block.%d.up.bias", i), s,
                       (s + 1) / 2, dac_points(hp, T, i + 1), ops, cpu);
         x = dac_mask(ctx, x, masks[i + 1]);
         for (int j = 0; j < 3; j++) {
-            struct ggml_tensor *y = dac_res_branch(ctx, w, gf, x, i, j, true, ops);
-            x = dac_mask(ctx, ggml_add(ctx, x, y), masks[i + 1]);
+            x = dac_mask(ctx, dac_res_unit(ctx, w, gf, x, i, j, true, x, ops, dev), masks[i + 1]);
         }
     }
-    x = dac_snake(ctx, w, gf, x, "decoder.out_snake", cpu);
+    x = dac_snake(ctx, w, gf, x, "decoder.out_snake", cpu, dev);
     x = cr_conv_narrow(ctx, x, dac_w(w, "decoder.out.weight"), dac_w(w, "decoder.out.bias"), DAC_K, 3,
                        3); /* [1, n_N, B] */
     x = ggml_tanh(ctx, x);

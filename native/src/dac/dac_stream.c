@@ -21,10 +21,12 @@
  * offline decode's zero padding does there, and the output past the last
  * valid sample (the silence appended offline).
  *
- * Activations stay channels fastest on every backend; off the CPU each Snake
- * runs time fastest between two transposes and each k7 conv through im2col, or
- * as seven shifted products summed (CODECRT_CONV=taps; cr_conv1d, layers.h). A
- * time-fastest path for GPUs, as SNAC has, is not written yet.
+ * Activations stay channels fastest on every backend. On a GPU (codecrt's device
+ * ops) each k7 conv is the columns op with its Snake gathered through it, one
+ * product and its bias (dac_conv_dev, dac.h), each other Snake one pass of the
+ * columns op; on the portable graphs without them (CODECRT_FUSED_UNIT=0) each
+ * Snake runs time fastest between two transposes and each k7 conv through
+ * im2col, or as seven shifted products summed (CODECRT_CONV=taps; cr_conv1d).
  */
 #include <stdio.h>
 
@@ -37,6 +39,7 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
     const int64_t N = shape->chunk, B = shape->n_batch, L = hp->latent_dim;
     const bool cpu = shape->cpu_ops;
     const cr_cpu_ops *ops = cr_graph_ops(cpu, shape->ops);
+    const bool dev = shape->fused_unit && !cpu; /* codecrt's device ops (dac.h) */
     cr_states st;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
     cr_states_init(&st, ctx, gf, pool, n_pool, io, B, shape->masked, shape->cpu_ops);
@@ -51,7 +54,9 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
     struct ggml_tensor *x = cr_states_mask(&st, ggml_reshape_3d(ctx, z, L, N, B), r, d);
 
     struct ggml_tensor *buf = cr_states_append(&st, x, 6); /* [L, 6+N, B] */
-    x = dac_conv(ctx, gf, buf, dac_w(w, "decoder.in.weight"), dac_w(w, "decoder.in.bias"), 1, 0, ops); /* valid */
+    struct ggml_tensor *in_w = dac_w(w, "decoder.in.weight"), *in_b = dac_w(w, "decoder.in.bias");
+    struct ggml_tensor *y0 = dev ? dac_conv_dev(ctx, buf, w, NULL, in_w, in_b, 1, 0, NULL) : NULL;
+    x = y0 ? y0 : dac_conv(ctx, gf, buf, in_w, in_b, 1, 0, ops); /* valid */
     d += 3;
     x = cr_states_mask(&st, x, r, d);
 
@@ -60,7 +65,7 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
         const int s = hp->rates[i];
         snprintf(p, sizeof(p), "decoder.block.%d.snake", i);
         buf = cr_states_append(&st, x, 1); /* [C_i, 1+n, B] */
-        buf = dac_snake(ctx, w, gf, buf, p, cpu);
+        buf = dac_snake(ctx, w, gf, buf, p, cpu, dev);
         x = cr_upconv_step(ctx, buf, dac_w(w, "decoder.block.%d.up.weight", i),
                            dac_w(w, "decoder.block.%d.up.bias", i), s, ops); /* [C_i+1, n*s, B] */
         n *= s;
@@ -71,14 +76,13 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
             const int P = 3 * dil;
             d += P;
             buf = cr_states_append(&st, x, 2 * P); /* [C, 2P+n, B] */
-            struct ggml_tensor *y = dac_res_branch(ctx, w, gf, buf, i, j, false, ops);
             struct ggml_tensor *xd = ggml_view_3d(ctx, buf, buf->ne[0], n, B, buf->nb[1], buf->nb[2],
-                                                  (size_t)P * buf->nb[1]);
-            x = cr_states_mask(&st, ggml_add(ctx, xd, y), r, d);
+                                                  (size_t)P * buf->nb[1]); /* the residual's delay line */
+            x = cr_states_mask(&st, dac_res_unit(ctx, w, gf, buf, i, j, false, xd, ops, dev), r, d);
         }
     }
     buf = cr_states_append(&st, x, 6);
-    buf = dac_snake(ctx, w, gf, buf, "decoder.out_snake", cpu);
+    buf = dac_snake(ctx, w, gf, buf, "decoder.out_snake", cpu, dev);
     /* the last conv (C -> 1, k7) as one product [7, n+6, B], then its 7 shifted diagonals summed */
     struct ggml_tensor *zc = cr_mm(ctx, dac_w(w, "decoder.out.weight"), buf);
     struct ggml_tensor *y = NULL;
