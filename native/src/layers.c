@@ -296,6 +296,34 @@ struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_cgraph *gf, 
     return b ? ggml_add(ctx, y, b) : y; /* [Cout, To, B] */
 }
 
+struct ggml_tensor *cr_linear_ops(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                  struct ggml_tensor *b, struct ggml_tensor *res) {
+    struct ggml_tensor *y = cr_matmul(ctx, w, cr_dense(ctx, x));
+    if (!y) {
+        return NULL;
+    }
+    if (res && !(ggml_is_contiguous(res) && ggml_are_same_shape(res, y))) {
+        return NULL;
+    }
+    return cr_bias_act(ctx, y, b, res, CR_ACT_NONE);
+}
+
+struct ggml_tensor *cr_conv1d_cols(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *alpha,
+                                   struct ggml_tensor *inv, struct ggml_tensor *w, struct ggml_tensor *b, int d,
+                                   int pl, int pr, struct ggml_tensor *res) {
+    const int64_t K = w->ne[0], Cin = w->ne[1], Cout = w->ne[2];
+    if (x->ne[0] != Cin || !ggml_is_contiguous(w)) {
+        return NULL;
+    }
+    struct ggml_tensor *cols = cr_cols(ctx, cr_dense(ctx, x), alpha, inv, (int)K, d, pl, pr); /* [K Cin, T', B] */
+    return cols ? cr_linear_ops(ctx, cols, ggml_reshape_2d(ctx, w, K * Cin, Cout), b, res) : NULL;
+}
+
+struct ggml_tensor *cr_snake_cols(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *alpha,
+                                  struct ggml_tensor *inv) {
+    return cr_cols(ctx, cr_dense(ctx, x), alpha, inv, 1, 1, 0, 0);
+}
+
 int64_t cr_conv1d_max_elements(int64_t K, int64_t Cin, int64_t Cout, int64_t T, int64_t B) {
     const int64_t cols = K * (Cin > Cout ? Cin : Cout) * T * B, taps = K * Cin * Cout;
     return cols > taps ? cols : taps;

@@ -203,6 +203,32 @@ struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_cgraph *gf, 
                               struct ggml_tensor *w, struct ggml_tensor *b, int dilation, int pl, int pr,
                               const cr_cpu_ops *ops);
 
+/*
+ * A stride-1 conv on codecrt's device ops (the graphs a CUDA context runs, and their C
+ * functions in the portable graphs: cr_decode_shape.fused_unit off the CPU kernels): x
+ * [Cin, T, B] channels fastest, through a Snake (alpha, inv [Cin]) first where given, w
+ * [K, Cin, Cout] (PyTorch's (Cout, Cin, K)), b [Cout], dilation d, zero padding pl, pr,
+ * res [Cout, T', B] contiguous or NULL -> [Cout, T', B], T' = T + pl + pr - d (K-1). The
+ * columns op gathers [K Cin, T', B] from the channels-fastest rows through the Snake
+ * (cr_cols), one product (cr_matmul), then the bias and the residual in one pass
+ * (cr_bias_act): no transpose, no pad, no time-fastest im2col gather, no Snake tensor.
+ * NULL where an op does not fit.
+ */
+struct ggml_tensor *cr_conv1d_cols(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *alpha,
+                                   struct ggml_tensor *inv, struct ggml_tensor *w, struct ggml_tensor *b, int d,
+                                   int pl, int pr, struct ggml_tensor *res);
+
+/* A Snake x + inv sin(alpha x)^2 on codecrt's device ops: the columns of a 1-tap conv, one
+   pass where the composed Snake is five between two transposes. NULL where it does not fit. */
+struct ggml_tensor *cr_snake_cols(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *alpha,
+                                  struct ggml_tensor *inv);
+
+/* A 1x1 conv w [Cin, Cout] with its bias and the residual res (contiguous, the output's
+   shape, or NULL) on codecrt's device ops: cr_matmul, then cr_bias_act. NULL where an op
+   does not fit. */
+struct ggml_tensor *cr_linear_ops(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *w,
+                                  struct ggml_tensor *b, struct ggml_tensor *res);
+
 /* The largest tensor cr_conv1d makes off the CPU for a conv of K taps, Cin -> Cout, over T
    input frames (padding included) of B sequences, on either path: im2col's columns
    [K*Cin, T, B], the tap products [K*Cout, T, B], or the weight's taps side by side

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codeckit import case_cache, decode, rel_l2
+from codeckit import case_cache, decode, ops_env, rel_l2
 from streamkit import levels, offline_and_stream, random_pushes, staggered_and_offline, stream_decode
 
 F32_TOL = 1e-4
@@ -69,15 +69,16 @@ def reference_first_k(model, codes: np.ndarray) -> np.ndarray:
         return h.clamp(-1, 1)[:, 0].float().numpy()
 
 
-@pytest.mark.parametrize("ops", ["cpu", "portable"])
+@pytest.mark.parametrize("ops", ["cpu", "portable", "device-ops"])
 def test_parity_tiny(codecrt, cases, ops, monkeypatch, record_property):
     """Batch 2 of 30 frames (past the 8-frame window), 16 codebooks, with the fused CPU kernels
-    and with the portable graphs that GPUs run: relative L2 <= 1e-4 against forward."""
+    and with the portable graphs that GPUs run, composed from ggml's ops and on codecrt's device
+    ops (qwen3_res_unit_dev): relative L2 <= 1e-4 against forward."""
     case = cases("tiny")
     codes = ref.random_codes(case.config, 30, 16, np.random.default_rng(1), batch=2)
     want = ref.reference_decode(case.model, codes)
-    if ops == "portable":
-        monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
+    for k, v in ops_env(ops).items():
+        monkeypatch.setenv(k, v)
     got = decode(codecrt, case.gguf, levels(codes))
     assert got.shape == want.shape == (2, 30 * ref.FRAME_SAMPLES)
     err = rel_l2(got, want)
@@ -168,15 +169,15 @@ def test_parity_released(codecrt, cases, record_property):
 # ------------------------------------------------------------------ streaming
 
 
-@pytest.mark.parametrize("ops", ["cpu", "portable"])
+@pytest.mark.parametrize("ops", ["cpu", "portable", "device-ops"])
 @pytest.mark.parametrize("chunk", [1, 2, 3, 7])
 def test_stream_equals_offline(codecrt, cases, chunk, ops, monkeypatch):
     """Ticks of 1, 2, 3 and 7 frames over 29 frames (the 8-frame window passed many times),
     pushed frame by frame: the streamed audio equals the offline decode (f32 noise)."""
     case = cases("tiny")
     codes = ref.random_codes(case.config, 29, 16, np.random.default_rng(10 + chunk), batch=1)
-    if ops == "portable":
-        monkeypatch.setenv("CODECRT_PORTABLE_OPS", "1")
+    for k, v in ops_env(ops).items():
+        monkeypatch.setenv(k, v)
     want, got = offline_and_stream(codecrt, case.gguf, codes[0], [1] * 29, stream_chunk_frames=chunk)
     assert got.shape == want.shape
     assert float(np.abs(got - want).max()) <= 1e-5

@@ -125,8 +125,7 @@ static void dac_tensor_specs(const void *hp_, cr_spec_list *s) {
 
 struct ggml_tensor *dac_snake_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
                                   const char *prefix) {
-    return cr_cols(ctx, cr_dense(ctx, x), dac_w(w, "%s.alpha", prefix), dac_w(w, "%s.inv_alpha", prefix), 1, 1, 0,
-                   0);
+    return cr_snake_cols(ctx, x, dac_w(w, "%s.alpha", prefix), dac_w(w, "%s.inv_alpha", prefix));
 }
 
 struct ggml_tensor *dac_snake(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
@@ -165,12 +164,9 @@ struct ggml_tensor *dac_conv(struct ggml_context *ctx, struct ggml_cgraph *gf, s
 struct ggml_tensor *dac_conv_dev(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_context *w,
                                  const char *snake, struct ggml_tensor *k, struct ggml_tensor *b, int dil, int pad,
                                  struct ggml_tensor *res) {
-    const int64_t K = k->ne[0], cin = k->ne[1], cout = k->ne[2];
     struct ggml_tensor *alpha = snake ? dac_w(w, "%s.alpha", snake) : NULL;
     struct ggml_tensor *inv = snake ? dac_w(w, "%s.inv_alpha", snake) : NULL;
-    struct ggml_tensor *cols = cr_cols(ctx, cr_dense(ctx, x), alpha, inv, (int)K, dil, pad, pad); /* [K Cin, To, B] */
-    struct ggml_tensor *y = cols ? cr_matmul(ctx, ggml_reshape_2d(ctx, k, K * cin, cout), cols) : NULL;
-    return y ? cr_bias_act(ctx, y, b, res, CR_ACT_NONE) : NULL; /* [Cout, To, B] */
+    return cr_conv1d_cols(ctx, x, alpha, inv, k, b, dil, pad, pad, res);
 }
 
 /* The unit on codecrt's device ops: Snake1 gathered into the dilated conv's columns, the
@@ -187,10 +183,9 @@ static struct ggml_tensor *dac_res_unit_dev(struct ggml_context *ctx, struct ggm
     y = y ? dac_snake_dev(ctx, w, y, p) : NULL;
     struct ggml_tensor *pw = dac_w(w, "decoder.block.%d.res.%d.pw.weight", i, j);
     struct ggml_tensor *pwb = dac_w(w, "decoder.block.%d.res.%d.pw.bias", i, j);
-    y = y ? cr_matmul(ctx, pw, y) : NULL;
-    const bool fold = res && ggml_is_contiguous(res) && y && ggml_are_same_shape(res, y);
-    struct ggml_tensor *out = y ? cr_bias_act(ctx, y, pwb, fold ? res : NULL, CR_ACT_NONE) : NULL;
-    return !out || fold || !res ? out : ggml_add(ctx, res, out);
+    /* the residual folded where it is contiguous (offline), else added (a stream's delay line) */
+    struct ggml_tensor *out = y ? cr_linear_ops(ctx, y, pw, pwb, res && ggml_is_contiguous(res) ? res : NULL) : NULL;
+    return !out || !res || ggml_is_contiguous(res) ? out : ggml_add(ctx, res, out);
 }
 
 struct ggml_tensor *dac_res_unit(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,

@@ -74,20 +74,12 @@ int64_t dac_points(const dac_hparams *hp, int64_t T, int i);
    columns op (dac_snake_dev); else cr_snake (fused on the CPU, fusable elsewhere). */
 struct ggml_tensor *dac_snake(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
                               struct ggml_tensor *x, const char *prefix, bool cpu_ops, bool dev);
-/* The Snake as the columns of a 1-tap conv (cr_cols): one pass where the composed Snake is
-   five between two transposes. NULL where the op does not fit. */
+/* The Snake of prefix on codecrt's device ops (cr_snake_cols). NULL where it does not fit. */
 struct ggml_tensor *dac_snake_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
                                   const char *prefix);
-/*
- * A stride-1 conv k [K, Cin, Cout] (PyTorch's (Cout, Cin, K)) of x [Cin, L, B] on codecrt's
- * device ops, after the Snake of prefix `snake` where given: the columns op gathers the
- * columns [K Cin, L + 2 pad - dil (K - 1), B] through the Snake (cr_cols), one product
- * (cr_matmul), then the bias and the residual res (contiguous, the output's shape, or NULL)
- * in one pass (cr_bias_act). Where ggml's im2col took a transpose, a pad and a gather that
- * reads each column across time-fastest rows (48 % of a batch-16 DAC decode's kernel time on
- * an H200, docs/benchmarks.md), the columns op writes whole columns from channels-fastest
- * rows. NULL where an op does not fit.
- */
+/* A stride-1 conv k [K, Cin, Cout] of x [Cin, L, B] after the Snake of prefix `snake` (or
+   none), its bias and the residual res (or NULL), on codecrt's device ops (cr_conv1d_cols,
+   layers.h). NULL where an op does not fit. */
 struct ggml_tensor *dac_conv_dev(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_context *w,
                                  const char *snake, struct ggml_tensor *k, struct ggml_tensor *b, int dil, int pad,
                                  struct ggml_tensor *res);

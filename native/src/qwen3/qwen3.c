@@ -230,6 +230,30 @@ struct ggml_tensor *qwen3_res_branch(struct ggml_context *ctx, struct ggml_conte
                      ops);
 }
 
+struct ggml_tensor *qwen3_snake_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
+                                    const char *fmt, ...) {
+    char p[64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p, sizeof(p), fmt, ap);
+    va_end(ap);
+    return cr_snake_cols(ctx, x, cr_weight(w, "%s.alpha", p), cr_weight(w, "%s.inv_alpha", p));
+}
+
+struct ggml_tensor *qwen3_res_unit_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *buf,
+                                       struct ggml_tensor *x, int i, int j, int pad) {
+    static const int dil[QWEN3_N_RES] = {1, 3, 9};
+    char p[64];
+    snprintf(p, sizeof(p), "dec.%d.res.%d.snake1", i, j);
+    struct ggml_tensor *y = cr_conv1d_cols(ctx, buf, cr_weight(w, "%s.alpha", p), cr_weight(w, "%s.inv_alpha", p),
+                                           cr_weight(w, "dec.%d.res.%d.conv.weight", i, j),
+                                           cr_weight(w, "dec.%d.res.%d.conv.bias", i, j), dil[j], pad, 0, NULL);
+    y = y ? qwen3_snake_dev(ctx, w, y, "dec.%d.res.%d.snake2", i, j) : NULL;
+    return y ? cr_linear_ops(ctx, y, cr_weight(w, "dec.%d.res.%d.pw.weight", i, j),
+                             cr_weight(w, "dec.%d.res.%d.pw.bias", i, j), cr_dense(ctx, x))
+             : NULL;
+}
+
 /* --------------------------------------------------------- stream shape */
 
 static int32_t qwen3_stream_chunk_multiple(const cr_model *model) {

@@ -122,6 +122,25 @@ struct ggml_tensor *qwen3_res_branch(struct ggml_context *ctx, struct ggml_conte
                                      struct ggml_tensor *buf, int i, int j, int pad, bool cpu_ops,
                                      const cr_cpu_ops *ops);
 
+/* SnakeBeta by weight-name prefix on codecrt's device ops (cr_snake_cols: one pass). NULL
+   where it does not fit. */
+struct ggml_tensor *qwen3_snake_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
+                                    const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+/* Residual unit j of block i on codecrt's device ops (the graphs a CUDA context runs):
+   x + pw(Snake2(conv_k7_dil(Snake1(buf)))), Snake1 gathered into the conv's columns
+   (cr_conv1d_cols), Snake2 one pass, the 1x1 product with its bias and the residual x in one
+   pass (cr_linear_ops). buf: x itself with pad = 6 dil (offline, causal zero padding), or a
+   stream's state of 6 dil frames of x (before Snake1: the Snake is pointwise, so gathering it
+   from the state is the same) then x, with pad 0. Returns [C, n, B]; NULL where an op does
+   not fit (the caller composes the unit then). */
+struct ggml_tensor *qwen3_res_unit_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *buf,
+                                       struct ggml_tensor *x, int i, int j, int pad);
+
 /* ----------------------------------------------------- graphs (decode, stream) */
 
 struct ggml_cgraph *qwen3_build_decode(const cr_model *model, struct ggml_context *ctx, struct ggml_context *w,

@@ -15,21 +15,28 @@
 /* The decoder after the upsampling stack: x [L, S, B] -> PCM [1, S * prod(rates), B], every conv causal. */
 static struct ggml_tensor *qwen3_decoder(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
                                          const qwen3_hparams *hp, struct ggml_tensor *x, bool cpu,
-                                         const cr_cpu_ops *ops) {
+                                         const cr_cpu_ops *ops, bool dev) {
     x = cr_conv1d(ctx, gf, x, cr_weight(w, "dec.in.weight"), cr_weight(w, "dec.in.bias"), 1, QWEN3_K - 1, 0, ops);
     int64_t t = x->ne[1];
     for (int i = 0; i < hp->n_rates; i++) {
         const int r = hp->rates[i];
         t *= r;
-        x = qwen3_snake(ctx, w, gf, x, cpu, "dec.%d.snake", i);
+        struct ggml_tensor *sx = dev ? qwen3_snake_dev(ctx, w, x, "dec.%d.snake", i) : NULL;
+        x = sx ? sx : qwen3_snake(ctx, w, gf, x, cpu, "dec.%d.snake", i);
         /* ConvTranspose1d(k 2r, stride r) with its last r samples trimmed: T*r samples */
         x = cr_upconv(ctx, x, cr_weight(w, "dec.%d.up.weight", i), cr_weight(w, "dec.%d.up.bias", i), r, 0, t, ops, cpu);
         for (int j = 0, dil = 1; j < QWEN3_N_RES; j++, dil *= 3) {
+            struct ggml_tensor *u = dev ? qwen3_res_unit_dev(ctx, w, x, x, i, j, (QWEN3_K - 1) * dil) : NULL;
+            if (u) {
+                x = u;
+                continue;
+            }
             struct ggml_tensor *y = qwen3_snake(ctx, w, gf, x, cpu, "dec.%d.res.%d.snake1", i, j);
             x = ggml_add(ctx, x, qwen3_res_branch(ctx, w, gf, y, i, j, (QWEN3_K - 1) * dil, cpu, ops));
         }
     }
-    x = qwen3_snake(ctx, w, gf, x, cpu, "dec.out_snake");
+    struct ggml_tensor *sx = dev ? qwen3_snake_dev(ctx, w, x, "dec.out_snake") : NULL;
+    x = sx ? sx : qwen3_snake(ctx, w, gf, x, cpu, "dec.out_snake");
     x = cr_conv_narrow(ctx, x, cr_weight(w, "dec.out.weight"), cr_weight(w, "dec.out.bias"), QWEN3_K, QWEN3_K - 1, 0);
     return ggml_clamp(ctx, x, -1.0f, 1.0f);
 }
@@ -68,7 +75,7 @@ struct ggml_cgraph *qwen3_build_decode(const cr_model *model, struct ggml_contex
                       cpu);
         x = qwen3_convnext(ctx, w, x, dw, i, ops);
     }
-    x = qwen3_decoder(ctx, w, gf, hp, x, cpu, ops); /* [1, T*hop, B] */
+    x = qwen3_decoder(ctx, w, gf, hp, x, cpu, ops, shape->fused_unit && !cpu); /* [1, T*hop, B] */
     ggml_set_name(x, "pcm");
     ggml_set_output(x);
     io[MIMI_IO_OUT] = x;

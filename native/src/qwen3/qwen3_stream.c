@@ -60,6 +60,7 @@ struct ggml_cgraph *qwen3_build_stream(const cr_model *model, struct ggml_contex
     const int64_t S = hp->context - 1, hd = hp->head_dim, H = hp->n_heads, A = H * hd;
     const bool cpu = shape->cpu_ops;
     const cr_cpu_ops *ops = cr_graph_ops(cpu, shape->ops);
+    const bool dev = shape->fused_unit && !cpu; /* codecrt's device ops (qwen3.h) */
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, CR_GRAPH_SIZE, false);
     cr_states sts;
     cr_states *st = &sts;
@@ -101,16 +102,27 @@ struct ggml_cgraph *qwen3_build_stream(const cr_model *model, struct ggml_contex
                   1, 0, 0, ops);
     for (int i = 0; i < hp->n_rates; i++) {
         const int r = hp->rates[i];
-        x = qwen3_snake(ctx, w, gf, x, cpu, "dec.%d.snake", i);
+        struct ggml_tensor *sx = dev ? qwen3_snake_dev(ctx, w, x, "dec.%d.snake", i) : NULL;
+        x = sx ? sx : qwen3_snake(ctx, w, gf, x, cpu, "dec.%d.snake", i);
         x = cr_upconv_step(ctx, cr_states_append(st, x, 1), cr_weight(w, "dec.%d.up.weight", i),
                            cr_weight(w, "dec.%d.up.bias", i), r, ops); /* [C/2, n*r, B] */
         for (int j = 0, dil = 1; j < QWEN3_N_RES; j++, dil *= 3) {
+            if (dev) { /* the state holds x before Snake1, which the columns op applies (pointwise) */
+                struct ggml_tensor *buf = cr_states_append(st, x, (QWEN3_K - 1) * dil);
+                struct ggml_tensor *u = qwen3_res_unit_dev(ctx, w, buf, x, i, j, 0);
+                x = u ? u
+                      : ggml_add(ctx, x,
+                                 qwen3_res_branch(ctx, w, gf, qwen3_snake(ctx, w, gf, buf, cpu, "dec.%d.res.%d.snake1", i, j),
+                                                  i, j, 0, cpu, ops));
+                continue;
+            }
             struct ggml_tensor *y = qwen3_snake(ctx, w, gf, x, cpu, "dec.%d.res.%d.snake1", i, j);
             y = cr_states_append(st, y, (QWEN3_K - 1) * dil);
             x = ggml_add(ctx, x, qwen3_res_branch(ctx, w, gf, y, i, j, 0, cpu, ops));
         }
     }
-    x = cr_states_append(st, qwen3_snake(ctx, w, gf, x, cpu, "dec.out_snake"), QWEN3_K - 1);
+    struct ggml_tensor *so = dev ? qwen3_snake_dev(ctx, w, x, "dec.out_snake") : NULL;
+    x = cr_states_append(st, so ? so : qwen3_snake(ctx, w, gf, x, cpu, "dec.out_snake"), QWEN3_K - 1);
     x = cr_conv_narrow(ctx, x, cr_weight(w, "dec.out.weight"), cr_weight(w, "dec.out.bias"), QWEN3_K, 0, 0);
     x = ggml_clamp(ctx, x, -1.0f, 1.0f);
     ggml_set_output(x);
