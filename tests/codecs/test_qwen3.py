@@ -276,3 +276,27 @@ def test_random_builder_has_the_release_layout(name):
     want = {"decoder." + k: tuple(v.shape) for k, v in model.state_dict().items()}
     got = {k: v.shape for k, v in random_qwen3_state_dict(CONFIGS[name], seed=1).items()}
     assert got == want
+
+
+def test_device_ops_graphs_are_other_graphs(codecrt, cases, monkeypatch):
+    """The portable graphs on codecrt's device ops (CODECRT_FUSED_UNIT=1: each residual unit's
+    Snake1 gathered into its conv's columns, Snake2 one pass, the 1x1 product's bias with the
+    residual; what a CUDA context runs) are other graphs than the composed ones (another compute
+    buffer), and decode the same samples to f32 rounding, offline and streamed (whose states
+    then hold the units' inputs before Snake1)."""
+    case = cases("tiny")
+    codes = ref.random_codes(case.config, 21, 16, np.random.default_rng(5), batch=1)[0]
+    out, buffers = {}, {}
+    with codecrt.Model(str(case.gguf)) as m:
+        for ops in ("portable", "device-ops"):
+            with monkeypatch.context() as mp:
+                for k, v in ops_env(ops).items():
+                    mp.setenv(k, v)
+                with codecrt.Context(m, device="cpu", stream_chunk_frames=3) as ctx:
+                    offline = ctx.decode([codes[k:k + 1] for k in range(codes.shape[0])])[0]
+                    out[ops] = offline, stream_decode(ctx, codes, [5, 1, 9, 6])
+                    buffers[ops] = ctx.stats.compute_buffer_bytes
+    (composed, _), (dev, dev_streamed) = out["portable"], out["device-ops"]
+    assert buffers["portable"] != buffers["device-ops"]
+    assert rel_l2(dev, composed) <= 1e-5
+    assert np.abs(dev_streamed - dev).max() <= 1e-5
