@@ -72,7 +72,7 @@ def cases(tmp_path_factory):
         yield get
 
 
-@pytest.mark.parametrize("ops", ["cpu", "portable"])
+@pytest.mark.parametrize("ops", ["cpu", "portable", "device-ops"])
 @pytest.mark.parametrize("key", ["neucodec-tiny", "neucodec-tiny64", "xcodec2-tiny"])
 def test_parity_small(codecrt, cases, key, ops, record_property):
     """Batch 2 of 37 frames (odd) with the fused CPU kernels and with the portable graphs that GPUs
@@ -126,7 +126,7 @@ def test_fsq_extremes(codecrt, cases):
             ctx.decode([np.array([65536], np.int32)])
 
 
-@pytest.mark.parametrize("ops", ["cpu", "portable"])
+@pytest.mark.parametrize("ops", ["cpu", "portable", "device-ops"])
 def test_frame_buckets_mask_padding(codecrt, cases, ops):
     """Frame buckets: padded frames are masked out of convolutions, GroupNorm statistics, attention
     (the fused CPU kernel has no mask: those graphs take the products) and the overlap-add."""

@@ -45,7 +45,7 @@ def cases(tmp_path_factory):
         yield get
 
 
-@pytest.mark.parametrize("ops", ["cpu", "portable"])
+@pytest.mark.parametrize("ops", ["cpu", "portable", "device-ops"])
 @pytest.mark.parametrize("layout", ["outetts", "original"])
 def test_parity_tiny(codecrt, cases, layout, ops, record_property):
     """Both released layouts, batch 2 of 37 frames (odd), with the fused CPU kernels and with the
@@ -91,7 +91,7 @@ def test_short_utterances(codecrt, cases, n_frames):
     assert rel_l2(got, want) <= F32_TOL
 
 
-@pytest.mark.parametrize("ops", ["cpu", "portable"])
+@pytest.mark.parametrize("ops", ["cpu", "portable", "device-ops"])
 def test_frame_buckets_mask_padding(codecrt, cases, ops):
     """A context with frame buckets decodes 37 and 5 frames in graphs of 48 and 16 (padded frames
     masked out of the convolutions, GroupNorm statistics, attention and overlap-add): equal to the

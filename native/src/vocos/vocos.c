@@ -25,6 +25,7 @@ void vc_graph_begin(vc_graph *g, struct ggml_context *ctx, struct ggml_context *
     g->B = B;
     g->cpu_ops = shape->cpu_ops;
     g->ops = cr_graph_ops(shape->cpu_ops, shape->ops);
+    g->dev = shape->fused_unit && !shape->cpu_ops;
     g->gf = ggml_new_graph_custom(ctx, 4096, false);
     if (shape->frames_masked) {
         g->mask = vc_input(g, VC_IO_MASK, GGML_TYPE_F32, 1, T, B, 1, "mask");
@@ -98,8 +99,11 @@ struct ggml_tensor *vc_linear(vc_graph *g, struct ggml_tensor *x, struct ggml_te
 
 struct ggml_tensor *vc_conv(vc_graph *g, struct ggml_tensor *x, struct ggml_tensor *w, struct ggml_tensor *b) {
     const int pad = (int)((w->ne[0] - 1) / 2);
-    /* the fused CPU conv (no column matrix) or, off the CPU, the tap products (layers.h) */
-    return cr_conv1d(g->ctx, g->gf, cr_dense(g->ctx, vc_mask(g, x)), w, b, 1, pad, pad, g->cpu_ops ? g->ops : NULL);
+    x = cr_dense(g->ctx, vc_mask(g, x));
+    /* on codecrt's device ops the columns op and a product; else the fused CPU conv (no column
+       matrix) or, off the CPU, im2col or the tap products (layers.h) */
+    struct ggml_tensor *y = g->dev ? cr_conv1d_cols(g->ctx, x, NULL, NULL, w, b, 1, pad, pad, NULL) : NULL;
+    return y ? y : cr_conv1d(g->ctx, g->gf, x, w, b, 1, pad, pad, g->cpu_ops ? g->ops : NULL);
 }
 
 /*
