@@ -41,10 +41,11 @@ def runtime_env(**values: str) -> Iterator[None]:
 def ops_env(ops: str) -> dict[str, str]:
     """The runtime variables of an ``ops`` parametrisation: "portable" runs the graphs that GPUs
     run (CODECRT_PORTABLE_OPS) composed from ggml's ops, "device-ops" the same graphs on
-    codecrt's device ops (their C functions: CODECRT_FUSED_UNIT=1, what a CUDA context runs),
+    codecrt's device ops with the full convs on the columns op (their C functions:
+    CODECRT_FUSED_UNIT=1 CODECRT_CONV=cols, what a CUDA context runs with CODECRT_CONV=cols),
     anything else the fused CPU kernels."""
     if ops == "device-ops":
-        return {"CODECRT_PORTABLE_OPS": "1", "CODECRT_FUSED_UNIT": "1"}
+        return {"CODECRT_PORTABLE_OPS": "1", "CODECRT_FUSED_UNIT": "1", "CODECRT_CONV": "cols"}
     return {"CODECRT_PORTABLE_OPS": "1"} if ops == "portable" else {}
 
 

@@ -244,6 +244,11 @@ static bool cr_conv_im2col(void) {
     return !(e && strcmp(e, "taps") == 0);
 }
 
+bool cr_conv_cols_on(bool fused_unit, bool cpu_ops) {
+    const char *e = getenv("CODECRT_CONV");
+    return fused_unit && !cpu_ops && e && strcmp(e, "cols") == 0;
+}
+
 /* x [Cin, T', B] (padded) through ggml's F32 im2col: x transposed to time fastest,
    padded, unrolled to a column matrix [Cin*K, T', B] whose rows ic*K + k match the
    kernel's memory order, and multiplied. */

@@ -214,6 +214,14 @@ struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_cgraph *gf, 
  * (cr_bias_act): no transpose, no pad, no time-fastest im2col gather, no Snake tensor.
  * NULL where an op does not fit.
  */
+/* Whether a graph of this shape takes the layers below for its full convs and Snakes (DAC,
+   Qwen3, the Vocos codecs): codecrt's device ops run it (fused_unit, off the fused CPU kernels)
+   and CODECRT_CONV=cols (read when a graph is built). Opt-in: on an H100 (2026-12-08) DAC
+   decoded 1.65 to 2.0x faster with them, but one GPU check (a 30 s DAC 24 kHz decode in two
+   pieces, TF32 off) came out at 7.1e-4 from the CPU where every other check is at 4e-6,
+   unexplained (docs/benchmarks.md). */
+bool cr_conv_cols_on(bool fused_unit, bool cpu_ops);
+
 struct ggml_tensor *cr_conv1d_cols(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *alpha,
                                    struct ggml_tensor *inv, struct ggml_tensor *w, struct ggml_tensor *b, int d,
                                    int pl, int pr, struct ggml_tensor *res);

@@ -357,9 +357,9 @@ def test_conv_taps_decode_as_im2col(codecrt, cases):
 
 
 def test_device_ops_graphs_are_other_graphs(codecrt, cases):
-    """The portable graphs on codecrt's device ops (CODECRT_FUSED_UNIT=1: the columns op with the
-    Snakes gathered through it, its products, biases with the residual; what a CUDA context runs)
-    are other graphs than the composed ones (no transposes, no column matrix by im2col: another
+    """The portable graphs on codecrt's device ops with the convs on the columns op
+    (CODECRT_FUSED_UNIT=1 CODECRT_CONV=cols: the Snakes gathered through it, its products, biases
+    with the residual; what a CUDA context runs with CODECRT_CONV=cols) are other graphs than the composed ones (no transposes, no column matrix by im2col: another
     compute buffer), and decode the same samples to f32 rounding, offline and streamed."""
     case = cases("tiny")
     rng = np.random.default_rng(14)

@@ -279,9 +279,10 @@ def test_random_builder_has_the_release_layout(name):
 
 
 def test_device_ops_graphs_are_other_graphs(codecrt, cases, monkeypatch):
-    """The portable graphs on codecrt's device ops (CODECRT_FUSED_UNIT=1: each residual unit's
-    Snake1 gathered into its conv's columns, Snake2 one pass, the 1x1 product's bias with the
-    residual; what a CUDA context runs) are other graphs than the composed ones (another compute
+    """The portable graphs on codecrt's device ops with the convs on the columns op
+    (CODECRT_FUSED_UNIT=1 CODECRT_CONV=cols: each residual unit's Snake1 gathered into its conv's
+    columns, Snake2 one pass, the 1x1 product's bias with the residual; what a CUDA context runs
+    with CODECRT_CONV=cols) are other graphs than the composed ones (another compute
     buffer), and decode the same samples to f32 rounding, offline and streamed (whose states
     then hold the units' inputs before Snake1)."""
     case = cases("tiny")

@@ -69,8 +69,8 @@ int64_t dac_points(const dac_hparams *hp, int64_t T, int i);
 /* weight lookup by printf-style name (layers.h) */
 #define dac_w cr_weight
 
-/* Snake on x [C, T, B] by prefix's parameters: with dev (codecrt's device ops, or their C
-   functions in the portable graphs: shape->fused_unit off the CPU kernels) one pass of the
+/* Snake on x [C, T, B] by prefix's parameters: with dev (cr_conv_cols_on: codecrt's device
+   ops, or their C functions in the portable graphs, and CODECRT_CONV=cols) one pass of the
    columns op (dac_snake_dev); else cr_snake (fused on the CPU, fusable elsewhere). */
 struct ggml_tensor *dac_snake(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
                               struct ggml_tensor *x, const char *prefix, bool cpu_ops, bool dev);

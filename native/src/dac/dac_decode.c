@@ -18,7 +18,7 @@ struct ggml_cgraph *dac_build_decode(const cr_model *model, struct ggml_context 
     const int64_t T = shape->n_frames, B = shape->n_batch, L = hp->latent_dim;
     const bool cpu = shape->cpu_ops;
     const cr_cpu_ops *ops = cr_graph_ops(cpu, shape->ops);
-    const bool dev = shape->fused_unit && !cpu; /* codecrt's device ops (dac.h) */
+    const bool dev = cr_conv_cols_on(shape->fused_unit, cpu); /* codecrt's device ops (dac.h) */
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
     char name[32];
 

@@ -21,12 +21,12 @@
  * offline decode's zero padding does there, and the output past the last
  * valid sample (the silence appended offline).
  *
- * Activations stay channels fastest on every backend. On a GPU (codecrt's device
- * ops) each k7 conv is the columns op with its Snake gathered through it, one
- * product and its bias (dac_conv_dev, dac.h), each other Snake one pass of the
- * columns op; on the portable graphs without them (CODECRT_FUSED_UNIT=0) each
- * Snake runs time fastest between two transposes and each k7 conv through
- * im2col, or as seven shifted products summed (CODECRT_CONV=taps; cr_conv1d).
+ * Activations stay channels fastest on every backend. Off the CPU each Snake
+ * runs time fastest between two transposes and each k7 conv through im2col, or
+ * as seven shifted products summed (CODECRT_CONV=taps; cr_conv1d), or with
+ * CODECRT_CONV=cols on codecrt's device ops as the columns op with its Snake
+ * gathered through it, one product and its bias (dac_conv_dev, dac.h), each
+ * other Snake one pass of the columns op.
  */
 #include <stdio.h>
 
@@ -39,7 +39,7 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
     const int64_t N = shape->chunk, B = shape->n_batch, L = hp->latent_dim;
     const bool cpu = shape->cpu_ops;
     const cr_cpu_ops *ops = cr_graph_ops(cpu, shape->ops);
-    const bool dev = shape->fused_unit && !cpu; /* codecrt's device ops (dac.h) */
+    const bool dev = cr_conv_cols_on(shape->fused_unit, cpu); /* codecrt's device ops (dac.h) */
     cr_states st;
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, 4096, false);
     cr_states_init(&st, ctx, gf, pool, n_pool, io, B, shape->masked, shape->cpu_ops);

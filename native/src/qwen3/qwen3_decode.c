@@ -75,7 +75,7 @@ struct ggml_cgraph *qwen3_build_decode(const cr_model *model, struct ggml_contex
                       cpu);
         x = qwen3_convnext(ctx, w, x, dw, i, ops);
     }
-    x = qwen3_decoder(ctx, w, gf, hp, x, cpu, ops, shape->fused_unit && !cpu); /* [1, T*hop, B] */
+    x = qwen3_decoder(ctx, w, gf, hp, x, cpu, ops, cr_conv_cols_on(shape->fused_unit, cpu)); /* [1, T*hop, B] */
     ggml_set_name(x, "pcm");
     ggml_set_output(x);
     io[MIMI_IO_OUT] = x;

@@ -60,7 +60,7 @@ struct ggml_cgraph *qwen3_build_stream(const cr_model *model, struct ggml_contex
     const int64_t S = hp->context - 1, hd = hp->head_dim, H = hp->n_heads, A = H * hd;
     const bool cpu = shape->cpu_ops;
     const cr_cpu_ops *ops = cr_graph_ops(cpu, shape->ops);
-    const bool dev = shape->fused_unit && !cpu; /* codecrt's device ops (qwen3.h) */
+    const bool dev = cr_conv_cols_on(shape->fused_unit, cpu); /* codecrt's device ops (qwen3.h) */
     struct ggml_cgraph *gf = ggml_new_graph_custom(ctx, CR_GRAPH_SIZE, false);
     cr_states sts;
     cr_states *st = &sts;

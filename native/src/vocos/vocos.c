@@ -25,7 +25,7 @@ void vc_graph_begin(vc_graph *g, struct ggml_context *ctx, struct ggml_context *
     g->B = B;
     g->cpu_ops = shape->cpu_ops;
     g->ops = cr_graph_ops(shape->cpu_ops, shape->ops);
-    g->dev = shape->fused_unit && !shape->cpu_ops;
+    g->dev = cr_conv_cols_on(shape->fused_unit, shape->cpu_ops);
     g->gf = ggml_new_graph_custom(ctx, 4096, false);
     if (shape->frames_masked) {
         g->mask = vc_input(g, VC_IO_MASK, GGML_TYPE_F32, 1, T, B, 1, "mask");

@@ -50,8 +50,8 @@ typedef struct vc_graph {
     int64_t T, B;              /* frames and sequences in the graph */
     bool cpu_ops;              /* the fused CPU kernels of ops/ops_avx512_*.c may be used */
     const cr_cpu_ops *ops;     /* with cpu_ops: the context's (F32, or BF16 products); else NULL */
-    bool dev;                  /* codecrt's device ops (shape->fused_unit off the CPU kernels): the
-                                  full convs as cr_conv1d_cols */
+    bool dev;                  /* the full convs as cr_conv1d_cols (cr_conv_cols_on: codecrt's
+                                  device ops, CODECRT_CONV=cols) */
     /* masked graphs only, else NULL */
     struct ggml_tensor *mask, *mask_bt, *kq_mask, *count;
 } vc_graph;
