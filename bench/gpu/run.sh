@@ -88,7 +88,10 @@
 #            GGML_CUDA_PDL=0 (no programmatic dependent launch) and with im2col, one line per run
 #            (mode taps-nofusion: the products with GGML_CUDA_DISABLE_FUSION=1; taps-cublaslog: the
 #            products with cuBLAS's call log and cuBLASLt's heuristics log, $OUT/cublas_N.log and
-#            cublaslt_N.log, to see which product leaves SGEMM in a failing run);
+#            cublaslt_N.log, to see which product leaves SGEMM in a failing run; mode cols: the
+#            columns op, CODECRT_CONV=cols); $CONVCHECK_TEST picks another check, for example
+#            "tests/codecs/test_dac_gpu.py::test_long_decode_in_pieces_on_gpu[24khz]" (the columns
+#            op's 7.1e-4 of 2026-12-08; a failing run prints each second's error and the span);
 #            then once under compute-sanitizer --tool initcheck and once --tool racecheck with
 #            the products, where the toolkit has it (errors only, into convcheck_TOOL.txt; each
 #            run's whole output in convcheck_MODE_N.txt); $CONVCHECK_MODES [taps taps-nopdl im2col]
@@ -438,7 +441,10 @@ s3prof() {
 }
 
 convcheck() {
-    local t="tests/codecs/test_dac_gpu.py::test_cuda_matches_cpu[24khz]" runs=${CONVCHECK_RUNS:-3} i vars
+    # CONVCHECK_TEST picks the check (the columns op's failure of 2026-12-08 was
+    # test_long_decode_in_pieces_on_gpu[24khz]; mode cols runs it with CODECRT_CONV=cols)
+    local t=${CONVCHECK_TEST:-"tests/codecs/test_dac_gpu.py::test_cuda_matches_cpu[24khz]"}
+    local runs=${CONVCHECK_RUNS:-3} i vars
     export NVIDIA_TF32_OVERRIDE=0 CODECD_TEST_GPU=1
     for mode in ${CONVCHECK_MODES-taps taps-nopdl im2col}; do
         stage "convcheck: $t, $mode, $runs runs"
@@ -455,7 +461,7 @@ convcheck() {
             esac
             env "${vars[@]}" python3 -m pytest -q -s -p no:cacheprovider -m gpu "$t" \
                 > "$OUT/convcheck_${mode}_$i.txt" 2>&1
-            grep -E "^DAC .*(relative L2|per sequence)|^E +[A-Za-z]*Error|[0-9]+ (passed|failed)" \
+            grep -E "^DAC .*(relative L2|per sequence|wrong samples)|^E +[A-Za-z]*Error|[0-9]+ (passed|failed)" \
                 "$OUT/convcheck_${mode}_$i.txt" | head -6 | tr '\n' ' ' | sed "s/^/$mode run $i: /" \
                 | tee -a "$OUT/report.txt"
             echo | tee -a "$OUT/report.txt"

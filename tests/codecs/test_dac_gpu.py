@@ -101,13 +101,20 @@ def test_long_decode_in_pieces_on_gpu(codecrt, model):
     rng = np.random.default_rng(2)
     with codecrt.Model(str(path)) as m, codecrt.Context(m, device=GPU) as gpu, \
             codecrt.Context(m, device="cpu") as cpu:
-        T = int(30 * m.info.sample_rate / m.info.hop_length)
+        sr = m.info.sample_rate
+        T = int(30 * sr / m.info.hop_length)
         lv = codes_for(m, rng, T)
         got = gpu.decode(lv)
         want = cpu.decode(lv)
         computes = gpu.stats.computes
     err = rel_l2(got, want)
     print(f"\nDAC {name}: {T} frames (30 s) on CUDA in {computes} graph(s), relative L2 to the CPU {err:.2e}")
+    if err > TOL:  # where it differs: each second's error, and the span of the samples off by over 1e-3 of the peak
+        d = np.abs(got.astype(np.float64) - want)
+        bad = np.nonzero(d > 1e-3 * np.abs(want).max())[0]
+        print(f"DAC {name} wrong samples: {bad.size}, at {bad.min() if bad.size else '-'} to "
+              f"{bad.max() if bad.size else '-'} of {want.size}; per second: "
+              + ", ".join(f"{rel_l2(got[i:i + sr], want[i:i + sr]):.1e}" for i in range(0, want.size, sr)))
     assert np.isfinite(got).all() and err <= TOL
 
 
