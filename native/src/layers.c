@@ -329,6 +329,15 @@ struct ggml_tensor *cr_snake_cols(struct ggml_context *ctx, struct ggml_tensor *
     return cr_cols(ctx, cr_dense(ctx, x), alpha, inv, 1, 1, 0, 0);
 }
 
+struct ggml_tensor *cr_res_unit_cols(struct ggml_context *ctx, struct ggml_tensor *buf, const cr_res_unit *u,
+                                     int dil, int pl, int pr, struct ggml_tensor *res) {
+    struct ggml_tensor *y = cr_conv1d_cols(ctx, buf, u->alpha1, u->inv_alpha1, u->dw_w, u->dw_b, dil, pl, pr, NULL);
+    y = y ? cr_snake_cols(ctx, y, u->alpha2, u->inv_alpha2) : NULL;
+    const bool fold = res && ggml_is_contiguous(res);
+    struct ggml_tensor *out = y ? cr_linear_ops(ctx, y, u->pw_w, u->pw_b, fold ? res : NULL) : NULL;
+    return !out || !res || fold ? out : ggml_add(ctx, res, out);
+}
+
 int64_t cr_conv1d_max_elements(int64_t K, int64_t Cin, int64_t Cout, int64_t T, int64_t B) {
     const int64_t cols = K * (Cin > Cout ? Cin : Cout) * T * B, taps = K * Cin * Cout;
     return cols > taps ? cols : taps;

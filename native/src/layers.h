@@ -203,6 +203,14 @@ struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_cgraph *gf, 
                               struct ggml_tensor *w, struct ggml_tensor *b, int dilation, int pl, int pr,
                               const cr_cpu_ops *ops);
 
+/* Whether a graph of this shape takes the layers below for its full convs and Snakes (DAC,
+   Qwen3, the Vocos codecs): codecrt's device ops run it (fused_unit, off the fused CPU kernels)
+   and CODECRT_CONV=cols (read when a graph is built). Opt-in: on an H100 (2026-12-08) DAC
+   decoded 1.65 to 2.0x faster with them, but one GPU check (a 30 s DAC 24 kHz decode in two
+   pieces, TF32 off) came out at 7.1e-4 from the CPU where every other check is at 4e-6,
+   unexplained (docs/benchmarks.md). */
+bool cr_conv_cols_on(bool fused_unit, bool cpu_ops);
+
 /*
  * A stride-1 conv on codecrt's device ops (the graphs a CUDA context runs, and their C
  * functions in the portable graphs: cr_decode_shape.fused_unit off the CPU kernels): x
@@ -214,14 +222,6 @@ struct ggml_tensor *cr_conv1d(struct ggml_context *ctx, struct ggml_cgraph *gf, 
  * (cr_bias_act): no transpose, no pad, no time-fastest im2col gather, no Snake tensor.
  * NULL where an op does not fit.
  */
-/* Whether a graph of this shape takes the layers below for its full convs and Snakes (DAC,
-   Qwen3, the Vocos codecs): codecrt's device ops run it (fused_unit, off the fused CPU kernels)
-   and CODECRT_CONV=cols (read when a graph is built). Opt-in: on an H100 (2026-12-08) DAC
-   decoded 1.65 to 2.0x faster with them, but one GPU check (a 30 s DAC 24 kHz decode in two
-   pieces, TF32 off) came out at 7.1e-4 from the CPU where every other check is at 4e-6,
-   unexplained (docs/benchmarks.md). */
-bool cr_conv_cols_on(bool fused_unit, bool cpu_ops);
-
 struct ggml_tensor *cr_conv1d_cols(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_tensor *alpha,
                                    struct ggml_tensor *inv, struct ggml_tensor *w, struct ggml_tensor *b, int d,
                                    int pl, int pr, struct ggml_tensor *res);
@@ -299,7 +299,8 @@ struct ggml_tensor *cr_upconv_step(struct ggml_context *ctx, struct ggml_tensor 
 /*
  * The weights of a Snake residual unit (SNAC's ResidualUnit with a depthwise
  * conv): Snake1, a depthwise conv of K taps (w [C, K], b [C]), Snake2, a 1x1
- * conv (w [C, C], b [C]).
+ * conv (w [C, C], b [C]). cr_res_unit_cols takes a full conv in dw_w, dw_b
+ * (w [K, C, C], PyTorch's (Cout, Cin, K); DAC's and Qwen3's units).
  */
 typedef struct cr_res_unit {
     struct ggml_tensor *alpha1, *inv_alpha1;
@@ -340,5 +341,17 @@ struct ggml_tensor *cr_res_branch(struct ggml_context *ctx, struct ggml_cgraph *
 struct ggml_tensor *cr_res_unit_tf(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *buf,
                                    const cr_res_unit *u, int dil, bool same, bool fused, struct ggml_tensor *mask,
                                    struct ggml_tensor *prefix);
+
+/*
+ * A unit with a full conv on codecrt's device ops (cr_conv_cols_on): res +
+ * pw(Snake2(conv_dil(Snake1(buf)))) with u's conv in dw_w [K, C, C], zero padding pl, pr
+ * (buf [C, L, B] -> [C, L + pl + pr - dil (K-1), B]). Snake1 gathered into the conv's
+ * columns (cr_conv1d_cols), Snake2 one pass (cr_snake_cols), the 1x1 product with its bias
+ * and, where res is contiguous, the residual in one pass (cr_linear_ops); a strided res (a
+ * stream's delay line, a view of its buffer) is added after. res NULL: the branch alone.
+ * NULL where an op does not fit (the caller composes the unit then).
+ */
+struct ggml_tensor *cr_res_unit_cols(struct ggml_context *ctx, struct ggml_tensor *buf, const cr_res_unit *u,
+                                     int dil, int pl, int pr, struct ggml_tensor *res);
 
 #endif /* CODECRT_LAYERS_H */

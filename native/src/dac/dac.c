@@ -123,15 +123,11 @@ static void dac_tensor_specs(const void *hp_, cr_spec_list *s) {
 
 /* ----------------------------------------------------------- graph pieces */
 
-struct ggml_tensor *dac_snake_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                  const char *prefix) {
-    return cr_snake_cols(ctx, x, dac_w(w, "%s.alpha", prefix), dac_w(w, "%s.inv_alpha", prefix));
-}
-
 struct ggml_tensor *dac_snake(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
                               struct ggml_tensor *x, const char *prefix, bool cpu_ops, bool dev) {
-    struct ggml_tensor *y = dev ? dac_snake_dev(ctx, w, x, prefix) : NULL;
-    return y ? y : cr_snake(ctx, gf, x, dac_w(w, "%s.alpha", prefix), dac_w(w, "%s.inv_alpha", prefix), cpu_ops);
+    struct ggml_tensor *alpha = dac_w(w, "%s.alpha", prefix), *inv = dac_w(w, "%s.inv_alpha", prefix);
+    struct ggml_tensor *y = dev ? cr_snake_cols(ctx, x, alpha, inv) : NULL;
+    return y ? y : cr_snake(ctx, gf, x, alpha, inv, cpu_ops);
 }
 
 /* t[0..n) side by side along dim 0, in a balanced tree of concatenations (log2 n copies of
@@ -157,58 +153,40 @@ struct ggml_tensor *dac_quantize(struct ggml_context *ctx, struct ggml_context *
 }
 
 struct ggml_tensor *dac_conv(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *x,
-                             struct ggml_tensor *w, struct ggml_tensor *b, int dil, int pad, const cr_cpu_ops *ops) {
-    return cr_conv1d(ctx, gf, cr_dense(ctx, x), w, b, dil, pad, pad, ops);
-}
-
-struct ggml_tensor *dac_conv_dev(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_context *w,
-                                 const char *snake, struct ggml_tensor *k, struct ggml_tensor *b, int dil, int pad,
-                                 struct ggml_tensor *res) {
-    struct ggml_tensor *alpha = snake ? dac_w(w, "%s.alpha", snake) : NULL;
-    struct ggml_tensor *inv = snake ? dac_w(w, "%s.inv_alpha", snake) : NULL;
-    return cr_conv1d_cols(ctx, x, alpha, inv, k, b, dil, pad, pad, res);
-}
-
-/* The unit on codecrt's device ops: Snake1 gathered into the dilated conv's columns, the
-   product, its bias; Snake2 as one pass (the columns of a 1-tap conv), the 1x1 product, its
-   bias with the residual where that is contiguous. Six of codecrt's ops, one split. */
-static struct ggml_tensor *dac_res_unit_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *buf,
-                                            int i, int j, int dil, bool same, struct ggml_tensor *res) {
-    char p[64];
-    snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake1", i, j);
-    struct ggml_tensor *y = dac_conv_dev(ctx, buf, w, p, dac_w(w, "decoder.block.%d.res.%d.conv.weight", i, j),
-                                         dac_w(w, "decoder.block.%d.res.%d.conv.bias", i, j), dil,
-                                         same ? 3 * dil : 0, NULL);
-    snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake2", i, j);
-    y = y ? dac_snake_dev(ctx, w, y, p) : NULL;
-    struct ggml_tensor *pw = dac_w(w, "decoder.block.%d.res.%d.pw.weight", i, j);
-    struct ggml_tensor *pwb = dac_w(w, "decoder.block.%d.res.%d.pw.bias", i, j);
-    /* the residual folded where it is contiguous (offline), else added (a stream's delay line) */
-    struct ggml_tensor *out = y ? cr_linear_ops(ctx, y, pw, pwb, res && ggml_is_contiguous(res) ? res : NULL) : NULL;
-    return !out || !res || ggml_is_contiguous(res) ? out : ggml_add(ctx, res, out);
+                             struct ggml_tensor *w, struct ggml_tensor *b, int dil, int pad, const cr_cpu_ops *ops,
+                             bool dev) {
+    struct ggml_tensor *y = dev ? cr_conv1d_cols(ctx, x, NULL, NULL, w, b, dil, pad, pad, NULL) : NULL;
+    return y ? y : cr_conv1d(ctx, gf, cr_dense(ctx, x), w, b, dil, pad, pad, ops);
 }
 
 struct ggml_tensor *dac_res_unit(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
                                  struct ggml_tensor *buf, int i, int j, bool same, struct ggml_tensor *res,
                                  const cr_cpu_ops *ops, bool dev) {
-    const bool cpu_ops = ops != NULL;
     int dil = 1;
     for (int k = 0; k < j; k++) {
         dil *= 3;
     }
-    struct ggml_tensor *out = dev ? dac_res_unit_dev(ctx, w, buf, i, j, dil, same, res) : NULL;
+    const int pad = same ? 3 * dil : 0;
+    char p1[64], p2[64];
+    snprintf(p1, sizeof(p1), "decoder.block.%d.res.%d.snake1", i, j);
+    snprintf(p2, sizeof(p2), "decoder.block.%d.res.%d.snake2", i, j);
+    const cr_res_unit u = {
+        .alpha1 = dac_w(w, "%s.alpha", p1), .inv_alpha1 = dac_w(w, "%s.inv_alpha", p1),
+        .dw_w = dac_w(w, "decoder.block.%d.res.%d.conv.weight", i, j),
+        .dw_b = dac_w(w, "decoder.block.%d.res.%d.conv.bias", i, j),
+        .alpha2 = dac_w(w, "%s.alpha", p2), .inv_alpha2 = dac_w(w, "%s.inv_alpha", p2),
+        .pw_w = dac_w(w, "decoder.block.%d.res.%d.pw.weight", i, j),
+        .pw_b = dac_w(w, "decoder.block.%d.res.%d.pw.bias", i, j),
+    };
+    struct ggml_tensor *out = dev ? cr_res_unit_cols(ctx, buf, &u, dil, pad, pad, res) : NULL;
     if (out) {
         return out;
     }
-    char p[64];
-    snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake1", i, j);
-    struct ggml_tensor *y = dac_snake(ctx, w, gf, buf, p, cpu_ops, false);
-    y = dac_conv(ctx, gf, y, dac_w(w, "decoder.block.%d.res.%d.conv.weight", i, j),
-                 dac_w(w, "decoder.block.%d.res.%d.conv.bias", i, j), dil, same ? 3 * dil : 0, ops);
-    snprintf(p, sizeof(p), "decoder.block.%d.res.%d.snake2", i, j);
-    y = dac_snake(ctx, w, gf, y, p, cpu_ops, false);
-    y = cr_linear(ctx, y, dac_w(w, "decoder.block.%d.res.%d.pw.weight", i, j),
-                  dac_w(w, "decoder.block.%d.res.%d.pw.bias", i, j), ops);
+    const bool cpu_ops = ops != NULL;
+    struct ggml_tensor *y = cr_snake(ctx, gf, buf, u.alpha1, u.inv_alpha1, cpu_ops);
+    y = dac_conv(ctx, gf, y, u.dw_w, u.dw_b, dil, pad, ops, false);
+    y = cr_snake(ctx, gf, y, u.alpha2, u.inv_alpha2, cpu_ops);
+    y = cr_linear(ctx, y, u.pw_w, u.pw_b, ops);
     return res ? ggml_add(ctx, res, y) : y;
 }
 

@@ -71,25 +71,16 @@ int64_t dac_points(const dac_hparams *hp, int64_t T, int i);
 
 /* Snake on x [C, T, B] by prefix's parameters: with dev (cr_conv_cols_on: codecrt's device
    ops, or their C functions in the portable graphs, and CODECRT_CONV=cols) one pass of the
-   columns op (dac_snake_dev); else cr_snake (fused on the CPU, fusable elsewhere). */
+   columns op (cr_snake_cols); else cr_snake (fused on the CPU, fusable elsewhere). */
 struct ggml_tensor *dac_snake(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
                               struct ggml_tensor *x, const char *prefix, bool cpu_ops, bool dev);
-/* The Snake of prefix on codecrt's device ops (cr_snake_cols). NULL where it does not fit. */
-struct ggml_tensor *dac_snake_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
-                                  const char *prefix);
-/* A stride-1 conv k [K, Cin, Cout] of x [Cin, L, B] after the Snake of prefix `snake` (or
-   none), its bias and the residual res (or NULL), on codecrt's device ops (cr_conv1d_cols,
-   layers.h). NULL where an op does not fit. */
-struct ggml_tensor *dac_conv_dev(struct ggml_context *ctx, struct ggml_tensor *x, struct ggml_context *w,
-                                 const char *snake, struct ggml_tensor *k, struct ggml_tensor *b, int dil, int pad,
-                                 struct ggml_tensor *res);
 /*
  * ResidualUnit j of block i: res + pw(Snake2(conv_dil(Snake1(buf)))), buf [C, L, B]. same:
  * the k7 conv pads 3 dil frames on each side (L = n, an offline decode); otherwise it is
  * valid and buf holds 6 dil frames of left context before the n new ones (a stream). res:
  * the residual [C, n, B] (a view of buf in a stream), or NULL for the branch alone. dev: on
- * codecrt's device ops (dac_conv_dev, dac_snake_dev), else the CPU kernels (ops) or ggml's
- * composed ops. Returns [C, n, B].
+ * codecrt's device ops (cr_res_unit_cols), else the CPU kernels (ops) or ggml's composed
+ * ops. Returns [C, n, B].
  */
 struct ggml_tensor *dac_res_unit(struct ggml_context *ctx, struct ggml_context *w, struct ggml_cgraph *gf,
                                  struct ggml_tensor *buf, int i, int j, bool same, struct ggml_tensor *res,
@@ -104,9 +95,11 @@ struct ggml_tensor *dac_res_unit(struct ggml_context *ctx, struct ggml_context *
 struct ggml_tensor *dac_quantize(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *const *codes,
                                  int n_codebooks, const cr_cpu_ops *ops);
 
-/* The k7 convolutions (input, residual units): the fused CPU convolution where ops applies. */
+/* The k7 convolutions (input, residual units): with dev the columns op and a product
+   (cr_conv1d_cols), else cr_conv1d (the fused CPU convolution where ops applies). */
 struct ggml_tensor *dac_conv(struct ggml_context *ctx, struct ggml_cgraph *gf, struct ggml_tensor *x,
-                             struct ggml_tensor *w, struct ggml_tensor *b, int dil, int pad, const cr_cpu_ops *ops);
+                             struct ggml_tensor *w, struct ggml_tensor *b, int dil, int pad, const cr_cpu_ops *ops,
+                             bool dev);
 
 /* ------------------------------------------------- offline (dac_decode.c) */
 

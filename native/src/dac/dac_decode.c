@@ -41,9 +41,8 @@ struct ggml_cgraph *dac_build_decode(const cr_model *model, struct ggml_context 
     struct ggml_tensor *z = dac_quantize(ctx, w, io + DAC_IO_CODES, hp->n_codebooks, ops); /* [L, T*B] */
     struct ggml_tensor *x = dac_mask(ctx, ggml_reshape_3d(ctx, z, L, T, B), masks[0]);
 
-    struct ggml_tensor *in_w = dac_w(w, "decoder.in.weight"), *in_b = dac_w(w, "decoder.in.bias");
-    struct ggml_tensor *y0 = dev ? dac_conv_dev(ctx, x, w, NULL, in_w, in_b, 1, 3, NULL) : NULL;
-    x = y0 ? y0 : dac_conv(ctx, gf, x, in_w, in_b, 1, 3, ops); /* [D, T, B] */
+    x = dac_conv(ctx, gf, x, dac_w(w, "decoder.in.weight"), dac_w(w, "decoder.in.bias"), 1, 3, ops,
+                 dev); /* [D, T, B] */
     x = dac_mask(ctx, x, masks[0]);
 
     char p[64];

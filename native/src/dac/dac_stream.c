@@ -25,7 +25,7 @@
  * runs time fastest between two transposes and each k7 conv through im2col, or
  * as seven shifted products summed (CODECRT_CONV=taps; cr_conv1d), or with
  * CODECRT_CONV=cols on codecrt's device ops as the columns op with its Snake
- * gathered through it, one product and its bias (dac_conv_dev, dac.h), each
+ * gathered through it, one product and its bias (cr_res_unit_cols, layers.h), each
  * other Snake one pass of the columns op.
  */
 #include <stdio.h>
@@ -54,9 +54,8 @@ struct ggml_cgraph *dac_build_stream(const cr_model *model, struct ggml_context 
     struct ggml_tensor *x = cr_states_mask(&st, ggml_reshape_3d(ctx, z, L, N, B), r, d);
 
     struct ggml_tensor *buf = cr_states_append(&st, x, 6); /* [L, 6+N, B] */
-    struct ggml_tensor *in_w = dac_w(w, "decoder.in.weight"), *in_b = dac_w(w, "decoder.in.bias");
-    struct ggml_tensor *y0 = dev ? dac_conv_dev(ctx, buf, w, NULL, in_w, in_b, 1, 0, NULL) : NULL;
-    x = y0 ? y0 : dac_conv(ctx, gf, buf, in_w, in_b, 1, 0, ops); /* valid */
+    x = dac_conv(ctx, gf, buf, dac_w(w, "decoder.in.weight"), dac_w(w, "decoder.in.bias"), 1, 0, ops,
+                 dev); /* valid */
     d += 3;
     x = cr_states_mask(&st, x, r, d);
 

@@ -243,15 +243,18 @@ struct ggml_tensor *qwen3_snake_dev(struct ggml_context *ctx, struct ggml_contex
 struct ggml_tensor *qwen3_res_unit_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *buf,
                                        struct ggml_tensor *x, int i, int j, int pad) {
     static const int dil[QWEN3_N_RES] = {1, 3, 9};
-    char p[64];
-    snprintf(p, sizeof(p), "dec.%d.res.%d.snake1", i, j);
-    struct ggml_tensor *y = cr_conv1d_cols(ctx, buf, cr_weight(w, "%s.alpha", p), cr_weight(w, "%s.inv_alpha", p),
-                                           cr_weight(w, "dec.%d.res.%d.conv.weight", i, j),
-                                           cr_weight(w, "dec.%d.res.%d.conv.bias", i, j), dil[j], pad, 0, NULL);
-    y = y ? qwen3_snake_dev(ctx, w, y, "dec.%d.res.%d.snake2", i, j) : NULL;
-    return y ? cr_linear_ops(ctx, y, cr_weight(w, "dec.%d.res.%d.pw.weight", i, j),
-                             cr_weight(w, "dec.%d.res.%d.pw.bias", i, j), cr_dense(ctx, x))
-             : NULL;
+    char p1[64], p2[64];
+    snprintf(p1, sizeof(p1), "dec.%d.res.%d.snake1", i, j);
+    snprintf(p2, sizeof(p2), "dec.%d.res.%d.snake2", i, j);
+    const cr_res_unit u = {
+        .alpha1 = cr_weight(w, "%s.alpha", p1), .inv_alpha1 = cr_weight(w, "%s.inv_alpha", p1),
+        .dw_w = cr_weight(w, "dec.%d.res.%d.conv.weight", i, j),
+        .dw_b = cr_weight(w, "dec.%d.res.%d.conv.bias", i, j),
+        .alpha2 = cr_weight(w, "%s.alpha", p2), .inv_alpha2 = cr_weight(w, "%s.inv_alpha", p2),
+        .pw_w = cr_weight(w, "dec.%d.res.%d.pw.weight", i, j),
+        .pw_b = cr_weight(w, "dec.%d.res.%d.pw.bias", i, j),
+    };
+    return cr_res_unit_cols(ctx, buf, &u, dil[j], pad, 0, x);
 }
 
 /* --------------------------------------------------------- stream shape */

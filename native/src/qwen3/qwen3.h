@@ -132,9 +132,7 @@ struct ggml_tensor *qwen3_snake_dev(struct ggml_context *ctx, struct ggml_contex
     ;
 
 /* Residual unit j of block i on codecrt's device ops (the graphs a CUDA context runs):
-   x + pw(Snake2(conv_k7_dil(Snake1(buf)))), Snake1 gathered into the conv's columns
-   (cr_conv1d_cols), Snake2 one pass, the 1x1 product with its bias and the residual x in one
-   pass (cr_linear_ops). buf: x itself with pad = 6 dil (offline, causal zero padding), or a
+   x + pw(Snake2(conv_k7_dil(Snake1(buf)))) (cr_res_unit_cols, layers.h). buf: x itself with pad = 6 dil (offline, causal zero padding), or a
    stream's state of 6 dil frames of x (before Snake1: the Snake is pointwise, so gathering it
    from the state is the same) then x, with pad 0. Returns [C, n, B]; NULL where an op does
    not fit (the caller composes the unit then). */

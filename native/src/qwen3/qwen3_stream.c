@@ -107,17 +107,16 @@ struct ggml_cgraph *qwen3_build_stream(const cr_model *model, struct ggml_contex
         x = cr_upconv_step(ctx, cr_states_append(st, x, 1), cr_weight(w, "dec.%d.up.weight", i),
                            cr_weight(w, "dec.%d.up.bias", i), r, ops); /* [C/2, n*r, B] */
         for (int j = 0, dil = 1; j < QWEN3_N_RES; j++, dil *= 3) {
-            if (dev) { /* the state holds x before Snake1, which the columns op applies (pointwise) */
-                struct ggml_tensor *buf = cr_states_append(st, x, (QWEN3_K - 1) * dil);
-                struct ggml_tensor *u = qwen3_res_unit_dev(ctx, w, buf, x, i, j, 0);
-                x = u ? u
-                      : ggml_add(ctx, x,
-                                 qwen3_res_branch(ctx, w, gf, qwen3_snake(ctx, w, gf, buf, cpu, "dec.%d.res.%d.snake1", i, j),
-                                                  i, j, 0, cpu, ops));
+            /* with dev the state holds x before Snake1, which the columns op applies (pointwise,
+               so the same); should the ops not fit, the composed Snake runs on that buffer */
+            struct ggml_tensor *buf = dev ? cr_states_append(st, x, (QWEN3_K - 1) * dil) : NULL;
+            struct ggml_tensor *u = dev ? qwen3_res_unit_dev(ctx, w, buf, x, i, j, 0) : NULL;
+            if (u) {
+                x = u;
                 continue;
             }
-            struct ggml_tensor *y = qwen3_snake(ctx, w, gf, x, cpu, "dec.%d.res.%d.snake1", i, j);
-            y = cr_states_append(st, y, (QWEN3_K - 1) * dil);
+            struct ggml_tensor *y = qwen3_snake(ctx, w, gf, dev ? buf : x, cpu, "dec.%d.res.%d.snake1", i, j);
+            y = dev ? y : cr_states_append(st, y, (QWEN3_K - 1) * dil);
             x = ggml_add(ctx, x, qwen3_res_branch(ctx, w, gf, y, i, j, 0, cpu, ops));
         }
     }
