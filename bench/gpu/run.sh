@@ -96,7 +96,10 @@
 #            the products, where the toolkit has it (errors only, into convcheck_TOOL.txt; each
 #            run's whole output in convcheck_MODE_N.txt); $CONVCHECK_MODES [taps taps-nopdl im2col]
 #            and $CONVCHECK_TOOLS [initcheck racecheck] pick (racecheck alone takes 6+ minutes:
-#            CONVCHECK_MODES= CONVCHECK_TOOLS=racecheck)
+#            CONVCHECK_MODES= CONVCHECK_TOOLS=racecheck; memcheck finds reads out of bounds), the
+#            tools' conv $CONVCHECK_SANCONV [taps]; modes cols-sync (CUDA_LAUNCH_BLOCKING=1: no two
+#            kernels at once, so no race between streams), cols-nographs (GGML_CUDA_DISABLE_GRAPHS=1:
+#            no captured CUDA graph replayed) and cols-precise (CODECRT_PRECISE_SIN=1: sinf in the Snakes)
 #   unitops  the residual unit's CUDA ops (native/src/cuda/cuda_ops.cu, opt-in: CODECRT_FUSED_UNIT=1;
 #            docs/runtime.md): their GPU test, TF32 off (kernels against their CPU functions and the
 #            composed ops, offline and streamed), then composed (0) against the ops (1), each side in
@@ -457,6 +460,9 @@ convcheck() {
                 taps-cublaslog) vars=(CODECRT_CONV=taps CUBLAS_LOGINFO_DBG=1
                                       CUBLAS_LOGDEST_DBG="$OUT/cublas_$i.log" CUBLASLT_LOG_LEVEL=4
                                       CUBLASLT_LOG_FILE="$OUT/cublaslt_$i.log") ;;
+                cols-sync) vars=(CODECRT_CONV=cols CUDA_LAUNCH_BLOCKING=1) ;;
+                cols-nographs) vars=(CODECRT_CONV=cols GGML_CUDA_DISABLE_GRAPHS=1) ;;
+                cols-precise) vars=(CODECRT_CONV=cols CODECRT_PRECISE_SIN=1) ;;
                 *) vars=(CODECRT_CONV="${mode%%-*}") ;;
             esac
             env "${vars[@]}" python3 -m pytest -q -s -p no:cacheprovider -m gpu "$t" \
@@ -473,8 +479,8 @@ convcheck() {
         echo "convcheck: no compute-sanitizer in this toolkit" | tee -a "$OUT/report.txt"
     else
         for tool in ${CONVCHECK_TOOLS-initcheck racecheck}; do
-            stage "convcheck: $san --tool $tool, the products"
-            CODECRT_CONV=taps "$san" --tool "$tool" --print-limit 20 python3 -m pytest -q -s \
+            stage "convcheck: $san --tool $tool, CODECRT_CONV=${CONVCHECK_SANCONV:-taps}"
+            CODECRT_CONV=${CONVCHECK_SANCONV:-taps} "$san" --tool "$tool" --print-limit 20 python3 -m pytest -q -s \
                 -p no:cacheprovider -m gpu "$t" > "$OUT/convcheck_$tool.txt" 2>&1
             grep -E "ERROR SUMMARY|^DAC .*relative L2|[0-9]+ (passed|failed)" "$OUT/convcheck_$tool.txt" \
                 | tee -a "$OUT/report.txt"

@@ -7,6 +7,9 @@ tokens/s) once each (slow); the tiny config (same code paths) for the rest.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -226,3 +229,46 @@ def test_bf16_products(codecrt, cases, precision, record_property):
     lo, hi = BOUNDS[precision]
     assert lo < err < hi
     assert np.array_equal(alone[0], got[1])
+
+
+def amx_host() -> bool:
+    """Whether this CPU has AMX's BF16 tiles (Linux' cpuinfo flags)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " amx_bf16" in flags and " amx_tile" in flags
+
+
+# the AMX decode against the AVX512-BF16 tile's: BF16 2.7e-3, BF16x3 6.5e-6 on this project's
+# Xeon (2026-12-08); a BF16x3 product left out moves it to BF16's error
+AGREE = {"bf16": BF16_TOL / 3, "bf16x3": F32_TOL / 4}
+TILE_DECODE = """
+import sys, numpy as np, codecrt
+gguf, codes, out, precision = sys.argv[1:]
+with codecrt.Model(gguf) as m, codecrt.Context(m, device="cpu", precision=precision) as ctx:
+    np.save(out, ctx.decode([np.load(codes)]))
+"""
+
+
+@pytest.mark.parametrize("precision", list(BOUNDS))
+def test_amx_matches_the_bf16_tile(codecrt, cases, precision, tmp_path):
+    """On an AMX CPU, the BF16 and BF16x3 products on AMX's tiles (ops_amx.c; BF16x3's three
+    products per pair step) sum the same products as the AVX512-BF16 register tile
+    (CODECRT_NO_AMX=1, in a process of its own: the probe runs once a process), in another
+    order (and, in BF16, with the attention's operands rounded where each tile needs them):
+    the two decodes agree within AGREE, BF16x3's well inside F32's parity bound."""
+    if not amx_host():
+        pytest.skip("no AMX tiles on this CPU")
+    case = cases("tiny")
+    bf16_or_skip(codecrt, case.gguf)
+    codes = ref.random_codes(case.config, 37, np.random.default_rng(2), batch=2)
+    got = decode(codecrt, case.gguf, [codes], precision=precision)
+    np.save(tmp_path / "codes.npy", codes)
+    env = {**os.environ, "CODECRT_NO_AMX": "1"}
+    subprocess.run([sys.executable, "-c", TILE_DECODE, str(case.gguf), str(tmp_path / "codes.npy"),
+                    str(tmp_path / "tile.npy"), precision], env=env, check=True, timeout=300)
+    tile = np.load(tmp_path / "tile.npy")
+    err = rel_l2(got, tile)
+    print(f"\nWavTokenizer tiny, {precision} on AMX against the AVX512-BF16 tile: relative L2 {err:.2e}")
+    assert 0 < err < AGREE[precision]  # 0: the same kernel twice (AMX not taken)

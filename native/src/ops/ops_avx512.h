@@ -313,9 +313,9 @@ BF_AVX512 void bf_convert_row_x3(uint32_t *dst, const float *src, int64_t n, int
 /* A row of x as the product with packed weight pk (or, pk NULL, with per-call panels)
    reads it: bf_convert_row_x3 into pk's three blocks for BF16x3, else bf_convert_row. */
 BF_AVX512 void bf_convert_row_for(const cr_packed *pk, uint32_t *dst, const float *src, int64_t n);
-/* at_panel_rows for pair-packed x and panel wp [taps][K2][64], on AMX tiles with amx
-   (amx_rows' conditions) (ops_avx512_core.c). */
-BF_AVX512 void bf_panel_rows(bool amx, const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *wp, int64_t K2,
+/* at_panel_rows for pair-packed x and panel wp [taps][K2][64], on AMX tiles where pk (the
+   weight's pack, or NULL) was packed for them (amx_rows' conditions) (ops_avx512_core.c). */
+BF_AVX512 void bf_panel_rows(const cr_packed *pk, const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *wp, int64_t K2,
                              int64_t taps, const float *bias, float *y, int64_t ldc, int nc, int64_t n);
 /* the F32 panel [taps][C][64] of output columns m0 .. m0+width (ops_avx512_linear.c) */
 void at_pack_panel(float *wp, const float *w, int64_t m0, int64_t width, int64_t C, int64_t taps);
@@ -331,10 +331,12 @@ BF_AVX512 void bf_pack_panel(uint32_t *wp, uint16_t *row, const float *w, int64_
    k*ldb + c] + bias[c] (bias may be NULL) for r < n, c < ncols, on AMX tiles
    (ops_amx.c): K2p and ncols multiples of 16, w's rows of pairs ldb apart. x's rows are
    read in blocks of 16, so up to 15 rows past the n-th (and past each tap's shift) must
-   be readable; what they hold only reaches the rows not written. */
+   be readable; what they hold only reaches the rows not written. part > 0: BF16x3's
+   blocks (cr_packed; K2p = 3 part, x [hi | hi | lo], w [hi | lo | hi]), the same three
+   products summed per pair step rather than block after block; 0 otherwise. */
 void amx_rows(const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *w, int64_t ldb, int64_t btap,
-              int64_t K2p, int64_t taps, float scale, const float *bias, float *y, int64_t ldc, int64_t ncols,
-              int64_t n);
+              int64_t K2p, int64_t part, int64_t taps, float scale, const float *bias, float *y, int64_t ldc,
+              int64_t ncols, int64_t n);
 #endif
 
 #endif /* CR_OPS_AVX512 */

@@ -349,7 +349,7 @@ BF_AVX512 static void bf_scores_any(const at_scratch *w, const uint32_t *a, cons
                                     int64_t ncols, int64_t nq, float *s, int64_t lds, float scale) {
 #ifdef CR_OPS_AMX
     if (w->amx) {
-        amx_rows(a, AT_D / 2, 0, b, ldb, 0, AT_D / 2, 1, scale, NULL, s, lds, ncols, nq);
+        amx_rows(a, AT_D / 2, 0, b, ldb, 0, AT_D / 2, 0, 1, scale, NULL, s, lds, ncols, nq);
         return;
     }
 #endif
@@ -401,7 +401,7 @@ BF_AVX512 static void bf_block(const at_head *h, int64_t i0, int64_t nq, float s
     }
 #ifdef CR_OPS_AMX
     if (w->amx) { /* P's 48 rows [T2s] pairs and V's T2s rows are zero past the keys */
-        amx_rows(w->ps, T2, 0, w->vp, AT_D, 0, T2, 1, 1.0f, NULL, h->o + i0 * ld, ld, AT_D, nq);
+        amx_rows(w->ps, T2, 0, w->vp, AT_D, 0, T2, 0, 1, 1.0f, NULL, h->o + i0 * ld, ld, AT_D, nq);
         return;
     }
 #endif

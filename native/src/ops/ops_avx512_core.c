@@ -90,16 +90,18 @@ BF_AVX512 void bf_convert_row_for(const cr_packed *pk, uint32_t *dst, const floa
     } while (0)
 
 /* at_panel_rows for pair-packed x (rows lda pairs apart) and panel wp [taps][K2][64]; on
-   AMX tiles with amx (a pack's panels: K2 padded to 16, x's rows readable in blocks of 16). */
-BF_AVX512 void bf_panel_rows(bool amx, const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *wp, int64_t K2,
-                             int64_t taps, const float *bias, float *y, int64_t ldc, int nc, int64_t n) {
+   AMX tiles where pk was packed for them (its panels: K2 padded to 16, x's rows readable in
+   blocks of 16). */
+BF_AVX512 void bf_panel_rows(const cr_packed *pk, const uint32_t *x, int64_t lda, int64_t atap, const uint32_t *wp,
+                             int64_t K2, int64_t taps, const float *bias, float *y, int64_t ldc, int nc, int64_t n) {
 #ifdef CR_OPS_AMX
-    if (amx) {
-        amx_rows(x, lda, atap, wp, LN_PANEL, K2 * LN_PANEL, K2, taps, 1.0f, bias, y, ldc, 16 * nc, n);
+    if (pk && pk->amx) {
+        const int64_t part = pk->kind == CR_PACK_BF16X3 ? K2 / 3 : 0;
+        amx_rows(x, lda, atap, wp, LN_PANEL, K2 * LN_PANEL, K2, part, taps, 1.0f, bias, y, ldc, 16 * nc, n);
         return;
     }
 #endif
-    (void)amx;
+    (void)pk;
     for (int64_t r0 = 0; r0 < n; r0 += AT_R) {
         const uint32_t *a = x + r0 * lda;
         float *c = y + r0 * ldc;

@@ -102,7 +102,7 @@ static void cr_linear_run(struct ggml_tensor *dst, int ith, int nth, bool bf16, 
                 converted = n0;
             }
             /* AMX: px holds LN_NB rows, whole blocks of 16 */
-            bf_panel_rows(pk && pk->amx, px, K2s, 0, pw, K2s, 1, bd ? bd + m0 : NULL, yd + n0 * M + m0, M,
+            bf_panel_rows(pk, px, K2s, 0, pw, K2s, 1, bd ? bd + m0 : NULL, yd + n0 * M + m0, M,
                           (int)(width / 16), n1 - n0);
             continue;
         }
@@ -232,7 +232,7 @@ static void cr_conv1d_run(struct ggml_tensor *dst, int ith, int nth, int64_t d, 
                 }
                 window = bb * NB + tb;
             }
-            bf_panel_rows(pk && pk->amx, xs, C2s, d * C2s, pw, C2s, taps, bd ? bd + m0 : NULL, yb + t0 * M + m0, M,
+            bf_panel_rows(pk, xs, C2s, d * C2s, pw, C2s, taps, bd ? bd + m0 : NULL, yb + t0 * M + m0, M,
                           (int)(width / 16), nrow);
             continue;
         }
