@@ -1,6 +1,7 @@
 """Helpers of the codec parity tests (tests/codecs/, and the runtime tests that move its test
 variables): the relative L2 error, runtime variables set for a block, a module's cache of
-converted reference models, an offline decode in a fresh CPU context."""
+converted reference models, an offline decode in a fresh CPU context (or, for the AMX checks,
+in a process of its own without AMX)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import contextlib
 import inspect
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -80,3 +83,30 @@ def decode(codecrt: Any, gguf: Path, code_levels: list[np.ndarray], **ctx_args: 
     """An offline decode of ``code_levels`` in a fresh CPU context of the model at ``gguf``."""
     with codecrt.Model(str(gguf)) as m, codecrt.Context(m, device="cpu", **ctx_args) as ctx:
         return ctx.decode(code_levels)
+
+
+def amx_host() -> bool:
+    """Whether this CPU has AMX's BF16 tiles (Linux' cpuinfo flags)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " amx_bf16" in flags and " amx_tile" in flags
+
+
+_TILE_DECODE = """
+import sys, numpy as np, codecrt
+gguf, codes, out, precision = sys.argv[1:]
+with codecrt.Model(gguf) as m, codecrt.Context(m, device="cpu", precision=precision) as ctx:
+    np.save(out, ctx.decode([np.load(codes)]))
+"""
+
+
+def decode_without_amx(gguf: Path, codes: np.ndarray, precision: str, tmp_path: Path) -> np.ndarray:
+    """A one-level offline decode in a process of its own with CODECRT_NO_AMX=1 (the AMX probe
+    runs once a process): the BF16 products on the AVX512-BF16 register tile."""
+    np.save(tmp_path / "codes.npy", codes)
+    env = {**os.environ, "CODECRT_NO_AMX": "1"}
+    subprocess.run([sys.executable, "-c", _TILE_DECODE, str(gguf), str(tmp_path / "codes.npy"),
+                    str(tmp_path / "tile.npy"), precision], env=env, check=True, timeout=300)
+    return np.load(tmp_path / "tile.npy")

@@ -7,15 +7,12 @@ tokens/s) once each (slow); the tiny config (same code paths) for the rest.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from codeckit import case_cache, decode, ops_env, rel_l2, runtime_env
+from codeckit import amx_host, case_cache, decode, decode_without_amx, ops_env, rel_l2, runtime_env
 from conftest import bf16_or_skip
 
 F32_TOL = 1e-4
@@ -231,25 +228,9 @@ def test_bf16_products(codecrt, cases, precision, record_property):
     assert np.array_equal(alone[0], got[1])
 
 
-def amx_host() -> bool:
-    """Whether this CPU has AMX's BF16 tiles (Linux' cpuinfo flags)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return " amx_bf16" in flags and " amx_tile" in flags
-
-
 # the AMX decode against the AVX512-BF16 tile's: BF16 2.7e-3, BF16x3 6.5e-6 on this project's
 # Xeon (2026-12-08); a BF16x3 product left out moves it to BF16's error
 AGREE = {"bf16": BF16_TOL / 3, "bf16x3": F32_TOL / 4}
-TILE_DECODE = """
-import sys, numpy as np, codecrt
-gguf, codes, out, precision = sys.argv[1:]
-with codecrt.Model(gguf) as m, codecrt.Context(m, device="cpu", precision=precision) as ctx:
-    np.save(out, ctx.decode([np.load(codes)]))
-"""
-
 
 @pytest.mark.parametrize("precision", list(BOUNDS))
 def test_amx_matches_the_bf16_tile(codecrt, cases, precision, tmp_path):
@@ -264,11 +245,7 @@ def test_amx_matches_the_bf16_tile(codecrt, cases, precision, tmp_path):
     bf16_or_skip(codecrt, case.gguf)
     codes = ref.random_codes(case.config, 37, np.random.default_rng(2), batch=2)
     got = decode(codecrt, case.gguf, [codes], precision=precision)
-    np.save(tmp_path / "codes.npy", codes)
-    env = {**os.environ, "CODECRT_NO_AMX": "1"}
-    subprocess.run([sys.executable, "-c", TILE_DECODE, str(case.gguf), str(tmp_path / "codes.npy"),
-                    str(tmp_path / "tile.npy"), precision], env=env, check=True, timeout=300)
-    tile = np.load(tmp_path / "tile.npy")
+    tile = decode_without_amx(case.gguf, codes, precision, tmp_path)
     err = rel_l2(got, tile)
     print(f"\nWavTokenizer tiny, {precision} on AMX against the AVX512-BF16 tile: relative L2 {err:.2e}")
     assert 0 < err < AGREE[precision]  # 0: the same kernel twice (AMX not taken)

@@ -90,8 +90,9 @@ typedef struct at_scratch {
     uint32_t *vp;   /* BF16: values [Tp/2, 64] in pairs */
     float *s, *bd;  /* scores [48, Tp]; the position band's [48, Tp + 64] */
     float *qa, *qb; /* q + u, q + bv [48, 64] */
-    uint32_t *qs, *qs2, *ps; /* BF16: those (or q) [48, 32] in pairs; P [48, T2s] */
+    uint32_t *qs, *qs2, *ps; /* BF16: those (or q) [48, 32] in pairs; P [48, T2s] (BF16x3: three blocks a row) */
     bool amx;                /* BF16: both products on AMX tiles (ops_amx.c) */
+    bool x3;                 /* BF16x3 on AMX: split operands, KT [hi; lo], V [hi; lo], q and P rows [hi | hi | lo] */
     int64_t t2s;             /* BF16: pairs of keys in a row of P and rows of V: Tp/2, for AMX to 16 */
 } at_scratch;
 
@@ -323,6 +324,44 @@ BF_AVX512 static void bf_pack_v(uint32_t *vp, const float *v, int64_t ld, int64_
     }
 }
 
+/* BF16x3's keys: kt [64, cols] pairs, hi pairs in rows 0..31 and lo pairs in 32..63 (j < n,
+   zeros after), for amx_rows' w blocks [hi; lo] of 32 pair rows. */
+BF_AVX512 static void bf_pack_t_x3(uint32_t *kt, const float *x, int64_t ld, int64_t n, int64_t cols) {
+    uint32_t row[3 * AT_D / 2]; /* [hi | hi | lo] */
+    for (int64_t j = 0; j < cols; j++) {
+        if (j < n) {
+            bf_convert_row_x3(row, x + j * ld, AT_D, AT_D / 2);
+        } else {
+            memset(row, 0, sizeof row);
+        }
+        for (int d = 0; d < AT_D / 2; d++) {
+            kt[d * cols + j] = row[d];
+            kt[(AT_D / 2 + d) * cols + j] = row[AT_D + d];
+        }
+    }
+}
+
+/* BF16x3's values: bf_pack_v's hi pairs in rows 0..T2-1 and the lo pairs, bf16(v - hi), in rows
+   T2..2 T2-1 (rows from Tp/2 on in each block stay as the caller zeroed them). */
+BF_AVX512 static void bf_pack_v_x3(uint32_t *vp, const float *v, int64_t ld, int64_t T, int64_t Tp, int64_t T2) {
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    for (int64_t j2 = 0; j2 < Tp / 2; j2++) {
+        const int64_t j = 2 * j2;
+        for (int c = 0; c < AT_D; c += 16) {
+            const __m512 v0 = j < T ? _mm512_loadu_ps(v + j * ld + c) : _mm512_setzero_ps();
+            const __m512 v1 = j + 1 < T ? _mm512_loadu_ps(v + (j + 1) * ld + c) : _mm512_setzero_ps();
+            const __m512 a = _mm512_permutex2var_ps(v0, lo, v1), b = _mm512_permutex2var_ps(v0, hi, v1);
+            const __m256i ha = (__m256i)_mm512_cvtneps_pbh(a), hb = (__m256i)_mm512_cvtneps_pbh(b);
+            /* a - float(bf16(a)), exactly, then rounded */
+            const __m512 ra = _mm512_sub_ps(a, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ha), 16)));
+            const __m512 rb = _mm512_sub_ps(b, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hb), 16)));
+            _mm512_storeu_si512(vp + j2 * AT_D + c, _mm512_inserti64x4(_mm512_castsi256_si512(ha), hb, 1));
+            _mm512_storeu_si512(vp + (T2 + j2) * AT_D + c, (__m512i)_mm512_cvtne2ps_pbh(rb, ra));
+        }
+    }
+}
+
 #define BF_SCORE_ROWS(R)                                                                                             \
     do {                                                                                                             \
         int64_t j = 0;                                                                                               \
@@ -366,6 +405,30 @@ BF_AVX512 static void bf_block(const at_head *h, int64_t i0, int64_t nq, float s
                                int pack) {
     const int64_t ld = h->ld, T = h->T, Tp = at_round16(T), T2 = w->t2s;
     uint32_t *kt = (uint32_t *)w->kt, *pt = (uint32_t *)w->pt;
+#ifdef CR_OPS_AMX
+    if (w->x3) { /* plain attention only (the caller's condition): both products split, on AMX */
+        if (pack) {
+            bf_pack_t_x3(kt, h->k, ld, T, Tp);
+            bf_pack_v_x3(w->vp, h->v, ld, T, Tp, T2);
+        }
+        for (int64_t r = 0; r < nq; r++) {
+            bf_convert_row_x3(w->qs + r * (3 * AT_D / 2), h->q + (i0 + r) * ld, AT_D, AT_D / 2);
+        }
+        amx_rows(w->qs, 3 * AT_D / 2, 0, kt, Tp, 0, 3 * AT_D / 2, AT_D / 2, 1, scale, NULL, w->s, Tp, Tp, nq);
+        float inv[AT_QB];
+        at_softmax(w->s, Tp, T, nq, inv);
+        for (int64_t r = 0; r < nq; r++) {
+            float *sr = w->s + r * Tp;
+            const __m512 sc = _mm512_set1_ps(inv[r]);
+            for (int64_t j = 0; j < Tp; j += 16) {
+                _mm512_storeu_ps(sr + j, _mm512_mul_ps(_mm512_loadu_ps(sr + j), sc));
+            }
+            bf_convert_row_x3(w->ps + r * 3 * T2, sr, Tp, T2);
+        }
+        amx_rows(w->ps, 3 * T2, 0, w->vp, AT_D, 0, 3 * T2, T2, 1, 1.0f, NULL, h->o + i0 * ld, ld, AT_D, nq);
+        return;
+    }
+#endif
     if (pack) {
         bf_pack_t(kt, h->k, ld, T, Tp);
         bf_pack_v(w->vp, h->v, ld, T, Tp);
@@ -422,8 +485,8 @@ BF_AVX512 static void bf_block(const at_head *h, int64_t i0, int64_t nq, float s
  * items are (sequence, head, block of 48 queries).
  */
 static void cr_attention_run(float *od, const float *qd, const float *kd, const float *vd, const float *pd,
-                             const float *ud, const float *bvd, int64_t ld, int64_t T, int64_t B, bool bf16, int ith,
-                             int nth) {
+                             const float *ud, const float *bvd, int64_t ld, int64_t T, int64_t B, bool bf16, bool x3,
+                             int ith, int nth) {
     const float scale = 0.125f;
     const int64_t H = ld / AT_D, nblk = (T + AT_QB - 1) / AT_QB, n = B * H * nblk;
     const int64_t it0 = n * ith / nth, it1 = n * (ith + 1) / nth;
@@ -433,14 +496,19 @@ static void cr_attention_run(float *od, const float *qd, const float *kd, const 
     /* F32: KT [64, Tp], PT [64, Lp], S [48, Tp], BD [48, Tp + 64], QA and QB
        [48, 64]. BF16: KT and PT in pairs (half), V [Tp/2, 64] pairs, the same S,
        BD, QA and QB, their pairs [48, 32] twice, P [48, Tp/2] pairs. */
-    const int64_t Tp = at_round16(T), Lp = pd ? at_pos_cols(T) : 0, kd_rows = bf16 ? AT_D / 2 : AT_D;
+    /* BF16x3 (AMX, plain attention: the caller's conditions): KT [hi; lo] pairs (64 rows), V
+       [hi; lo] (2 T2s rows), q's and P's rows three blocks each */
+    const int64_t Tp = at_round16(T), Lp = pd ? at_pos_cols(T) : 0, kd_rows = bf16 && !x3 ? AT_D / 2 : AT_D;
+    const int64_t blocks = x3 ? 3 : 1;
     w.amx = bf16 && cr_amx_cpu_available();
+    w.x3 = x3 && w.amx && !pd;
     w.t2s = w.amx ? at_round16(Tp / 2) : Tp / 2; /* AMX sums whole tiles of 16 pairs */
-    const size_t sizes[] = {(size_t)(kd_rows * Tp), (size_t)(kd_rows * Lp), bf16 ? (size_t)(w.t2s * AT_D) : 0,
-                            (size_t)(AT_QB * Tp), pd ? (size_t)(AT_QB * (Tp + 64)) : 0,
-                            pd ? (size_t)(AT_QB * AT_D) : 0, pd ? (size_t)(AT_QB * AT_D) : 0,
-                            bf16 ? (size_t)(AT_QB * AT_D / 2) : 0, bf16 && pd ? (size_t)(AT_QB * AT_D / 2) : 0,
-                            bf16 ? (size_t)(AT_QB * w.t2s) : 0};
+    const size_t sizes[] = {(size_t)(kd_rows * Tp), (size_t)(kd_rows * Lp),
+                            bf16 ? (size_t)((x3 ? 2 : 1) * w.t2s * AT_D) : 0, (size_t)(AT_QB * Tp),
+                            pd ? (size_t)(AT_QB * (Tp + 64)) : 0, pd ? (size_t)(AT_QB * AT_D) : 0,
+                            pd ? (size_t)(AT_QB * AT_D) : 0, bf16 ? (size_t)(blocks * AT_QB * AT_D / 2) : 0,
+                            bf16 && pd ? (size_t)(AT_QB * AT_D / 2) : 0,
+                            bf16 ? (size_t)(blocks * AT_QB * w.t2s) : 0};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         total += (sizes[i] + 15) & ~(size_t)15; /* each part 64-byte aligned */
@@ -494,8 +562,9 @@ static void cr_attention_run(float *od, const float *qd, const float *kd, const 
 
 static void cr_attention_kernel(struct ggml_tensor *dst, const struct ggml_tensor *q, const struct ggml_tensor *k,
                                 const struct ggml_tensor *v, int ith, int nth, void *user) {
+    /* user: NULL F32, 1 BF16, 2 BF16x3 on AMX (cr_attention_cpu) */
     cr_attention_run((float *)dst->data, (const float *)q->data, (const float *)k->data, (const float *)v->data, NULL,
-                     NULL, NULL, q->ne[0], q->ne[1], q->ne[2], user != NULL, ith, nth);
+                     NULL, NULL, q->ne[0], q->ne[1], q->ne[2], user != NULL, (uintptr_t)user == 2, ith, nth);
 }
 
 static void cr_relpos_attention_kernel(struct ggml_tensor *dst, int ith, int nth, void *user) {
@@ -503,7 +572,7 @@ static void cr_relpos_attention_kernel(struct ggml_tensor *dst, int ith, int nth
     cr_attention_run((float *)dst->data, (const float *)q->data, (const float *)dst->src[1]->data,
                      (const float *)dst->src[2]->data, (const float *)dst->src[3]->data,
                      (const float *)dst->src[4]->data, (const float *)dst->src[5]->data, q->ne[0], q->ne[1], q->ne[2],
-                     user != NULL, ith, nth);
+                     user != NULL, false, ith, nth);
 }
 
 static bool cr_attention_operands_ok(const struct ggml_tensor *q, const struct ggml_tensor *k,
@@ -517,17 +586,21 @@ static bool cr_attention_operands_ok(const struct ggml_tensor *q, const struct g
 
 struct ggml_tensor *cr_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
                                      struct ggml_tensor *v, const cr_cpu_ops *ops) {
-    const bool bf16 = ops && ops->bf16 && !ops->x3; /* BF16x3: attention in F32 */
+    /* BF16x3: both products split on AMX tiles where the CPU has them, else F32 (three BF16
+       products of vdpbf16ps cost more than the F32 one) */
+    const bool x3 = ops && ops->bf16 && ops->x3 && cr_amx_cpu_available();
+    const bool bf16 = ops && ops->bf16 && (!ops->x3 || x3);
     if (!cr_attention_operands_ok(q, k, v, bf16)) {
         return NULL;
     }
-    return ggml_map_custom3(ctx, q, k, v, cr_attention_kernel, GGML_N_TASKS_MAX, bf16 ? (void *)1 : NULL);
+    return ggml_map_custom3(ctx, q, k, v, cr_attention_kernel, GGML_N_TASKS_MAX,
+                            x3 ? (void *)2 : bf16 ? (void *)1 : NULL);
 }
 
 struct ggml_tensor *cr_relpos_attention_cpu(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
                                             struct ggml_tensor *v, struct ggml_tensor *p, struct ggml_tensor *u,
                                             struct ggml_tensor *bv, const cr_cpu_ops *ops) {
-    const bool bf16 = ops && ops->bf16 && !ops->x3; /* BF16x3: attention in F32 */
+    const bool bf16 = ops && ops->bf16 && !ops->x3; /* BF16x3: relative-position attention in F32 */
     const int64_t D = q->ne[0];
     const bool ok = cr_attention_operands_ok(q, k, v, bf16) && p->type == GGML_TYPE_F32 &&
                     u->type == GGML_TYPE_F32 && bv->type == GGML_TYPE_F32 && ggml_is_contiguous(p) &&
