@@ -329,6 +329,19 @@ struct ggml_tensor *cr_snake_cols(struct ggml_context *ctx, struct ggml_tensor *
     return cr_cols(ctx, cr_dense(ctx, x), alpha, inv, 1, 1, 0, 0);
 }
 
+cr_res_unit cr_res_unit_weights(struct ggml_context *w, const char *unit, const char *conv) {
+    return (cr_res_unit){
+        .alpha1 = cr_weight(w, "%s.snake1.alpha", unit),
+        .inv_alpha1 = cr_weight(w, "%s.snake1.inv_alpha", unit),
+        .dw_w = cr_weight(w, "%s.%s.weight", unit, conv),
+        .dw_b = cr_weight(w, "%s.%s.bias", unit, conv),
+        .alpha2 = cr_weight(w, "%s.snake2.alpha", unit),
+        .inv_alpha2 = cr_weight(w, "%s.snake2.inv_alpha", unit),
+        .pw_w = cr_weight(w, "%s.pw.weight", unit),
+        .pw_b = cr_weight(w, "%s.pw.bias", unit),
+    };
+}
+
 struct ggml_tensor *cr_res_unit_cols(struct ggml_context *ctx, struct ggml_tensor *buf, const cr_res_unit *u,
                                      int dil, int pl, int pr, struct ggml_tensor *res) {
     struct ggml_tensor *y = cr_conv1d_cols(ctx, buf, u->alpha1, u->inv_alpha1, u->dw_w, u->dw_b, dil, pl, pr, NULL);

@@ -309,6 +309,11 @@ typedef struct cr_res_unit {
     struct ggml_tensor *pw_w, *pw_b;
 } cr_res_unit;
 
+/* The unit's weights as the converters name them under unit (e.g. "decoder.block.1.res.0"):
+   unit.snake1.alpha, .inv_alpha, unit.CONV.weight, .bias, unit.snake2.*, unit.pw.weight, .bias;
+   conv is "dw" (SNAC) or "conv" (DAC, Qwen3). */
+cr_res_unit cr_res_unit_weights(struct ggml_context *w, const char *unit, const char *conv);
+
 /*
  * The unit's branch pw(Snake2(dw_dil(Snake1(buf)))) on buf [C, L, B]; ops: a CPU
  * graph's (cr_graph_ops), whose fused Snake, depthwise loop and product it takes, or NULL,

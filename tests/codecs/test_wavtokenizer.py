@@ -232,6 +232,7 @@ def test_bf16_products(codecrt, cases, precision, record_property):
 # Xeon (2026-12-08); a BF16x3 product left out moves it to BF16's error
 AGREE = {"bf16": BF16_TOL / 3, "bf16x3": F32_TOL / 4}
 
+
 @pytest.mark.parametrize("precision", list(BOUNDS))
 def test_amx_matches_the_bf16_tile(codecrt, cases, precision, tmp_path):
     """On an AMX CPU, the BF16 and BF16x3 products on AMX's tiles (ops_amx.c; BF16x3's three

@@ -167,17 +167,9 @@ struct ggml_tensor *dac_res_unit(struct ggml_context *ctx, struct ggml_context *
         dil *= 3;
     }
     const int pad = same ? 3 * dil : 0;
-    char p1[64], p2[64];
-    snprintf(p1, sizeof(p1), "decoder.block.%d.res.%d.snake1", i, j);
-    snprintf(p2, sizeof(p2), "decoder.block.%d.res.%d.snake2", i, j);
-    const cr_res_unit u = {
-        .alpha1 = dac_w(w, "%s.alpha", p1), .inv_alpha1 = dac_w(w, "%s.inv_alpha", p1),
-        .dw_w = dac_w(w, "decoder.block.%d.res.%d.conv.weight", i, j),
-        .dw_b = dac_w(w, "decoder.block.%d.res.%d.conv.bias", i, j),
-        .alpha2 = dac_w(w, "%s.alpha", p2), .inv_alpha2 = dac_w(w, "%s.inv_alpha", p2),
-        .pw_w = dac_w(w, "decoder.block.%d.res.%d.pw.weight", i, j),
-        .pw_b = dac_w(w, "decoder.block.%d.res.%d.pw.bias", i, j),
-    };
+    char unit[64];
+    snprintf(unit, sizeof(unit), "decoder.block.%d.res.%d", i, j);
+    const cr_res_unit u = cr_res_unit_weights(w, unit, "conv");
     struct ggml_tensor *out = dev ? cr_res_unit_cols(ctx, buf, &u, dil, pad, pad, res) : NULL;
     if (out) {
         return out;

@@ -293,71 +293,52 @@ static void at_block(const at_head *h, int64_t i0, int64_t nq, float scale, cons
     finish(w->s, Tp, T, nq, h->v, ld, h->o + i0 * ld);
 }
 
-/* kt [32, cols] pairs: kt[d2][j] = pair(x[j][2 d2], x[j][2 d2 + 1]) for j < n, zeros after. */
-BF_AVX512 static void bf_pack_t(uint32_t *kt, const float *x, int64_t ld, int64_t n, int64_t cols) {
-    uint32_t row[AT_D / 2];
+/* kt [32, cols] pairs: kt[d2][j] = pair(x[j][2 d2], x[j][2 d2 + 1]) for j < n, zeros after.
+   With lo (BF16x3's keys), the pairs of x - hi in lo [32, cols] alike (amx_rows' w blocks
+   [hi; lo] when lo = kt + 32 cols). */
+BF_AVX512 static void bf_pack_t(uint32_t *kt, uint32_t *lo, const float *x, int64_t ld, int64_t n, int64_t cols) {
+    uint32_t row[3 * AT_D / 2]; /* pairs, or BF16x3's [hi | hi | lo] */
     for (int64_t j = 0; j < cols; j++) {
-        if (j < n) {
-            bf_convert_row(row, x + j * ld, AT_D);
-        } else {
+        if (j >= n) {
             memset(row, 0, sizeof row);
+        } else if (lo) {
+            bf_convert_row_x3(row, x + j * ld, AT_D, AT_D / 2);
+        } else {
+            bf_convert_row(row, x + j * ld, AT_D);
         }
         for (int d = 0; d < AT_D / 2; d++) {
             kt[d * cols + j] = row[d];
+            if (lo) {
+                lo[d * cols + j] = row[AT_D + d];
+            }
         }
     }
+}
+
+/* bf16 halves (the low ones of 32-bit lanes) back to floats */
+BF_AVX512 static inline __m512 bf_widen(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 /* vp[j2][c] = pair(v[2 j2][c], v[2 j2 + 1][c]) for j2 < Tp/2 (rows from T on are
-   zero): two rows interleaved, then rounded. */
-BF_AVX512 static void bf_pack_v(uint32_t *vp, const float *v, int64_t ld, int64_t T, int64_t Tp) {
-    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+   zero): two rows interleaved, then rounded. With lo (BF16x3's values), the pairs of
+   v - hi in lo's rows alike (lo = vp + T2s rows: amx_rows' w blocks [hi; lo]). */
+BF_AVX512 static void bf_pack_v(uint32_t *vp, uint32_t *lo, const float *v, int64_t ld, int64_t T, int64_t Tp) {
+    const __m512i il = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i ih = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
     for (int64_t j2 = 0; j2 < Tp / 2; j2++) {
         const int64_t j = 2 * j2;
         for (int c = 0; c < AT_D; c += 16) {
             const __m512 v0 = j < T ? _mm512_loadu_ps(v + j * ld + c) : _mm512_setzero_ps();
             const __m512 v1 = j + 1 < T ? _mm512_loadu_ps(v + (j + 1) * ld + c) : _mm512_setzero_ps();
-            const __m512 a = _mm512_permutex2var_ps(v0, lo, v1), b = _mm512_permutex2var_ps(v0, hi, v1);
-            _mm512_storeu_si512(vp + j2 * AT_D + c, (__m512i)_mm512_cvtne2ps_pbh(b, a));
-        }
-    }
-}
-
-/* BF16x3's keys: kt [64, cols] pairs, hi pairs in rows 0..31 and lo pairs in 32..63 (j < n,
-   zeros after), for amx_rows' w blocks [hi; lo] of 32 pair rows. */
-BF_AVX512 static void bf_pack_t_x3(uint32_t *kt, const float *x, int64_t ld, int64_t n, int64_t cols) {
-    uint32_t row[3 * AT_D / 2]; /* [hi | hi | lo] */
-    for (int64_t j = 0; j < cols; j++) {
-        if (j < n) {
-            bf_convert_row_x3(row, x + j * ld, AT_D, AT_D / 2);
-        } else {
-            memset(row, 0, sizeof row);
-        }
-        for (int d = 0; d < AT_D / 2; d++) {
-            kt[d * cols + j] = row[d];
-            kt[(AT_D / 2 + d) * cols + j] = row[AT_D + d];
-        }
-    }
-}
-
-/* BF16x3's values: bf_pack_v's hi pairs in rows 0..T2-1 and the lo pairs, bf16(v - hi), in rows
-   T2..2 T2-1 (rows from Tp/2 on in each block stay as the caller zeroed them). */
-BF_AVX512 static void bf_pack_v_x3(uint32_t *vp, const float *v, int64_t ld, int64_t T, int64_t Tp, int64_t T2) {
-    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
-    for (int64_t j2 = 0; j2 < Tp / 2; j2++) {
-        const int64_t j = 2 * j2;
-        for (int c = 0; c < AT_D; c += 16) {
-            const __m512 v0 = j < T ? _mm512_loadu_ps(v + j * ld + c) : _mm512_setzero_ps();
-            const __m512 v1 = j + 1 < T ? _mm512_loadu_ps(v + (j + 1) * ld + c) : _mm512_setzero_ps();
-            const __m512 a = _mm512_permutex2var_ps(v0, lo, v1), b = _mm512_permutex2var_ps(v0, hi, v1);
-            const __m256i ha = (__m256i)_mm512_cvtneps_pbh(a), hb = (__m256i)_mm512_cvtneps_pbh(b);
-            /* a - float(bf16(a)), exactly, then rounded */
-            const __m512 ra = _mm512_sub_ps(a, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ha), 16)));
-            const __m512 rb = _mm512_sub_ps(b, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hb), 16)));
-            _mm512_storeu_si512(vp + j2 * AT_D + c, _mm512_inserti64x4(_mm512_castsi256_si512(ha), hb, 1));
-            _mm512_storeu_si512(vp + (T2 + j2) * AT_D + c, (__m512i)_mm512_cvtne2ps_pbh(rb, ra));
+            const __m512 a = _mm512_permutex2var_ps(v0, il, v1), b = _mm512_permutex2var_ps(v0, ih, v1);
+            const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(b, a); /* a's pairs low, b's high */
+            _mm512_storeu_si512(vp + j2 * AT_D + c, h);
+            if (lo) { /* a - float(bf16(a)), exactly, then rounded */
+                const __m512 ra = _mm512_sub_ps(a, bf_widen(_mm512_castsi512_si256(h)));
+                const __m512 rb = _mm512_sub_ps(b, bf_widen(_mm512_extracti64x4_epi64(h, 1)));
+                _mm512_storeu_si512(lo + j2 * AT_D + c, (__m512i)_mm512_cvtne2ps_pbh(rb, ra));
+            }
         }
     }
 }
@@ -408,8 +389,8 @@ BF_AVX512 static void bf_block(const at_head *h, int64_t i0, int64_t nq, float s
 #ifdef CR_OPS_AMX
     if (w->x3) { /* plain attention only (the caller's condition): both products split, on AMX */
         if (pack) {
-            bf_pack_t_x3(kt, h->k, ld, T, Tp);
-            bf_pack_v_x3(w->vp, h->v, ld, T, Tp, T2);
+            bf_pack_t(kt, kt + (AT_D / 2) * Tp, h->k, ld, T, Tp);
+            bf_pack_v(w->vp, w->vp + T2 * AT_D, h->v, ld, T, Tp);
         }
         for (int64_t r = 0; r < nq; r++) {
             bf_convert_row_x3(w->qs + r * (3 * AT_D / 2), h->q + (i0 + r) * ld, AT_D, AT_D / 2);
@@ -430,10 +411,10 @@ BF_AVX512 static void bf_block(const at_head *h, int64_t i0, int64_t nq, float s
     }
 #endif
     if (pack) {
-        bf_pack_t(kt, h->k, ld, T, Tp);
-        bf_pack_v(w->vp, h->v, ld, T, Tp);
+        bf_pack_t(kt, NULL, h->k, ld, T, Tp);
+        bf_pack_v(w->vp, NULL, h->v, ld, T, Tp);
         if (h->p) {
-            bf_pack_t(pt, h->p, ld, 2 * T - 1, at_pos_cols(T));
+            bf_pack_t(pt, NULL, h->p, ld, 2 * T - 1, at_pos_cols(T));
         }
     }
     if (!h->p) {

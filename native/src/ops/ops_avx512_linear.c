@@ -65,13 +65,20 @@ void at_pack_panel(float *wp, const float *w, int64_t m0, int64_t width, int64_t
  * 240 rows to one thread and 160 to the other; evened out, its BF16x3 decode ran
  * 1.2x faster on this project's AMX Xeon, 2026-12-08).
  */
+/* A thread's rows [*lo, *hi) of n when packed BF16 products are split by rows (every thread
+   gets 32 or more; whole blocks of 16 but the last thread's): false, and all n, otherwise. */
+static bool ln_thread_rows(bool packed_bf16, int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    const bool by_rows = packed_bf16 && n >= 32 * (int64_t)nth;
+    *lo = by_rows ? n * ith / nth / 16 * 16 : 0;
+    *hi = by_rows && ith + 1 < nth ? n * (ith + 1) / nth / 16 * 16 : n;
+    return by_rows;
+}
+
 static void cr_linear_run(struct ggml_tensor *dst, int ith, int nth, bool bf16, const cr_packed *pk) {
     const struct ggml_tensor *x = dst->src[0], *w = dst->src[1], *b = dst->src[2];
     const int64_t K = x->ne[0], N = ggml_nrows(x), M = w->ne[1], K2 = (K + 1) / 2;
-    const bool by_rows = pk && bf16 && N >= 32 * (int64_t)nth;
-    /* this thread's rows [r_lo, r_hi) (all of them when split by items) */
-    const int64_t r_lo = by_rows ? N * ith / nth / 16 * 16 : 0;
-    const int64_t r_hi = by_rows && ith + 1 < nth ? N * (ith + 1) / nth / 16 * 16 : N;
+    int64_t r_lo, r_hi; /* this thread's rows (all of them when split by items) */
+    const bool by_rows = ln_thread_rows(pk && bf16, N, ith, nth, &r_lo, &r_hi);
     const int64_t P = (M + LN_PANEL - 1) / LN_PANEL, NB = (r_hi - r_lo + LN_NB - 1) / LN_NB, n = P * NB;
     const int64_t it0 = by_rows ? 0 : n * ith / nth, it1 = by_rows ? n : n * (ith + 1) / nth;
     const float *xd = (const float *)x->data, *wd = (const float *)w->data;
@@ -193,9 +200,8 @@ static void cr_conv1d_run(struct ggml_tensor *dst, int ith, int nth, int64_t d, 
     const int64_t span = d * (taps - 1);
     /* BF16 with a pack, one sequence: this thread's frames [t_lo, t_hi) in whole blocks of 16
        and all the panels, as cr_linear_run's rows */
-    const bool by_rows = pk && bf16 && B == 1 && To >= 32 * (int64_t)nth;
-    const int64_t t_lo = by_rows ? To * ith / nth / 16 * 16 : 0;
-    const int64_t t_hi = by_rows && ith + 1 < nth ? To * (ith + 1) / nth / 16 * 16 : To;
+    int64_t t_lo, t_hi;
+    const bool by_rows = ln_thread_rows(pk && bf16 && B == 1, To, ith, nth, &t_lo, &t_hi);
     const int64_t P = (M + LN_PANEL - 1) / LN_PANEL, NB = (t_hi - t_lo + LN_NB - 1) / LN_NB, n = P * B * NB;
     const int64_t it0 = by_rows ? 0 : n * ith / nth, it1 = by_rows ? n : n * (ith + 1) / nth;
     const float *xd = (const float *)x->data, *wd = (const float *)w->data;

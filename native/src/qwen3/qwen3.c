@@ -243,17 +243,9 @@ struct ggml_tensor *qwen3_snake_dev(struct ggml_context *ctx, struct ggml_contex
 struct ggml_tensor *qwen3_res_unit_dev(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *buf,
                                        struct ggml_tensor *x, int i, int j, int pad) {
     static const int dil[QWEN3_N_RES] = {1, 3, 9};
-    char p1[64], p2[64];
-    snprintf(p1, sizeof(p1), "dec.%d.res.%d.snake1", i, j);
-    snprintf(p2, sizeof(p2), "dec.%d.res.%d.snake2", i, j);
-    const cr_res_unit u = {
-        .alpha1 = cr_weight(w, "%s.alpha", p1), .inv_alpha1 = cr_weight(w, "%s.inv_alpha", p1),
-        .dw_w = cr_weight(w, "dec.%d.res.%d.conv.weight", i, j),
-        .dw_b = cr_weight(w, "dec.%d.res.%d.conv.bias", i, j),
-        .alpha2 = cr_weight(w, "%s.alpha", p2), .inv_alpha2 = cr_weight(w, "%s.inv_alpha", p2),
-        .pw_w = cr_weight(w, "dec.%d.res.%d.pw.weight", i, j),
-        .pw_b = cr_weight(w, "dec.%d.res.%d.pw.bias", i, j),
-    };
+    char unit[64];
+    snprintf(unit, sizeof(unit), "dec.%d.res.%d", i, j);
+    const cr_res_unit u = cr_res_unit_weights(w, unit, "conv");
     return cr_res_unit_cols(ctx, buf, &u, dil[j], pad, 0, x);
 }
 

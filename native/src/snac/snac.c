@@ -146,17 +146,9 @@ struct ggml_tensor *snac_snake_tf_to_cf(struct ggml_context *ctx, struct ggml_co
 }
 
 cr_res_unit snac_res_unit(struct ggml_context *w, int i, int j) {
-    const char *p = "decoder.block";
-    return (cr_res_unit){
-        .alpha1 = snac_w(w, "%s.%d.res.%d.snake1.alpha", p, i, j),
-        .inv_alpha1 = snac_w(w, "%s.%d.res.%d.snake1.inv_alpha", p, i, j),
-        .dw_w = snac_w(w, "%s.%d.res.%d.dw.weight", p, i, j),
-        .dw_b = snac_w(w, "%s.%d.res.%d.dw.bias", p, i, j),
-        .alpha2 = snac_w(w, "%s.%d.res.%d.snake2.alpha", p, i, j),
-        .inv_alpha2 = snac_w(w, "%s.%d.res.%d.snake2.inv_alpha", p, i, j),
-        .pw_w = snac_w(w, "%s.%d.res.%d.pw.weight", p, i, j),
-        .pw_b = snac_w(w, "%s.%d.res.%d.pw.bias", p, i, j),
-    };
+    char unit[64];
+    snprintf(unit, sizeof(unit), "decoder.block.%d.res.%d", i, j);
+    return cr_res_unit_weights(w, unit, "dw");
 }
 
 struct ggml_tensor *snac_attention(struct ggml_context *ctx, struct ggml_context *w, struct ggml_tensor *x,
